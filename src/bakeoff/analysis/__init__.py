@@ -1,0 +1,1 @@
+"""Turning trial results into summaries, comparisons and a decision (no framework imported)."""

@@ -1,0 +1,49 @@
+"""The machine fingerprint kept with every result (no framework imported here)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+from importlib import metadata
+from typing import Any
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def host_environment() -> dict[str, Any]:
+    """CPU, cores, memory, OS, Python, and the versions of the frameworks installed (read from metadata)."""
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        mem = None
+    versions = {}
+    for dist in ("torch", "tensorflow", "tensorflow-cpu", "keras", "jax", "numpy"):
+        if (v := package_version(dist)) is not None:
+            versions[dist] = v
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_bytes": mem,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "packages": versions,
+        "nvidia_smi": shutil.which("nvidia-smi") is not None,
+        "thread_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ},
+    }

@@ -1,0 +1,77 @@
+"""Where each workload, model implementation and engine lives, imported only when a trial needs it.
+
+Nothing here imports a framework: :func:`installed` asks importlib whether one *could* be imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Any
+
+from bakeoff.spec import Execution, Framework, SpecError, Workload
+
+WORKLOADS: dict[str, str] = {
+    "text_classifier": "bakeoff.workloads.text_classifier.workload:TextClassifierWorkload",
+}
+
+# Each workload's model, one module per framework, the same class name in each (as AlgoPerf does).
+MODELS: dict[tuple[str, str], str] = {
+    ("text_classifier", "torch"): "bakeoff.workloads.text_classifier.torch_model:TextClassifier",
+    ("text_classifier", "tensorflow"): "bakeoff.workloads.text_classifier.tf_model:TextClassifier",
+}
+
+ENGINES: dict[str, str] = {
+    "torch": "bakeoff.engines.torch_engine:TorchEngine",
+    "tensorflow": "bakeoff.engines.tf_engine:TensorFlowEngine",
+}
+
+# The package each framework is imported as, and how a user installs it.
+FRAMEWORK_MODULES = {"torch": "torch", "tensorflow": "tensorflow", "jax": "jax"}
+INSTALL_HINTS = {
+    "torch": "pip install 'bakeoff[torch]'",
+    "tensorflow": "pip install 'bakeoff[tf]'",
+    "jax": "JAX support is planned; no engine exists yet",
+}
+
+# Execution modes each framework's engine implements.
+EXECUTIONS: dict[str, tuple[Execution, ...]] = {
+    "torch": (Execution.EAGER, Execution.GRAPH),
+    "tensorflow": (Execution.EAGER, Execution.GRAPH, Execution.XLA),
+}
+
+
+def load(target: str) -> Any:
+    """Import ``"module:attr"`` and return the attribute."""
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def installed(framework: str) -> bool:
+    """Whether the framework's package is importable, without importing it."""
+    return importlib.util.find_spec(FRAMEWORK_MODULES[framework]) is not None
+
+
+def check_workload(name: str) -> None:
+    if name not in WORKLOADS:
+        raise SpecError(f"unknown workload {name!r}; accepted: {', '.join(WORKLOADS)}")
+
+
+def workload(name: str) -> Workload:
+    check_workload(name)
+    return load(WORKLOADS[name])()
+
+
+def model_class(workload_name: str, framework: str | Framework) -> Any:
+    key = (workload_name, str(framework))
+    if key not in MODELS:
+        have = sorted(f for w, f in MODELS if w == workload_name)
+        raise SpecError(f"no {framework} implementation of {workload_name}; available: {', '.join(have)}")
+    return load(MODELS[key])
+
+
+def engine_class(framework: str | Framework) -> Any:
+    name = str(framework)
+    if name not in ENGINES:
+        raise SpecError(f"no engine for framework {name!r}; available: {', '.join(ENGINES)}")
+    return load(ENGINES[name])

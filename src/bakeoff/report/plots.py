@@ -1,0 +1,91 @@
+"""The report's two figures, as PNG bytes: throughput per configuration, and quality against training time.
+
+matplotlib is imported inside the functions (importing the report stays cheap) and drawn on a bare ``Figure``
+with the Agg canvas, so no global pyplot state or interactive backend is touched.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bakeoff.analysis.stats import ConfigSummary
+from bakeoff.spec import Status
+
+COLOURS = {"torch": "#ee4c2c", "tensorflow": "#2c7fb8", "jax": "#41ab5d"}
+LINESTYLES = {"eager": (0, (1, 1.5)), "graph": "-", "xla": "-."}
+
+Groups = Mapping[tuple[str, str], Sequence[ConfigSummary]]
+
+
+def colour(framework: str) -> str:
+    return COLOURS.get(framework, "#777777")
+
+
+def _figure(n_panels: int) -> tuple[Any, list[Any]]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8.5, 3.6 * max(n_panels, 1)), layout="constrained")
+    return fig, list(fig.subplots(max(n_panels, 1), 1, squeeze=False)[:, 0])
+
+
+def _png(fig: Any) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    # No "Software" metadata: the PNG then carries no URL and the same data gives the same bytes.
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def throughput_png(groups: Groups) -> bytes:
+    """Median steady examples/s per configuration, q1–q3 error bars, coloured by framework; a panel per group."""
+    fig, axes = _figure(len(groups))
+    if not groups:
+        axes[0].text(0.5, 0.5, "no results", ha="center", va="center", transform=axes[0].transAxes)
+    for ax, ((workload, preset), configs) in zip(axes, groups.items(), strict=False):
+        xs = list(range(len(configs)))
+        med = [c.examples_per_s.median if c.examples_per_s else 0.0 for c in configs]
+        low = [m - c.examples_per_s.q1 if c.examples_per_s else 0.0 for m, c in zip(med, configs, strict=True)]
+        high = [c.examples_per_s.q3 - m if c.examples_per_s else 0.0 for m, c in zip(med, configs, strict=True)]
+        ax.bar(xs, med, yerr=[low, high], capsize=4, color=[colour(c.framework) for c in configs],
+               edgecolor="#333333", linewidth=0.5)
+        for x, c in zip(xs, configs, strict=True):
+            if c.examples_per_s is None:
+                ax.text(x, 0, " not measured", rotation=90, ha="center", va="bottom", fontsize=8, color="#555555")
+        ax.set_xticks(xs, [c.label for c in configs], rotation=20, ha="right")
+        ax.set_ylabel("examples/s (median, q1–q3)")
+        ax.set_title(f"{workload} / {preset}: steady throughput", fontsize=11)
+        ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def quality_png(groups: Groups) -> bytes:
+    """The quality curve of every successful trial against the training clock, coloured by framework."""
+    fig, axes = _figure(len(groups))
+    if not groups:
+        axes[0].text(0.5, 0.5, "no results", ha="center", va="center", transform=axes[0].transAxes)
+    for ax, ((workload, preset), configs) in zip(axes, groups.items(), strict=False):
+        drawn = False
+        for c in configs:
+            for i, trial in enumerate(r for r in c.trials if r.status is Status.OK and r.curve):
+                points = sorted(trial.curve, key=lambda p: p["train_s"])
+                ax.plot([p["train_s"] for p in points], [p["metric"] for p in points], color=colour(c.framework),
+                        linestyle=LINESTYLES.get(c.execution, "--"), alpha=0.85, marker=".", markersize=3,
+                        label=c.label if i == 0 else None)
+                drawn = True
+        target = next((c.target for c in configs if c.target is not None), None)
+        if target is not None:
+            ax.axhline(target, color="#222222", linestyle="--", linewidth=1, label=f"target {target:g}")
+        if not drawn:
+            ax.text(0.5, 0.5, "no quality curve recorded", ha="center", va="center", transform=ax.transAxes)
+        metric = next((c.metric_name for c in configs if c.metric_name), "metric")
+        ax.set_xlabel("training clock, s (compile included, evaluation excluded)")
+        ax.set_ylabel(metric)
+        ax.set_title(f"{workload} / {preset}: {metric} vs training time (one line per trial)", fontsize=11)
+        ax.grid(alpha=0.3)
+        if drawn or target is not None:
+            ax.legend(fontsize=8, loc="lower right")
+    return _png(fig)

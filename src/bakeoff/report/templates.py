@@ -1,0 +1,111 @@
+"""A report as a list of plain blocks, and the two writers that turn it into Markdown and self-contained HTML.
+
+:mod:`bakeoff.report.render` decides *what* the report says; this module only decides how it looks, so the
+Markdown and the HTML can never say different things.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import html
+from collections.abc import Sequence
+
+
+@dataclasses.dataclass
+class Heading:
+    level: int
+    text: str
+
+
+@dataclasses.dataclass
+class Para:
+    text: str
+    kind: str = ""  # "verdict" | "env" | "" (plain)
+
+
+@dataclasses.dataclass
+class Table:
+    header: list[str]
+    rows: list[list[str]]
+    notes: list[str] = dataclasses.field(default_factory=list)  # footnotes printed under the table
+    align: str = ""  # "l" or "r" per column; default: the first column left, the others (numbers) right
+
+    def alignment(self) -> str:
+        return self.align or "l" + "r" * (len(self.header) - 1)
+
+
+@dataclasses.dataclass
+class Image:
+    filename: str  # the PNG written next to report.md, which Markdown links to
+    alt: str
+    png: bytes  # embedded into the HTML
+
+
+Block = Heading | Para | Table | Image
+
+CSS = """
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; max-width: 76rem;
+       margin: 2rem auto; padding: 0 1rem; }
+h1 { font-size: 1.6rem; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #ddd; } h3 { margin-top: 1.4rem; }
+p.verdict { font-size: 1.08rem; background: #f3f7ee; border-left: 4px solid #5a8f29; padding: .6rem .9rem; }
+p.env { color: #555; font-size: .9rem; }
+table { border-collapse: collapse; margin: .5rem 0; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #ddd; padding: .25rem .55rem; text-align: right; vertical-align: top; }
+th.l, td.l { text-align: left; }
+th { background: #f5f5f5; }
+ol.notes, ul.notes { font-size: .85rem; color: #555; margin-top: .2rem; }
+img { max-width: 100%; }
+""".strip()
+
+
+def _md_cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def to_markdown(title: str, blocks: Sequence[Block]) -> str:
+    """GitHub-flavoured Markdown; images link to the PNG files written next to it."""
+    out = [f"# {title}", ""]
+    for b in blocks:
+        if isinstance(b, Heading):
+            out += [f"{'#' * b.level} {b.text}", ""]
+        elif isinstance(b, Para):
+            out += [f"**Verdict:** {b.text}" if b.kind == "verdict" else f"_{b.text}_" if b.kind == "env" else b.text,
+                    ""]
+        elif isinstance(b, Table):
+            out.append("| " + " | ".join(_md_cell(h) for h in b.header) + " |")
+            out.append("|" + "|".join(":--" if a == "l" else "--:" for a in b.alignment()) + "|")
+            out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
+            out.append("")
+            if b.notes:
+                out += [f"- {note}" for note in b.notes] + [""]
+        elif isinstance(b, Image):
+            out += [f"![{b.alt}]({b.filename})", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def to_html(title: str, blocks: Sequence[Block]) -> str:
+    """One self-contained page: inline CSS, images as base64 data URIs, no external reference; all text escaped."""
+    e = html.escape
+    body = [f"<h1>{e(title)}</h1>"]
+    for b in blocks:
+        if isinstance(b, Heading):
+            body.append(f"<h{b.level}>{e(b.text)}</h{b.level}>")
+        elif isinstance(b, Para):
+            cls = f' class="{e(b.kind)}"' if b.kind else ""
+            prefix = "<strong>Verdict:</strong> " if b.kind == "verdict" else ""
+            body.append(f"<p{cls}>{prefix}{e(b.text)}</p>")
+        elif isinstance(b, Table):
+            css = ['' if a == "r" else ' class="l"' for a in b.alignment()]
+            head = "".join(f"<th{a}>{e(h)}</th>" for a, h in zip(css, b.header, strict=True))
+            rows = "".join("<tr>" + "".join(f"<td{a}>{e(c)}</td>" for a, c in zip(css, row, strict=True))
+                           + "</tr>\n" for row in b.rows)
+            body.append(f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{rows}</tbody>\n</table>")
+            if b.notes:
+                body.append('<ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in b.notes) + "</ul>")
+        elif isinstance(b, Image):
+            data = base64.b64encode(b.png).decode("ascii")
+            body.append(f'<p><img alt="{e(b.alt)}" src="data:image/png;base64,{data}"></p>')
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{e(title)}</title>\n<style>\n{CSS}\n</style>\n</head>\n<body>\n"
+            + "\n".join(body) + "\n</body>\n</html>\n")

@@ -1,0 +1,135 @@
+"""Runs specs as trials, each in a fresh subprocess, and records every outcome in the store.
+
+Resume is the default: a trial whose spec key is already in the store is skipped, whatever its status, so an
+interrupted run picks up where it stopped. ``retry_failed`` re-runs the recorded trials that did not succeed;
+``fresh`` re-runs everything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from bakeoff import registry
+from bakeoff.spec import RunSpec, Status, TrialResult
+from bakeoff.store import Store
+
+log = logging.getLogger("bakeoff.runner")
+
+Progress = Callable[[str, RunSpec, TrialResult | None], None]
+"""Called with ("start" | "skip" | "done", spec, result) as the run goes."""
+
+
+@dataclasses.dataclass
+class RunSummary:
+    ran: list[TrialResult]
+    skipped: list[RunSpec]
+
+
+def validate(specs: Sequence[RunSpec]) -> None:
+    """Check, before any trial starts, everything that can be checked without a framework.
+
+    Unknown workloads and presets raise :class:`SpecError`; unusable data raises ``DataError``. Each distinct
+    (workload, data) pair is loaded once, here in the parent, with numpy only.
+    """
+    seen: set[tuple] = set()
+    for spec in specs:
+        workload = registry.workload(spec.workload)
+        workload.config(spec.preset, spec)
+        if (spec.workload, spec.preset, spec.data) in seen:
+            continue
+        seen.add((spec.workload, spec.preset, spec.data))
+        data = workload.load_data(spec)
+        if spec.batch_size > data.num_train:
+            from bakeoff.spec import SpecError
+
+            raise SpecError(f"batch_size {spec.batch_size} is larger than the training set ({data.num_train} "
+                            f"examples) of {spec.workload}")
+
+
+def _trial_env(spec: RunSpec, tmp: str) -> dict[str, str]:
+    env = dict(os.environ)
+    # Compile caches start empty in every trial, so graph-mode compile time is the cold cost, measured the same
+    # way on every run, rather than whatever an earlier trial left on disk.
+    env.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"), TRITON_CACHE_DIR=os.path.join(tmp, "triton"))
+    threads = str(spec.threads or os.cpu_count() or 1)
+    env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, TF_CPP_MIN_LOG_LEVEL="2",
+               KERAS_BACKEND="tensorflow", PYTHONUNBUFFERED="1")
+    if spec.device.value == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def _failure(spec: RunSpec, status: Status, reason: str) -> TrialResult:
+    return TrialResult(spec=spec.to_dict(), key=spec.key(), status=status, reason=reason)
+
+
+def run_one(spec: RunSpec, timeout_s: float, log_dir: Path) -> TrialResult:
+    """Run one spec in a fresh interpreter; a crash, hang or kill becomes a result, never an exception."""
+    if spec.framework.value in registry.FRAMEWORK_MODULES and not registry.installed(spec.framework.value):
+        hint = registry.INSTALL_HINTS.get(spec.framework.value, "")
+        return _failure(spec, Status.UNSUPPORTED, f"{spec.framework} is not installed; install it with: {hint}")
+    if spec.framework.value not in registry.ENGINES:
+        return _failure(spec, Status.UNSUPPORTED, f"no engine for {spec.framework} yet")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{spec.key()}.log"
+    with tempfile.TemporaryDirectory(prefix="bakeoff-trial-") as tmp:
+        spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+        spec_path.write_text(spec.to_json())
+        started = time.perf_counter()
+        with log_path.open("w") as log_file:
+            proc = subprocess.Popen([sys.executable, "-m", "bakeoff.trial", str(spec_path), str(result_path)],
+                                    stdout=log_file, stderr=subprocess.STDOUT, env=_trial_env(spec, tmp),
+                                    start_new_session=True)  # its own process group: a timeout kills it all
+            try:
+                code = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return _failure(spec, Status.TIMEOUT, f"no result after {timeout_s:.0f} s; killed (log: {log_path})")
+        if result_path.exists():
+            result = TrialResult.from_dict(json.loads(result_path.read_text()))
+            result.extras["log"] = str(log_path)
+            return result
+    tail = log_path.read_text(errors="replace")[-1500:].strip()
+    elapsed = time.perf_counter() - started
+    if code == -signal.SIGKILL:
+        return _failure(spec, Status.OUT_OF_MEMORY,
+                        f"killed by SIGKILL after {elapsed:.0f} s, most likely the kernel's out-of-memory killer; "
+                        f"last output: {tail[-300:]}")
+    return _failure(spec, Status.FAILED, f"trial process exited with code {code} and wrote no result: {tail}")
+
+
+def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 900,
+        fresh: bool = False, retry_failed: bool = False, log_dir: Path | None = None,
+        progress: Progress | None = None) -> RunSummary:
+    """Run every spec not already recorded (see module docstring), storing each result as it finishes."""
+    validate(specs)
+    recorded = store.statuses()
+    log_dir = log_dir or store.path.parent / "logs"
+    summary = RunSummary(ran=[], skipped=[])
+    for spec in specs:
+        status = recorded.get(spec.key())
+        if status is not None and not fresh and not (retry_failed and status is not Status.OK):
+            summary.skipped.append(spec)
+            if progress:
+                progress("skip", spec, None)
+            continue
+        if progress:
+            progress("start", spec, None)
+        result = run_one(spec, timeout_s, log_dir)
+        store.put(result, suite)
+        summary.ran.append(result)
+        log.info("%s %s: %s %s", spec.label(), spec.key(), result.status.value, result.reason)
+        if progress:
+            progress("done", spec, result)
+    return summary

@@ -1,0 +1,325 @@
+"""The contracts every part of bakeoff agrees on.
+
+* :class:`RunSpec` — a frozen, hashable, JSON-serialisable description of one trial.
+* :class:`Workload` — the framework-free half of a workload: config presets, data, metric, target.
+* :class:`ModelImpl` — one framework's implementation of a workload's model, exchanging weights under
+  canonical names so parity can be tested across frameworks.
+* :class:`TrialResult` — what one trial measured, with every raw sample, versioned.
+
+Nothing here imports a framework.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+
+Batch = dict[str, np.ndarray]
+"""A batch: named numpy arrays, identical for every framework."""
+
+Weights = dict[str, np.ndarray]
+"""Canonical weights: the same keys, shapes and layouts (``x @ kernel`` convention) in every framework."""
+
+
+class SpecError(ValueError):
+    """A spec, suite or option that cannot be run; the message names the bad value and the accepted ones."""
+
+
+class _Choice(enum.StrEnum):
+    @classmethod
+    def parse(cls, value: str | enum.Enum, what: str) -> Any:
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(str(value))
+        except ValueError:
+            accepted = ", ".join(m.value for m in cls)
+            raise SpecError(f"unknown {what} {value!r}; accepted: {accepted}") from None
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Framework(_Choice):
+    TORCH = "torch"
+    TENSORFLOW = "tensorflow"
+    JAX = "jax"
+
+
+class Execution(_Choice):
+    EAGER = "eager"  # op by op: PyTorch eager, TF eager
+    GRAPH = "graph"  # compiled graph: torch.compile, tf.function
+    XLA = "xla"  # tf.function(jit_compile=True); JAX's only mode
+
+
+class Precision(_Choice):
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+
+
+class Parallelism(_Choice):
+    NONE = "none"
+    DATA_PARALLEL = "data_parallel"
+    MULTI_WORKER = "multi_worker"
+    PARAMETER_SERVER = "parameter_server"
+
+
+class Status(_Choice):
+    OK = "ok"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    OUT_OF_MEMORY = "out_of_memory"
+    UNSUPPORTED = "unsupported"
+
+
+class Device(_Choice):
+    AUTO = "auto"  # CUDA when the framework sees one, else CPU
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One trial, completely described. Its :meth:`key` identifies the trial in the store.
+
+    Training stops at the first of ``max_steps``, ``max_epochs`` and ``max_seconds`` that is set, or when the
+    target is reached if ``stop_at_target``. Evaluation runs every ``eval_every`` steps, off the clock.
+    """
+
+    workload: str
+    framework: Framework
+    preset: str = "tiny"
+    execution: Execution = Execution.EAGER
+    precision: Precision = Precision.FP32
+    parallelism: Parallelism = Parallelism.NONE
+    workers: int = 1
+    batch_size: int = 32
+    grad_accum: int = 1
+    max_steps: int | None = None
+    max_epochs: float | None = None
+    max_seconds: float | None = None
+    eval_every: int = 50
+    warmup_steps: int = 3  # steady-state statistics skip the first step and these many more
+    stop_at_target: bool = False
+    learning_rate: float | None = None  # None: the workload preset's
+    seed: int = 0
+    repeat: int = 0
+    device: Device = Device.AUTO
+    threads: int = 0  # CPU threads for the framework; 0: all cores the machine reports
+    data: tuple[tuple[str, str], ...] = ()  # workload data options, e.g. (("train", "reviews.csv"),)
+
+    def __post_init__(self) -> None:
+        # Accept plain strings (from TOML, JSON or the CLI) and normalise them, so equal specs hash equally.
+        set_ = object.__setattr__
+        set_(self, "framework", Framework.parse(self.framework, "framework"))
+        set_(self, "execution", Execution.parse(self.execution, "execution mode"))
+        set_(self, "precision", Precision.parse(self.precision, "precision"))
+        set_(self, "parallelism", Parallelism.parse(self.parallelism, "parallelism"))
+        set_(self, "device", Device.parse(self.device, "device"))
+        if isinstance(self.data, Mapping):
+            set_(self, "data", tuple(sorted((str(k), str(v)) for k, v in self.data.items())))
+        else:
+            set_(self, "data", tuple(sorted((str(k), str(v)) for k, v in self.data)))
+        for name in ("workers", "batch_size", "grad_accum", "eval_every"):
+            if int(getattr(self, name)) < 1:
+                raise SpecError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.warmup_steps < 0 or self.threads < 0 or self.repeat < 0:
+            raise SpecError("warmup_steps, threads and repeat must not be negative")
+        if self.max_steps is None and self.max_epochs is None and self.max_seconds is None:
+            raise SpecError("a trial needs a budget: set max_steps, max_epochs or max_seconds")
+
+    @property
+    def data_options(self) -> dict[str, str]:
+        return dict(self.data)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, enum.Enum):
+                value = value.value
+            elif f.name == "data":
+                value = dict(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> RunSpec:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise SpecError(f"unknown spec field(s) {', '.join(unknown)}; accepted: {', '.join(sorted(known))}")
+        return cls(**raw)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def key(self) -> str:
+        """A stable identifier: the hash of the canonical JSON form."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+    def label(self) -> str:
+        """Short human name of the configuration (without seed and repeat)."""
+        parts = [self.framework.value, self.execution.value]
+        if self.precision is not Precision.FP32:
+            parts.append(self.precision.value)
+        if self.grad_accum > 1:
+            parts.append(f"accum{self.grad_accum}")
+        if self.parallelism is not Parallelism.NONE:
+            parts.append(f"{self.parallelism.value}x{self.workers}")
+        return "/".join(parts)
+
+
+@dataclasses.dataclass
+class Dataset:
+    """A workload's data, as numpy arrays, split into train and test, plus facts the report shows."""
+
+    train: dict[str, np.ndarray]
+    test: dict[str, np.ndarray]
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def num_train(self) -> int:
+        return len(next(iter(self.train.values())))
+
+    @property
+    def num_test(self) -> int:
+        return len(next(iter(self.test.values())))
+
+
+class Workload(ABC):
+    """The framework-free half of a workload."""
+
+    name: ClassVar[str]
+    metric_name: ClassVar[str]
+    higher_is_better: ClassVar[bool] = True
+    presets: ClassVar[tuple[str, ...]]
+
+    @abstractmethod
+    def config(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> dict[str, Any]:
+        """Model and training hyperparameters of a size preset, adjusted to the spec's overrides and the data."""
+
+    @abstractmethod
+    def load_data(self, spec: RunSpec) -> Dataset:
+        """The data set the spec names, as numpy arrays; raises ``DataError`` before any training."""
+
+    @abstractmethod
+    def init_weights(self, config: Mapping[str, Any], seed: int) -> Weights:
+        """Initial weights under canonical names, drawn once in numpy so every framework starts identically."""
+
+    @abstractmethod
+    def target(self, preset: str) -> float:
+        """The quality a trial must reach on the test split to count as trained."""
+
+    @abstractmethod
+    def metric(self, outputs: np.ndarray, split: Mapping[str, np.ndarray]) -> float:
+        """The quality metric from the model's outputs on a whole split."""
+
+    @abstractmethod
+    def units_per_example(self, batch: Batch) -> dict[str, float]:
+        """Throughput units a batch holds besides examples, e.g. ``{"tokens": 4096}``."""
+
+    def flops_per_example(self, config: Mapping[str, Any]) -> float | None:
+        """Approximate training FLOPs per example, when known."""
+        return None
+
+    def batches(self, split: Mapping[str, np.ndarray], batch_size: int, seed: int, epoch: int,
+                shuffle: bool = True, drop_last: bool = True) -> Iterator[Batch]:
+        """Batches in a deterministic order per (seed, epoch), identical for every framework."""
+        n = len(next(iter(split.values())))
+        order = np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
+        stop = n - n % batch_size if drop_last else n
+        for start in range(0, stop, batch_size):
+            idx = order[start:start + batch_size]
+            yield {k: v[idx] for k, v in split.items()}
+
+
+class ModelImpl(Protocol):
+    """One framework's model for a workload. Constructed as ``Impl(config)`` then :meth:`build`."""
+
+    def build(self, weights: Weights) -> None:
+        """Create the framework model and load the canonical initial weights."""
+
+    def loss(self, batch: Mapping[str, Any], training: bool) -> tuple[Any, Any]:
+        """``(summed_loss, count)`` as framework tensors: never a pre-averaged mean."""
+
+    def outputs(self, batch: Mapping[str, Any]) -> Any:
+        """Model outputs used by the workload's metric (probabilities or scores), inference mode."""
+
+    def trainable(self) -> Any:
+        """What the engine's optimizer updates (parameters / trainable variables)."""
+
+    def get_weights(self) -> Weights:
+        """Current weights under canonical names."""
+
+    def set_weights(self, weights: Weights) -> None:
+        """Load weights given under canonical names; shapes must match."""
+
+    def num_params(self) -> int:
+        """Number of trainable scalars."""
+
+
+@dataclasses.dataclass
+class TrialResult:
+    """Everything one trial measured. Raw samples are kept: ``step_times_s`` holds every step."""
+
+    spec: dict[str, Any]
+    key: str
+    status: Status
+    reason: str = ""
+    environment: dict[str, Any] = dataclasses.field(default_factory=dict)
+    import_s: float | None = None
+    build_s: float | None = None
+    first_step_s: float | None = None  # graph build / compile happens here
+    step_times_s: list[float] = dataclasses.field(default_factory=list)  # every step, the first included
+    losses: list[float] = dataclasses.field(default_factory=list)  # training loss (mean) at every step
+    examples_per_step: int = 0
+    units_per_step: dict[str, float] = dataclasses.field(default_factory=dict)
+    steady_step_s: float | None = None  # median of steady steps
+    throughput: dict[str, float] = dataclasses.field(default_factory=dict)  # examples/s, tokens/s: steady
+    peak_memory_bytes: int | None = None
+    memory_kind: str = ""  # "rss" (process high-water) or the device counter's name
+    curve: list[dict[str, float]] = dataclasses.field(default_factory=list)  # step, train_s, metric
+    metric_name: str = ""
+    higher_is_better: bool = True  # the metric's direction (accuracy: higher; error rates: lower)
+    target: float | None = None
+    time_to_target_s: float | None = None  # training clock (compile included, evaluation excluded)
+    steps_to_target: int | None = None
+    final_metric: float | None = None
+    best_metric: float | None = None
+    num_params: int | None = None
+    train_s: float | None = None  # training clock at the end
+    wall_s: float | None = None  # whole process, evaluation and import included
+    extras: dict[str, Any] = dataclasses.field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["status"] = self.status.value
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> TrialResult:
+        version = raw.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise SpecError(
+                f"trial result has schema_version {version!r}; this bakeoff reads version {SCHEMA_VERSION}. "
+                "Re-run the trials with this version, or read them with the bakeoff that wrote them.")
+        known = {f.name for f in dataclasses.fields(cls)}
+        data = {k: v for k, v in raw.items() if k in known}
+        data["status"] = Status.parse(data["status"], "status")
+        return cls(**data)
+
+    @property
+    def run_spec(self) -> RunSpec:
+        return RunSpec.from_dict(self.spec)

@@ -1,0 +1,130 @@
+"""The results database: one SQLite file, schema-versioned, written as each trial finishes.
+
+Tables:
+  ``trials``  — one row per trial (its spec key), with the whole :class:`TrialResult` as JSON;
+  ``samples`` — every raw sample, one row each, queryable without bakeoff:
+                kind ``step_time`` / ``loss`` (idx = step − 1) and ``eval`` (idx = evaluation number,
+                step and training-clock seconds alongside the metric value).
+
+Each trial is written in one transaction, so an interrupted run never leaves half a trial behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bakeoff.spec import SCHEMA_VERSION, SpecError, Status, TrialResult
+
+STORE_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS trials (
+  key TEXT PRIMARY KEY, suite TEXT NOT NULL, workload TEXT NOT NULL, preset TEXT NOT NULL,
+  framework TEXT NOT NULL, label TEXT NOT NULL, seed INTEGER NOT NULL, repeat INTEGER NOT NULL,
+  status TEXT NOT NULL, reason TEXT NOT NULL, finished_at TEXT NOT NULL, result TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS samples (
+  key TEXT NOT NULL REFERENCES trials(key) ON DELETE CASCADE, kind TEXT NOT NULL, idx INTEGER NOT NULL,
+  step INTEGER, train_s REAL, value REAL, PRIMARY KEY (key, kind, idx)
+);
+"""
+
+
+class Store:
+    """Open (or create) a results database at ``path``."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path)
+        self._db.execute("PRAGMA foreign_keys = ON")
+        self._db.execute("PRAGMA journal_mode = WAL")
+        with self._db:
+            self._db.executescript(_SCHEMA)
+            row = self._db.execute("SELECT value FROM meta WHERE name = 'store_version'").fetchone()
+            if row is None:
+                self._db.execute("INSERT INTO meta VALUES ('store_version', ?)", (str(STORE_VERSION),))
+            elif int(row[0]) != STORE_VERSION:
+                raise SpecError(f"{self.path} is a bakeoff store of version {row[0]}; this bakeoff reads version "
+                                f"{STORE_VERSION}. Use the bakeoff that wrote it, or start a new store with --store.")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def put(self, result: TrialResult, suite: str) -> None:
+        """Insert or replace one trial and all its samples, atomically."""
+        spec = result.run_spec
+        samples: list[tuple] = [(result.key, "step_time", i, i + 1, None, v) for i, v in enumerate(result.step_times_s)]
+        samples += [(result.key, "loss", i, i + 1, None, v) for i, v in enumerate(result.losses)]
+        samples += [(result.key, "eval", i, int(p["step"]), p["train_s"], p["metric"])
+                    for i, p in enumerate(result.curve)]
+        with self._db:
+            self._db.execute("DELETE FROM samples WHERE key = ?", (result.key,))
+            self._db.execute(
+                "INSERT OR REPLACE INTO trials VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (result.key, suite, spec.workload, spec.preset, spec.framework.value, spec.label(), spec.seed,
+                 spec.repeat, result.status.value, result.reason, datetime.now(UTC).isoformat(timespec="seconds"),
+                 json.dumps(result.to_dict())))
+            self._db.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)", samples)
+
+    def statuses(self) -> dict[str, Status]:
+        """Status of every recorded trial, by spec key."""
+        return {k: Status(s) for k, s in self._db.execute("SELECT key, status FROM trials")}
+
+    def results(self, suite: str | None = None, keys: Iterable[str] | None = None) -> list[TrialResult]:
+        """Recorded results, oldest first; optionally only a suite's or the given keys."""
+        query, args = "SELECT result FROM trials", []
+        if suite is not None:
+            query, args = query + " WHERE suite = ?", [suite]
+        rows = [json.loads(r[0]) for r in self._db.execute(query + " ORDER BY finished_at, rowid", args)]
+        wanted = set(keys) if keys is not None else None
+        out = []
+        for raw in rows:
+            if wanted is not None and raw.get("key") not in wanted:
+                continue
+            out.append(TrialResult.from_dict(raw))
+        return out
+
+    def suites(self) -> list[str]:
+        return [r[0] for r in self._db.execute("SELECT DISTINCT suite FROM trials ORDER BY suite")]
+
+    def samples(self, key: str, kind: str) -> list[tuple[int, float | None, float]]:
+        """``(step, train_s, value)`` rows of one trial's samples of one kind, in order."""
+        return list(self._db.execute(
+            "SELECT step, train_s, value FROM samples WHERE key = ? AND kind = ? ORDER BY idx", (key, kind)))
+
+
+def export(results: Sequence[TrialResult], path: Path) -> Path:
+    """Write results as JSON (everything) or CSV (one summary row per trial), chosen by the file suffix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".json":
+        path.write_text(json.dumps({"schema_version": SCHEMA_VERSION,
+                                    "trials": [r.to_dict() for r in results]}, indent=1))
+        return path
+    if path.suffix != ".csv":
+        raise SpecError(f"cannot export to {path.name!r}: use a .json or .csv file name")
+    columns = ["key", "workload", "preset", "label", "seed", "repeat", "status", "reason", "import_s", "build_s",
+               "first_step_s", "steady_step_s", "examples_per_s", "peak_memory_bytes", "time_to_target_s",
+               "steps_to_target", "final_metric", "best_metric", "train_s", "wall_s"]
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        for r in results:
+            spec = r.run_spec
+            writer.writerow([r.key, spec.workload, spec.preset, spec.label(), spec.seed, spec.repeat, r.status.value,
+                             r.reason, r.import_s, r.build_s, r.first_step_s, r.steady_step_s,
+                             r.throughput.get("examples_per_s"), r.peak_memory_bytes, r.time_to_target_s,
+                             r.steps_to_target, r.final_metric, r.best_metric, r.train_s, r.wall_s])
+    return path

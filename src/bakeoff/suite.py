@@ -1,0 +1,142 @@
+"""Suites: TOML files that expand into RunSpecs.
+
+A suite names default spec fields, a matrix of values to cross, and how many repeats::
+
+    name = "quick"
+    description = "..."
+    repeats = 1                 # each repeat gets seed = defaults.seed + repeat
+    timeout_s = 600             # per trial
+
+    [defaults]                  # any RunSpec field
+    workload = "text_classifier"
+    max_epochs = 3
+
+    [matrix]                    # lists of values; every combination is one configuration
+    framework = ["torch", "tensorflow"]
+    execution = ["eager", "graph"]
+
+    [[exclude]]                 # optional: drop combinations matching all the given fields
+    framework = "torch"
+    execution = "xla"
+
+    [weights]                   # optional: decision weights, see bakeoff.analysis.decide
+    throughput = 0.3
+
+    [qualitative.team_familiarity]   # optional: scores 0-5 per framework for criteria nobody can measure
+    torch = 4
+    tensorflow = 2
+
+Shipped suites live in ``bakeoff/suites``; ``quick`` is the embedded default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from bakeoff.spec import RunSpec, SpecError
+
+TOP_LEVEL = ("name", "description", "repeats", "timeout_s", "defaults", "matrix", "exclude", "weights",
+             "qualitative")
+SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec))
+
+
+@dataclasses.dataclass
+class Suite:
+    name: str
+    description: str
+    specs: list[RunSpec]
+    timeout_s: float
+    weights: dict[str, float]
+    qualitative: dict[str, dict[str, float]]
+    source: str
+
+
+def shipped_suites() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("bakeoff.suites").iterdir() if p.name.endswith(".toml"))
+
+
+def _line_of(text: str, key: str) -> str:
+    for number, line in enumerate(text.splitlines(), 1):
+        if re.match(rf"\s*\[*\s*{re.escape(key)}\s*[\]=.]", line):
+            return f"line {number}"
+    return "somewhere"
+
+
+def load_suite(name_or_path: str) -> Suite:
+    """Read a shipped suite by name (``quick``) or a TOML file by path; errors name the line and the problem."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise SpecError(f"suite file {path} does not exist")
+        text, source = path.read_text(), str(path)
+    else:
+        names = shipped_suites()
+        if name_or_path not in names:
+            raise SpecError(f"unknown suite {name_or_path!r}; shipped suites: {', '.join(names)} "
+                            "(or give the path of a .toml file)")
+        text = resources.files("bakeoff.suites").joinpath(f"{name_or_path}.toml").read_text()
+        source = f"bakeoff/suites/{name_or_path}.toml"
+    return parse_suite(text, source)
+
+
+def parse_suite(text: str, source: str = "<suite>") -> Suite:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{source}: not valid TOML: {exc}") from None
+
+    def fail(key: str, problem: str) -> SpecError:
+        return SpecError(f"{source}, {_line_of(text, key)}: {problem}")
+
+    for key in raw:
+        if key not in TOP_LEVEL:
+            raise fail(key, f"unknown key {key!r}; accepted: {', '.join(TOP_LEVEL)}")
+    defaults: dict[str, Any] = raw.get("defaults", {})
+    matrix: dict[str, Any] = raw.get("matrix", {})
+    for table, fields in (("defaults", defaults), ("matrix", matrix)):
+        if not isinstance(fields, dict):
+            raise fail(table, f"[{table}] must be a table")
+        for key in fields:
+            if key not in SPEC_FIELDS or key == "repeat":
+                raise fail(key, f"unknown field {key!r} in [{table}]; accepted: "
+                                f"{', '.join(f for f in SPEC_FIELDS if f != 'repeat')}")
+    for key, values in matrix.items():
+        if not isinstance(values, list) or not values:
+            raise fail(key, f"[matrix] {key} must be a non-empty list, got {values!r}")
+    repeats = raw.get("repeats", 1)
+    if not isinstance(repeats, int) or repeats < 1:
+        raise fail("repeats", f"repeats must be a positive integer, got {repeats!r}")
+    excludes = raw.get("exclude", [])
+    if not isinstance(excludes, list) or not all(isinstance(e, dict) for e in excludes):
+        raise fail("exclude", "use [[exclude]] tables")
+
+    keys = list(matrix)
+    specs: list[RunSpec] = []
+    base_seed = int(defaults.get("seed", 0))
+    # Repeat-major order: repeat 0 of every configuration, then repeat 1, ... so slow drift of the machine
+    # (thermal, background load) spreads over all configurations instead of hitting one.
+    for repeat in range(repeats):
+        for combo in itertools.product(*(matrix[k] for k in keys)):
+            fields = {**defaults, **dict(zip(keys, combo, strict=True))}
+            if any(all(str(fields.get(k)) == str(v) for k, v in e.items()) for e in excludes):
+                continue
+            fields.update(repeat=repeat, seed=base_seed + repeat)
+            if "workload" not in fields or "framework" not in fields:
+                raise fail("defaults", "every configuration needs a workload and a framework")
+            try:
+                specs.append(RunSpec.from_dict(fields))
+            except (SpecError, TypeError) as exc:
+                raise SpecError(f"{source}: {exc}") from None
+    if not specs:
+        raise SpecError(f"{source}: the suite expands to no trials")
+    weights = {k: float(v) for k, v in raw.get("weights", {}).items()}
+    qualitative = {c: {f: float(s) for f, s in scores.items()} for c, scores in raw.get("qualitative", {}).items()}
+    return Suite(name=str(raw.get("name", Path(source).stem)), description=str(raw.get("description", "")),
+                 specs=specs, timeout_s=float(raw.get("timeout_s", 900)), weights=weights,
+                 qualitative=qualitative, source=source)

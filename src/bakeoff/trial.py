@@ -1,0 +1,104 @@
+"""One trial, one process: ``python -m bakeoff.trial SPEC.json RESULT.json``.
+
+The runner starts this in a fresh interpreter per trial, so import cost, threads and memory are measured clean
+and a crash takes down only its own trial. The result file is written whatever happens (atomically), with the
+status and reason when the trial could not finish; the exit code is 0 when a result was written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from bakeoff import registry
+from bakeoff.measure.environment import host_environment
+from bakeoff.spec import RunSpec, Status, TrialResult
+
+log = logging.getLogger("bakeoff.trial")
+
+
+def _classify(exc: BaseException) -> Status:
+    name = type(exc).__name__
+    if isinstance(exc, MemoryError) or "OutOfMemory" in name or "ResourceExhausted" in name:
+        return Status.OUT_OF_MEMORY
+    return Status.FAILED
+
+
+def run_trial(spec: RunSpec) -> TrialResult:
+    """Run one trial in this process and return its result (never raises for a trial failure)."""
+    started = time.perf_counter()
+    result = TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.FAILED)
+    result.environment = host_environment()
+    engine = None
+    try:
+        workload = registry.workload(spec.workload)
+        data = workload.load_data(spec)
+        config = workload.config(spec.preset, spec, data)
+        result.extras["config"] = config
+        result.extras["data"] = data.info
+        weights = workload.init_weights(config, spec.seed)
+
+        t0 = time.perf_counter()
+        try:
+            engine_cls = registry.engine_class(spec.framework)  # imports the framework
+        except ImportError as exc:
+            result.status = Status.UNSUPPORTED
+            hint = registry.INSTALL_HINTS.get(spec.framework.value, "")
+            result.reason = f"{spec.framework} is not installed ({exc}); install it with: {hint}"
+            return result
+        result.import_s = time.perf_counter() - t0
+
+        engine = engine_cls(spec, workload, config)
+        t0 = time.perf_counter()
+        engine.setup(weights)
+        result.build_s = time.perf_counter() - t0
+        result.num_params = engine.num_params()
+        result.environment.update(engine.environment())
+
+        from bakeoff.engines.base import train
+
+        train(engine, data, result)
+        result.status = Status.OK
+    except Exception as exc:  # a trial failure is data, not a crash of the run
+        from bakeoff.engines.base import Unsupported
+
+        result.status = Status.UNSUPPORTED if isinstance(exc, Unsupported) else _classify(exc)
+        result.reason = f"{type(exc).__name__}: {exc}"
+        if result.status is Status.FAILED:
+            result.extras["traceback"] = traceback.format_exc()[-4000:]
+    finally:
+        if engine is not None:
+            try:
+                result.peak_memory_bytes, result.memory_kind = engine.peak_memory()
+                result.extras.update(engine.extras())
+            except Exception as exc:  # noqa: BLE001 - a failed probe must not hide the trial's own result
+                result.extras["memory_probe_error"] = repr(exc)
+        result.wall_s = time.perf_counter() - started
+    return result
+
+
+def write_result(result: TrialResult, path: Path) -> None:
+    """Write atomically, so a reader never sees half a result."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(result.to_dict(), indent=1))
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        sys.stderr.write("usage: python -m bakeoff.trial SPEC.json RESULT.json\n")
+        return 2
+    logging.basicConfig(level=logging.WARNING)
+    spec = RunSpec.from_dict(json.loads(Path(argv[0]).read_text()))
+    write_result(run_trial(spec), Path(argv[1]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Transformer text classifier in TensorFlow, built from Keras 3 layers on the TensorFlow backend.
+
+Why Keras 3 layers rather than raw ``tf.Module``: they are what a TensorFlow team writes today (``tf.keras`` *is*
+Keras 3 since TF 2.16), and the story's model was a Keras model. Training does not use ``model.fit``: the
+engine runs a custom ``GradientTape`` loop, which is also what works under MultiWorkerMirroredStrategy and
+ParameterServerStrategy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from bakeoff.spec import Weights  # noqa: E402
+
+
+class TransformerBlock(keras.layers.Layer):
+    """Post-norm encoder block, the same computation as ``torch.nn.TransformerEncoderLayer``."""
+
+    def __init__(self, d: int, heads: int, ff: int, rate: float, eps: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.attn = keras.layers.MultiHeadAttention(heads, key_dim=d // heads, dropout=rate)
+        self.ffn_in = keras.layers.Dense(ff, activation="relu")
+        self.ffn_out = keras.layers.Dense(d)
+        self.norm1 = keras.layers.LayerNormalization(epsilon=eps)
+        self.norm2 = keras.layers.LayerNormalization(epsilon=eps)
+        self.drop_attn, self.drop_ffn, self.drop_out = (keras.layers.Dropout(rate) for _ in range(3))
+
+    def call(self, x: tf.Tensor, attention_mask: tf.Tensor, training: bool = False) -> tf.Tensor:
+        a = self.attn(x, x, attention_mask=attention_mask, training=training)  # (B, T, d)
+        x = self.norm1(x + self.drop_attn(a, training=training))
+        f = self.ffn_out(self.drop_ffn(self.ffn_in(x), training=training))
+        return self.norm2(x + self.drop_out(f, training=training))
+
+
+class TextClassifierNet(keras.Model):
+    def __init__(self, cfg: Mapping[str, Any], out_units: int) -> None:
+        super().__init__()
+        d = cfg["d_model"]
+        self.tokens = keras.layers.Embedding(cfg["vocab_size"], d)
+        self.positions = self.add_weight(shape=(cfg["seq_len"], d), initializer="zeros", name="positions")
+        self.blocks = [TransformerBlock(d, cfg["num_heads"], cfg["d_ff"], cfg["dropout"], cfg["layer_norm_eps"])
+                       for _ in range(cfg["num_layers"])]
+        self.drop = keras.layers.Dropout(cfg["dropout"])
+        self.head = keras.layers.Dense(out_units)
+
+    def call(self, tokens: tf.Tensor, training: bool = False) -> tf.Tensor:
+        valid = tf.not_equal(tokens, 0)  # (B, T) True for real tokens
+        x = self.tokens(tokens) + self.positions[: tf.shape(tokens)[1]]  # (B, T, d)
+        mask = valid[:, tf.newaxis, :]  # (B, 1, T): every query may attend to every valid key
+        for block in self.blocks:
+            x = block(x, attention_mask=mask, training=training)
+        keep = tf.cast(valid, x.dtype)[..., tf.newaxis]  # (B, T, 1)
+        pooled = tf.reduce_sum(x * keep, 1) / tf.reduce_sum(keep, 1)  # (B, d)
+        return self.head(self.drop(pooled, training=training))  # (B, out_units) logits
+
+
+class TextClassifier:
+    """ModelImpl for TensorFlow."""
+
+    def __init__(self, config: Mapping[str, Any], device: str = "cpu") -> None:
+        self.config = dict(config)
+        self.device = device
+        self.out_units = 1 if config["num_classes"] == 2 else int(config["num_classes"])
+        self.module: TextClassifierNet | None = None
+
+    def build(self, weights: Weights) -> None:
+        self.module = TextClassifierNet(self.config, self.out_units)
+        self.module(tf.ones((1, self.config["seq_len"]), tf.int32))  # create the variables
+        self.set_weights(weights)
+
+    def loss(self, batch: Mapping[str, tf.Tensor], training: bool = True) -> tuple[tf.Tensor, tf.Tensor]:
+        logits = self.module(batch["tokens"], training=training)
+        labels = batch["labels"]
+        if self.out_units == 1:
+            per_example = tf.nn.sigmoid_cross_entropy_with_logits(tf.cast(labels, logits.dtype), logits[:, 0])
+        else:
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        summed = tf.reduce_sum(per_example)
+        return summed, tf.cast(tf.shape(labels)[0], summed.dtype)
+
+    def outputs(self, batch: Mapping[str, tf.Tensor]) -> tf.Tensor:
+        logits = tf.cast(self.module(batch["tokens"], training=False), tf.float32)
+        return tf.sigmoid(logits[:, 0]) if self.out_units == 1 else tf.nn.softmax(logits, -1)
+
+    def trainable(self) -> list[tf.Variable]:
+        return list(self.module.trainable_variables)
+
+    def num_params(self) -> int:
+        return int(sum(np.prod(v.shape) for v in self.module.trainable_variables))
+
+    # --- canonical weights -------------------------------------------------------------------------------
+    # Keras' MultiHeadAttention keeps per-head kernels: q/k/v (d, heads, head_dim), output (heads, head_dim, d);
+    # canonical kernels are the same numbers reshaped to (d, d). Layer.get_weights() order is documented per layer.
+
+    def _layers(self) -> list[tuple[str, keras.layers.Layer, list[str]]]:
+        m = self.module
+        rows: list[tuple[str, keras.layers.Layer, list[str]]] = [("embed.", m.tokens, ["tokens"])]
+        for i, b in enumerate(m.blocks):
+            p = f"blocks.{i}."
+            rows += [
+                (p + "attn.", b.attn, [f"{n}.{k}" for n in "qkvo" for k in ("kernel", "bias")]),
+                (p + "norm1.", b.norm1, ["gamma", "beta"]),
+                (p + "ffn.in.", b.ffn_in, ["kernel", "bias"]),
+                (p + "ffn.out.", b.ffn_out, ["kernel", "bias"]),
+                (p + "norm2.", b.norm2, ["gamma", "beta"]),
+            ]
+        rows.append(("head.", m.head, ["kernel", "bias"]))
+        return rows
+
+    def get_weights(self) -> Weights:
+        w: Weights = {"embed.positions": self.module.positions.numpy().copy()}
+        for prefix, layer, names in self._layers():
+            for name, value in zip(names, layer.get_weights(), strict=True):
+                if name == "o.kernel":  # (heads, head_dim, d) -> (d, d)
+                    value = value.reshape(-1, value.shape[-1])
+                elif name.endswith("kernel"):  # (d, heads, head_dim) or (in, out) -> (in, out)
+                    value = value.reshape(value.shape[0], -1)
+                elif name.endswith("bias"):  # (heads, head_dim) or (out,) -> (out,)
+                    value = value.reshape(-1)
+                w[prefix + name] = np.asarray(value, np.float32).copy()
+        return w
+
+    def set_weights(self, weights: Weights) -> None:
+        self.module.positions.assign(np.asarray(weights["embed.positions"], np.float32))
+        for prefix, layer, names in self._layers():
+            current = layer.get_weights()
+            new = []
+            for name, cur in zip(names, current, strict=True):
+                value = np.asarray(weights[prefix + name], np.float32)
+                if value.size != cur.size:
+                    raise ValueError(f"weight {prefix + name}: expected {cur.size} values, got shape {value.shape}")
+                new.append(value.reshape(cur.shape))
+            layer.set_weights(new)

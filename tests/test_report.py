@@ -1,0 +1,141 @@
+"""The rendered report: what it says, that the HTML stands alone, and that importing it stays cheap."""
+
+from __future__ import annotations
+
+import base64
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bakeoff.analysis.decide import decide
+from bakeoff.analysis.stats import summarise_groups
+from bakeoff.report.render import environment_line, render_report
+from bakeoff.spec import Status
+from fake_results import default_results, failed, trial
+
+LABELS = ["tensorflow/eager", "tensorflow/graph", "tensorflow/xla", "torch/eager", "torch/graph"]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> dict[str, Path]:
+    return render_report(default_results(), tmp_path_factory.mktemp("report"), title="text classifier bake-off")
+
+
+def section(markdown: str, heading: str) -> str:
+    """The text under a ``### heading`` up to the next heading."""
+    return markdown.split(f"### {heading}\n", 1)[1].split("\n#", 1)[0]
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """Body rows of the first Markdown table in ``text``, as cells."""
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines[2:]]
+
+
+def test_writes_the_four_files(report):
+    assert set(report) == {"markdown", "html", "throughput", "quality_vs_time"}
+    assert [p.name for p in report.values()] == ["report.md", "report.html", "throughput.png", "quality_vs_time.png"]
+    for name in ("throughput", "quality_vs_time"):
+        assert report[name].read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_markdown_has_one_row_per_configuration_with_its_numbers(report):
+    md = report["markdown"].read_text()
+    rows = {row[0]: row for row in table_rows(section(md, "Configurations"))}
+    assert sorted(rows) == LABELS
+    assert rows["torch/graph"][1:4] == ["3/3", "950 (945–955)", "1.2"]
+    assert rows["tensorflow/graph"][5] == "4.1 (3/3)"  # time to target, reached 3 of 3
+    assert rows["torch/graph"][7] == "410"  # MiB
+    assert rows["tensorflow/eager"][2] == "300 (290–310) †"  # noisy, flagged
+
+
+def test_missing_values_carry_their_reason(report):
+    md = report["markdown"].read_text()
+    table = section(md, "Configurations")
+    rows = {row[0]: row for row in table_rows(table)}
+    assert rows["tensorflow/eager"][5] == "— (0/3) [1]"
+    assert set(rows["tensorflow/xla"][2:]) == {"— [2]"}
+    assert "- [1] tensorflow/eager: target not reached in 3/3 trials" in table
+    assert ("- [2] tensorflow/xla: not measured: 1 trial failed: UnimplementedError: XLA compilation is not "
+            "supported for op 'StringToHashBucketFast' on CPU") in table
+    assert "- † noisy: spread above 10% of the median" in table
+
+
+def test_verdict_environment_weights_sensitivity_and_failures(report):
+    md = report["markdown"].read_text()
+    verdict = decide(summarise_groups(default_results())).verdict
+    assert f"**Verdict:** {verdict}" in md
+    assert md.index(verdict) < md.index("### Configurations")
+    assert "tensorflow 2.21.0 · torch 2.13.0" in md and "threads 16" in md
+    weights = {row[0]: row for row in table_rows(section(md, "Weights"))}
+    assert weights["throughput"][3:] == ["0.3", "0.300"]
+    sensitivity = table_rows(section(md, "Sensitivity of the verdict"))
+    assert [row[0] for row in sensitivity] == ["throughput", "time_to_target", "first_step", "peak_memory", "quality"]
+    assert all(row[-1] == "never" for row in sensitivity)
+    failures = table_rows(section(md, "Trials that did not succeed"))
+    assert failures == [["tensorflow/xla", "0", "0", "failed", "UnimplementedError: XLA compilation is not supported "
+                         "for op 'StringToHashBucketFast' on CPU"]]
+    scores = {row[0]: row for row in table_rows(section(md, "Scores (every mode)"))}
+    assert scores["torch/graph ◀ judged by"][1] == "0.894"
+    assert "![steady throughput per configuration](throughput.png)" in md
+
+
+def test_html_is_self_contained_and_says_the_same(report):
+    page = report["html"].read_text()
+    verdict = decide(summarise_groups(default_results())).verdict
+    assert f"<strong>Verdict:</strong> {verdict}</p>" in page
+    for label in LABELS:
+        assert f'<tr><td class="l">{label}</td>' in page
+    assert "http://" not in page and "https://" not in page
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) == 2
+    assert base64.b64decode(images[0]) == report["throughput"].read_bytes()
+    assert "<style>" in page and "<link" not in page and "<script" not in page
+
+
+def test_html_escapes_text(tmp_path):
+    results = [trial("torch", "graph"), failed("tensorflow", "graph", reason="bad <script>alert(1)</script> & co",
+                                               status=Status.TIMEOUT)]
+    page = render_report(results, tmp_path)["html"].read_text()
+    assert "<script>" not in page
+    assert "bad &lt;script&gt;alert(1)&lt;/script&gt; &amp; co" in page
+    md = (tmp_path / "report.md").read_text()
+    assert "no comparison possible on text_classifier/tiny: TensorFlow had no successful trial (1 trial timed out: " \
+           "bad <script>alert(1)</script> & co)" in md
+
+
+def test_tokens_column_only_when_measured(tmp_path):
+    results = [trial("torch", "graph"), trial("tensorflow", "graph", examples_per_s=400)]
+    results[0].throughput["tokens_per_s"] = 64_000.0
+    md = render_report(results, tmp_path)["markdown"].read_text()
+    assert "tokens/s median (q1–q3)" in md
+    rows = {row[0]: row for row in table_rows(section(md, "Configurations"))}
+    assert rows["torch/graph"][3] == "64,000"
+    assert rows["tensorflow/graph"][3] == "— [1]"
+    assert "[1] tensorflow/graph: not recorded by the 1 successful trial" in md
+    md = render_report(results[1:], tmp_path)["markdown"].read_text()
+    assert "tokens/s" not in md
+
+
+def test_empty_results_still_render(tmp_path):
+    paths = render_report([], tmp_path)
+    assert "0 trials (0 successful) in 0 configurations" in paths["markdown"].read_text()
+    assert paths["throughput"].read_bytes().startswith(b"\x89PNG")
+
+
+def test_environment_line_lists_differing_values_per_framework():
+    results = [trial("torch", "graph"), trial("tensorflow", "graph")]
+    results[1].environment["device"] = "cuda"
+    line = environment_line(summarise_groups(results))
+    assert line.startswith("Environment: cpu AMD EPYC 7B13 · threads 16 · device cuda (tensorflow), cpu (torch) · ")
+
+
+def test_importing_the_report_does_not_import_matplotlib():
+    code = "import sys, bakeoff.report.render; print('matplotlib' in sys.modules, 'torch' in sys.modules)"
+    src = Path(__file__).resolve().parents[1] / "src"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(src)})
+    assert out.stdout.split() == ["False", "False"]

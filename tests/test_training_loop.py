@@ -1,0 +1,72 @@
+"""The shared training loop's bookkeeping, checked with a framework-free engine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bakeoff.engines.base import Engine, train
+from bakeoff.spec import Dataset, RunSpec, Status, TrialResult
+from bakeoff.workloads.text_classifier.workload import TextClassifierWorkload
+
+
+class CountingEngine(Engine):
+    """Accuracy rises by 0.1 per 4 steps from 0.5; each step 'takes' a fixed time."""
+
+    framework = "fake"
+
+    def setup(self, weights):
+        self.steps = 0
+
+    def train_step(self, batch):
+        self.steps += 1
+        return 1.0 / self.steps
+
+    def predict(self, split, batch_size):
+        accuracy = min(1.0, 0.5 + 0.1 * (self.steps // 4))
+        labels = split["labels"]
+        n_right = int(round(accuracy * len(labels)))
+        return np.where(np.arange(len(labels)) < n_right, labels, 1 - labels).astype(np.float64)
+
+    def num_params(self):
+        return 0
+
+    def environment(self):
+        return {}
+
+
+def _data(n_train: int = 64) -> Dataset:
+    tokens = np.ones((n_train, 8), np.int32)
+    tokens[:, 6:] = 0  # 6 valid tokens per example
+    labels = np.arange(n_train) % 2
+    return Dataset(train={"tokens": tokens, "labels": labels}, test={"tokens": tokens[:20], "labels": labels[:20]})
+
+
+def _run(**kw) -> TrialResult:
+    spec = RunSpec(workload="text_classifier", framework="torch", batch_size=8, **kw)
+    engine = CountingEngine(spec, TextClassifierWorkload(), {})
+    engine.setup({})
+    return train(engine, _data(), TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.OK))
+
+
+def test_budget_eval_cadence_and_time_to_target():
+    r = _run(max_steps=20, eval_every=4, warmup_steps=2)
+    assert len(r.step_times_s) == len(r.losses) == 20
+    assert r.losses[:3] == [1.0, 0.5, pytest.approx(1 / 3)]
+    assert [p["step"] for p in r.curve] == [4, 8, 12, 16, 20]
+    assert [p["metric"] for p in r.curve] == pytest.approx([0.6, 0.7, 0.8, 0.9, 1.0])
+    assert r.target == 0.75 and r.steps_to_target == 12  # first evaluation at or above 0.75
+    assert r.time_to_target_s == pytest.approx(sum(r.step_times_s[:12]))
+    assert r.final_metric == 1.0 and r.best_metric == 1.0
+    assert r.extras["steady_steps"] == 17  # 20 − first step − 2 warm-up steps
+    assert r.steady_step_s == pytest.approx(float(np.median(r.step_times_s[3:])))
+    assert r.throughput["examples_per_s"] == pytest.approx(8 / r.steady_step_s)
+    assert r.units_per_step == {"tokens": 48.0}
+
+
+def test_stop_at_target_and_epoch_budget():
+    r = _run(max_epochs=5, eval_every=4, stop_at_target=True)
+    assert r.steps_to_target == 12 and len(r.step_times_s) == 12
+    r = _run(max_epochs=1.5, eval_every=100)
+    assert len(r.step_times_s) == 12  # 64 examples / batch 8 = 8 steps per epoch; 1.5 epochs
+    assert [p["step"] for p in r.curve] == [12]  # the end of training is always evaluated
