@@ -8,7 +8,6 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -e '.[all,dev]'
 	touch $(STAMP)
 

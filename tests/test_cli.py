@@ -65,7 +65,7 @@ def test_malformed_suite_names_the_line(tmp_path):
 
 
 def test_single_class_data_is_rejected_before_any_trial(tmp_path):
-    (tmp_path / "one.csv").write_text("text,label\ngood food,pos\nnice,pos\n")
+    (tmp_path / "one.csv").write_text("text,label\n" + "".join(f"review number {i},pos\n" for i in range(20)))
     r = bakeoff("run", "--workload", "text_classifier", "--data", "train=one.csv", "--store", "r.sqlite",
                 cwd=tmp_path)
     assert r.returncode == 2 and "one.csv" in r.stderr and "class" in r.stderr

@@ -31,7 +31,7 @@ FRAMEWORK_MODULES = {"torch": "torch", "tensorflow": "tensorflow", "jax": "jax"}
 INSTALL_HINTS = {
     "torch": "pip install 'bakeoff[torch]'",
     "tensorflow": "pip install 'bakeoff[tf]'",
-    "jax": "JAX support is planned; no engine exists yet",
+    "jax": "pip install jax (no bakeoff engine for JAX yet)",
 }
 
 # Execution modes each framework's engine implements.

@@ -75,11 +75,11 @@ def _failure(spec: RunSpec, status: Status, reason: str) -> TrialResult:
 
 def run_one(spec: RunSpec, timeout_s: float, log_dir: Path) -> TrialResult:
     """Run one spec in a fresh interpreter; a crash, hang or kill becomes a result, never an exception."""
-    if spec.framework.value in registry.FRAMEWORK_MODULES and not registry.installed(spec.framework.value):
+    if spec.framework.value not in registry.ENGINES:
+        return _failure(spec, Status.UNSUPPORTED, f"bakeoff has no {spec.framework} engine yet")
+    if not registry.installed(spec.framework.value):
         hint = registry.INSTALL_HINTS.get(spec.framework.value, "")
         return _failure(spec, Status.UNSUPPORTED, f"{spec.framework} is not installed; install it with: {hint}")
-    if spec.framework.value not in registry.ENGINES:
-        return _failure(spec, Status.UNSUPPORTED, f"no engine for {spec.framework} yet")
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{spec.key()}.log"
     with tempfile.TemporaryDirectory(prefix="bakeoff-trial-") as tmp:
