@@ -35,7 +35,7 @@ def measure(framework: str) -> dict[str, float]:
     engine.setup(workload.init_weights(config, 0))
     batches = list(workload.batches(data.train, spec.batch_size, spec.seed, 0))[:STEPS]
     for batch in batches[:5]:
-        engine.train_step(batch)  # warm up: the first step's compile is not overhead
+        engine.train_step([batch])  # warm up: the first step's compile is not overhead
     eval_s = [0.0]
     predict = engine.predict
 
@@ -50,7 +50,7 @@ def measure(framework: str) -> dict[str, float]:
     for _ in range(ROUNDS):
         start = time.perf_counter()
         for batch in batches:
-            engine.train_step(batch)
+            engine.train_step([batch])
         bare.append((time.perf_counter() - start) / STEPS)
         result = TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.OK)
         eval_s[0] = 0.0
@@ -69,7 +69,8 @@ def bookkeeping(workload, data, spec) -> float:  # noqa: ANN001
 
     class NullEngine(Engine):
         def setup(self, weights): ...
-        def train_step(self, batch): return 0.5
+        def train_step(self, micro_batches): return 0.5
+        def gradients(self, micro_batches): return []
         def predict(self, split, batch_size): return split["labels"].astype(float)
         def num_params(self): return 0
         def environment(self): return {}

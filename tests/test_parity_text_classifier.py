@@ -65,6 +65,12 @@ def test_training_losses_equal_every_step(probes):
     assert np.abs(np.diff(a)).max() > 1e-3  # the weights really moved between steps
 
 
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_gradient_accumulation_is_exact(probes, framework):
+    # 4 micro-batches of 4 (padded text) against the one batch of 16 they make up, in each framework
+    assert float(probes[framework]["grad_accum_max_rel_err"]) <= 1e-5
+
+
 def test_tf_graph_mode_trains_like_eager(probes, tmp_path):
     graph = _probe(tmp_path, "tensorflow", "graph")
     rel = np.abs(graph["losses"] - probes["tensorflow"]["losses"]) / probes["tensorflow"]["losses"]

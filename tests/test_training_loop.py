@@ -17,10 +17,15 @@ class CountingEngine(Engine):
 
     def setup(self, weights):
         self.steps = 0
+        self.micro_sizes = []
 
-    def train_step(self, batch):
+    def train_step(self, micro_batches):
+        self.micro_sizes.append([len(b["labels"]) for b in micro_batches])
         self.steps += 1
         return 1.0 / self.steps
+
+    def gradients(self, micro_batches):
+        return []
 
     def predict(self, split, batch_size):
         accuracy = min(1.0, 0.5 + 0.1 * (self.steps // 4))
@@ -42,10 +47,12 @@ def _data(n_train: int = 64) -> Dataset:
     return Dataset(train={"tokens": tokens, "labels": labels}, test={"tokens": tokens[:20], "labels": labels[:20]})
 
 
-def _run(**kw) -> TrialResult:
-    spec = RunSpec(workload="text_classifier", framework="torch", batch_size=8, **kw)
+def _run(engine_out: list | None = None, **kw) -> TrialResult:
+    spec = RunSpec(workload="text_classifier", framework="torch", **{"batch_size": 8, **kw})
     engine = CountingEngine(spec, TextClassifierWorkload(), {})
     engine.setup({})
+    if engine_out is not None:
+        engine_out.append(engine)
     return train(engine, _data(), TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.OK))
 
 
@@ -70,3 +77,17 @@ def test_stop_at_target_and_epoch_budget():
     r = _run(max_epochs=1.5, eval_every=100)
     assert len(r.step_times_s) == 12  # 64 examples / batch 8 = 8 steps per epoch; 1.5 epochs
     assert [p["step"] for p in r.curve] == [12]  # the end of training is always evaluated
+
+
+def test_gradient_accumulation_groups_micro_batches_into_one_step():
+    engines: list = []
+    r = _run(engines, batch_size=4, grad_accum=4, max_epochs=1, eval_every=100)
+    # 64 examples / (4 × 4) = 4 optimizer steps per epoch, each over 4 micro-batches of 4
+    assert engines[0].micro_sizes == [[4, 4, 4, 4]] * 4
+    assert len(r.step_times_s) == 4 and r.examples_per_step == 16
+    assert r.units_per_step == {"tokens": 96.0}  # 16 examples × 6 valid tokens
+
+
+def test_a_step_larger_than_the_epoch_is_rejected():
+    with pytest.raises(ValueError, match="batch_size × grad_accum = 128 examples; the training set has 64"):
+        _run(batch_size=32, grad_accum=4, max_steps=1)

@@ -7,7 +7,8 @@ off and fp32, and saves:
   ``num_params``; ``outputs`` — outputs on test examples from the workload's initial weights;
   ``outputs_perturbed`` — outputs after loading perturbed weights (non-zero biases, non-unit LayerNorm), which
   exercises every canonical-name mapping; ``roundtrip_max_err`` — get_weights(set_weights(w)) against w;
-  ``losses`` — the loss of every training step from the initial weights on the same batches.
+  ``grad_accum_max_rel_err`` — accumulated gradients of 4 micro-batches against the gradient of the batch they
+  make up; ``losses`` — the loss of every training step from the initial weights on the same batches.
 The parity tests run this once per framework and compare.
 """
 
@@ -50,8 +51,17 @@ def probe(workload_name: str, framework: str, preset: str = "tiny", steps: int =
     out["roundtrip_same_keys"] = np.array(sorted(back) == sorted(other))
     out["outputs_perturbed"] = engine.predict(test, examples)
     engine.impl.set_weights(weights)
+    # Gradient accumulation is exact: 4 micro-batches of b give the gradient of the one batch of 4·b they make up.
+    micro = list(workload.batches(data.train, batch_size // 4, seed, epoch=0))[:4]
+    whole = {k: np.concatenate([m[k] for m in micro]) for k in micro[0]}
+    accumulated, single = engine.gradients(micro), engine.gradients([whole])
+    # Relative to the largest gradient entry: some gradients are exactly zero in theory (attention key biases)
+    # and hold only rounding noise, which a per-tensor relative error would blow up.
+    scale = max(float(np.abs(b).max()) for b in single)
+    out["grad_accum_max_rel_err"] = np.array(max(float(np.abs(a - b).max())
+                                                 for a, b in zip(accumulated, single, strict=True)) / scale)
     batches = workload.batches(data.train, batch_size, seed, epoch=0)
-    out["losses"] = np.array([engine.train_step(next(batches)) for _ in range(steps)])
+    out["losses"] = np.array([engine.train_step([next(batches)]) for _ in range(steps)])
     return out
 
 

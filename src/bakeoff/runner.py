@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bakeoff import registry
-from bakeoff.spec import RunSpec, Status, TrialResult
+from bakeoff.spec import RunSpec, SpecError, Status, TrialResult
 from bakeoff.store import Store
 
 log = logging.getLogger("bakeoff.runner")
@@ -41,19 +41,18 @@ def validate(specs: Sequence[RunSpec]) -> None:
     Unknown workloads and presets raise :class:`SpecError`; unusable data raises ``DataError``. Each distinct
     (workload, data) pair is loaded once, here in the parent, with numpy only.
     """
-    seen: set[tuple] = set()
+    train_sizes: dict[tuple, int] = {}
     for spec in specs:
         workload = registry.workload(spec.workload)
         workload.config(spec.preset, spec)
-        if (spec.workload, spec.preset, spec.data) in seen:
-            continue
-        seen.add((spec.workload, spec.preset, spec.data))
-        data = workload.load_data(spec)
-        if spec.batch_size > data.num_train:
-            from bakeoff.spec import SpecError
-
-            raise SpecError(f"batch_size {spec.batch_size} is larger than the training set ({data.num_train} "
-                            f"examples) of {spec.workload}")
+        data_key = (spec.workload, spec.preset, spec.data)
+        if data_key not in train_sizes:
+            train_sizes[data_key] = workload.load_data(spec).num_train
+        examples, available = spec.batch_size * spec.grad_accum, train_sizes[data_key]
+        if examples > available:
+            raise SpecError(f"one step needs batch_size × grad_accum = {spec.batch_size} × {spec.grad_accum} = "
+                            f"{examples} examples, more than the {available} in the training set of "
+                            f"{spec.workload}: lower batch_size or grad_accum")
 
 
 def _trial_env(spec: RunSpec, tmp: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ import math
 import resource
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,8 +38,13 @@ class Engine(ABC):
         """Pick the device, pin threads and precision, build the model from canonical weights and the optimizer."""
 
     @abstractmethod
-    def train_step(self, batch: Batch) -> float:
-        """One optimizer step on ``batch``; returns the mean loss, copied to the host (so the device is synced)."""
+    def train_step(self, micro_batches: Sequence[Batch]) -> float:
+        """One optimizer step over ``micro_batches`` (gradient accumulation when more than one); returns the mean
+        loss, copied to the host (so the device is synchronised)."""
+
+    @abstractmethod
+    def gradients(self, micro_batches: Sequence[Batch]) -> list[np.ndarray]:
+        """The accumulated mean-loss gradients, in ``trainable()`` order, without updating anything."""
 
     @abstractmethod
     def predict(self, split: Mapping[str, np.ndarray], batch_size: int) -> np.ndarray:
@@ -66,6 +71,14 @@ def _reached(value: float, target: float, higher_is_better: bool) -> bool:
     return value >= target if higher_is_better else value <= target
 
 
+def _units(workload: Workload, micro_batches: Sequence[Batch]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for batch in micro_batches:
+        for unit, count in workload.units_per_example(batch).items():
+            totals[unit] = totals.get(unit, 0.0) + count
+    return totals
+
+
 def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: int = 256) -> TrialResult:
     """Run the training loop under the spec's budget, filling ``result`` in place.
 
@@ -77,7 +90,11 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     higher = workload.higher_is_better
     target = workload.target(spec.preset)
     result.target, result.metric_name, result.higher_is_better = target, workload.metric_name, higher
-    steps_per_epoch = data.num_train // spec.batch_size
+    accum = spec.grad_accum
+    steps_per_epoch = data.num_train // (spec.batch_size * accum)
+    if steps_per_epoch == 0:
+        raise ValueError(f"one step needs batch_size × grad_accum = {spec.batch_size * accum} examples; "
+                         f"the training set has {data.num_train}")
     max_steps = spec.max_steps if spec.max_steps is not None else math.inf
     if spec.max_epochs is not None:
         max_steps = min(max_steps, math.ceil(spec.max_epochs * steps_per_epoch))
@@ -97,14 +114,19 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     step, train_s, epoch, done = 0, 0.0, 0, False
     units: dict[str, list[float]] = {}  # e.g. valid tokens in every step's batch
     while not done:
+        micro: list[Batch] = []
         for batch in workload.batches(data.train, spec.batch_size, spec.seed, epoch):
+            micro.append(batch)
+            if len(micro) < accum:
+                continue
             if step == 0:
-                result.examples_per_step = len(batch[next(iter(batch))])
-            for unit, count in workload.units_per_example(batch).items():
+                result.examples_per_step = sum(len(b[next(iter(b))]) for b in micro)
+            for unit, count in _units(workload, micro).items():
                 units.setdefault(unit, []).append(count)
             start = time.perf_counter()
-            loss = engine.train_step(batch)
+            loss = engine.train_step(micro)
             elapsed = time.perf_counter() - start
+            micro = []
             step += 1
             train_s += elapsed
             result.step_times_s.append(elapsed)
@@ -119,8 +141,6 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
                 done = True
                 break
         epoch += 1
-        if steps_per_epoch == 0:
-            raise ValueError(f"batch size {spec.batch_size} is larger than the training set ({data.num_train})")
 
     result.train_s = train_s
     result.first_step_s = result.step_times_s[0]

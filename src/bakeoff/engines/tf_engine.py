@@ -9,7 +9,7 @@ slices squares each repeated token's gradient separately (a different second mom
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -30,8 +30,6 @@ class TensorFlowEngine(Engine):
 
     def setup(self, weights: Mapping[str, np.ndarray]) -> None:
         spec = self.spec
-        if spec.precision is not Precision.FP32:
-            raise Unsupported(f"precision {spec.precision} is not implemented yet for tensorflow (fp32 only)")
         if spec.parallelism is not Parallelism.NONE:
             raise Unsupported(f"parallelism {spec.parallelism} is not implemented yet for tensorflow")
         threads = spec.threads or os.cpu_count() or 1
@@ -44,28 +42,51 @@ class TensorFlowEngine(Engine):
             tf.config.set_visible_devices([], "GPU")
             gpus = []
         self.device = "GPU:0" if gpus else "CPU:0"
+        if spec.precision is Precision.FP16 and not gpus:
+            raise Unsupported("fp16 with loss scaling needs a GPU; on CPU use bf16")
         tf.config.experimental.enable_tensor_float_32_execution(False)  # fp32 means fp32, as in torch
         keras.utils.set_random_seed(spec.seed)  # dropout masks
+        # Mixed precision, Keras' own way: a global dtype policy (variables fp32, compute bf16/fp16) set before
+        # the model is built, and for fp16 a LossScaleOptimizer.
+        self.policy = {Precision.BF16: "mixed_bfloat16", Precision.FP16: "mixed_float16"}.get(spec.precision,
+                                                                                            "float32")
+        keras.mixed_precision.set_dtype_policy(self.policy)
 
         self.impl = model_class(spec.workload, "tensorflow")(self.config, self.device)
         self.impl.build(dict(weights))
-        self.optimizer = Adam(learning_rate=self.config["learning_rate"], beta_1=0.9, beta_2=0.999, epsilon=1e-8)
-        self.optimizer.build(self.impl.trainable())
+        self.variables = self.impl.trainable()
+        optimizer = Adam(learning_rate=self.config["learning_rate"], beta_1=0.9, beta_2=0.999, epsilon=1e-8)
+        if spec.precision is Precision.FP16:
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        self.optimizer = optimizer
+        self.optimizer.build(self.variables)
         self._traces = 0
 
-        def step(batch: dict[str, tf.Tensor]) -> tf.Tensor:
-            self._traces += 1  # Python side effect: runs once per trace in graph modes, every step in eager
-            variables = self.impl.trainable()
-            with tf.GradientTape() as tape:
-                summed, count = self.impl.loss(batch, training=True)
-                loss = summed / count
-            grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables)]  # IndexedSlices → dense
-            self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+        def gradients(micro_batches: list[dict[str, tf.Tensor]]) -> tuple[list[tf.Tensor], tf.Tensor]:
+            """Mean-loss gradients over all micro-batches: summed-loss gradients divided once by the total count."""
+            self._traces += 1  # Python side effect: once per trace in graph modes, every step in eager
+            total_grads, total, count = None, tf.constant(0.0), tf.constant(0.0)
+            for batch in micro_batches:  # unrolled: k is fixed per trial
+                with tf.GradientTape() as tape:
+                    summed, n = self.impl.loss(batch, training=True)
+                    summed = tf.cast(summed, tf.float32)
+                    scaled = self.optimizer.scale_loss(summed) if self.policy == "mixed_float16" else summed
+                # Embedding gradients arrive as IndexedSlices: densify (see module docstring).
+                grads = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, self.variables)]
+                total_grads = grads if total_grads is None else [a + g for a, g in zip(total_grads, grads,
+                                                                                        strict=True)]
+                total, count = total + summed, count + tf.cast(n, tf.float32)
+            return [g / tf.cast(count, g.dtype) for g in total_grads], total / count
+
+        def step(micro_batches: list[dict[str, tf.Tensor]]) -> tf.Tensor:
+            grads, loss = gradients(micro_batches)
+            self.optimizer.apply_gradients(zip(grads, self.variables, strict=True))
             return loss
 
         def outputs(batch: dict[str, tf.Tensor]) -> tf.Tensor:
             return self.impl.outputs(batch)
 
+        self._gradients = gradients
         if spec.execution is Execution.EAGER:
             self._step, self._outputs = step, outputs
         else:
@@ -73,16 +94,25 @@ class TensorFlowEngine(Engine):
             self._step = tf.function(step, jit_compile=jit)
             self._outputs = tf.function(outputs, jit_compile=jit)
 
-    def train_step(self, batch: Batch) -> float:
-        loss = self._step({k: tf.convert_to_tensor(v) for k, v in batch.items()})
+    @staticmethod
+    def _tensors(batch: Batch) -> dict[str, tf.Tensor]:
+        return {k: tf.convert_to_tensor(v) for k, v in batch.items()}
+
+    def train_step(self, micro_batches: Sequence[Batch]) -> float:
+        loss = self._step([self._tensors(b) for b in micro_batches])
         return float(loss.numpy())  # host copy: waits for the device
+
+    def gradients(self, micro_batches: Sequence[Batch]) -> list[np.ndarray]:
+        grads, _ = self._gradients([self._tensors(b) for b in micro_batches])
+        scale = float(self.optimizer.dynamic_scale.numpy()) if self.policy == "mixed_float16" else 1.0
+        return [g.numpy() / scale for g in grads]
 
     def predict(self, split: Mapping[str, np.ndarray], batch_size: int) -> np.ndarray:
         n = len(next(iter(split.values())))
         parts = []
         for start in range(0, n, batch_size):
-            batch = {k: tf.convert_to_tensor(v[start:start + batch_size]) for k, v in split.items()}
-            parts.append(self._outputs(batch).numpy())
+            batch = self._tensors({k: v[start:start + batch_size] for k, v in split.items()})
+            parts.append(np.asarray(self._outputs(batch).numpy(), np.float32))
         return np.concatenate(parts)
 
     def num_params(self) -> int:
@@ -101,6 +131,8 @@ class TensorFlowEngine(Engine):
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
             "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
             "tf32": False,
+            "mixed_precision": self.policy,
+            "loss_scaling": "LossScaleOptimizer" if self.policy == "mixed_float16" else "off",
         }
 
     def extras(self) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,14 +21,14 @@ class TorchEngine(Engine):
         spec = self.spec
         if spec.execution is Execution.XLA:
             raise Unsupported("PyTorch has no XLA mode here (torch_xla targets TPUs); use eager or graph")
-        if spec.precision is not Precision.FP32:
-            raise Unsupported(f"precision {spec.precision} is not implemented yet for torch (fp32 only)")
         if spec.parallelism is not Parallelism.NONE:
             raise Unsupported(f"parallelism {spec.parallelism} is not implemented yet for torch")
         cuda = torch.cuda.is_available()
         if spec.device is Device.CUDA and not cuda:
             raise Unsupported("device cuda requested but torch sees no CUDA device")
         self.device = torch.device("cuda" if cuda and spec.device is not Device.CPU else "cpu")
+        if spec.precision is Precision.FP16 and self.device.type != "cuda":
+            raise Unsupported("fp16 with loss scaling needs a CUDA device; on CPU use bf16")
         # Pin numerics: no TF32 (fp32 means fp32 in both frameworks), deterministic thread counts.
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -37,30 +37,61 @@ class TorchEngine(Engine):
 
         self.impl = model_class(spec.workload, "torch")(self.config, str(self.device))
         self.impl.build(dict(weights))
-        self.optimizer = torch.optim.Adam(self.impl.trainable(), lr=self.config["learning_rate"],
-                                          betas=(0.9, 0.999), eps=1e-8)
-        loss_fn = self.impl.loss
-        if spec.execution is Execution.GRAPH:
-            loss_fn = torch.compile(loss_fn)
-        self._loss_fn = loss_fn
+        self.params = self.impl.trainable()
+        self.optimizer = torch.optim.Adam(self.params, lr=self.config["learning_rate"], betas=(0.9, 0.999), eps=1e-8)
+        # Mixed precision, PyTorch's own way: autocast around the forward pass (weights stay fp32), and for fp16 a
+        # GradScaler that scales the loss and skips steps whose gradients overflow.
+        self._amp_dtype = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}.get(spec.precision)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=spec.precision is Precision.FP16)
+
+        def forward(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+            with torch.autocast(self.device.type, dtype=self._amp_dtype or torch.float32,
+                                enabled=self._amp_dtype is not None):
+                summed, count = self.impl.loss(batch, True)
+            return summed.float(), count
+
+        self._forward = torch.compile(forward) if spec.execution is Execution.GRAPH else forward
 
     def _tensors(self, batch: Batch) -> dict[str, torch.Tensor]:
         return {k: torch.from_numpy(v).to(self.device, non_blocking=True) for k, v in batch.items()}
 
-    def train_step(self, batch: Batch) -> float:
+    def _accumulate(self, micro_batches: Sequence[Batch]) -> torch.Tensor:
+        """Gradients of the mean loss over all micro-batches into ``.grad``; returns that mean loss.
+
+        Each micro-batch back-propagates its *summed* loss; the gradients are divided once by the total count,
+        so k micro-batches of b give exactly the gradient of one batch of k·b, padding included.
+        """
         self.optimizer.zero_grad(set_to_none=True)
-        summed, count = self._loss_fn(self._tensors(batch), True)
-        loss = summed / count
-        loss.backward()
-        self.optimizer.step()
+        total, count = torch.zeros((), device=self.device), torch.zeros((), device=self.device)
+        for batch in micro_batches:
+            summed, n = self._forward(self._tensors(batch))
+            self.scaler.scale(summed).backward()
+            total, count = total + summed.detach(), count + n
+        for p in self.params:
+            if p.grad is not None:
+                p.grad.div_(count)
+        return total / count
+
+    def train_step(self, micro_batches: Sequence[Batch]) -> float:
+        loss = self._accumulate(micro_batches)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         return loss.item()  # host copy: synchronises CUDA
+
+    def gradients(self, micro_batches: Sequence[Batch]) -> list[np.ndarray]:
+        self._accumulate(micro_batches)
+        grads = [p.grad.detach().cpu().numpy().copy() for p in self.params]
+        self.optimizer.zero_grad(set_to_none=True)
+        return grads
 
     def predict(self, split: Mapping[str, np.ndarray], batch_size: int) -> np.ndarray:
         n = len(next(iter(split.values())))
         parts = []
         for start in range(0, n, batch_size):
             batch = self._tensors({k: v[start:start + batch_size] for k, v in split.items()})
-            parts.append(self.impl.outputs(batch).cpu().numpy())
+            with torch.autocast(self.device.type, dtype=self._amp_dtype or torch.float32,
+                                enabled=self._amp_dtype is not None):
+                parts.append(self.impl.outputs(batch).float().cpu().numpy())
         return np.concatenate(parts)
 
     def num_params(self) -> int:
@@ -78,6 +109,8 @@ class TorchEngine(Engine):
             "intra_op_threads": torch.get_num_threads(),
             "inter_op_threads": torch.get_num_interop_threads(),
             "tf32": False,
+            "mixed_precision": f"torch.autocast({self._amp_dtype})" if self._amp_dtype else "off",
+            "loss_scaling": "GradScaler" if self.scaler.is_enabled() else "off",
         }
         if self.device.type == "cuda":
             env["device_name"] = torch.cuda.get_device_name(self.device)

@@ -77,7 +77,7 @@ class TextClassifier:
         self.set_weights(weights)
 
     def loss(self, batch: Mapping[str, tf.Tensor], training: bool = True) -> tuple[tf.Tensor, tf.Tensor]:
-        logits = self.module(batch["tokens"], training=training)
+        logits = tf.cast(self.module(batch["tokens"], training=training), tf.float32)  # loss in fp32 (mixed too)
         labels = batch["labels"]
         if self.out_units == 1:
             per_example = tf.nn.sigmoid_cross_entropy_with_logits(tf.cast(labels, logits.dtype), logits[:, 0])
