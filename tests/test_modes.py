@@ -37,3 +37,56 @@ def test_bf16_runs_and_fp16_on_cpu_is_unsupported(tmp_path):
 def test_contradictory_accumulation_is_rejected_before_running():
     with pytest.raises(SpecError, match="batch_size × grad_accum = 1024 × 4 = 4096 examples, more than the 4000"):
         runner.validate([_spec(batch_size=1024, grad_accum=4)])
+
+
+DIE_AT_STEP = """
+import os
+limit = os.environ.get("BAKEOFF_TEST_DIE_AT_STEP")
+if limit:
+    import bakeoff.engines.base as base
+
+    calls, units = [0], base._units
+
+    def counting_units(workload, micro_batches):  # called once per step, just before train_step
+        calls[0] += 1
+        if calls[0] == int(limit):
+            os._exit(7)
+        return units(workload, micro_batches)
+
+    base._units = counting_units
+"""
+
+
+@BOTH
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_interrupted_trial_resumes_to_the_same_losses(tmp_path, monkeypatch, framework):
+    # dropout stays on (the tiny preset's 0.1): resuming must restore the RNG streams too
+    spec = _spec(framework=framework, max_steps=8, eval_every=8, checkpoint_every=4)
+    with Store(tmp_path / "straight" / "r.sqlite") as store:
+        [straight] = runner.run([spec], store, "s", timeout_s=600).ran
+    assert straight.status.value == "ok"
+
+    (tmp_path / "sitecustomize.py").write_text(DIE_AT_STEP)
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("BAKEOFF_TEST_DIE_AT_STEP", "6")
+    with Store(tmp_path / "resumed" / "r.sqlite") as store:
+        [killed] = runner.run([spec], store, "s", timeout_s=600).ran
+        assert killed.status.value == "failed" and "exited with code 7" in killed.reason
+        assert (tmp_path / "resumed" / "checkpoints" / spec.key() / "loop.json").exists()
+        monkeypatch.delenv("BAKEOFF_TEST_DIE_AT_STEP")
+        [resumed] = runner.run([spec], store, "s", timeout_s=600, retry_failed=True).ran
+    assert resumed.status.value == "ok" and resumed.extras["resumed_at_steps"] == [4]
+    assert resumed.losses == straight.losses  # bit-for-bit on CPU, steps 5-8 computed after the restore
+    assert not (tmp_path / "resumed" / "checkpoints" / spec.key()).exists()  # cleaned up after success
+    [logdir] = (tmp_path / "resumed" / "tensorboard" / "s").iterdir()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(logdir))
+    events.Reload()
+
+    def steps(tag: str) -> list[int]:  # torch writes classic scalars, tf.summary writes v2 tensor summaries
+        records = events.Scalars(tag) if tag in events.Tags()["scalars"] else events.Tensors(tag)
+        return sorted({e.step for e in records})
+
+    assert steps("train/loss") == list(range(1, 9))  # both attempts wrote into the same run
+    assert steps("eval/accuracy") == [8]

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -72,8 +73,13 @@ def _failure(spec: RunSpec, status: Status, reason: str) -> TrialResult:
     return TrialResult(spec=spec.to_dict(), key=spec.key(), status=status, reason=reason)
 
 
-def run_one(spec: RunSpec, timeout_s: float, log_dir: Path) -> TrialResult:
-    """Run one spec in a fresh interpreter; a crash, hang or kill becomes a result, never an exception."""
+def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path | None = None,
+            tensorboard_dir: Path | None = None) -> TrialResult:
+    """Run one spec in a fresh interpreter; a crash, hang or kill becomes a result, never an exception.
+
+    A checkpoint left in ``checkpoint_dir`` by an interrupted attempt is resumed from; it is deleted once the
+    trial succeeds. ``tensorboard_dir`` receives the trial's TensorBoard event files.
+    """
     if spec.framework.value not in registry.ENGINES:
         return _failure(spec, Status.UNSUPPORTED, f"bakeoff has no {spec.framework} engine yet")
     if not registry.installed(spec.framework.value):
@@ -86,7 +92,9 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path) -> TrialResult:
         spec_path.write_text(spec.to_json())
         started = time.perf_counter()
         with log_path.open("w") as log_file:
-            proc = subprocess.Popen([sys.executable, "-m", "bakeoff.trial", str(spec_path), str(result_path)],
+            command = [sys.executable, "-m", "bakeoff.trial", str(spec_path), str(result_path),
+                       str(checkpoint_dir or ""), str(tensorboard_dir or "")]
+            proc = subprocess.Popen(command,
                                     stdout=log_file, stderr=subprocess.STDOUT, env=_trial_env(spec, tmp),
                                     start_new_session=True)  # its own process group: a timeout kills it all
             try:
@@ -98,6 +106,10 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path) -> TrialResult:
         if result_path.exists():
             result = TrialResult.from_dict(json.loads(result_path.read_text()))
             result.extras["log"] = str(log_path)
+            if tensorboard_dir is not None:
+                result.extras["tensorboard"] = str(tensorboard_dir)
+            if result.status is Status.OK and checkpoint_dir is not None:
+                shutil.rmtree(checkpoint_dir, ignore_errors=True)
             return result
     tail = log_path.read_text(errors="replace")[-1500:].strip()
     elapsed = time.perf_counter() - started
@@ -125,7 +137,9 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
             continue
         if progress:
             progress("start", spec, None)
-        result = run_one(spec, timeout_s, log_dir)
+        root = store.path.parent
+        tensorboard = root / "tensorboard" / suite / f"{spec.label().replace('/', '_')}-seed{spec.seed}-{spec.key()}"
+        result = run_one(spec, timeout_s, log_dir, root / "checkpoints" / spec.key(), tensorboard)
         store.put(result, suite)
         summary.ran.append(result)
         log.info("%s %s: %s %s", spec.label(), spec.key(), result.status.value, result.reason)

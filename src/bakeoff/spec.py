@@ -111,6 +111,7 @@ class RunSpec:
     eval_every: int = 50
     warmup_steps: int = 3  # steady-state statistics skip the first step and these many more
     stop_at_target: bool = False
+    checkpoint_every: int = 0  # steps between checkpoints (0: none); a trial resumes from its last one
     learning_rate: float | None = None  # None: the workload preset's
     seed: int = 0
     repeat: int = 0
@@ -133,8 +134,8 @@ class RunSpec:
         for name in ("workers", "batch_size", "grad_accum", "eval_every"):
             if int(getattr(self, name)) < 1:
                 raise SpecError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        if self.warmup_steps < 0 or self.threads < 0 or self.repeat < 0:
-            raise SpecError("warmup_steps, threads and repeat must not be negative")
+        if min(self.warmup_steps, self.threads, self.repeat, self.checkpoint_every) < 0:
+            raise SpecError("warmup_steps, threads, repeat and checkpoint_every must not be negative")
         if self.max_steps is None and self.max_epochs is None and self.max_seconds is None:
             raise SpecError("a trial needs a budget: set max_steps, max_epochs or max_seconds")
 

@@ -1,4 +1,4 @@
-"""One trial, one process: ``python -m bakeoff.trial SPEC.json RESULT.json``.
+"""One trial, one process: ``python -m bakeoff.trial SPEC.json RESULT.json [CHECKPOINT_DIR [TENSORBOARD_DIR]]``.
 
 The runner starts this in a fresh interpreter per trial, so import cost, threads and memory are measured clean
 and a crash takes down only its own trial. The result file is written whatever happens (atomically), with the
@@ -29,7 +29,7 @@ def _classify(exc: BaseException) -> Status:
     return Status.FAILED
 
 
-def run_trial(spec: RunSpec) -> TrialResult:
+def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir: Path | None = None) -> TrialResult:
     """Run one trial in this process and return its result (never raises for a trial failure)."""
     started = time.perf_counter()
     result = TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.FAILED)
@@ -62,7 +62,7 @@ def run_trial(spec: RunSpec) -> TrialResult:
 
         from bakeoff.engines.base import train
 
-        train(engine, data, result)
+        train(engine, data, result, checkpoint_dir=checkpoint_dir, tensorboard_dir=tensorboard_dir)
         result.status = Status.OK
     except Exception as exc:  # a trial failure is data, not a crash of the run
         from bakeoff.engines.base import Unsupported
@@ -91,12 +91,13 @@ def write_result(result: TrialResult, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        sys.stderr.write("usage: python -m bakeoff.trial SPEC.json RESULT.json\n")
+    if not 2 <= len(argv) <= 4:
+        sys.stderr.write("usage: python -m bakeoff.trial SPEC.json RESULT.json [CHECKPOINT_DIR [TENSORBOARD_DIR]]\n")
         return 2
     logging.basicConfig(level=logging.WARNING)
     spec = RunSpec.from_dict(json.loads(Path(argv[0]).read_text()))
-    write_result(run_trial(spec), Path(argv[1]))
+    dirs = [Path(a) if a else None for a in argv[2:]] + [None, None]
+    write_result(run_trial(spec, dirs[0], dirs[1]), Path(argv[1]))
     return 0
 
 

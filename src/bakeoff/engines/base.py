@@ -7,12 +7,15 @@ for all of them, so no framework is measured differently from another.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import resource
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -66,6 +69,24 @@ class Engine(ABC):
         """Mode-specific measurements (retraces, compile counters) to keep with the result."""
         return {}
 
+    @abstractmethod
+    def save_checkpoint(self, directory: Path) -> None:
+        """Write model, optimizer and RNG state in the framework's own checkpoint format."""
+
+    @abstractmethod
+    def load_checkpoint(self, directory: Path) -> None:
+        """Restore what :meth:`save_checkpoint` wrote, so training continues exactly as if never stopped."""
+
+    @abstractmethod
+    def summary_writer(self, logdir: Path) -> SummaryWriter:
+        """A TensorBoard event writer, the framework's own (``torch.utils.tensorboard`` / ``tf.summary``)."""
+
+
+class SummaryWriter(Protocol):
+    def scalar(self, tag: str, value: float, step: int) -> None: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
 
 def _reached(value: float, target: float, higher_is_better: bool) -> bool:
     return value >= target if higher_is_better else value <= target
@@ -79,12 +100,30 @@ def _units(workload: Workload, micro_batches: Sequence[Batch]) -> dict[str, floa
     return totals
 
 
-def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: int = 256) -> TrialResult:
+_RESUMABLE = ("step_times_s", "losses", "curve", "examples_per_step", "best_metric", "final_metric",
+              "time_to_target_s", "steps_to_target")
+
+
+def _save_state(directory: Path, engine: Engine, state: dict[str, Any], result: TrialResult) -> None:
+    """Checkpoint the engine, then the loop's own state; the state file is written last and atomically, so a
+    kill at any moment leaves either the previous complete checkpoint or the new one."""
+    engine.save_checkpoint(directory / "engine")
+    tmp = directory / "loop.json.tmp"
+    tmp.write_text(json.dumps({**state, "result": {k: getattr(result, k) for k in _RESUMABLE}}))
+    os.replace(tmp, directory / "loop.json")
+
+
+def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: int = 256,
+          checkpoint_dir: Path | None = None, tensorboard_dir: Path | None = None) -> TrialResult:
     """Run the training loop under the spec's budget, filling ``result`` in place.
 
     The training clock is the sum of ``train_step`` times: it includes the first step (graph build or
-    compilation) and host→device copies, and excludes batch slicing in numpy (identical for every framework)
-    and evaluation.
+    compilation) and host→device copies, and excludes batch slicing in numpy (identical for every framework),
+    evaluation, checkpoints and TensorBoard writes.
+
+    With ``checkpoint_dir`` and ``spec.checkpoint_every``, the engine and the loop are checkpointed every that
+    many steps, and a checkpoint found there at the start is resumed from: same batches, same RNG streams, so
+    the losses after resuming equal those of an uninterrupted run.
     """
     spec, workload = engine.spec, engine.workload
     higher = workload.higher_is_better
@@ -99,10 +138,18 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     if spec.max_epochs is not None:
         max_steps = min(max_steps, math.ceil(spec.max_epochs * steps_per_epoch))
     max_seconds = spec.max_seconds if spec.max_seconds is not None else math.inf
+    writer = None
+    if tensorboard_dir is not None:
+        try:
+            writer = engine.summary_writer(tensorboard_dir)
+        except ImportError as exc:  # TensorBoard logs are a convenience: their absence must not fail a trial
+            result.extras["tensorboard_error"] = f"no TensorBoard events written: {exc}"
 
     def evaluate(step: int, train_s: float) -> bool:
         value = workload.metric(engine.predict(data.test, eval_batch_size), data.test)
         result.curve.append({"step": step, "train_s": train_s, "metric": value})
+        if writer is not None:
+            writer.scalar(f"eval/{workload.metric_name}", value, step)
         best = result.best_metric
         result.best_metric = value if best is None or (value > best) == higher else best
         result.final_metric = value
@@ -111,15 +158,26 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
             return True
         return False
 
-    step, train_s, epoch, done = 0, 0.0, 0, False
-    units: dict[str, list[float]] = {}  # e.g. valid tokens in every step's batch
+    # consumed: micro-batches of the current epoch already trained on (where a resumed run picks up)
+    state: dict[str, Any] = {"step": 0, "epoch": 0, "consumed": 0, "train_s": 0.0, "units": {}}
+    if checkpoint_dir is not None and (checkpoint_dir / "loop.json").exists():
+        saved = json.loads((checkpoint_dir / "loop.json").read_text())
+        engine.load_checkpoint(checkpoint_dir / "engine")
+        for key, value in saved.pop("result").items():
+            setattr(result, key, value)
+        state = saved
+        result.extras.setdefault("resumed_at_steps", []).append(state["step"])
+    units: dict[str, list[float]] = state["units"]  # e.g. valid tokens in every step's batch
+    done = state["step"] >= max_steps
     while not done:
         micro: list[Batch] = []
-        for batch in workload.batches(data.train, spec.batch_size, spec.seed, epoch):
+        for index, batch in enumerate(workload.batches(data.train, spec.batch_size, spec.seed, state["epoch"])):
+            if index < state["consumed"]:
+                continue  # trained on before the checkpoint
             micro.append(batch)
             if len(micro) < accum:
                 continue
-            if step == 0:
+            if state["step"] == 0:
                 result.examples_per_step = sum(len(b[next(iter(b))]) for b in micro)
             for unit, count in _units(workload, micro).items():
                 units.setdefault(unit, []).append(count)
@@ -127,23 +185,33 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
             loss = engine.train_step(micro)
             elapsed = time.perf_counter() - start
             micro = []
-            step += 1
-            train_s += elapsed
+            state["step"] += 1
+            state["consumed"] = index + 1
+            state["train_s"] += elapsed
+            step, train_s = state["step"], state["train_s"]
             result.step_times_s.append(elapsed)
             result.losses.append(loss)
+            if writer is not None:
+                writer.scalar("train/loss", loss, step)
+                writer.scalar("train/examples_per_s", result.examples_per_step / elapsed, step)
             if not math.isfinite(loss):
                 raise FloatingPointError(f"training diverged: loss is {loss} at step {step}")
             stop = step >= max_steps or train_s >= max_seconds
             if step % spec.eval_every == 0 or stop:
                 hit = evaluate(step, train_s)
                 stop = stop or (hit and spec.stop_at_target)
+            if checkpoint_dir is not None and spec.checkpoint_every and step % spec.checkpoint_every == 0:
+                _save_state(checkpoint_dir, engine, state, result)
+                if writer is not None:
+                    writer.flush()  # events up to the checkpoint survive a crash, like the checkpoint itself
             if stop:
                 done = True
                 break
-        epoch += 1
+        else:
+            state["epoch"], state["consumed"] = state["epoch"] + 1, 0
 
-    result.train_s = train_s
-    result.first_step_s = result.step_times_s[0]
+    result.train_s = state["train_s"]
+    result.first_step_s = result.step_times_s[0] if result.step_times_s else None
     steady = result.step_times_s[1 + spec.warmup_steps:]
     first_steady = 1 + spec.warmup_steps
     if steady:
@@ -156,5 +224,9 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
             result.throughput[f"{unit}_per_s"] = float(np.median(rates))
     result.units_per_step = {unit: float(np.mean(counts)) for unit, counts in units.items()}
     result.extras["steady_steps"] = len(steady)
-    result.extras["epochs"] = step / steps_per_epoch
+    result.extras["epochs"] = state["step"] / steps_per_epoch
+    if writer is not None:
+        for name, value in result.throughput.items():
+            writer.scalar(f"summary/steady_{name}", value, state["step"])
+        writer.close()
     return result

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -116,6 +117,28 @@ class TorchEngine(Engine):
             env["device_name"] = torch.cuda.get_device_name(self.device)
         return env
 
+    def save_checkpoint(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        state = {"model": self.impl.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "scaler": self.scaler.state_dict(), "cpu_rng": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        tmp = directory / "state.pt.tmp"
+        torch.save(state, tmp)
+        tmp.replace(directory / "state.pt")
+
+    def load_checkpoint(self, directory: Path) -> None:
+        state = torch.load(directory / "state.pt", map_location=self.device, weights_only=False)
+        self.impl.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        torch.set_rng_state(state["cpu_rng"])
+        if "cuda_rng" in state:
+            torch.cuda.set_rng_state(state["cuda_rng"], self.device)
+
+    def summary_writer(self, logdir: Path) -> _Writer:
+        return _Writer(logdir)
+
     def extras(self) -> dict[str, Any]:
         if self.spec.execution is not Execution.GRAPH:
             return {}
@@ -123,3 +146,21 @@ class TorchEngine(Engine):
 
         return {"dynamo_frames_compiled": int(counters["stats"]["unique_graphs"]),
                 "dynamo_graph_breaks": int(sum(counters["graph_break"].values()))}
+
+
+class _Writer:
+    """TensorBoard events through ``torch.utils.tensorboard`` (needs the ``tensorboard`` package)."""
+
+    def __init__(self, logdir: Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._writer = SummaryWriter(str(logdir))
+
+    def scalar(self, tag: str, value: float, step: int) -> None:
+        self._writer.add_scalar(tag, value, step)
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
