@@ -121,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff.store import Store
     from bakeoff.suite import load_suite
 
-    suite = load_suite(args.suite) if args.suite or not args.workload else _adhoc_suite(args)
+    suite = load_suite(args.suite or "quick") if args.suite or not args.workload else _adhoc_suite(args)
     timeout = args.timeout or suite.timeout_s
     console.print(f"[bold]{suite.name}[/]: {len(suite.specs)} trials from {suite.source}; store {args.store}")
     with Store(args.store) as store, RunProgress(len(suite.specs)) as progress:
