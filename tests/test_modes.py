@@ -90,3 +90,39 @@ def test_interrupted_trial_resumes_to_the_same_losses(tmp_path, monkeypatch, fra
 
     assert steps("train/loss") == list(range(1, 9))  # both attempts wrote into the same run
     assert steps("eval/accuracy") == [8]
+
+
+def test_batch_size_candidates_and_memory_sizes():
+    from bakeoff.batch_search import _sizes, parse_size
+
+    assert _sizes(8, None, 100) == [8, 16, 32, 64]
+    assert _sizes(8, 24, 100) == [24, 48, 72, 96]
+    assert _sizes(8, None, 5) == [5]  # a training set smaller than the first candidate
+    assert parse_size("6GiB") == 6 * 2**30 and parse_size("512 MiB") == 512 * 2**20 and parse_size("2g") == 2**31
+    assert parse_size("1000") == 1000
+    with pytest.raises(SpecError, match="cannot read memory size 'lots'"):
+        parse_size("lots")
+
+
+@pytest.mark.skipif(not registry.installed("torch"), reason="needs torch")
+def test_auto_batch_size_finds_the_largest_power_of_two_under_the_cap(tmp_path):
+    import sqlite3
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", "--workload", "text_classifier", "--framework",
+                        "torch", "--execution", "eager", "--batch-size", "auto", "--memory-cap", "900MiB",
+                        "--max-steps", "3", "--store", "r.sqlite", "--no-report"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert r.returncode in (0, 1), r.stderr
+    [(raw,)] = sqlite3.connect(tmp_path / "r.sqlite").execute("SELECT result FROM trials").fetchall()
+    result = __import__("json").loads(raw)
+    search = result["extras"]["batch_search"]
+    found, probes = search["batch_size"], search["probes"]
+    assert found >= 8 and found & (found - 1) == 0  # a power of two
+    assert [p["batch_size"] for p in probes] == [8 * 2**i for i in range(len(probes))]
+    assert all(p["status"] == "ok" for p in probes[:-1]) and probes[-1]["batch_size"] == 2 * found
+    assert probes[-1]["status"] == "out_of_memory" and "passed the cap of 900 MiB" in probes[-1]["reason"]
+    assert search["peak_memory_bytes"] <= 900 * 2**20
+    assert result["spec"]["batch_size"] == found and result["examples_per_step"] == found
+    assert f"batch size for torch/eager: {found}" in r.stdout

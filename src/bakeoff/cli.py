@@ -51,7 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--execution", type=_csv, default=["eager", "graph"],
                       help="comma-separated modes: eager, graph, xla (default: eager,graph)")
     grid.add_argument("--repeats", type=int, default=1, help="repeats per configuration, seeds seed..seed+N-1")
-    grid.add_argument("--batch-size", type=int, default=32)
+    grid.add_argument("--batch-size", default="32",
+                      help="examples per micro-batch, or 'auto': the largest that fits under --memory-cap")
+    grid.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default: 1)")
+    grid.add_argument("--precision", type=_csv, default=["fp32"], help="comma-separated: fp32, bf16, fp16")
+    grid.add_argument("--memory-cap", help="with --batch-size auto on CPU: resident-memory cap per trial, e.g. 6GiB "
+                                           "(default: half the machine's memory)")
+    grid.add_argument("--batch-step", type=int, help="with --batch-size auto: grow by this step, not by doubling")
+    grid.add_argument("--checkpoint-every", type=int, default=0,
+                      help="checkpoint every N steps; an interrupted trial resumes from its last checkpoint")
     grid.add_argument("--max-steps", type=int)
     grid.add_argument("--max-epochs", type=float)
     grid.add_argument("--max-seconds", type=float, help="training-clock budget per trial")
@@ -106,13 +114,24 @@ def _adhoc_suite(args: argparse.Namespace):  # -> Suite
     budget = dict(max_steps=args.max_steps, max_epochs=args.max_epochs, max_seconds=args.max_seconds)
     if all(v is None for v in budget.values()):
         budget["max_epochs"] = 1.0
-    specs = [RunSpec(workload=args.workload, preset=args.preset, framework=fw, execution=ex, repeat=r,
-                     seed=args.seed + r, batch_size=args.batch_size, eval_every=args.eval_every,
-                     stop_at_target=args.stop_at_target, threads=args.threads, device=args.device,
+    auto = args.batch_size == "auto"
+    if not auto and not args.batch_size.isdigit():
+        raise SpecError(f"--batch-size must be a positive integer or 'auto', got {args.batch_size!r}")
+    specs = [RunSpec(workload=args.workload, preset=args.preset, framework=fw, execution=ex, precision=precision,
+                     repeat=r, seed=args.seed + r, batch_size=1 if auto else int(args.batch_size),
+                     grad_accum=args.grad_accum, eval_every=args.eval_every, stop_at_target=args.stop_at_target,
+                     threads=args.threads, device=args.device, checkpoint_every=args.checkpoint_every,
                      data=_key_values(args.data, "--data"), **budget)
-             for r in range(args.repeats) for fw in args.framework for ex in args.execution]
+             for r in range(args.repeats) for fw in args.framework for ex in args.execution
+             for precision in args.precision]
+    auto_batch = None
+    if auto:
+        from bakeoff.batch_search import parse_size
+
+        auto_batch = {"memory_cap": parse_size(args.memory_cap) if args.memory_cap else None,
+                      "step": args.batch_step}
     return Suite(name=f"adhoc-{args.workload}", description="trials from command-line flags", specs=specs,
-                 timeout_s=900, weights={}, qualitative={}, source="command line")
+                 timeout_s=900, weights={}, qualitative={}, source="command line", auto_batch=auto_batch)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -124,15 +143,39 @@ def cmd_run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite or "quick") if args.suite or not args.workload else _adhoc_suite(args)
     timeout = args.timeout or suite.timeout_s
     console.print(f"[bold]{suite.name}[/]: {len(suite.specs)} trials from {suite.source}; store {args.store}")
-    with Store(args.store) as store, RunProgress(len(suite.specs)) as progress:
-        summary = runner.run(suite.specs, store, suite.name, timeout_s=timeout, fresh=args.fresh,
-                             retry_failed=args.retry_failed, progress=progress)
-        results = store.results(suite=suite.name, keys=[s.key() for s in suite.specs])
+    specs, annotations = suite.specs, {}
+    if suite.auto_batch is not None:
+        specs, annotations = _search_batch_sizes(suite, args.store.parent / "logs", timeout)
+    with Store(args.store) as store, RunProgress(len(specs)) as progress:
+        summary = runner.run(specs, store, suite.name, timeout_s=timeout, fresh=args.fresh,
+                             retry_failed=args.retry_failed, progress=progress, annotations=annotations)
+        results = store.results(suite=suite.name, keys=[s.key() for s in specs])
     console.print(f"ran {len(summary.ran)} trials, skipped {len(summary.skipped)} already in the store")
     if not args.no_report:
         _write_report(results, args.out or DEFAULT_REPORTS / suite.name, suite.weights, suite.qualitative,
                       f"bakeoff: {suite.name}")
     return 0 if all(r.status.value == "ok" for r in results) else 1
+
+
+def _search_batch_sizes(suite, log_dir: Path, timeout: float):  # -> (specs, annotations)
+    from bakeoff import batch_search, runner
+    from bakeoff.console import console
+
+    def show(probe, status) -> None:
+        console.print(f"  batch-size probe {probe.label()} batch {probe.batch_size}: {status.value}")
+
+    sizes = runner.validate(suite.specs)
+    specs, records = batch_search.resolve(suite.specs, sizes, log_dir, suite.auto_batch["memory_cap"],
+                                          suite.auto_batch["step"], timeout, progress=show)
+    shown: set[str] = set()
+    for spec in specs:
+        if spec.label() not in shown:
+            shown.add(spec.label())
+            record = records[spec.key()]
+            peak = record["peak_memory_bytes"] or 0
+            console.print(f"batch size for {spec.label()}: {record['batch_size']} "
+                          f"(peak memory {peak / 2**20:,.0f} MiB, {record['memory_kind']})")
+    return specs, {key: {"batch_search": record} for key, record in records.items()}
 
 
 def _write_report(results, out: Path, weights: dict, qualitative: dict, title: str) -> None:

@@ -36,11 +36,12 @@ class RunSummary:
     skipped: list[RunSpec]
 
 
-def validate(specs: Sequence[RunSpec]) -> None:
+def validate(specs: Sequence[RunSpec]) -> dict[tuple, int]:
     """Check, before any trial starts, everything that can be checked without a framework.
 
     Unknown workloads and presets raise :class:`SpecError`; unusable data raises ``DataError``. Each distinct
-    (workload, data) pair is loaded once, here in the parent, with numpy only.
+    (workload, data) pair is loaded once, here in the parent, with numpy only. Returns the training-set size
+    of each (workload, preset, data).
     """
     train_sizes: dict[tuple, int] = {}
     for spec in specs:
@@ -54,6 +55,7 @@ def validate(specs: Sequence[RunSpec]) -> None:
             raise SpecError(f"one step needs batch_size × grad_accum = {spec.batch_size} × {spec.grad_accum} = "
                             f"{examples} examples, more than the {available} in the training set of "
                             f"{spec.workload}: lower batch_size or grad_accum")
+    return train_sizes
 
 
 def _trial_env(spec: RunSpec, tmp: str) -> dict[str, str]:
@@ -73,12 +75,43 @@ def _failure(spec: RunSpec, status: Status, reason: str) -> TrialResult:
     return TrialResult(spec=spec.to_dict(), key=spec.key(), status=status, reason=reason)
 
 
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float, memory_cap: int | None) -> tuple[int | None, str]:
+    """Wait for the trial; kill its process group on timeout or when its RSS passes ``memory_cap``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return proc.wait(timeout=0.05 if memory_cap else max(0.0, deadline - time.monotonic())), ""
+        except subprocess.TimeoutExpired:
+            rss = _rss_bytes(proc.pid) if memory_cap else 0
+            if memory_cap and rss > memory_cap:
+                why = f"resident memory {rss / 2**20:.0f} MiB passed the cap of {memory_cap / 2**20:.0f} MiB; killed"
+            elif time.monotonic() >= deadline:
+                why = f"no result after {timeout_s:.0f} s; killed"
+            else:
+                continue
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return None, why
+
+
 def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path | None = None,
-            tensorboard_dir: Path | None = None) -> TrialResult:
+            tensorboard_dir: Path | None = None, memory_cap: int | None = None) -> TrialResult:
     """Run one spec in a fresh interpreter; a crash, hang or kill becomes a result, never an exception.
 
     A checkpoint left in ``checkpoint_dir`` by an interrupted attempt is resumed from; it is deleted once the
-    trial succeeds. ``tensorboard_dir`` receives the trial's TensorBoard event files.
+    trial succeeds. ``tensorboard_dir`` receives the trial's TensorBoard event files. With ``memory_cap`` (bytes),
+    the trial is killed and recorded as out of memory when its resident set grows past it.
     """
     if spec.framework.value not in registry.ENGINES:
         return _failure(spec, Status.UNSUPPORTED, f"bakeoff has no {spec.framework} engine yet")
@@ -97,12 +130,10 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
             proc = subprocess.Popen(command,
                                     stdout=log_file, stderr=subprocess.STDOUT, env=_trial_env(spec, tmp),
                                     start_new_session=True)  # its own process group: a timeout kills it all
-            try:
-                code = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                return _failure(spec, Status.TIMEOUT, f"no result after {timeout_s:.0f} s; killed (log: {log_path})")
+            code, killed = _wait(proc, timeout_s, memory_cap)
+            if killed:
+                status = Status.TIMEOUT if killed.startswith("no result") else Status.OUT_OF_MEMORY
+                return _failure(spec, status, f"{killed} (log: {log_path})")
         if result_path.exists():
             result = TrialResult.from_dict(json.loads(result_path.read_text()))
             result.extras["log"] = str(log_path)
@@ -122,8 +153,11 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
 
 def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 900,
         fresh: bool = False, retry_failed: bool = False, log_dir: Path | None = None,
-        progress: Progress | None = None) -> RunSummary:
-    """Run every spec not already recorded (see module docstring), storing each result as it finishes."""
+        progress: Progress | None = None, annotations: dict[str, dict] | None = None) -> RunSummary:
+    """Run every spec not already recorded (see module docstring), storing each result as it finishes.
+
+    ``annotations`` maps spec keys to extras recorded with that trial's result (e.g. its batch-size search).
+    """
     validate(specs)
     recorded = store.statuses()
     log_dir = log_dir or store.path.parent / "logs"
@@ -140,6 +174,7 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
         root = store.path.parent
         tensorboard = root / "tensorboard" / suite / f"{spec.label().replace('/', '_')}-seed{spec.seed}-{spec.key()}"
         result = run_one(spec, timeout_s, log_dir, root / "checkpoints" / spec.key(), tensorboard)
+        result.extras.update((annotations or {}).get(spec.key(), {}))
         store.put(result, suite)
         summary.ran.append(result)
         log.info("%s %s: %s %s", spec.label(), spec.key(), result.status.value, result.reason)

@@ -15,6 +15,10 @@ A suite names default spec fields, a matrix of values to cross, and how many rep
     framework = ["torch", "tensorflow"]
     execution = ["eager", "graph"]
 
+    [batch_search]              # with defaults.batch_size = "auto": the largest batch that fits, searched per
+    memory_cap = "6GiB"         # configuration in fresh processes (CPU: resident-memory cap, default half the RAM)
+    step = 16                   # optional: grow by this step instead of doubling
+
     [[exclude]]                 # optional: drop combinations matching all the given fields
     framework = "torch"
     execution = "xla"
@@ -42,7 +46,7 @@ from typing import Any
 from bakeoff.spec import RunSpec, SpecError
 
 TOP_LEVEL = ("name", "description", "repeats", "timeout_s", "defaults", "matrix", "exclude", "weights",
-             "qualitative")
+             "qualitative", "batch_search")
 SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec))
 
 
@@ -55,6 +59,7 @@ class Suite:
     weights: dict[str, float]
     qualitative: dict[str, dict[str, float]]
     source: str
+    auto_batch: dict[str, Any] | None = None  # batch_size = "auto": {"memory_cap": bytes|None, "step": int|None}
 
 
 def shipped_suites() -> list[str]:
@@ -116,6 +121,18 @@ def parse_suite(text: str, source: str = "<suite>") -> Suite:
     if not isinstance(excludes, list) or not all(isinstance(e, dict) for e in excludes):
         raise fail("exclude", "use [[exclude]] tables")
 
+    auto_batch = None
+    if defaults.get("batch_size") == "auto":
+        options = raw.get("batch_search", {})
+        unknown = sorted(set(options) - {"memory_cap", "step"})
+        if unknown:
+            raise fail("batch_search", f"unknown key(s) {', '.join(unknown)} in [batch_search]; "
+                                       "accepted: memory_cap, step")
+        from bakeoff.batch_search import parse_size
+
+        cap = options.get("memory_cap")
+        auto_batch = {"memory_cap": parse_size(cap) if cap is not None else None, "step": options.get("step")}
+        defaults = {**defaults, "batch_size": 1}  # placeholder: replaced by the searched size before running
     keys = list(matrix)
     specs: list[RunSpec] = []
     base_seed = int(defaults.get("seed", 0))
@@ -139,4 +156,4 @@ def parse_suite(text: str, source: str = "<suite>") -> Suite:
     qualitative = {c: {f: float(s) for f, s in scores.items()} for c, scores in raw.get("qualitative", {}).items()}
     return Suite(name=str(raw.get("name", Path(source).stem)), description=str(raw.get("description", "")),
                  specs=specs, timeout_s=float(raw.get("timeout_s", 900)), weights=weights,
-                 qualitative=qualitative, source=source)
+                 qualitative=qualitative, source=source, auto_batch=auto_batch)

@@ -1,0 +1,101 @@
+"""``--batch-size auto``: the largest batch that trains without running out of memory, probed in fresh processes.
+
+Each probe is a real trial of a few steps (first step, compile included, and two more) in its own process, so a
+probe that runs out of memory cannot poison the next one. On CPU the memory limit is a cap on the trial
+process's resident set (default: half the machine's memory), enforced by the runner; on a GPU it is the
+device's memory, and the framework's own out-of-memory error ends the probe. Sizes grow as powers of two, or by
+a fixed step when one is given, until a probe fails or the training set is exhausted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from bakeoff import runner
+from bakeoff.spec import RunSpec, SpecError, Status
+
+PROBE_STEPS = 3
+
+
+@dataclasses.dataclass
+class SearchResult:
+    batch_size: int
+    peak_memory_bytes: int | None
+    memory_kind: str
+    probes: list[dict]  # every probe: batch_size, status, peak memory, reason
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def default_memory_cap() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+
+
+def parse_size(text: str) -> int:
+    """``"6GiB"``, ``"512MiB"``, ``"2G"`` or plain bytes → bytes (K, M, G, T are binary units either way)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
+    if not match:
+        raise SpecError(f"cannot read memory size {text!r}; write e.g. 6GiB, 512MiB or 2G")
+    return int(float(match[1]) * 1024 ** " kmgt".index(match[2].lower() or " "))
+
+
+def search(spec: RunSpec, train_size: int, log_dir: Path, memory_cap: int | None = None, step: int | None = None,
+           start: int = 8, timeout_s: float = 900,
+           progress: Callable[[RunSpec, Status], None] | None = None) -> SearchResult:
+    """Find the largest trainable batch size for ``spec`` (its own batch_size is ignored)."""
+    cap = memory_cap or default_memory_cap()
+    sizes = _sizes(start, step, train_size // spec.grad_accum)
+    probes: list[dict] = []
+    best: dict | None = None
+    for size in sizes:
+        probe = dataclasses.replace(spec, batch_size=size, max_steps=PROBE_STEPS, max_epochs=None, max_seconds=None,
+                                    eval_every=10**9, warmup_steps=0, stop_at_target=False, checkpoint_every=0)
+        result = runner.run_one(probe, timeout_s, log_dir, memory_cap=cap)
+        row = {"batch_size": size, "status": result.status.value, "peak_memory_bytes": result.peak_memory_bytes,
+               "memory_kind": result.memory_kind, "reason": result.reason}
+        probes.append(row)
+        if progress:
+            progress(probe, result.status)
+        if result.status is not Status.OK:
+            break
+        if result.memory_kind.startswith("rss") and result.peak_memory_bytes and result.peak_memory_bytes > cap:
+            row["status"], row["reason"] = "out_of_memory", "peak resident memory passed the cap"
+            break
+        best = row
+    if best is None:
+        first = probes[0]
+        raise SpecError(f"no batch size fits for {spec.label()}: batch {first['batch_size']} ended "
+                        f"{first['status']} ({first['reason'][:200]})")
+    return SearchResult(batch_size=best["batch_size"], peak_memory_bytes=best["peak_memory_bytes"],
+                        memory_kind=best["memory_kind"], probes=probes)
+
+
+def _sizes(start: int, step: int | None, limit: int) -> list[int]:
+    sizes, size = [], (step or start)
+    while size <= limit:
+        sizes.append(size)
+        size = size + step if step else size * 2
+    return sizes or [limit]
+
+
+def resolve(specs: Sequence[RunSpec], train_sizes: dict[tuple, int], log_dir: Path, memory_cap: int | None,
+            step: int | None, timeout_s: float,
+            progress: Callable[[RunSpec, Status], None] | None = None) -> tuple[list[RunSpec], dict[str, dict]]:
+    """Search once per configuration (seeds and repeats share it); return the specs with the found sizes and
+    the search record per new spec key."""
+    found: dict[RunSpec, SearchResult] = {}
+    out, records = [], {}
+    for spec in specs:
+        config = dataclasses.replace(spec, seed=0, repeat=0, batch_size=1)
+        if config not in found:
+            size = train_sizes[(spec.workload, spec.preset, spec.data)]
+            found[config] = search(spec, size, log_dir, memory_cap, step, timeout_s=timeout_s, progress=progress)
+        resolved = dataclasses.replace(spec, batch_size=found[config].batch_size)
+        out.append(resolved)
+        records[resolved.key()] = found[config].to_dict()
+    return out, records
