@@ -14,25 +14,19 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
 import time
+
+from _common import build_engine, in_child
 
 STEPS, ROUNDS = 40, 7
 
 
 def measure(framework: str) -> dict[str, float]:
-    from bakeoff import registry
     from bakeoff.engines.base import train
-    from bakeoff.spec import RunSpec, Status, TrialResult
+    from bakeoff.spec import Status, TrialResult
 
-    spec = RunSpec(workload="text_classifier", framework=framework, max_steps=STEPS, eval_every=10**9,
-                   warmup_steps=0, device="cpu")
-    workload = registry.workload("text_classifier")
-    data = workload.load_data(spec)
-    config = workload.config(spec.preset, spec, data)
-    engine = registry.engine_class(framework)(spec, workload, config)
-    engine.setup(workload.init_weights(config, 0))
+    engine, workload, data, spec = build_engine(framework, max_steps=STEPS, eval_every=10**9, warmup_steps=0)
     batches = list(workload.batches(data.train, spec.batch_size, spec.seed, 0))[:STEPS]
     for batch in batches[:5]:
         engine.train_step([batch])  # warm up: the first step's compile is not overhead
@@ -90,8 +84,7 @@ def main() -> None:
         json.dump(measure(frameworks[1]), sys.stdout)
         return
     for fw in frameworks:
-        out = subprocess.run([sys.executable, __file__, "--child", fw], check=True, capture_output=True, text=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
+        r = in_child(__file__, fw)
         overhead = r["measured_s"] / r["bare_s"] - 1
         direct = r["bookkeeping_s"] / r["bare_s"]
         sys.stdout.write(f"{fw}: bare {r['bare_s'] * 1e3:.2f} ms/step, measured loop {r['measured_s'] * 1e3:.2f} "

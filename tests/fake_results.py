@@ -36,10 +36,10 @@ def environment(framework: str) -> dict:
 def trial(framework: str, execution: str, *, repeat: int = 0, seed: int = 0, examples_per_s: float = 500.0,
           first_step_s: float = 0.5, time_to_target_s: float | None = None, final_metric: float = 0.8,
           peak_mib: float = 400.0, import_s: float = 2.0, build_s: float = 0.1, preset: str = "tiny",
-          target: float | None = TARGET) -> TrialResult:
+          target: float | None = TARGET, precision: str = "fp32") -> TrialResult:
     """One successful trial whose every field agrees with the numbers given."""
     spec = RunSpec(workload="text_classifier", framework=framework, execution=execution, preset=preset,
-                   max_steps=STEPS, seed=seed, repeat=repeat, batch_size=BATCH, eval_every=10)
+                   max_steps=STEPS, seed=seed, repeat=repeat, batch_size=BATCH, eval_every=10, precision=precision)
     steady = BATCH / examples_per_s
     steps = [first_step_s] + [steady] * (STEPS - 1)
     train_end = sum(steps)

@@ -56,7 +56,7 @@ def test_missing_values_carry_their_reason(report):
     md = report["markdown"].read_text()
     table = section(md, "Configurations")
     rows = {row[0]: row for row in table_rows(table)}
-    assert rows["tensorflow/eager"][5] == "— (0/3) [1]"
+    assert rows["tensorflow/eager"][5] == "not reached, best 0.75 (0/3) [1]"
     assert set(rows["tensorflow/xla"][2:]) == {"— [2]"}
     assert "- [1] tensorflow/eager: target not reached in 3/3 trials" in table
     assert ("- [2] tensorflow/xla: not measured: 1 trial failed: UnimplementedError: XLA compilation is not "
@@ -139,3 +139,19 @@ def test_importing_the_report_does_not_import_matplotlib():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(src)})
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_mode_effects_compare_each_mode_with_its_fp32_baseline(tmp_path):
+    from fake_results import trial
+
+    results = [trial("torch", "eager", examples_per_s=400, peak_mib=400, final_metric=0.80, time_to_target_s=3.0),
+               trial("torch", "eager", precision="bf16", examples_per_s=600, peak_mib=300, final_metric=0.79,
+                     time_to_target_s=2.5),
+               trial("tensorflow", "graph", precision="bf16", examples_per_s=500, final_metric=0.70)]
+    md = render_report(results, tmp_path)["markdown"].read_text()
+    section = md.split("### What each mode buys", 1)[1].split("###", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| torch")]
+    # bf16 against fp32: 1.5× the throughput, 0.75× the memory; TF bf16 has no fp32 baseline, so no row
+    assert rows == ["| torch/eager/bf16 | torch/eager | 1.50× | 0.75× | 0.79 vs 0.8 | 2.5 vs 3 |"]
+    assert "tensorflow/graph/bf16 |" not in section
+    assert "not reached, best 0.7 (0/1)" in md  # time to target for the TF trial that never got there

@@ -62,8 +62,11 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
         reached = f" ({c.reached}/{c.n_ok})" if c.n_ok else ""
         row = [c.label, f"{c.n_ok}/{c.n_total}", _value(c, "examples_per_s", notes, spread=True)]
         row += [_value(c, "tokens_per_s", notes, spread=True)] if tokens else []
+        to_target = _value(c, "time_to_target_s", notes, suffix=reached)
+        if c.n_ok and not c.reached and c.best_metric is not None:
+            to_target = to_target.replace("—", f"not reached, best {fmt(c.best_metric.median)}", 1)
         row += [_value(c, "first_step_s", notes), _value(c, "steady_step_s", notes, scale=1000),
-                _value(c, "time_to_target_s", notes, suffix=reached), _value(c, "final_metric", notes),
+                to_target, _value(c, "final_metric", notes),
                 _value(c, "peak_memory_bytes", notes, scale=1 / MIB), _value(c, "import_s", notes),
                 _value(c, "build_s", notes)]
         rows.append(row)
@@ -73,6 +76,41 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
                             "full range with fewer than 4 trials) — treat differences in it with suspicion")
     footnotes.append("Medians over successful trials; time to target is the median over the trials that reached it.")
     return Table(header, rows, footnotes)
+
+
+def _mode_effects_table(configs: Sequence[ConfigSummary]) -> Table | None:
+    """Each mixed-precision or accumulation configuration against its plain baseline: same framework and execution,
+    fp32, no accumulation, the same number of examples per optimizer step."""
+
+    def shape(c: ConfigSummary) -> tuple:
+        s = c.trials[0].run_spec
+        return s.framework, s.execution, s.precision.value, s.grad_accum, s.batch_size * s.grad_accum
+
+    def ratio(a: Summary | None, b: Summary | None) -> str:
+        return f"{a.median / b.median:.2f}×" if a and b and b.median else "—"
+
+    by_shape = {shape(c): c for c in configs if c.trials}
+    rows = []
+    for c in configs:
+        framework, execution, precision, accum, per_step = shape(c) if c.trials else (None,) * 5
+        if framework is None or (precision == "fp32" and accum == 1):
+            continue
+        base = by_shape.get((framework, execution, "fp32", 1, per_step))
+        if base is None:
+            continue
+        quality = f"{fmt(c.final_metric.median) if c.final_metric else '—'} vs " \
+                  f"{fmt(base.final_metric.median) if base.final_metric else '—'}"
+        to_target = f"{fmt(c.time_to_target_s.median) if c.time_to_target_s else 'not reached'} vs " \
+                    f"{fmt(base.time_to_target_s.median) if base.time_to_target_s else 'not reached'}"
+        rows.append([c.label, base.label, ratio(c.examples_per_s, base.examples_per_s),
+                     ratio(c.peak_memory_bytes, base.peak_memory_bytes), quality, to_target])
+    if not rows:
+        return None
+    return Table(["mode", "against", "throughput", "peak memory", "final metric (mode vs baseline)",
+                  "time to target s (mode vs baseline)"], rows,
+                 ["Ratios of medians: throughput above 1× is faster, peak memory below 1× is smaller. The baseline is "
+                  "the same framework and execution in fp32 without accumulation, with as many examples per step."],
+                 align="llrrll")
 
 
 def _scores_table(decision: Decision) -> Table:
@@ -171,6 +209,9 @@ def _section(configs: Sequence[ConfigSummary], decision: Decision, qualitative: 
         Heading(3, "Configurations"),
         _comparison_table(configs),
     ]
+    effects = _mode_effects_table(configs)
+    if effects is not None:
+        blocks += [Heading(3, "What each mode buys"), effects]
     if decision.configs:
         blocks += [Heading(3, "Scores (every mode)"), _scores_table(decision)]
     blocks += [Heading(3, "Weights"), _weights_table(decision, qualitative),
