@@ -43,7 +43,7 @@ def test_help_is_fast_path_and_imports_no_framework():
     (["run", "--workload", "text_classifier", "--framework", "mxnet"], "accepted: torch, tensorflow, jax"),
     (["run", "--workload", "text_classifier", "--execution", "jit"], "accepted: eager, graph, xla"),
     (["run", "--workload", "text_classifier", "--preset", "huge"], "unknown preset 'huge'.*tiny, small, paper"),
-    (["run", "--suite", "nope"], "unknown suite 'nope'; shipped suites: quick"),
+    (["run", "--suite", "nope"], "unknown suite 'nope'; shipped suites: modes, quick"),
     (["run", "--workload", "text_classifier", "--data", "train=missing.csv"], "missing.csv"),
 ])
 def test_bad_input_exits_2_with_accepted_values_and_writes_nothing(tmp_path, args, message):

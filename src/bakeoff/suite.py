@@ -19,6 +19,12 @@ A suite names default spec fields, a matrix of values to cross, and how many rep
     memory_cap = "6GiB"         # configuration in fresh processes (CPU: resident-memory cap, default half the RAM)
     step = 16                   # optional: grow by this step instead of doubling
 
+    [[variant]]                 # optional: sets of fields that go together, crossed with the matrix
+    precision = "bf16"          # (e.g. fp32 / bf16 / 4 micro-batches of 8 against one batch of 32)
+    [[variant]]
+    batch_size = 8
+    grad_accum = 4
+
     [[exclude]]                 # optional: drop combinations matching all the given fields
     framework = "torch"
     execution = "xla"
@@ -45,8 +51,8 @@ from typing import Any
 
 from bakeoff.spec import RunSpec, SpecError
 
-TOP_LEVEL = ("name", "description", "repeats", "timeout_s", "defaults", "matrix", "exclude", "weights",
-             "qualitative", "batch_search")
+TOP_LEVEL = ("name", "description", "repeats", "timeout_s", "defaults", "matrix", "variant", "exclude",
+             "weights", "qualitative", "batch_search")
 SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec))
 
 
@@ -104,7 +110,10 @@ def parse_suite(text: str, source: str = "<suite>") -> Suite:
             raise fail(key, f"unknown key {key!r}; accepted: {', '.join(TOP_LEVEL)}")
     defaults: dict[str, Any] = raw.get("defaults", {})
     matrix: dict[str, Any] = raw.get("matrix", {})
-    for table, fields in (("defaults", defaults), ("matrix", matrix)):
+    variants: list[dict[str, Any]] = raw.get("variant", [{}])
+    if not isinstance(variants, list) or not all(isinstance(v, dict) for v in variants):
+        raise fail("variant", "use [[variant]] tables")
+    for table, fields in (("defaults", defaults), ("matrix", matrix), *(("variant", v) for v in variants)):
         if not isinstance(fields, dict):
             raise fail(table, f"[{table}] must be a table")
         for key in fields:
@@ -139,8 +148,8 @@ def parse_suite(text: str, source: str = "<suite>") -> Suite:
     # Repeat-major order: repeat 0 of every configuration, then repeat 1, ... so slow drift of the machine
     # (thermal, background load) spreads over all configurations instead of hitting one.
     for repeat in range(repeats):
-        for combo in itertools.product(*(matrix[k] for k in keys)):
-            fields = {**defaults, **dict(zip(keys, combo, strict=True))}
+        for combo, variant in itertools.product(itertools.product(*(matrix[k] for k in keys)), variants):
+            fields = {**defaults, **dict(zip(keys, combo, strict=True)), **variant}
             if any(all(str(fields.get(k)) == str(v) for k, v in e.items()) for e in excludes):
                 continue
             fields.update(repeat=repeat, seed=base_seed + repeat)

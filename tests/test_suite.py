@@ -1,0 +1,68 @@
+"""Suite files expand into RunSpecs exactly as documented; mistakes name the line."""
+
+from __future__ import annotations
+
+import pytest
+
+from bakeoff.spec import SpecError
+from bakeoff.suite import load_suite, parse_suite, shipped_suites
+
+SUITE = """
+name = "s"
+repeats = 2
+[defaults]
+workload = "text_classifier"
+max_steps = 5
+seed = 10
+[matrix]
+framework = ["torch", "tensorflow"]
+execution = ["eager", "xla"]
+[[variant]]
+precision = "fp32"
+[[variant]]
+batch_size = 8
+grad_accum = 4
+[[exclude]]
+framework = "torch"
+execution = "xla"
+[weights]
+throughput = 0.5
+[qualitative.team_familiarity]
+torch = 4
+"""
+
+
+def test_matrix_variants_excludes_and_repeats_expand_in_repeat_major_order():
+    suite = parse_suite(SUITE)
+    labels = [(s.repeat, s.seed, s.label()) for s in suite.specs]
+    one_repeat = ["torch/eager", "torch/eager/accum4", "tensorflow/eager", "tensorflow/eager/accum4",
+                  "tensorflow/xla", "tensorflow/xla/accum4"]
+    assert labels == [(0, 10, x) for x in one_repeat] + [(1, 11, x) for x in one_repeat]
+    assert {s.batch_size for s in suite.specs if s.grad_accum == 4} == {8}
+    assert len({s.key() for s in suite.specs}) == 12
+    assert suite.weights == {"throughput": 0.5} and suite.qualitative == {"team_familiarity": {"torch": 4.0}}
+
+
+def test_auto_batch_size_is_recorded_for_the_search():
+    suite = parse_suite('[defaults]\nworkload = "text_classifier"\nframework = "torch"\nmax_steps = 2\n'
+                        'batch_size = "auto"\n[batch_search]\nmemory_cap = "2GiB"\nstep = 16\n')
+    assert suite.auto_batch == {"memory_cap": 2 * 2**30, "step": 16}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('colour = "red"\n', "line 1: unknown key 'colour'"),
+    ('[defaults]\nworkload = "text_classifier"\nframework = "torch"\n[matrix]\nexecution = "eager"\n',
+     "line 5: \\[matrix\\] execution must be a non-empty list"),
+    ('[defaults]\nworkload = "text_classifier"\nframework = "torch"\n', "needs a budget"),
+    ('[defaults]\nframework = "torch"\nmax_steps = 1\n', "needs a workload and a framework"),
+    ('repeats = 0\n[defaults]\nworkload = "w"\n', "line 1: repeats must be a positive integer"),
+])
+def test_mistakes_name_the_line_and_the_problem(text, message):
+    with pytest.raises(SpecError, match=message):
+        parse_suite(text, "t.toml")
+
+
+def test_every_shipped_suite_loads():
+    assert set(shipped_suites()) >= {"quick", "modes"}
+    for name in shipped_suites():
+        assert load_suite(name).specs
