@@ -155,3 +155,14 @@ def test_mode_effects_compare_each_mode_with_its_fp32_baseline(tmp_path):
     assert rows == ["| torch/eager/bf16 | torch/eager | 1.50× | 0.75× | 0.79 vs 0.8 | 2.5 vs 3 |"]
     assert "tensorflow/graph/bf16 |" not in section
     assert "not reached, best 0.7 (0/1)" in md  # time to target for the TF trial that never got there
+
+
+def test_batch_size_search_is_reported(tmp_path):
+    from fake_results import trial
+
+    r = trial("torch", "eager")
+    r.extras["batch_search"] = {"batch_size": 128, "peak_memory_bytes": 875 * 2**20, "memory_kind": "rss_high_water",
+                                "probes": [{"batch_size": 128, "status": "ok"}, {"batch_size": 256,
+                                                                                 "status": "out_of_memory"}]}
+    md = render_report([r], tmp_path)["markdown"].read_text()
+    assert "| torch/eager | 128 | 875 | rss_high_water | 128 ok, 256 out_of_memory |" in md

@@ -113,6 +113,22 @@ def _mode_effects_table(configs: Sequence[ConfigSummary]) -> Table | None:
                  align="llrrll")
 
 
+def _batch_search_table(configs: Sequence[ConfigSummary]) -> Table | None:
+    rows = []
+    for c in configs:
+        search = next((r.extras["batch_search"] for r in c.trials if "batch_search" in r.extras), None)
+        if search:
+            peak = search.get("peak_memory_bytes")
+            tried = ", ".join(f"{p['batch_size']} {p['status']}" for p in search["probes"])
+            rows.append([c.label, str(search["batch_size"]), fmt(peak / MIB) if peak else "—",
+                         search.get("memory_kind", ""), tried])
+    if not rows:
+        return None
+    return Table(["configuration", "batch size found", "peak memory MiB at it", "memory probe", "probes"], rows,
+                 ["Each probe ran a few steps in its own process; the largest that stayed under the memory cap won."],
+                 align="lrrll")
+
+
 def _scores_table(decision: Decision) -> Table:
     criteria = list(decision.weights)
     best = {f.label for f in decision.ranking}
@@ -212,6 +228,9 @@ def _section(configs: Sequence[ConfigSummary], decision: Decision, qualitative: 
     effects = _mode_effects_table(configs)
     if effects is not None:
         blocks += [Heading(3, "What each mode buys"), effects]
+    searched = _batch_search_table(configs)
+    if searched is not None:
+        blocks += [Heading(3, "Batch-size search"), searched]
     if decision.configs:
         blocks += [Heading(3, "Scores (every mode)"), _scores_table(decision)]
     blocks += [Heading(3, "Weights"), _weights_table(decision, qualitative),
