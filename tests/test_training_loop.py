@@ -36,6 +36,16 @@ class CountingEngine(Engine):
     def num_params(self):
         return 0
 
+    def save_checkpoint(self, directory):
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "steps").write_text(str(self.steps))
+
+    def load_checkpoint(self, directory):
+        self.steps = int((directory / "steps").read_text())
+
+    def summary_writer(self, logdir):
+        raise ImportError("no writer in this test")
+
     def environment(self):
         return {}
 
@@ -47,13 +57,14 @@ def _data(n_train: int = 64) -> Dataset:
     return Dataset(train={"tokens": tokens, "labels": labels}, test={"tokens": tokens[:20], "labels": labels[:20]})
 
 
-def _run(engine_out: list | None = None, **kw) -> TrialResult:
+def _run(engine_out: list | None = None, checkpoint_dir=None, **kw) -> TrialResult:
     spec = RunSpec(workload="text_classifier", framework="torch", **{"batch_size": 8, **kw})
     engine = CountingEngine(spec, TextClassifierWorkload(), {})
     engine.setup({})
     if engine_out is not None:
         engine_out.append(engine)
-    return train(engine, _data(), TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.OK))
+    result = TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.OK)
+    return train(engine, _data(), result, checkpoint_dir=checkpoint_dir, tensorboard_dir=checkpoint_dir)
 
 
 def test_budget_eval_cadence_and_time_to_target():
@@ -91,3 +102,15 @@ def test_gradient_accumulation_groups_micro_batches_into_one_step():
 def test_a_step_larger_than_the_epoch_is_rejected():
     with pytest.raises(ValueError, match="batch_size × grad_accum = 128 examples; the training set has 64"):
         _run(batch_size=32, grad_accum=4, max_steps=1)
+
+
+def test_resume_continues_from_the_checkpoint_without_repeating_steps(tmp_path):
+    r = _run(max_steps=12, eval_every=4, checkpoint_every=8, checkpoint_dir=tmp_path)  # checkpoint at step 8
+    assert len(r.step_times_s) == 12 and r.extras.get("resumed_at_steps") is None
+    assert r.extras["tensorboard_error"] == "no TensorBoard events written: no writer in this test"
+    resumed: list = []
+    r2 = _run(resumed, max_steps=16, eval_every=4, checkpoint_every=8, checkpoint_dir=tmp_path)
+    assert r2.extras["resumed_at_steps"] == [8]
+    assert len(resumed[0].micro_sizes) == 8  # only steps 9-16 ran in the resumed engine
+    assert len(r2.step_times_s) == len(r2.losses) == 16 and r2.losses[8] == 1 / 9
+    assert [p["step"] for p in r2.curve] == [4, 8, 12, 16]
