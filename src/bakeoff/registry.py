@@ -13,12 +13,15 @@ from bakeoff.spec import Execution, Framework, SpecError, Workload
 
 WORKLOADS: dict[str, str] = {
     "text_classifier": "bakeoff.workloads.text_classifier.workload:TextClassifierWorkload",
+    "speech_ctc": "bakeoff.workloads.speech_ctc.workload:SpeechCTCWorkload",
 }
 
 # Each workload's model, one module per framework, the same class name in each (as AlgoPerf does).
 MODELS: dict[tuple[str, str], str] = {
     ("text_classifier", "torch"): "bakeoff.workloads.text_classifier.torch_model:TextClassifier",
     ("text_classifier", "tensorflow"): "bakeoff.workloads.text_classifier.tf_model:TextClassifier",
+    ("speech_ctc", "torch"): "bakeoff.workloads.speech_ctc.torch_model:SpeechCTC",
+    ("speech_ctc", "tensorflow"): "bakeoff.workloads.speech_ctc.tf_model:SpeechCTC",
 }
 
 ENGINES: dict[str, str] = {

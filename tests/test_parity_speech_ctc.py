@@ -1,0 +1,157 @@
+"""Fairness, proven: the PyTorch and TensorFlow CTC acoustic models compute the same function and train alike.
+
+Each framework runs in its own process: this file run as a script is the probe (``python THIS_FILE FRAMEWORK
+OUT.npz``), through the real engine and model code, dropout off, fp32. It is ``bakeoff.parity.probe`` plus what
+speech needs: ``bakeoff.parity`` builds its gradient-accumulation batch with ``np.concatenate``, which cannot
+join batches padded to different lengths, so here the micro-batches are padded to a common length first.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bakeoff import registry
+
+FRAMEWORKS = ("torch", "tensorflow")
+STEPS = 6
+pytestmark = pytest.mark.skipif(not all(registry.installed(f) for f in FRAMEWORKS),
+                                reason="parity needs both torch and tensorflow installed")
+
+
+def _merge(batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """One batch from several: features and labels zero-padded to the longest, then concatenated."""
+    out = {}
+    for key in batches[0]:
+        width = max(b[key].shape[1] for b in batches) if batches[0][key].ndim > 1 else None
+        parts = [b[key] if width is None else np.pad(b[key], [(0, 0), (0, width - b[key].shape[1])]
+                                                     + [(0, 0)] * (b[key].ndim - 2)) for b in batches]
+        out[key] = np.concatenate(parts)
+    return out
+
+
+def _ctc_losses(framework: str, logits: np.ndarray, labels: np.ndarray, label_lengths: np.ndarray,
+                logit_lengths: np.ndarray) -> np.ndarray:
+    """Per-utterance CTC negative log-likelihood from the framework's own op, exactly as the models call it."""
+    if framework == "torch":
+        import torch
+        import torch.nn.functional as F
+
+        log_probs = F.log_softmax(torch.from_numpy(logits), -1).transpose(0, 1)
+        return F.ctc_loss(log_probs, torch.from_numpy(labels).long(), torch.from_numpy(logit_lengths).long(),
+                          torch.from_numpy(label_lengths).long(), blank=0, reduction="none").numpy()
+    import tensorflow as tf
+
+    return tf.nn.ctc_loss(labels, logits, label_lengths, logit_lengths, logits_time_major=False,
+                          blank_index=0).numpy()
+
+
+def probe(framework: str) -> dict[str, np.ndarray]:
+    from bakeoff.parity import perturbed
+    from bakeoff.spec import RunSpec
+
+    spec = RunSpec(workload="speech_ctc", framework=framework, max_steps=STEPS, batch_size=16, device="cpu")
+    workload = registry.workload("speech_ctc")
+    data = workload.load_data(spec)
+    config = workload.config("tiny", spec, data)
+    config["dropout"] = 0.0
+    weights = workload.init_weights(config, 0)
+    engine = registry.engine_class(framework)(spec, workload, config)
+    engine.setup(weights)
+    test = {k: v[:32] for k, v in data.test.items()}  # padded to the whole test split's longest utterance
+    out: dict[str, np.ndarray] = {"num_params": np.array(engine.num_params())}
+    out["outputs"] = engine.predict(test, 32)
+    # The same utterances padded only to their own longest: real frames must not change.
+    tight = next(workload.batches(test, 32, 0, 0, shuffle=False))
+    out["outputs_tight"] = engine.predict(tight, 32)
+    other = perturbed(weights)
+    engine.impl.set_weights(other)
+    back = engine.impl.get_weights()
+    out["roundtrip_max_err"] = np.array(max(float(np.abs(back[k] - other[k]).max()) for k in other))
+    out["roundtrip_same_keys"] = np.array(sorted(back) == sorted(other))
+    out["outputs_perturbed"] = engine.predict(test, 32)
+    engine.impl.set_weights(weights)
+    micro = list(workload.batches(data.train, 4, 0, epoch=0))[:4]
+    accumulated, single = engine.gradients(micro), engine.gradients([_merge(micro)])
+    scale = max(float(np.abs(b).max()) for b in single)
+    out["grad_accum_max_rel_err"] = np.array(max(float(np.abs(a - b).max())
+                                                 for a, b in zip(accumulated, single, strict=True)) / scale)
+    batches = workload.batches(data.train, 16, 0, epoch=0)
+    out["losses"] = np.array([engine.train_step([next(batches)]) for _ in range(STEPS)])
+    rng = np.random.default_rng(3)  # CTC alone, on fixed logits: (4 utterances, 30 frames, 29 classes)
+    out["ctc"] = _ctc_losses(framework, rng.normal(0, 2, (4, 30, 29)).astype(np.float32),
+                             rng.integers(1, 29, (4, 12)).astype(np.int32), np.array([12, 1, 7, 10], np.int32),
+                             np.array([30, 9, 30, 21], np.int32))
+    return out
+
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, np.ndarray]]:
+    tmp = tmp_path_factory.mktemp("parity_speech")
+    results = {}
+    for framework in FRAMEWORKS:
+        path = tmp / f"{framework}.npz"
+        run = subprocess.run([sys.executable, __file__, framework, str(path)], capture_output=True, text=True,
+                             timeout=900)
+        assert run.returncode == 0, run.stderr[-3000:]
+        results[framework] = dict(np.load(path))
+    return results
+
+
+def test_parameter_counts_equal_and_exact(probes):
+    wl = registry.workload("speech_ctc")
+    cfg = wl.config("tiny")
+    canonical = sum(v.size for v in wl.init_weights(cfg, 0).values())
+    # conv1 3·40·96+96, conv2 3·96·96+96, 2 blocks × (4·(96·96+96) + 2·2·96 + 96·256+256 + 256·96+96),
+    # head 96·29+29
+    assert canonical == 11616 + 27744 + 2 * (37248 + 384 + 24832 + 24672) + 2813
+    assert int(probes["torch"]["num_params"]) == int(probes["tensorflow"]["num_params"]) == canonical
+
+
+def test_canonical_weights_round_trip_exactly(probes):
+    for fw in FRAMEWORKS:
+        assert bool(probes[fw]["roundtrip_same_keys"])
+        assert float(probes[fw]["roundtrip_max_err"]) == 0.0
+
+
+@pytest.mark.parametrize("which", ["outputs", "outputs_perturbed"])
+def test_forward_log_probs_equal_with_copied_weights(probes, which):
+    a, b = probes["torch"][which], probes["tensorflow"][which]
+    assert a.shape == b.shape and a.shape[0] == 32 and a.shape[2] == 29
+    assert np.abs(a - b).max() <= 1e-5
+    assert np.ptp(a) > 1e-2  # the log-probabilities really vary: the check is not vacuous
+
+
+def test_padding_never_changes_real_frames(probes):
+    for fw in FRAMEWORKS:
+        full, tight = probes[fw]["outputs"], probes[fw]["outputs_tight"]
+        assert tight.shape[1] < full.shape[1]  # the test split's padding is longer than this batch's
+        assert np.abs(full[:, : tight.shape[1]] - tight).max() <= 1e-5
+        assert np.all(full[:, tight.shape[1]:] == 0.0)
+
+
+def test_gradient_accumulation_exact_across_padding(probes):
+    for fw in FRAMEWORKS:
+        assert float(probes[fw]["grad_accum_max_rel_err"]) <= 1e-5
+
+
+def test_training_losses_equal_every_step(probes):
+    a, b = probes["torch"]["losses"], probes["tensorflow"]["losses"]
+    assert a.shape == b.shape == (STEPS,)
+    rel = np.abs(a - b) / np.abs(a)
+    assert rel.max() <= 1e-4, f"per-step relative differences {rel}"
+    assert np.abs(np.diff(a)).max() > 1e-2  # the weights really moved between steps
+
+
+def test_ctc_losses_agree_on_the_same_logits(probes):
+    a, b = probes["torch"]["ctc"], probes["tensorflow"]["ctc"]
+    assert a.shape == b.shape == (4,)
+    assert np.all(np.isfinite(a)) and np.all(a > 0)
+    assert np.abs(a - b).max() / np.abs(a).max() <= 1e-5, (a, b)
+
+
+if __name__ == "__main__":
+    np.savez(sys.argv[2], **probe(sys.argv[1]))
