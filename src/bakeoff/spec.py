@@ -226,6 +226,10 @@ class Workload(ABC):
     def metric(self, outputs: np.ndarray, split: Mapping[str, np.ndarray]) -> float:
         """The quality metric from the model's outputs on a whole split."""
 
+    def metrics(self, outputs: np.ndarray, split: Mapping[str, np.ndarray]) -> dict[str, float]:
+        """Every metric worth recording (the primary one under ``metric_name``); each lands in the quality curve."""
+        return {self.metric_name: self.metric(outputs, split)}
+
     @abstractmethod
     def units_per_example(self, batch: Batch) -> dict[str, float]:
         """Throughput units a batch holds besides examples, e.g. ``{"tokens": 4096}``."""

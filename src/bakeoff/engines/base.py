@@ -146,10 +146,13 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
             result.extras["tensorboard_error"] = f"no TensorBoard events written: {exc}"
 
     def evaluate(step: int, train_s: float) -> bool:
-        value = workload.metric(engine.predict(data.test, eval_batch_size), data.test)
-        result.curve.append({"step": step, "train_s": train_s, "metric": value})
+        values = workload.metrics(engine.predict(data.test, eval_batch_size), data.test)
+        value = values[workload.metric_name]
+        others = {k: v for k, v in values.items() if k != workload.metric_name}
+        result.curve.append({"step": step, "train_s": train_s, "metric": value, **others})
         if writer is not None:
-            writer.scalar(f"eval/{workload.metric_name}", value, step)
+            for name, v in values.items():
+                writer.scalar(f"eval/{name}", v, step)
         best = result.best_metric
         result.best_metric = value if best is None or (value > best) == higher else best
         result.final_metric = value

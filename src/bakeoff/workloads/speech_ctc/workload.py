@@ -171,7 +171,8 @@ class SpeechCTCWorkload(Workload):
         return {"cer": float(jiwer.cer(refs, hyps)), "wer": float(jiwer.wer(refs, hyps))}
 
     def metric(self, outputs: np.ndarray, split: Mapping[str, np.ndarray]) -> float:
-        # outputs: (N, T', vocab) per-frame log-probabilities; the primary metric is CER (WER: see metrics()).
+        # outputs: (N, T', vocab) per-frame log-probabilities; the primary metric is CER (metrics() adds WER, which
+        # the training loop records in every point of the quality curve).
         return self.metrics(outputs, split)["cer"]
 
     def units_per_example(self, batch: Batch) -> dict[str, float]:
