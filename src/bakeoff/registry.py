@@ -14,6 +14,8 @@ from bakeoff.spec import Execution, Framework, SpecError, Workload
 WORKLOADS: dict[str, str] = {
     "text_classifier": "bakeoff.workloads.text_classifier.workload:TextClassifierWorkload",
     "speech_ctc": "bakeoff.workloads.speech_ctc.workload:SpeechCTCWorkload",
+    "autoencoder": "bakeoff.workloads.autoencoder.workload:AutoencoderWorkload",
+    "mnist": "bakeoff.workloads.mnist.workload:MnistWorkload",
 }
 
 # Each workload's model, one module per framework, the same class name in each (as AlgoPerf does).
@@ -22,6 +24,10 @@ MODELS: dict[tuple[str, str], str] = {
     ("text_classifier", "tensorflow"): "bakeoff.workloads.text_classifier.tf_model:TextClassifier",
     ("speech_ctc", "torch"): "bakeoff.workloads.speech_ctc.torch_model:SpeechCTC",
     ("speech_ctc", "tensorflow"): "bakeoff.workloads.speech_ctc.tf_model:SpeechCTC",
+    ("autoencoder", "torch"): "bakeoff.workloads.autoencoder.torch_model:TransformerAutoencoder",
+    ("autoencoder", "tensorflow"): "bakeoff.workloads.autoencoder.tf_model:TransformerAutoencoder",
+    ("mnist", "torch"): "bakeoff.workloads.mnist.torch_model:MnistCNN",
+    ("mnist", "tensorflow"): "bakeoff.workloads.mnist.tf_model:MnistCNN",
 }
 
 ENGINES: dict[str, str] = {

@@ -1,0 +1,126 @@
+"""MNIST digit classifier (small CNN): the framework-free half.
+
+The classic Keras "simple MNIST convnet" shape::
+
+    images (B, 28, 28) ─► Conv 3×3 (c1) ─► ReLU ─► MaxPool 2 ─► Conv 3×3 (c2) ─► ReLU ─► MaxPool 2
+      ─► flatten (H, W, C order) ─► Dropout ─► Dense(10) ─► softmax
+
+Convolutions are "valid" (no padding) and pooling floors, identically in both frameworks: 28 → 26 → 13 → 11 → 5.
+
+Canonical layout is channels-last, Keras' own: conv kernels ``(kh, kw, in, out)``, and the dense kernel's rows in
+the order a channels-last ``(H, W, C)`` feature map flattens to. The PyTorch model stays idiomatic (NCHW,
+``Conv2d`` weights ``(out, in, kh, kw)``, ``flatten`` in ``(C, H, W)`` order) and converts in its get/set weights
+— so neither framework pays a runtime transpose. Images are ``float32`` ``(N, 28, 28)`` in [0, 1]: one channel,
+so each framework adds its channel axis where it wants it (a view, no copy).
+
+Data: the shipped MNIST subset (see ``bakeoff/data/mnist/SOURCE.md``), or the user's MNIST-format folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from bakeoff.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # CPU demo size: 8 and 16 filters, 5,258 parameters.
+    "tiny": dict(filters=(8, 16), kernel_size=3, dropout=0.1, learning_rate=3e-3),
+    # The Keras example "Simple MNIST convnet" (32 and 64 filters, Dropout 0.5, Adam 1e-3): 34,826 parameters.
+    "paper": dict(filters=(32, 64), kernel_size=3, dropout=0.5, learning_rate=1e-3),
+}
+
+# Test accuracy on the shipped subset's 1000 test images (chance 0.10), set from measured runs (batch 32, seed 0,
+# `bakeoff run --workload mnist --max-epochs 3 --eval-every 20`, 125 steps an epoch):
+#   tiny, every framework and mode: 0.57 at step 20, 0.90 at 100-120, 0.93 at 140-180, then 0.95-0.96 by 375
+#   (torch 0.958, TF 0.959); torch and TF curves agree to ±0.01 at every evaluation.
+#   paper: 0.90 at step 125, 0.94-0.96 at 300-375 (torch and TF eager), 0.968 at 500, 0.97-0.973 from 750 to 1250
+#   (TF graph, 10 epochs).
+TARGETS = {"tiny": 0.93, "paper": 0.96}
+
+IMAGE_SIZE = 28
+NUM_CLASSES = 10
+
+
+def feature_size(config: Mapping[str, Any]) -> int:
+    """Height (= width) of the last feature map: each valid conv loses ``k - 1``, each pool halves (floor)."""
+    size = config["image_size"]
+    for _ in config["filters"]:
+        size = (size - config["kernel_size"] + 1) // 2
+    return size
+
+
+class MnistWorkload(Workload):
+    """Ten-class handwritten-digit classification with a two-convolution CNN."""
+
+    name: ClassVar[str] = "mnist"
+    metric_name: ClassVar[str] = "accuracy"
+    presets: ClassVar[tuple[str, ...]] = tuple(PRESETS)
+
+    def config(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> dict[str, Any]:
+        if preset not in PRESETS:
+            raise SpecError(f"unknown preset {preset!r} for {self.name}; accepted: {', '.join(PRESETS)}")
+        cfg = dict(PRESETS[preset])
+        cfg["filters"] = list(cfg["filters"])  # JSON-friendly (the trial records the config)
+        cfg["image_size"] = IMAGE_SIZE if data is None else int(data.train["images"].shape[1])
+        cfg["num_classes"] = NUM_CLASSES
+        if spec is not None and spec.learning_rate is not None:
+            cfg["learning_rate"] = spec.learning_rate
+        return cfg
+
+    def load_data(self, spec: RunSpec) -> Dataset:
+        from bakeoff.data.images import load_mnist
+
+        if spec.preset not in PRESETS:
+            raise SpecError(f"unknown preset {spec.preset!r} for {self.name}; accepted: {', '.join(PRESETS)}")
+        raw = load_mnist(spec.data_options)
+
+        def split(images: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
+            return {"images": images.astype(np.float32) / 255.0, "labels": labels}
+
+        counts = np.bincount(raw.test_labels, minlength=NUM_CLASSES)
+        info = {"source": raw.source, "majority_rate": float(counts.max() / counts.sum())}
+        return Dataset(train=split(raw.train_images, raw.train_labels), test=split(raw.test_images, raw.test_labels),
+                       info=info)
+
+    def init_weights(self, config: Mapping[str, Any], seed: int) -> Weights:
+        # Glorot-uniform kernels (Keras' default; a conv's fans are kh·kw·in and kh·kw·out); biases 0.
+        rng = np.random.default_rng([seed, 20242])
+        k = config["kernel_size"]
+
+        def glorot(shape: tuple[int, ...], fan_in: int, fan_out: int) -> np.ndarray:
+            limit = np.sqrt(6.0 / (fan_in + fan_out))
+            return rng.uniform(-limit, limit, size=shape).astype(np.float32)
+
+        w: Weights = {}
+        channels = 1
+        for i, filters in enumerate(config["filters"], start=1):
+            w[f"conv{i}.kernel"] = glorot((k, k, channels, filters), k * k * channels, k * k * filters)
+            w[f"conv{i}.bias"] = np.zeros(filters, np.float32)
+            channels = filters
+        flat = feature_size(config) ** 2 * channels
+        w["dense.kernel"] = glorot((flat, config["num_classes"]), flat, config["num_classes"])
+        w["dense.bias"] = np.zeros(config["num_classes"], np.float32)
+        return w
+
+    def target(self, preset: str) -> float:
+        return TARGETS[preset]
+
+    def metric(self, outputs: np.ndarray, split: Mapping[str, np.ndarray]) -> float:
+        # outputs: (N, 10) class probabilities.
+        return float((outputs.argmax(axis=1) == split["labels"]).mean())
+
+    def units_per_example(self, batch: Batch) -> dict[str, float]:
+        return {}
+
+    def flops_per_example(self, config: Mapping[str, Any]) -> float | None:
+        # Forward: 2·(output pixels)·(k·k·in)·out per conv, 2·in·out for the dense layer; training ≈ 3× forward.
+        k, size, channels, forward = config["kernel_size"], config["image_size"], 1, 0
+        for filters in config["filters"]:
+            size -= k - 1
+            forward += 2 * size * size * k * k * channels * filters
+            size, channels = size // 2, filters
+        forward += 2 * size * size * channels * config["num_classes"]
+        return float(3 * forward)
