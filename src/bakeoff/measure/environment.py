@@ -46,4 +46,6 @@ def host_environment() -> dict[str, Any]:
         "packages": versions,
         "nvidia_smi": shutil.which("nvidia-smi") is not None,
         "thread_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ},
+        # Other work on the machine distorts every timing (thread oversubscription): recorded, so it can be seen.
+        "load_average_1m_at_start": round(os.getloadavg()[0], 2),
     }
