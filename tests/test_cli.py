@@ -39,7 +39,8 @@ def test_help_is_fast_path_and_imports_no_framework():
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["run", "--workload", "sentiment"], "unknown workload 'sentiment'; accepted: text_classifier"),
+    (["run", "--workload", "sentiment"],
+     "unknown workload 'sentiment'; accepted: text_classifier, speech_ctc, autoencoder, mnist"),
     (["run", "--workload", "text_classifier", "--framework", "mxnet"], "accepted: torch, tensorflow, jax"),
     (["run", "--workload", "text_classifier", "--execution", "jit"], "accepted: eager, graph, xla"),
     (["run", "--workload", "text_classifier", "--preset", "huge"], "unknown preset 'huge'.*tiny, small, paper"),

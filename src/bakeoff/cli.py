@@ -69,8 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--threads", type=int, default=0, help="CPU threads per trial (default: all cores)")
     grid.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
     grid.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
-                      help="data option, repeatable: train=FILE test=FILE text_column=... label_column=... "
-                           "test_fraction=0.2 split_seed=0")
+                      help="data option, repeatable. text_classifier: train=FILE test=FILE text_column=... "
+                           "label_column=... test_fraction=0.2 split_seed=0; speech_ctc: train=MANIFEST "
+                           "test=MANIFEST batching=pad|bucket pad_multiple=N; mnist: dir=FOLDER (the four MNIST "
+                           "IDX files); autoencoder: seed=N")
     run.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"results database (default: {DEFAULT_STORE})")
     run.add_argument("--timeout", type=float, help="seconds per trial before it is killed (default: suite's, or 900)")
     run.add_argument("--fresh", action="store_true", help="re-run trials already in the store")
