@@ -56,9 +56,10 @@ def get_weights(rows: Rows) -> Weights:
     w: Weights = {}
     for prefix, layer, names in rows:
         for name, value in zip(names, layer.get_weights(), strict=True):
-            if name == "o.kernel":  # (heads, head_dim, d) -> (d, d)
+            attention = prefix.endswith("attn.")  # only attention kernels are per-head (conv kernels are 3-D too)
+            if attention and name == "o.kernel":  # (heads, head_dim, d) -> (d, d)
                 value = value.reshape(-1, value.shape[-1])
-            elif name.endswith("kernel") and value.ndim == 3:  # q/k/v (d, heads, head_dim) -> (d, d)
+            elif attention and name.endswith("kernel"):  # q/k/v (d, heads, head_dim) -> (d, d)
                 value = value.reshape(value.shape[0], -1)
             elif name.endswith("bias"):  # (heads, head_dim) or (out,) -> (out,)
                 value = value.reshape(-1)

@@ -19,8 +19,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from bakeoff.spec import Weights  # noqa: E402
+from bakeoff.workloads.common import tf_encoder  # noqa: E402
+from bakeoff.workloads.common.tf_encoder import TransformerBlock  # noqa: E402
 from bakeoff.workloads.speech_ctc.workload import sinusoids  # noqa: E402
-from bakeoff.workloads.text_classifier.tf_model import TransformerBlock  # noqa: E402
 
 
 def _mask_past(x: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
@@ -92,41 +93,16 @@ class SpeechCTC:
     # Conv1D kernels are (width, in, out): the canonical layout as is. Keras' MultiHeadAttention keeps per-head
     # kernels, q/k/v (d, heads, head_dim) and output (heads, head_dim, d): the same numbers as (d, d).
 
-    def _layers(self) -> list[tuple[str, keras.layers.Layer, list[str]]]:
+    def _rows(self) -> tf_encoder.Rows:
         m = self.module
-        rows: list[tuple[str, keras.layers.Layer, list[str]]] = [
-            ("frontend.conv1.", m.conv1, ["kernel", "bias"]), ("frontend.conv2.", m.conv2, ["kernel", "bias"])]
-        for i, b in enumerate(m.blocks):
-            p = f"blocks.{i}."
-            rows += [
-                (p + "attn.", b.attn, [f"{n}.{k}" for n in "qkvo" for k in ("kernel", "bias")]),
-                (p + "norm1.", b.norm1, ["gamma", "beta"]),
-                (p + "ffn.in.", b.ffn_in, ["kernel", "bias"]),
-                (p + "ffn.out.", b.ffn_out, ["kernel", "bias"]),
-                (p + "norm2.", b.norm2, ["gamma", "beta"]),
-            ]
-        rows.append(("head.", m.head, ["kernel", "bias"]))
-        return rows
+        rows: list = [(f"frontend.{name}.", layer, ["kernel", "bias"]) for name, layer in (("conv1", m.conv1),
+                                                                                            ("conv2", m.conv2))]
+        for i, block in enumerate(m.blocks):
+            rows += block.rows(f"blocks.{i}.")
+        return [*rows, ("head.", m.head, ["kernel", "bias"])]
 
     def get_weights(self) -> Weights:
-        w: Weights = {}
-        for prefix, layer, names in self._layers():
-            for name, value in zip(names, layer.get_weights(), strict=True):
-                if prefix.startswith("blocks.") and name == "o.kernel":  # (heads, head_dim, d) -> (d, d)
-                    value = value.reshape(-1, value.shape[-1])
-                elif prefix.startswith("blocks.") and name.endswith("kernel"):  # (d, heads, head_dim) -> (d, d)
-                    value = value.reshape(value.shape[0], -1)
-                elif name.endswith("bias"):  # (heads, head_dim) or (out,) -> (out,)
-                    value = value.reshape(-1)
-                w[prefix + name] = np.asarray(value, np.float32).copy()
-        return w
+        return tf_encoder.get_weights(self._rows())
 
     def set_weights(self, weights: Weights) -> None:
-        for prefix, layer, names in self._layers():
-            new = []
-            for name, cur in zip(names, layer.get_weights(), strict=True):
-                value = np.asarray(weights[prefix + name], np.float32)
-                if value.size != cur.size:
-                    raise ValueError(f"weight {prefix + name}: expected {cur.size} values, got shape {value.shape}")
-                new.append(value.reshape(cur.shape))
-            layer.set_weights(new)
+        tf_encoder.set_weights(self._rows(), weights)

@@ -19,25 +19,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from bakeoff.spec import Weights  # noqa: E402
-
-
-class TransformerBlock(keras.layers.Layer):
-    """Post-norm encoder block, the same computation as ``torch.nn.TransformerEncoderLayer``."""
-
-    def __init__(self, d: int, heads: int, ff: int, rate: float, eps: float, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.attn = keras.layers.MultiHeadAttention(heads, key_dim=d // heads, dropout=rate)
-        self.ffn_in = keras.layers.Dense(ff, activation="relu")
-        self.ffn_out = keras.layers.Dense(d)
-        self.norm1 = keras.layers.LayerNormalization(epsilon=eps)
-        self.norm2 = keras.layers.LayerNormalization(epsilon=eps)
-        self.drop_attn, self.drop_ffn, self.drop_out = (keras.layers.Dropout(rate) for _ in range(3))
-
-    def call(self, x: tf.Tensor, attention_mask: tf.Tensor, training: bool = False) -> tf.Tensor:
-        a = self.attn(x, x, attention_mask=attention_mask, training=training)  # (B, T, d)
-        x = self.norm1(x + self.drop_attn(a, training=training))
-        f = self.ffn_out(self.drop_ffn(self.ffn_in(x), training=training))
-        return self.norm2(x + self.drop_out(f, training=training))
+from bakeoff.workloads.common import tf_encoder  # noqa: E402
+from bakeoff.workloads.common.tf_encoder import TransformerBlock  # noqa: E402
 
 
 class TextClassifierNet(keras.Model):
@@ -96,46 +79,18 @@ class TextClassifier:
     def num_params(self) -> int:
         return int(sum(np.prod(v.shape) for v in self.module.trainable_variables))
 
-    # --- canonical weights -------------------------------------------------------------------------------
-    # Keras' MultiHeadAttention keeps per-head kernels: q/k/v (d, heads, head_dim), output (heads, head_dim, d);
-    # canonical kernels are the same numbers reshaped to (d, d). Layer.get_weights() order is documented per layer.
+    # --- canonical weights: Keras layers ⇄ canonical names, shared with every Transformer workload ------------
 
-    def _layers(self) -> list[tuple[str, keras.layers.Layer, list[str]]]:
+    def _rows(self) -> tf_encoder.Rows:
         m = self.module
-        rows: list[tuple[str, keras.layers.Layer, list[str]]] = [("embed.", m.tokens, ["tokens"])]
-        for i, b in enumerate(m.blocks):
-            p = f"blocks.{i}."
-            rows += [
-                (p + "attn.", b.attn, [f"{n}.{k}" for n in "qkvo" for k in ("kernel", "bias")]),
-                (p + "norm1.", b.norm1, ["gamma", "beta"]),
-                (p + "ffn.in.", b.ffn_in, ["kernel", "bias"]),
-                (p + "ffn.out.", b.ffn_out, ["kernel", "bias"]),
-                (p + "norm2.", b.norm2, ["gamma", "beta"]),
-            ]
-        rows.append(("head.", m.head, ["kernel", "bias"]))
-        return rows
+        rows: list = [("embed.", m.tokens, ["tokens"])]
+        for i, block in enumerate(m.blocks):
+            rows += block.rows(f"blocks.{i}.")
+        return [*rows, ("head.", m.head, ["kernel", "bias"])]
 
     def get_weights(self) -> Weights:
-        w: Weights = {"embed.positions": self.module.positions.numpy().copy()}
-        for prefix, layer, names in self._layers():
-            for name, value in zip(names, layer.get_weights(), strict=True):
-                if name == "o.kernel":  # (heads, head_dim, d) -> (d, d)
-                    value = value.reshape(-1, value.shape[-1])
-                elif name.endswith("kernel"):  # (d, heads, head_dim) or (in, out) -> (in, out)
-                    value = value.reshape(value.shape[0], -1)
-                elif name.endswith("bias"):  # (heads, head_dim) or (out,) -> (out,)
-                    value = value.reshape(-1)
-                w[prefix + name] = np.asarray(value, np.float32).copy()
-        return w
+        return {"embed.positions": self.module.positions.numpy().copy(), **tf_encoder.get_weights(self._rows())}
 
     def set_weights(self, weights: Weights) -> None:
         self.module.positions.assign(np.asarray(weights["embed.positions"], np.float32))
-        for prefix, layer, names in self._layers():
-            current = layer.get_weights()
-            new = []
-            for name, cur in zip(names, current, strict=True):
-                value = np.asarray(weights[prefix + name], np.float32)
-                if value.size != cur.size:
-                    raise ValueError(f"weight {prefix + name}: expected {cur.size} values, got shape {value.shape}")
-                new.append(value.reshape(cur.shape))
-            layer.set_weights(new)
+        tf_encoder.set_weights(self._rows(), weights)

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from bakeoff.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload
+from bakeoff.workloads.common.encoder import LAYER_NORM_EPS, glorot, init_encoder_block
 
 PRESETS: dict[str, dict[str, Any]] = {
     # CPU demo size: trains to target on 2 cores in well under a minute.
@@ -35,7 +36,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 # bench/quick_suite.py and the issue notes for the curves behind these numbers.
 TARGETS = {"tiny": 0.75, "small": 0.75, "paper": 0.75}
 
-LAYER_NORM_EPS = 1e-5  # pinned in both frameworks (Keras defaults to 1e-3, PyTorch to 1e-5)
 
 
 class TextClassifierWorkload(Workload):
@@ -79,30 +79,15 @@ class TextClassifierWorkload(Workload):
     def init_weights(self, config: Mapping[str, Any], seed: int) -> Weights:
         # Embeddings ~ N(0, 0.02) as in BERT; Dense kernels Glorot-uniform (Keras' default); biases 0; LN 1/0.
         rng = np.random.default_rng([seed, 20240])
-        d, ff = config["d_model"], config["d_ff"]
-
-        def glorot(fan_in: int, fan_out: int) -> np.ndarray:
-            limit = np.sqrt(6.0 / (fan_in + fan_out))
-            return rng.uniform(-limit, limit, size=(fan_in, fan_out)).astype(np.float32)
-
-        def zeros(n: int) -> np.ndarray:
-            return np.zeros(n, np.float32)
-
+        d = config["d_model"]
         w: Weights = {
             "embed.tokens": rng.normal(0, 0.02, (config["vocab_size"], d)).astype(np.float32),
             "embed.positions": rng.normal(0, 0.02, (config["seq_len"], d)).astype(np.float32),
         }
         for i in range(config["num_layers"]):
-            p = f"blocks.{i}."
-            for name in ("q", "k", "v", "o"):
-                w[p + f"attn.{name}.kernel"] = glorot(d, d)
-                w[p + f"attn.{name}.bias"] = zeros(d)
-            w[p + "norm1.gamma"], w[p + "norm1.beta"] = np.ones(d, np.float32), zeros(d)
-            w[p + "ffn.in.kernel"], w[p + "ffn.in.bias"] = glorot(d, ff), zeros(ff)
-            w[p + "ffn.out.kernel"], w[p + "ffn.out.bias"] = glorot(ff, d), zeros(d)
-            w[p + "norm2.gamma"], w[p + "norm2.beta"] = np.ones(d, np.float32), zeros(d)
+            w.update(init_encoder_block(rng, f"blocks.{i}.", d, config["d_ff"]))
         units = self.output_units(config)
-        w["head.kernel"], w["head.bias"] = glorot(d, units), zeros(units)
+        w["head.kernel"], w["head.bias"] = glorot(rng, d, units), np.zeros(units, np.float32)
         return w
 
     def target(self, preset: str) -> float:
