@@ -145,6 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite or "quick") if args.suite or not args.workload else _adhoc_suite(args)
     timeout = args.timeout or suite.timeout_s
     console.print(f"[bold]{suite.name}[/]: {len(suite.specs)} trials from {suite.source}; store {args.store}")
+    runner.validate(suite.specs)  # bad input fails here, before a store or report is created
     specs, annotations = suite.specs, {}
     if suite.auto_batch is not None:
         specs, annotations = _search_batch_sizes(suite, args.store.parent / "logs", timeout)

@@ -206,6 +206,11 @@ class Workload(ABC):
     higher_is_better: ClassVar[bool] = True
     presets: ClassVar[tuple[str, ...]]
 
+    def check_preset(self, preset: str) -> None:
+        """Raise :class:`SpecError` naming the accepted presets when ``preset`` is not one of them."""
+        if preset not in self.presets:
+            raise SpecError(f"unknown preset {preset!r} for {self.name}; accepted: {', '.join(self.presets)}")
+
     @abstractmethod
     def config(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> dict[str, Any]:
         """Model and training hyperparameters of a size preset, adjusted to the spec's overrides and the data."""

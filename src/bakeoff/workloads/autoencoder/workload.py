@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from bakeoff.data import DataError
-from bakeoff.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload
+from bakeoff.spec import Batch, Dataset, RunSpec, Weights, Workload
 from bakeoff.workloads.common.encoder import LAYER_NORM_EPS, encoder_block_flops, glorot, init_encoder_block
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -77,8 +77,7 @@ class AutoencoderWorkload(Workload):
     presets: ClassVar[tuple[str, ...]] = tuple(PRESETS)
 
     def _preset(self, preset: str) -> dict[str, Any]:
-        if preset not in PRESETS:
-            raise SpecError(f"unknown preset {preset!r} for {self.name}; accepted: {', '.join(PRESETS)}")
+        self.check_preset(preset)
         return dict(PRESETS[preset])
 
     def config(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bakeoff.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload
+from bakeoff.spec import Batch, Dataset, RunSpec, Weights, Workload
 
 PRESETS: dict[str, dict[str, Any]] = {
     # CPU demo size: 8 and 16 filters, 5,258 parameters.
@@ -60,8 +60,7 @@ class MnistWorkload(Workload):
     presets: ClassVar[tuple[str, ...]] = tuple(PRESETS)
 
     def config(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> dict[str, Any]:
-        if preset not in PRESETS:
-            raise SpecError(f"unknown preset {preset!r} for {self.name}; accepted: {', '.join(PRESETS)}")
+        self.check_preset(preset)
         cfg = dict(PRESETS[preset])
         cfg["filters"] = list(cfg["filters"])  # JSON-friendly (the trial records the config)
         cfg["image_size"] = IMAGE_SIZE if data is None else int(data.train["images"].shape[1])
@@ -73,8 +72,7 @@ class MnistWorkload(Workload):
     def load_data(self, spec: RunSpec) -> Dataset:
         from bakeoff.data.images import load_mnist
 
-        if spec.preset not in PRESETS:
-            raise SpecError(f"unknown preset {spec.preset!r} for {self.name}; accepted: {', '.join(PRESETS)}")
+        self.check_preset(spec.preset)
         raw = load_mnist(spec.data_options)
 
         def split(images: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bakeoff.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload
+from bakeoff.spec import Batch, Dataset, RunSpec, Weights, Workload
 
 PRESETS: dict[str, dict[str, Any]] = {
     # CPU demo size: 216,445 parameters.
@@ -87,8 +87,7 @@ class SpeechCTCWorkload(Workload):
     def config(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> dict[str, Any]:
         from bakeoff.data.speech import ALPHABET, N_MELS
 
-        if preset not in PRESETS:
-            raise SpecError(f"unknown preset {preset!r} for {self.name}; accepted: {', '.join(PRESETS)}")
+        self.check_preset(preset)
         cfg = dict(PRESETS[preset])
         cfg.update(n_mels=N_MELS, vocab_size=len(ALPHABET), layer_norm_eps=LAYER_NORM_EPS,
                    max_positions=MAX_POSITIONS)
@@ -101,8 +100,7 @@ class SpeechCTCWorkload(Workload):
         from bakeoff.data import DataError
         from bakeoff.data.speech import load_speech_dataset, output_frames, to_arrays
 
-        if spec.preset not in PRESETS:
-            raise SpecError(f"unknown preset {spec.preset!r} for {self.name}; accepted: {', '.join(PRESETS)}")
+        self.check_preset(spec.preset)
         options = spec.data_options
         self.batching = options.get("batching", "pad")
         if self.batching not in BATCHING:

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bakeoff.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload
+from bakeoff.spec import Batch, Dataset, RunSpec, Weights, Workload
 from bakeoff.workloads.common.encoder import LAYER_NORM_EPS, glorot, init_encoder_block
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -46,8 +46,7 @@ class TextClassifierWorkload(Workload):
     presets: ClassVar[tuple[str, ...]] = tuple(PRESETS)
 
     def config(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> dict[str, Any]:
-        if preset not in PRESETS:
-            raise SpecError(f"unknown preset {preset!r} for {self.name}; accepted: {', '.join(PRESETS)}")
+        self.check_preset(preset)
         cfg = dict(PRESETS[preset])
         cfg["num_classes"] = len(data.info["classes"]) if data is not None else 2
         cfg["layer_norm_eps"] = LAYER_NORM_EPS
@@ -58,9 +57,8 @@ class TextClassifierWorkload(Workload):
     def load_data(self, spec: RunSpec) -> Dataset:
         from bakeoff.data.text import encode_dataset, load_text_dataset
 
-        cfg = PRESETS.get(spec.preset)
-        if cfg is None:
-            raise SpecError(f"unknown preset {spec.preset!r} for {self.name}; accepted: {', '.join(PRESETS)}")
+        self.check_preset(spec.preset)
+        cfg = PRESETS[spec.preset]
         text = load_text_dataset(spec.data_options)
         train, test, tokenizer = encode_dataset(text, cfg["vocab_size"], cfg["seq_len"])
         counts = np.bincount(test["labels"], minlength=len(text.classes))
