@@ -66,18 +66,17 @@ class TensorFlowEngine(Engine):
         def gradients(micro_batches: list[dict[str, tf.Tensor]]) -> tuple[list[tf.Tensor], tf.Tensor]:
             """Mean-loss gradients over all micro-batches: summed-loss gradients divided once by the total count."""
             self._traces += 1  # Python side effect: once per trace in graph modes, every step in eager
-            total_grads, total, count = None, tf.constant(0.0), tf.constant(0.0)
+            parts: list[list] = [[] for _ in self.variables]  # each variable's gradient from every micro-batch
+            total, count = tf.constant(0.0), tf.constant(0.0)
             for batch in micro_batches:  # unrolled: k is fixed per trial
                 with tf.GradientTape() as tape:
                     summed, n = self.impl.loss(batch, training=True)
                     summed = tf.cast(summed, tf.float32)
                     scaled = self.optimizer.scale_loss(summed) if self.policy == "mixed_float16" else summed
-                # Embedding gradients arrive as IndexedSlices: densify (see module docstring).
-                grads = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, self.variables)]
-                total_grads = grads if total_grads is None else [a + g for a, g in zip(total_grads, grads,
-                                                                                        strict=True)]
+                for part, grad in zip(parts, tape.gradient(scaled, self.variables), strict=True):
+                    part.append(grad)
                 total, count = total + summed, count + tf.cast(n, tf.float32)
-            return [g / tf.cast(count, g.dtype) for g in total_grads], total / count
+            return [_combine(p) / tf.cast(count, p[0].dtype) for p in parts], total / count
 
         def step(micro_batches: list[dict[str, tf.Tensor]]) -> tf.Tensor:
             grads, loss = gradients(micro_batches)
@@ -158,6 +157,16 @@ class TensorFlowEngine(Engine):
         if self.spec.execution is Execution.EAGER:
             return {}
         return {"train_step_traces": self._traces}
+
+
+def _combine(parts: list) -> tf.Tensor:
+    """Sum one variable's gradients over micro-batches, as a dense tensor. Embedding gradients arrive as
+    IndexedSlices: their rows are concatenated and densified once (summing repeated rows), which is both exact
+    and cheaper than densifying every micro-batch's slices."""
+    if isinstance(parts[0], tf.IndexedSlices):
+        return tf.convert_to_tensor(tf.IndexedSlices(tf.concat([p.values for p in parts], 0),
+                                                     tf.concat([p.indices for p in parts], 0), parts[0].dense_shape))
+    return parts[0] if len(parts) == 1 else tf.add_n(parts)
 
 
 class _Writer:
