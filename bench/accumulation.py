@@ -31,9 +31,9 @@ def measure(framework: str, execution: str, micro_size: int) -> dict[str, float]
     micro = list(workload.batches(data.train, micro_size, 0, 0))[:STEPS * K]
     steps = [micro[i:i + K] for i in range(0, len(micro), K)]
     joined = [[{k: np.concatenate([m[k] for m in group]) for k in group[0]}] for group in steps]
-    for engine, batches in ((accum, steps), (whole, joined)):
-        engine.train_step(batches[0])  # first step: tracing / compilation is not accumulation overhead
     single = [[m] for m in micro[:STEPS]]  # plain steps of one micro-batch, through the accumulating engine
+    for engine, batches in ((accum, steps), (whole, joined), (accum, single)):
+        engine.train_step(batches[0])  # first step: tracing / compilation is not accumulation overhead
     times: dict[str, list[float]] = {"accumulated": [], "whole": [], "single_micro": []}
     for _ in range(ROUNDS):
         for name, engine, batches in (("accumulated", accum, steps), ("whole", whole, joined),
