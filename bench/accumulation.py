@@ -20,7 +20,7 @@ import numpy as np
 
 from _common import build_engine, in_child
 
-K, STEPS, ROUNDS = 4, 12, 5
+K, STEPS, ROUNDS = 4, 8, 3
 MICROS = (8, 32)
 CASES = [("torch", "eager"), ("tensorflow", "eager"), ("tensorflow", "graph")]
 
