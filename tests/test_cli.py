@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import subprocess
@@ -105,6 +106,10 @@ def test_run_isolates_failures_stores_everything_and_resumes(tmp_path):
     assert steps == [("tensorflow/xla", 6), ("torch/eager", 6)]
     evals = db.execute("SELECT step FROM samples WHERE kind = 'eval' ORDER BY key, idx").fetchall()
     assert evals == [(3,), (6,), (3,), (6,)]
+    results = {json.loads(raw)["spec"]["framework"]: json.loads(raw)["extras"]
+               for (raw,) in db.execute("SELECT result FROM trials WHERE status = 'ok'")}
+    assert results["tensorflow"]["graph_builds"] == 1 and results["tensorflow"]["graph_build_steps"] == [1]
+    assert results["torch"]["graph_builds"] == 0  # eager: no graphs
     html = (tmp_path / "rep" / "report.html").read_text()
     assert "torch/eager" in html and "data:image/png;base64," in html
     assert "verdict" in r.stdout

@@ -166,3 +166,14 @@ def test_batch_size_search_is_reported(tmp_path):
                                                                                  "status": "out_of_memory"}]}
     md = render_report([r], tmp_path)["markdown"].read_text()
     assert "| torch/eager | 128 | 875 | rss_high_water | 128 ok, 256 out_of_memory |" in md
+
+
+def test_graph_builds_column_appears_when_graphs_were_built(tmp_path):
+    from fake_results import trial
+
+    graph = trial("tensorflow", "graph")
+    graph.extras.update(graph_builds=3, graph_build_s=2.5)
+    md = render_report([graph, trial("torch", "eager")], tmp_path)["markdown"].read_text()
+    table = md.split("### Configurations", 1)[1].split("###", 1)[0]
+    assert "graph builds (their extra s)" in table
+    assert [line.split(" | ")[5] for line in table.splitlines() if line.startswith("| t")] == ["3 (2.5)", "0"]

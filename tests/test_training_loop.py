@@ -27,6 +27,9 @@ class CountingEngine(Engine):
     def gradients(self, micro_batches):
         return []
 
+    def graph_builds(self):
+        return sum(1 for s in (1, 5) if self.steps >= s)  # "traces" at steps 1 and 5, as a new shape would
+
     def predict(self, split, batch_size):
         accuracy = min(1.0, 0.5 + 0.1 * (self.steps // 4))
         labels = split["labels"]
@@ -114,3 +117,10 @@ def test_resume_continues_from_the_checkpoint_without_repeating_steps(tmp_path):
     assert len(resumed[0].micro_sizes) == 8  # only steps 9-16 ran in the resumed engine
     assert len(r2.step_times_s) == len(r2.losses) == 16 and r2.losses[8] == 1 / 9
     assert [p["step"] for p in r2.curve] == [4, 8, 12, 16]
+
+
+def test_steps_that_build_graphs_are_counted():
+    r = _run(max_steps=12, eval_every=100, warmup_steps=0)
+    assert r.extras["graph_builds"] == 2 and r.extras["graph_build_steps"] == [1, 5]
+    excess = sum(max(0.0, r.step_times_s[i - 1] - r.steady_step_s) for i in (1, 5))
+    assert r.extras["graph_build_s"] == pytest.approx(excess)

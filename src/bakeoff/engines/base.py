@@ -69,6 +69,10 @@ class Engine(ABC):
         """Mode-specific measurements (retraces, compile counters) to keep with the result."""
         return {}
 
+    def graph_builds(self) -> int:
+        """Graphs traced or compiled so far for the training step (0 in eager mode)."""
+        return 0
+
     @abstractmethod
     def save_checkpoint(self, directory: Path) -> None:
         """Write model, optimizer and RNG state in the framework's own checkpoint format."""
@@ -184,9 +188,12 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
                 result.examples_per_step = sum(len(b[next(iter(b))]) for b in micro)
             for unit, count in _units(workload, micro).items():
                 units.setdefault(unit, []).append(count)
+            builds = engine.graph_builds()
             start = time.perf_counter()
             loss = engine.train_step(micro)
             elapsed = time.perf_counter() - start
+            if engine.graph_builds() > builds:  # this step traced / compiled a graph (a new shape, say)
+                result.extras.setdefault("graph_build_steps", []).append(state["step"] + 1)
             micro = []
             state["step"] += 1
             state["consumed"] = index + 1
@@ -226,6 +233,12 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
             rates = np.asarray(counts[first_steady:]) / np.asarray(steady)
             result.throughput[f"{unit}_per_s"] = float(np.median(rates))
     result.units_per_step = {unit: float(np.mean(counts)) for unit, counts in units.items()}
+    build_steps = result.extras.get("graph_build_steps", [])
+    result.extras["graph_builds"] = engine.graph_builds()
+    if build_steps and result.steady_step_s is not None:
+        # Time those steps took beyond a steady step: what building graphs cost, first step included.
+        result.extras["graph_build_s"] = float(sum(max(0.0, result.step_times_s[i - 1] - result.steady_step_s)
+                                                   for i in build_steps))
     result.extras["steady_steps"] = len(steady)
     result.extras["epochs"] = state["step"] / steps_per_epoch
     if writer is not None:

@@ -153,6 +153,9 @@ class TensorFlowEngine(Engine):
     def summary_writer(self, logdir: Path) -> _Writer:
         return _Writer(logdir)
 
+    def graph_builds(self) -> int:
+        return 0 if self.spec.execution is Execution.EAGER else self._traces
+
     def extras(self) -> dict[str, Any]:
         if self.spec.execution is Execution.EAGER:
             return {}

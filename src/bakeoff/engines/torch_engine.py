@@ -139,6 +139,13 @@ class TorchEngine(Engine):
     def summary_writer(self, logdir: Path) -> _Writer:
         return _Writer(logdir)
 
+    def graph_builds(self) -> int:
+        if self.spec.execution is not Execution.GRAPH:
+            return 0
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+
     def extras(self) -> dict[str, Any]:
         if self.spec.execution is not Execution.GRAPH:
             return {}

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bakeoff.analysis.decide import MEASURED, Decision, Qualitative, decide_each, display_name
 from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, Summary, fmt, short_reason, summarise_groups
 from bakeoff.report import plots
@@ -55,7 +57,10 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
     metric = next((c.metric_name for c in configs if c.metric_name), "metric")
     header = ["configuration", "ok / trials", "examples/s median (q1–q3)"]
     header += ["tokens/s median (q1–q3)"] if tokens else []
-    header += ["first step (compile) s", "steady step ms", "time to target s (reached)", f"final {metric}",
+    builds = any(r.extras.get("graph_builds") for c in configs for r in c.trials)
+    header += ["first step (compile) s", "steady step ms"]
+    header += ["graph builds (their extra s)"] if builds else []
+    header += ["time to target s (reached)", f"final {metric}",
                f"peak memory MiB ({', '.join(kinds) or 'unknown probe'})", "import s", "build s"]
     rows = []
     for c in configs:
@@ -65,8 +70,9 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
         to_target = _value(c, "time_to_target_s", notes, suffix=reached)
         if c.n_ok and not c.reached and c.best_metric is not None:
             to_target = to_target.replace("—", f"not reached, best {fmt(c.best_metric.median)}", 1)
-        row += [_value(c, "first_step_s", notes), _value(c, "steady_step_s", notes, scale=1000),
-                to_target, _value(c, "final_metric", notes),
+        row += [_value(c, "first_step_s", notes), _value(c, "steady_step_s", notes, scale=1000)]
+        row += [_graph_builds(c)] if builds else []
+        row += [to_target, _value(c, "final_metric", notes),
                 _value(c, "peak_memory_bytes", notes, scale=1 / MIB), _value(c, "import_s", notes),
                 _value(c, "build_s", notes)]
         rows.append(row)
@@ -75,7 +81,21 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
         footnotes.insert(0, f"{NOISY_MARK} noisy: spread above {NOISY_THRESHOLD:.0%} of the median (IQR, or the "
                             "full range with fewer than 4 trials) — treat differences in it with suspicion")
     footnotes.append("Medians over successful trials; time to target is the median over the trials that reached it.")
+    if builds:
+        footnotes.append("Graph builds: traces (tf.function) or compiled graphs (torch.compile) of the training step, "
+                         "each new input shape adding one; their extra seconds are what those steps took beyond a "
+                         "steady step, the first step included.")
     return Table(header, rows, footnotes)
+
+
+def _graph_builds(c: ConfigSummary) -> str:
+    ok = [r for r in c.trials if r.status is Status.OK]
+    counts = [r.extras.get("graph_builds", 0) for r in ok]
+    if not counts or not any(counts):
+        return "0" if counts else "—"
+    extra = [r.extras["graph_build_s"] for r in ok if "graph_build_s" in r.extras]
+    text = fmt(float(np.median(counts)))
+    return text + (f" ({fmt(float(np.median(extra)))})" if extra else "")
 
 
 def _mode_effects_table(configs: Sequence[ConfigSummary]) -> Table | None:
