@@ -10,12 +10,12 @@ a fixed step when one is given, until a probe fails or the training set is exhau
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bakeoff import runner
+from bakeoff.measure.environment import total_memory
 from bakeoff.spec import RunSpec, SpecError, Status
 
 PROBE_STEPS = 3
@@ -33,7 +33,7 @@ class SearchResult:
 
 
 def default_memory_cap() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    return (total_memory() or 8 * 2**30) // 2  # half the RAM (8 GiB assumed when the OS does not say)
 
 
 def parse_size(text: str) -> int:

@@ -145,13 +145,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite or "quick") if args.suite or not args.workload else _adhoc_suite(args)
     timeout = args.timeout or suite.timeout_s
     console.print(f"[bold]{suite.name}[/]: {len(suite.specs)} trials from {suite.source}; store {args.store}")
-    runner.validate(suite.specs)  # bad input fails here, before a store or report is created
+    sizes = runner.validate(suite.specs)  # bad input fails here, before a store or report is created
     specs, annotations = suite.specs, {}
     if suite.auto_batch is not None:
-        specs, annotations = _search_batch_sizes(suite, args.store.parent / "logs", timeout)
+        specs, annotations = _search_batch_sizes(suite, sizes, args.store.parent / "logs", timeout)
     with Store(args.store) as store, RunProgress(len(specs)) as progress:
         summary = runner.run(specs, store, suite.name, timeout_s=timeout, fresh=args.fresh,
-                             retry_failed=args.retry_failed, progress=progress, annotations=annotations)
+                             retry_failed=args.retry_failed, progress=progress, annotations=annotations,
+                             validated=True)
         results = store.results(suite=suite.name, keys=[s.key() for s in specs])
     console.print(f"ran {len(summary.ran)} trials, skipped {len(summary.skipped)} already in the store")
     if not args.no_report:
@@ -160,14 +161,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if all(r.status.value == "ok" for r in results) else 1
 
 
-def _search_batch_sizes(suite, log_dir: Path, timeout: float):  # -> (specs, annotations)
-    from bakeoff import batch_search, runner
+def _search_batch_sizes(suite, sizes: dict, log_dir: Path, timeout: float):  # -> (specs, annotations)
+    from bakeoff import batch_search
     from bakeoff.console import console
 
     def show(probe, status) -> None:
         console.print(f"  batch-size probe {probe.label()} batch {probe.batch_size}: {status.value}")
 
-    sizes = runner.validate(suite.specs)
     specs, records = batch_search.resolve(suite.specs, sizes, log_dir, suite.auto_batch["memory_cap"],
                                           suite.auto_batch["step"], timeout, progress=show)
     shown: set[str] = set()

@@ -153,12 +153,15 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
 
 def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 900,
         fresh: bool = False, retry_failed: bool = False, log_dir: Path | None = None,
-        progress: Progress | None = None, annotations: dict[str, dict] | None = None) -> RunSummary:
+        progress: Progress | None = None, annotations: dict[str, dict] | None = None,
+        validated: bool = False) -> RunSummary:
     """Run every spec not already recorded (see module docstring), storing each result as it finishes.
 
     ``annotations`` maps spec keys to extras recorded with that trial's result (e.g. its batch-size search).
+    ``validated``: the caller already ran :func:`validate` on these specs (it loads every data set once).
     """
-    validate(specs)
+    if not validated:
+        validate(specs)
     recorded = store.statuses()
     log_dir = log_dir or store.path.parent / "logs"
     summary = RunSummary(ran=[], skipped=[])

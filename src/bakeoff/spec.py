@@ -45,9 +45,6 @@ class _Choice(enum.StrEnum):
             accepted = ", ".join(m.value for m in cls)
             raise SpecError(f"unknown {what} {value!r}; accepted: {accepted}") from None
 
-    def __str__(self) -> str:
-        return self.value
-
 
 class Framework(_Choice):
     TORCH = "torch"

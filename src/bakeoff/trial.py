@@ -19,8 +19,6 @@ from bakeoff import registry
 from bakeoff.measure.environment import host_environment
 from bakeoff.spec import RunSpec, Status, TrialResult
 
-log = logging.getLogger("bakeoff.trial")
-
 
 def _classify(exc: BaseException) -> Status:
     name = type(exc).__name__

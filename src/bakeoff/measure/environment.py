@@ -27,12 +27,17 @@ def package_version(name: str) -> str | None:
         return None
 
 
+def total_memory() -> int | None:
+    """Physical memory of the machine in bytes, when the OS says."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def host_environment() -> dict[str, Any]:
     """CPU, cores, memory, OS, Python, and the versions of the frameworks installed (read from metadata)."""
-    try:
-        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        mem = None
+    mem = total_memory()
     versions = {}
     for dist in ("torch", "tensorflow", "tensorflow-cpu", "keras", "jax", "numpy"):
         if (v := package_version(dist)) is not None:
