@@ -16,6 +16,7 @@ from bakeoff.analysis.stats import (
     summarise,
     summarise_groups,
 )
+from bakeoff.spec import RunSpec
 from fake_results import default_results, failed, repeats, trial
 
 FAMILIARITY = {"team_familiarity": {"torch": 1, "tensorflow": 5}}
@@ -98,6 +99,27 @@ def test_group_results_puts_repeats_together():
                             ("tensorflow/eager", "tensorflow/graph", "tensorflow/xla", "torch/eager", "torch/graph")]
     assert [r.run_spec.repeat for r in groups["text_classifier", "tiny", "torch/graph"]] == [0, 1, 2]
     assert len(groups["text_classifier", "tiny", "tensorflow/xla"]) == 1
+
+
+def test_configurations_sharing_a_label_are_told_apart_by_what_differs():
+    def variant(result, seed=0, **changes):
+        raw = {**result.spec, **changes, "seed": seed}
+        return dataclasses.replace(result, spec=raw, key=RunSpec.from_dict(raw).key())
+
+    base = trial("torch", "eager")
+    results = [variant(base, seed=s, data={"batching": "pad"}) for s in (0, 1)]
+    results += [variant(base, data={"batching": "bucket", "pad_multiple": "16"})]
+    results += [variant(base, batch_size=16, data={"batching": "pad"})]
+    results += [trial("tensorflow", "eager")]
+    groups = group_results(results)
+    assert sorted(label for _, _, label in groups) == [
+        "tensorflow/eager",  # alone under its label: unchanged
+        "torch/eager/batch_size=16/batching=pad/pad_multiple=(default)",
+        "torch/eager/batch_size=32/batching=bucket/pad_multiple=16",
+        "torch/eager/batch_size=32/batching=pad/pad_multiple=(default)",
+    ]
+    assert len(groups["text_classifier", "tiny", "torch/eager/batch_size=32/batching=pad/pad_multiple=(default)"]) == 2
+    assert display_name("torch/eager/batching=pad") == "PyTorch (eager, batching=pad)"
 
 
 def test_summarise_groups_measures_every_quantity():

@@ -34,8 +34,11 @@ def _merge(batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
 
 def _ctc_losses(framework: str, logits: np.ndarray, labels: np.ndarray, label_lengths: np.ndarray,
-                logit_lengths: np.ndarray) -> np.ndarray:
-    """Per-utterance CTC negative log-likelihood from the framework's own op, exactly as the models call it."""
+                logit_lengths: np.ndarray, sparse: bool = False) -> np.ndarray:
+    """Per-utterance CTC negative log-likelihood from the framework's own op, called as the models call it.
+
+    TensorFlow's model passes sparse labels on CPU (the fused kernel) and dense ones on GPU (``sparse``).
+    """
     if framework == "torch":
         import torch
         import torch.nn.functional as F
@@ -45,6 +48,8 @@ def _ctc_losses(framework: str, logits: np.ndarray, labels: np.ndarray, label_le
                           torch.from_numpy(label_lengths).long(), blank=0, reduction="none").numpy()
     import tensorflow as tf
 
+    if sparse:
+        labels = tf.RaggedTensor.from_tensor(labels, lengths=label_lengths).to_sparse()
     return tf.nn.ctc_loss(labels, logits, label_lengths, logit_lengths, logits_time_major=False,
                           blank_index=0).numpy()
 
@@ -82,9 +87,10 @@ def probe(framework: str) -> dict[str, np.ndarray]:
     batches = workload.batches(data.train, 16, 0, epoch=0)
     out["losses"] = np.array([engine.train_step([next(batches)]) for _ in range(STEPS)])
     rng = np.random.default_rng(3)  # CTC alone, on fixed logits: (4 utterances, 30 frames, 29 classes)
-    out["ctc"] = _ctc_losses(framework, rng.normal(0, 2, (4, 30, 29)).astype(np.float32),
-                             rng.integers(1, 29, (4, 12)).astype(np.int32), np.array([12, 1, 7, 10], np.int32),
-                             np.array([30, 9, 30, 21], np.int32))
+    ctc_case = (rng.normal(0, 2, (4, 30, 29)).astype(np.float32), rng.integers(1, 29, (4, 12)).astype(np.int32),
+                np.array([12, 1, 7, 10], np.int32), np.array([30, 9, 30, 21], np.int32))
+    out["ctc"] = _ctc_losses(framework, *ctc_case)
+    out["ctc_sparse"] = _ctc_losses(framework, *ctc_case, sparse=framework == "tensorflow")
     return out
 
 
@@ -146,8 +152,9 @@ def test_training_losses_equal_every_step(probes):
     assert np.abs(np.diff(a)).max() > 1e-2  # the weights really moved between steps
 
 
-def test_ctc_losses_agree_on_the_same_logits(probes):
-    a, b = probes["torch"]["ctc"], probes["tensorflow"]["ctc"]
+@pytest.mark.parametrize("tf_labels", ["ctc", "ctc_sparse"])
+def test_ctc_losses_agree_on_the_same_logits(probes, tf_labels):
+    a, b = probes["torch"]["ctc"], probes["tensorflow"][tf_labels]
     assert a.shape == b.shape == (4,)
     assert np.all(np.isfinite(a)) and np.all(a > 0)
     assert np.abs(a - b).max() / np.abs(a).max() <= 1e-5, (a, b)

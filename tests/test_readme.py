@@ -63,13 +63,17 @@ def test_every_readme_command_runs(tmp_path):
     assert "framework torch: installed" in outputs["bakeoff list"]
     assert "verdict" in outputs["bakeoff run"]
     db = sqlite3.connect(tmp_path / "results" / "bakeoff.sqlite")
-    quick = db.execute("SELECT label, status, result FROM trials WHERE suite = 'quick' ORDER BY label").fetchall()
-    assert [(label, status) for label, status, _ in quick] == [
-        ("tensorflow/eager", "ok"), ("tensorflow/graph", "ok"), ("torch/eager", "ok"), ("torch/graph", "ok")]
-    for label, _, result in quick:
-        assert '"time_to_target_s": null' not in result, f"{label} did not reach the target"
+    quick = db.execute("SELECT workload, label, status, result FROM trials WHERE suite = 'quick' "
+                       "ORDER BY workload, label").fetchall()
+    assert [(workload, label, status) for workload, label, status, _ in quick] == [
+        (workload, f"{framework}/{execution}", "ok")
+        for workload, executions in (("autoencoder", ["eager"]), ("mnist", ["eager"]),
+                                     ("text_classifier", ["eager", "graph"]))
+        for framework in ("tensorflow", "torch") for execution in executions]
+    for workload, label, _, result in quick:
+        assert '"time_to_target_s": null' not in result, f"{workload} {label} did not reach the target"
     suites = {s for (s,) in db.execute("SELECT DISTINCT suite FROM trials")}
     assert suites == {"quick", "mine", "adhoc-text_classifier"}
     assert (tmp_path / "reports" / "quick" / "report.html").stat().st_size > 10_000
-    assert (tmp_path / "results" / "quick.csv").read_text().count("\n") == 5
+    assert (tmp_path / "results" / "quick.csv").read_text().count("\n") == 9
     assert '"cores"' in outputs["bakeoff env"]

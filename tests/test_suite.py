@@ -43,6 +43,16 @@ def test_matrix_variants_excludes_and_repeats_expand_in_repeat_major_order():
     assert suite.weights == {"throughput": 0.5} and suite.qualitative == {"team_familiarity": {"torch": 4.0}}
 
 
+def test_a_variant_sets_its_own_repeats_and_data_options():
+    suite = parse_suite('repeats = 3\n[defaults]\nworkload = "speech_ctc"\nframework = "torch"\nmax_steps = 5\n'
+                        '[[variant]]\nexecution = "graph"\n'
+                        '[[variant]]\nrepeats = 1\ndata = {batching = "bucket", pad_multiple = "16"}\n')
+    graph = [s for s in suite.specs if s.execution.value == "graph"]
+    bucket = [s for s in suite.specs if s.execution.value == "eager"]
+    assert [s.seed for s in graph] == [0, 1, 2] and [s.seed for s in bucket] == [0]
+    assert dict(bucket[0].data) == {"batching": "bucket", "pad_multiple": "16"} and not graph[0].data
+
+
 def test_auto_batch_size_is_recorded_for_the_search():
     suite = parse_suite('[defaults]\nworkload = "text_classifier"\nframework = "torch"\nmax_steps = 2\n'
                         'batch_size = "auto"\n[batch_search]\nmemory_cap = "2GiB"\nstep = 16\n')
@@ -56,6 +66,7 @@ def test_auto_batch_size_is_recorded_for_the_search():
     ('[defaults]\nworkload = "text_classifier"\nframework = "torch"\n', "needs a budget"),
     ('[defaults]\nframework = "torch"\nmax_steps = 1\n', "needs a workload and a framework"),
     ('repeats = 0\n[defaults]\nworkload = "w"\n', "line 1: repeats must be a positive integer"),
+    ('[defaults]\nworkload = "w"\n[[variant]]\nrepeats = "2"\n', "line 4: repeats must be a positive integer"),
 ])
 def test_mistakes_name_the_line_and_the_problem(text, message):
     with pytest.raises(SpecError, match=message):
@@ -63,6 +74,6 @@ def test_mistakes_name_the_line_and_the_problem(text, message):
 
 
 def test_every_shipped_suite_loads():
-    assert set(shipped_suites()) >= {"quick", "modes"}
+    assert set(shipped_suites()) >= {"quick", "modes", "speech", "seeds"}
     for name in shipped_suites():
         assert load_suite(name).specs

@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a suite of trials (default: the quick suite)",
                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
-    run.add_argument("--suite", help="shipped suite name (quick, seeds) or path to a .toml file; "
+    run.add_argument("--suite", help="shipped suite name (quick, modes, speech, seeds) or path to a .toml file; "
                                      "ignored fields come from --workload & co. when no suite is given")
     grid = run.add_argument_group("ad-hoc trials (instead of --suite)")
     grid.add_argument("--workload", help="workload name, see `bakeoff list`")

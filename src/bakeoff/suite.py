@@ -24,6 +24,8 @@ A suite names default spec fields, a matrix of values to cross, and how many rep
     [[variant]]
     batch_size = 8
     grad_accum = 4
+    repeats = 3                 # a variant may repeat more or less often than the suite
+    data = {batching = "bucket"}  # data options, as with --data KEY=VALUE
 
     [[exclude]]                 # optional: drop combinations matching all the given fields
     framework = "torch"
@@ -117,6 +119,8 @@ def parse_suite(text: str, source: str = "<suite>") -> Suite:
         if not isinstance(fields, dict):
             raise fail(table, f"[{table}] must be a table")
         for key in fields:
+            if table == "variant" and key == "repeats":
+                continue
             if key not in SPEC_FIELDS or key == "repeat":
                 raise fail(key, f"unknown field {key!r} in [{table}]; accepted: "
                                 f"{', '.join(f for f in SPEC_FIELDS if f != 'repeat')}")
@@ -124,8 +128,9 @@ def parse_suite(text: str, source: str = "<suite>") -> Suite:
         if not isinstance(values, list) or not values:
             raise fail(key, f"[matrix] {key} must be a non-empty list, got {values!r}")
     repeats = raw.get("repeats", 1)
-    if not isinstance(repeats, int) or repeats < 1:
-        raise fail("repeats", f"repeats must be a positive integer, got {repeats!r}")
+    for value in [repeats, *(v["repeats"] for v in variants if "repeats" in v)]:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise fail("repeats", f"repeats must be a positive integer, got {value!r}")
     excludes = raw.get("exclude", [])
     if not isinstance(excludes, list) or not all(isinstance(e, dict) for e in excludes):
         raise fail("exclude", "use [[exclude]] tables")
@@ -147,8 +152,11 @@ def parse_suite(text: str, source: str = "<suite>") -> Suite:
     base_seed = int(defaults.get("seed", 0))
     # Repeat-major order: repeat 0 of every configuration, then repeat 1, ... so slow drift of the machine
     # (thermal, background load) spreads over all configurations instead of hitting one.
-    for repeat in range(repeats):
+    for repeat in range(max(repeats, *(v.get("repeats", repeats) for v in variants))):
         for combo, variant in itertools.product(itertools.product(*(matrix[k] for k in keys)), variants):
+            if repeat >= variant.get("repeats", repeats):
+                continue
+            variant = {k: v for k, v in variant.items() if k != "repeats"}
             fields = {**defaults, **dict(zip(keys, combo, strict=True)), **variant}
             if any(all(str(fields.get(k)) == str(v) for k, v in e.items()) for e in excludes):
                 continue

@@ -7,6 +7,7 @@ stragglers and a handful of repeats cannot support a normal model.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.spec import Status, TrialResult
+from bakeoff.spec import RunSpec, Status, TrialResult
 
 NOISY_THRESHOLD = 0.10
 """A sample whose relative spread exceeds this is flagged noisy."""
@@ -242,12 +243,43 @@ class ConfigSummary:
         return getattr(self, quantity)
 
 
+def _identity(spec: RunSpec) -> str:
+    """What makes a configuration: the whole spec but its seed and repeat."""
+    return json.dumps({k: v for k, v in spec.to_dict().items() if k not in ("seed", "repeat")}, sort_keys=True)
+
+
+def _distinct_labels(specs: Sequence[RunSpec]) -> list[str]:
+    """:meth:`RunSpec.label` of each spec, extended with ``field=value`` for the fields (and data options) that
+    tell apart configurations sharing a label: ``torch/graph/batching=bucket``, ``torch/eager/batch_size=16``."""
+    dicts = [{k: v for k, v in s.to_dict().items() if k not in ("seed", "repeat", "data")} for s in specs]
+    data = [dict(s.data) for s in specs]
+    fields = [k for k in dicts[0] if len({json.dumps(d[k]) for d in dicts}) > 1]
+    options = sorted({k for d in data for k in d if len({d.get(k) for d in data}) > 1})
+    labels = []
+    for spec, d, opts in zip(specs, dicts, data, strict=True):
+        extra = [f"{k}={d[k]}" for k in fields] + [f"{k}={opts.get(k, '(default)')}" for k in options]
+        labels.append("/".join([spec.label(), *extra]))
+    return labels
+
+
 def group_results(results: Sequence[TrialResult]) -> dict[tuple[str, str, str], list[TrialResult]]:
-    """Results keyed by (workload, preset, configuration label), so repeats and seeds share a group; sorted."""
-    groups: dict[tuple[str, str, str], list[TrialResult]] = {}
+    """Results keyed by (workload, preset, configuration label), so repeats and seeds share a group; sorted.
+
+    A configuration is everything in the spec but seed and repeat; configurations that :meth:`RunSpec.label`
+    alone cannot tell apart (two batch sizes, padded against bucketed batches) get the differences in the label.
+    """
+    by_identity: dict[str, list[TrialResult]] = {}
     for r in results:
-        spec = r.run_spec
-        groups.setdefault((spec.workload, spec.preset, spec.label()), []).append(r)
+        by_identity.setdefault(_identity(r.run_spec), []).append(r)
+    by_label: dict[tuple[str, str, str], list[list[TrialResult]]] = {}
+    for trials in by_identity.values():
+        spec = trials[0].run_spec
+        by_label.setdefault((spec.workload, spec.preset, spec.label()), []).append(trials)
+    groups: dict[tuple[str, str, str], list[TrialResult]] = {}
+    for (workload, preset, label), clashing in by_label.items():
+        labels = _distinct_labels([t[0].run_spec for t in clashing]) if len(clashing) > 1 else [label]
+        for name, trials in zip(labels, clashing, strict=True):
+            groups[(workload, preset, name)] = trials
     return dict(sorted(groups.items()))
 
 

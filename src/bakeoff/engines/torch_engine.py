@@ -51,7 +51,19 @@ class TorchEngine(Engine):
                 summed, count = self.impl.loss(batch, True)
             return summed.float(), count
 
-        self._forward = torch.compile(forward) if spec.execution is Execution.GRAPH else forward
+        self._forward = forward
+        if spec.execution is Execution.GRAPH:
+            # One static graph per input shape, as tf.function traces one per shape: a new shape (variable-length
+            # speech) compiles again and is counted as a graph build. Dynamic-shape graphs (dynamic=None) crash in
+            # Inductor 2.13 on the speech model (ValueRangeError on a stride-2 convolution's symbolic length
+            # feeding dropout); the remedy measured instead is fewer shapes: bucketing and ``pad_multiple``.
+            # The recompile limit is lifted so that no shape silently falls back to eager after the 8th.
+            import torch._dynamo as dynamo
+
+            dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 100_000)
+            dynamo.config.accumulated_recompile_limit = max(
+                dynamo.config.accumulated_recompile_limit, 100_000)
+            self._forward = torch.compile(forward, dynamic=False)
 
     def _tensors(self, batch: Batch) -> dict[str, torch.Tensor]:
         return {k: torch.from_numpy(v).to(self.device, non_blocking=True) for k, v in batch.items()}
