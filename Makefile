@@ -24,6 +24,8 @@ bench: $(STAMP)
 	$(PY) bench/cli_startup.py
 	$(PY) bench/step_overhead.py
 	$(PY) bench/quick_suite.py
+	$(PY) bench/accumulation.py
+	$(PY) bench/speech_corpus.py
 
 clean:
 	rm -rf $(VENV) results reports

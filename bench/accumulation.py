@@ -6,7 +6,8 @@ alternating rounds, one framework and mode per process, for b = 8 and b = 32. Ta
 that, and a framework whose per-op dispatch dominates small batches (TF eager) pays for the small batch itself —
 the bench prints the plain b-sized step time too, so the two costs can be told apart.
 
-Run: .venv/bin/python bench/accumulation.py
+Run: .venv/bin/python bench/accumulation.py [MICRO_SIZE ...] [FRAMEWORK/EXECUTION ...]
+(default: b = 8 and 32, torch/eager tensorflow/eager tensorflow/graph)
 """
 
 from __future__ import annotations
@@ -49,8 +50,11 @@ def main() -> None:
     if sys.argv[1:2] == ["--child"]:
         json.dump(measure(sys.argv[2], sys.argv[3], int(sys.argv[4])), sys.stdout)
         return
-    for micro_size in MICROS:
-        for framework, execution in CASES:
+    args = sys.argv[1:]
+    sizes = [int(a) for a in args if a.isdigit()] or MICROS
+    cases = [tuple(a.split("/")) for a in args if "/" in a] or CASES
+    for micro_size in sizes:
+        for framework, execution in cases:
             r = in_child(__file__, framework, execution, str(micro_size))
             overhead = r["accumulated"] / r["whole"] - 1
             sys.stdout.write(

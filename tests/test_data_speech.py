@@ -117,6 +117,22 @@ def test_manifests_load_normalised_and_options_are_checked(tmp_path):
         read_manifest(tmp_path / "bad.csv", 16000)
 
 
+def test_shipped_real_recordings_serve_as_the_test_split(small_corpus, tmp_path, monkeypatch):
+    import bakeoff.data.speech as speech
+
+    cards = read_manifest(speech.SHIPPED_TESTS["cards"], 16000)  # real WAV files, read like a user's
+    assert cards.texts[0] == "ten of clubs" and cards.texts[3] == "five five" and len(cards.texts) == 5
+    assert all(len(f) > 100 and np.isfinite(f).all() for f in cards.features)  # over a second each
+    monkeypatch.setenv("BAKEOFF_SPEECH_CACHE", str(tmp_path))
+    monkeypatch.setattr(synth, "synthesise", lambda spec: small_corpus)
+    monkeypatch.setattr(speech, "embedded_corpus", lambda: embedded_corpus(SMALL))
+    data = load_speech_dataset({"test": "cards", "batching": "bucket"})
+    assert len(data.train.texts) == 9 and data.test.texts == cards.texts  # embedded train, real test
+    assert "cards (5 recordings)" in data.source
+    with pytest.raises(DataError, match=r"'sample_rate' need 'train' and 'test'"):
+        load_speech_dataset({"test": "cards", "sample_rate": "8000"})
+
+
 def _split(n=40, seed=0):
     rng = np.random.default_rng(seed)
     lengths = rng.integers(20, 100, n).astype(np.int32)

@@ -2,8 +2,7 @@
 
 Each framework runs in its own process: this file run as a script is the probe (``python THIS_FILE FRAMEWORK
 OUT.npz``), through the real engine and model code, dropout off, fp32. It is ``bakeoff.parity.probe`` plus what
-speech needs: ``bakeoff.parity`` builds its gradient-accumulation batch with ``np.concatenate``, which cannot
-join batches padded to different lengths, so here the micro-batches are padded to a common length first.
+speech needs: the padded-frame check, and CTC on its own.
 """
 
 from __future__ import annotations
@@ -20,17 +19,6 @@ FRAMEWORKS = ("torch", "tensorflow")
 STEPS = 6
 pytestmark = pytest.mark.skipif(not all(registry.installed(f) for f in FRAMEWORKS),
                                 reason="parity needs both torch and tensorflow installed")
-
-
-def _merge(batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """One batch from several: features and labels zero-padded to the longest, then concatenated."""
-    out = {}
-    for key in batches[0]:
-        width = max(b[key].shape[1] for b in batches) if batches[0][key].ndim > 1 else None
-        parts = [b[key] if width is None else np.pad(b[key], [(0, 0), (0, width - b[key].shape[1])]
-                                                     + [(0, 0)] * (b[key].ndim - 2)) for b in batches]
-        out[key] = np.concatenate(parts)
-    return out
 
 
 def _ctc_losses(framework: str, logits: np.ndarray, labels: np.ndarray, label_lengths: np.ndarray,
@@ -80,7 +68,7 @@ def probe(framework: str) -> dict[str, np.ndarray]:
     out["outputs_perturbed"] = engine.predict(test, 32)
     engine.impl.set_weights(weights)
     micro = list(workload.batches(data.train, 4, 0, epoch=0))[:4]
-    accumulated, single = engine.gradients(micro), engine.gradients([_merge(micro)])
+    accumulated, single = engine.gradients(micro), engine.gradients([workload.merge(micro)])
     scale = max(float(np.abs(b).max()) for b in single)
     out["grad_accum_max_rel_err"] = np.array(max(float(np.abs(a - b).max())
                                                  for a, b in zip(accumulated, single, strict=True)) / scale)

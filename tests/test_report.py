@@ -172,8 +172,11 @@ def test_graph_builds_column_appears_when_graphs_were_built(tmp_path):
     from fake_results import trial
 
     graph = trial("tensorflow", "graph")
-    graph.extras.update(graph_builds=3, graph_build_s=2.5)
-    md = render_report([graph, trial("torch", "eager")], tmp_path)["markdown"].read_text()
+    graph.extras.update(graph_builds=3, graph_build_steps=[1, 4, 9], graph_build_s=2.5)
+    broken = trial("torch", "graph")  # graph breaks: every build step compiled 3 graphs
+    broken.extras.update(graph_builds=6, graph_build_steps=[1, 7], graph_build_s=40.0)
+    md = render_report([graph, broken, trial("torch", "eager")], tmp_path)["markdown"].read_text()
     table = md.split("### Configurations", 1)[1].split("###", 1)[0]
     assert "graph builds (their extra s)" in table
-    assert [line.split(" | ")[5] for line in table.splitlines() if line.startswith("| t")] == ["3 (2.5)", "0"]
+    assert [line.split(" | ")[5] for line in table.splitlines() if line.startswith("| t")] == [
+        "3 (2.5)", "0", "2 ×3 graphs (40)"]

@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
                       help="data option, repeatable. text_classifier: train=FILE test=FILE text_column=... "
                            "label_column=... test_fraction=0.2 split_seed=0; speech_ctc: train=MANIFEST "
-                           "test=MANIFEST batching=pad|bucket pad_multiple=N; mnist: dir=FOLDER (the four MNIST "
+                           "test=MANIFEST (test alone: train on the embedded corpus; test=cards: 5 real shipped "
+                           "recordings) batching=pad|bucket pad_multiple=N; mnist: dir=FOLDER (the four MNIST "
                            "IDX files); autoencoder: seed=N")
     run.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"results database (default: {DEFAULT_STORE})")
     run.add_argument("--timeout", type=float, help="seconds per trial before it is killed (default: suite's, or 900)")

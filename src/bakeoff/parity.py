@@ -53,7 +53,7 @@ def probe(workload_name: str, framework: str, preset: str = "tiny", steps: int =
     engine.impl.set_weights(weights)
     # Gradient accumulation is exact: 4 micro-batches of b give the gradient of the one batch of 4·b they make up.
     micro = list(workload.batches(data.train, batch_size // 4, seed, epoch=0))[:4]
-    whole = {k: np.concatenate([m[k] for m in micro]) for k in micro[0]}
+    whole = workload.merge(micro)
     accumulated, single = engine.gradients(micro), engine.gradients([whole])
     # Relative to the largest gradient entry: some gradients are exactly zero in theory (attention key biases)
     # and hold only rounding noise, which a per-tensor relative error would blow up.

@@ -16,7 +16,7 @@ import enum
 import hashlib
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -249,6 +249,14 @@ class Workload(ABC):
         for start in range(0, stop, batch_size):
             idx = order[start:start + batch_size]
             yield {k: v[idx] for k, v in split.items()}
+
+    def merge(self, batches: Sequence[Batch]) -> Batch:
+        """One batch holding the examples of ``batches`` (what k micro-batches stand for, in parity tests).
+
+        Batches of one shape are concatenated; a workload whose batches are padded to their own length
+        (speech) pads them to a common length first.
+        """
+        return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
 
 
 class ModelImpl(Protocol):

@@ -187,6 +187,10 @@ OPTION_DEFAULTS: dict[str, str | None] = {
 """Accepted data options of the speech workload (``None``: no default). ``batching`` and ``pad_multiple`` are
 read by the workload's ``batches()``; the others by :func:`load_speech_dataset`."""
 
+SHIPPED_TESTS = {"cards": Path(__file__).parent / "speech_cards" / "cards.csv"}
+"""Test manifests shipped with bakeoff, by name: ``cards``, five real 16 kHz recordings of one speaker reading
+playing cards, from Debian's ``pocketsphinx-testdata`` (BSD-2; see ``speech_cards/SOURCE.md``)."""
+
 _WAV_FLAC = re.compile(r"\.(wav|flac)$", re.IGNORECASE)
 
 
@@ -194,7 +198,9 @@ def load_speech_dataset(options: Mapping[str, str]) -> SpeechData:
     """Load and validate speech data.
 
     Args:
-        options: Without ``train``, the embedded eSpeak NG corpus. Otherwise ``train`` and ``test``: manifests
+        options: Without ``train``, the embedded eSpeak NG corpus; with only ``test``, its train split and the
+            ``test`` manifest (``test=cards``: :data:`SHIPPED_TESTS`, five real recordings). Otherwise ``train``
+            and ``test``: manifests
             (``.csv`` with a header, or ``.jsonl``), one utterance per row with columns ``audio`` (a WAV or FLAC
             path, relative to the manifest's folder) and ``text`` (the transcript; names set by ``audio_column``
             and ``text_column``); an optional ``speaker`` column is kept for the report. Every file must be mono
@@ -209,23 +215,33 @@ def load_speech_dataset(options: Mapping[str, str]) -> SpeechData:
     if unknown:
         raise DataError(f"unknown speech data option(s) {', '.join(map(repr, unknown))}; "
                         f"accepted: {', '.join(OPTION_DEFAULTS)}")
+    opts = {k: options.get(k, default) for k, default in OPTION_DEFAULTS.items()}
+    test_path = Path(opts["test"]) if opts["test"] else None
+    if opts["test"] in SHIPPED_TESTS and not (test_path and test_path.exists()):
+        test_path = SHIPPED_TESTS[opts["test"]]
+    columns = (opts["audio_column"], opts["text_column"], opts["speaker_column"])
     if "train" not in options:
-        given = sorted(set(options) - {"batching", "pad_multiple"})
+        given = sorted(set(options) - {"batching", "pad_multiple", "test", "audio_column", "text_column",
+                                       "speaker_column"})
         if given:
             raise DataError(f"speech data option(s) {', '.join(map(repr, given))} need 'train' and 'test' manifests")
-        return embedded_corpus()
+        corpus = embedded_corpus()
+        if test_path is None:
+            return corpus
+        test = read_manifest(test_path, corpus.sample_rate, *columns)
+        source = (f"eSpeak NG synthetic commands/digits: {len(corpus.train.texts)} train utterances; "
+                  f"test: {opts['test']} ({len(test.texts)} recordings)")
+        return SpeechData(corpus.train, test, source, corpus.sample_rate)
     if "test" not in options:
         raise DataError("speech data option 'train' needs 'test' too (a second manifest, ideally of unseen "
                         "speakers); give neither for the embedded eSpeak NG corpus")
-    opts = {k: options.get(k, default) for k, default in OPTION_DEFAULTS.items()}
     try:
         rate = int(opts["sample_rate"])
     except ValueError:
         rate = 0
     if rate < 8000:
         raise DataError(f"sample_rate must be an integer of at least 8000 (Hz), got {opts['sample_rate']!r}")
-    columns = (opts["audio_column"], opts["text_column"], opts["speaker_column"])
-    train, test = (read_manifest(Path(opts[k]), rate, *columns) for k in ("train", "test"))
+    train, test = read_manifest(Path(opts["train"]), rate, *columns), read_manifest(test_path, rate, *columns)
     source = f"{opts['train']} ({len(train.texts)} train) / {opts['test']} ({len(test.texts)} test), {rate} Hz"
     return SpeechData(train, test, source, rate)
 

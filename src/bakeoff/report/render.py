@@ -82,19 +82,24 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
                             "full range with fewer than 4 trials) — treat differences in it with suspicion")
     footnotes.append("Medians over successful trials; time to target is the median over the trials that reached it.")
     if builds:
-        footnotes.append("Graph builds: traces (tf.function) or compiled graphs (torch.compile) of the training step, "
-                         "each new input shape adding one; their extra seconds are what those steps took beyond a "
-                         "steady step, the first step included.")
+        footnotes.append("Graph builds: training steps that traced (tf.function) or compiled (torch.compile) a graph, "
+                         "each new input shape adding one; \"×3 graphs\": each build made 3 graphs, the pieces "
+                         "between graph breaks; their extra seconds are what those steps took beyond a steady step, "
+                         "the first step included.")
     return Table(header, rows, footnotes)
 
 
 def _graph_builds(c: ConfigSummary) -> str:
+    """Median steps that built graphs (their extra seconds); with graph breaks, the graphs those steps made."""
     ok = [r for r in c.trials if r.status is Status.OK]
-    counts = [r.extras.get("graph_builds", 0) for r in ok]
-    if not counts or not any(counts):
-        return "0" if counts else "—"
+    steps = [len(r.extras.get("graph_build_steps", [])) or r.extras.get("graph_builds", 0) for r in ok]
+    graphs = [r.extras.get("graph_builds", 0) for r in ok]
+    if not steps or not any(steps):
+        return "0" if steps else "—"
     extra = [r.extras["graph_build_s"] for r in ok if "graph_build_s" in r.extras]
-    text = fmt(float(np.median(counts)))
+    text = fmt(float(np.median(steps)))
+    if np.median(graphs) > np.median(steps):
+        text += f" ×{fmt(float(np.median(graphs)) / float(np.median(steps)))} graphs"
     return text + (f" ({fmt(float(np.median(extra)))})" if extra else "")
 
 

@@ -66,6 +66,8 @@ class SpeechCTC:
 
     def loss(self, batch: Mapping[str, torch.Tensor], training: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         logits, lengths = self.logits(batch, training)
+        # torch.compile breaks the graph at ctc_loss (its output shape depends on the label lengths, data): the
+        # step compiles as 3 graphs, with the CTC op run eagerly between them, as for any user of this op.
         log_probs = F.log_softmax(logits.float(), -1).transpose(0, 1)  # (T', B, vocab): ctc_loss is time-major
         summed = F.ctc_loss(log_probs, batch["labels"].long(), lengths, batch["label_lengths"].long(), blank=0,
                             reduction="sum", zero_infinity=False)
