@@ -28,8 +28,8 @@ def main() -> None:
               f"{'met' if wall < 300 else 'MISSED'})\n")
     for r in results:
         spec = r.run_spec
-        out.write(f"  {spec.label():<18} {r.status.value:<8} process {r.wall_s or 0:6.1f} s  import "
-                  f"{r.import_s or 0:4.1f} s  first step {r.first_step_s or 0:5.1f} s  steady "
+        out.write(f"  {spec.workload:<16} {spec.label():<18} {r.status.value:<8} process {r.wall_s or 0:6.1f} s  "
+                  f"import {r.import_s or 0:4.1f} s  first step {r.first_step_s or 0:5.1f} s  steady "
                   f"{(r.steady_step_s or 0) * 1e3:6.1f} ms  {r.metric_name} {r.final_metric}  target "
                   f"{r.target} in {r.time_to_target_s if r.time_to_target_s is None else round(r.time_to_target_s, 1)}"
                   f" s ({r.steps_to_target} steps)\n")
