@@ -180,3 +180,24 @@ def test_graph_builds_column_appears_when_graphs_were_built(tmp_path):
     assert "graph builds (their extra s)" in table
     assert [line.split(" | ")[5] for line in table.splitlines() if line.startswith("| t")] == [
         "3 (2.5)", "0", "2 ×3 graphs (40)"]
+
+
+def test_batch_column_appears_when_configurations_differ_in_examples_per_step(tmp_path):
+    import dataclasses
+
+    from bakeoff.spec import RunSpec
+    from fake_results import trial
+
+    def with_batch(result, batch_size, grad_accum=1):
+        raw = {**result.spec, "batch_size": batch_size, "grad_accum": grad_accum}
+        return dataclasses.replace(result, spec=raw, key=RunSpec.from_dict(raw).key())
+
+    results = [trial("torch", "eager"), with_batch(trial("torch", "eager", precision="bf16"), 16),
+               with_batch(trial("tensorflow", "eager"), 8, grad_accum=4)]
+    md = render_report(results, tmp_path)["markdown"].read_text()
+    table = md.split("### Configurations", 1)[1].split("###", 1)[0]
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1] for line in table.splitlines() if line.startswith("| t")}
+    assert table.splitlines()[2].startswith("| configuration | batch | ok / trials")
+    assert rows == {"tensorflow/eager/accum4": "4×8", "torch/eager": "32", "torch/eager/bf16": "16"}
+    same = render_report([trial("torch", "eager"), trial("tensorflow", "eager")], tmp_path / "b")["markdown"]
+    assert "| configuration | ok / trials" in same.read_text()  # one batch size everywhere: no column

@@ -58,6 +58,8 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
     header = ["configuration", "ok / trials", "examples/s median (q1–q3)"]
     header += ["tokens/s median (q1–q3)"] if tokens else []
     builds = any(r.extras.get("graph_builds") for c in configs for r in c.trials)
+    batches = {c.label: _batch(c) for c in configs}
+    header[1:1] = ["batch"] if len(set(batches.values())) > 1 else []
     header += ["first step (compile) s", "steady step ms"]
     header += ["graph builds (their extra s)"] if builds else []
     header += ["time to target s (reached)", f"final {metric}",
@@ -65,7 +67,8 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
     rows = []
     for c in configs:
         reached = f" ({c.reached}/{c.n_ok})" if c.n_ok else ""
-        row = [c.label, f"{c.n_ok}/{c.n_total}", _value(c, "examples_per_s", notes, spread=True)]
+        row = [c.label] + ([batches[c.label]] if "batch" in header else [])
+        row += [f"{c.n_ok}/{c.n_total}", _value(c, "examples_per_s", notes, spread=True)]
         row += [_value(c, "tokens_per_s", notes, spread=True)] if tokens else []
         to_target = _value(c, "time_to_target_s", notes, suffix=reached)
         if c.n_ok and not c.reached and c.best_metric is not None:
@@ -87,6 +90,12 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
                          "between graph breaks; their extra seconds are what those steps took beyond a steady step, "
                          "the first step included.")
     return Table(header, rows, footnotes)
+
+
+def _batch(c: ConfigSummary) -> str:
+    """Examples per optimizer step: ``32``, or ``4×8`` for accumulated micro-batches."""
+    spec = c.trials[0].run_spec
+    return f"{spec.grad_accum}×{spec.batch_size}" if spec.grad_accum > 1 else str(spec.batch_size)
 
 
 def _graph_builds(c: ConfigSummary) -> str:
