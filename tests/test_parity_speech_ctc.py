@@ -1,8 +1,8 @@
 """Fairness, proven: the PyTorch and TensorFlow CTC acoustic models compute the same function and train alike.
 
 Each framework runs in its own process: this file run as a script is the probe (``python THIS_FILE FRAMEWORK
-OUT.npz``), through the real engine and model code, dropout off, fp32. It is ``bakeoff.parity.probe`` plus what
-speech needs: the padded-frame check, and CTC on its own.
+OUT.npz``), through the real engine and model code, dropout off, fp32: ``bakeoff.parity.probe`` plus what
+speech needs, the padded-frame check and CTC on its own.
 """
 
 from __future__ import annotations
@@ -42,38 +42,15 @@ def _ctc_losses(framework: str, logits: np.ndarray, labels: np.ndarray, label_le
                           blank_index=0).numpy()
 
 
-def probe(framework: str) -> dict[str, np.ndarray]:
-    from bakeoff.parity import perturbed
-    from bakeoff.spec import RunSpec
+def _tight(engine, workload, test: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The same utterances padded only to their own longest (``test`` is padded to the whole split's)."""
+    return {"outputs_tight": engine.predict(next(workload.batches(test, 32, 0, 0, shuffle=False)), 32)}
 
-    spec = RunSpec(workload="speech_ctc", framework=framework, max_steps=STEPS, batch_size=16, device="cpu")
-    workload = registry.workload("speech_ctc")
-    data = workload.load_data(spec)
-    config = workload.config("tiny", spec, data)
-    config["dropout"] = 0.0
-    weights = workload.init_weights(config, 0)
-    engine = registry.engine_class(framework)(spec, workload, config)
-    engine.setup(weights)
-    test = {k: v[:32] for k, v in data.test.items()}  # padded to the whole test split's longest utterance
-    out: dict[str, np.ndarray] = {"num_params": np.array(engine.num_params())}
-    out["outputs"] = engine.predict(test, 32)
-    # The same utterances padded only to their own longest: real frames must not change.
-    tight = next(workload.batches(test, 32, 0, 0, shuffle=False))
-    out["outputs_tight"] = engine.predict(tight, 32)
-    other = perturbed(weights)
-    engine.impl.set_weights(other)
-    back = engine.impl.get_weights()
-    out["roundtrip_max_err"] = np.array(max(float(np.abs(back[k] - other[k]).max()) for k in other))
-    out["roundtrip_same_keys"] = np.array(sorted(back) == sorted(other))
-    out["outputs_perturbed"] = engine.predict(test, 32)
-    engine.impl.set_weights(weights)
-    micro = list(workload.batches(data.train, 4, 0, epoch=0))[:4]
-    accumulated, single = engine.gradients(micro), engine.gradients([workload.merge(micro)])
-    scale = max(float(np.abs(b).max()) for b in single)
-    out["grad_accum_max_rel_err"] = np.array(max(float(np.abs(a - b).max())
-                                                 for a, b in zip(accumulated, single, strict=True)) / scale)
-    batches = workload.batches(data.train, 16, 0, epoch=0)
-    out["losses"] = np.array([engine.train_step([next(batches)]) for _ in range(STEPS)])
+
+def probe(framework: str) -> dict[str, np.ndarray]:
+    from bakeoff.parity import probe as common_probe
+
+    out = common_probe("speech_ctc", framework, steps=STEPS, batch_size=16, examples=32, extra=_tight)
     rng = np.random.default_rng(3)  # CTC alone, on fixed logits: (4 utterances, 30 frames, 29 classes)
     ctc_case = (rng.normal(0, 2, (4, 30, 29)).astype(np.float32), rng.integers(1, 29, (4, 12)).astype(np.int32),
                 np.array([12, 1, 7, 10], np.int32), np.array([30, 9, 30, 21], np.int32))

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from bakeoff import registry
-from bakeoff.spec import Execution, RunSpec, Weights
+from bakeoff.spec import Execution, RunSpec, Weights, Workload
 
 
 def perturbed(weights: Weights, seed: int = 1, scale: float = 0.05) -> Weights:
@@ -30,8 +32,13 @@ def perturbed(weights: Weights, seed: int = 1, scale: float = 0.05) -> Weights:
 
 
 def probe(workload_name: str, framework: str, preset: str = "tiny", steps: int = 5, batch_size: int = 16,
-          execution: str = "eager", seed: int = 0, examples: int = 64) -> dict[str, np.ndarray]:
-    """Run the probe in this process and return the arrays described in the module docstring."""
+          execution: str = "eager", seed: int = 0, examples: int = 64,
+          extra: Callable[[Any, Workload, dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
+          ) -> dict[str, np.ndarray]:
+    """Run the probe in this process and return the arrays described in the module docstring.
+
+    ``extra(engine, workload, test)``, called with the initial weights loaded, adds a workload's own checks.
+    """
     spec = RunSpec(workload=workload_name, framework=framework, preset=preset, execution=Execution(execution),
                    max_steps=steps, batch_size=batch_size, seed=seed, device="cpu")
     workload = registry.workload(workload_name)
@@ -44,6 +51,8 @@ def probe(workload_name: str, framework: str, preset: str = "tiny", steps: int =
     test = {k: v[:examples] for k, v in data.test.items()}
     out: dict[str, np.ndarray] = {"num_params": np.array(engine.num_params())}
     out["outputs"] = engine.predict(test, examples)
+    if extra is not None:
+        out.update(extra(engine, workload, test))
     other = perturbed(weights)
     engine.impl.set_weights(other)
     back = engine.impl.get_weights()
