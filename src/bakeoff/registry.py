@@ -50,6 +50,20 @@ EXECUTIONS: dict[str, tuple[Execution, ...]] = {
 }
 
 
+# How each framework's users train, by default: the modes a verdict must include to judge a framework fairly.
+# Keras' model.fit runs a tf.function unless told otherwise; PyTorch users train eagerly, torch.compile is opt-in.
+PRODUCTION_EXECUTIONS: dict[str, tuple[Execution, ...]] = {
+    "torch": (Execution.EAGER, Execution.GRAPH),
+    "tensorflow": (Execution.GRAPH, Execution.XLA),
+}
+
+# Each framework's compiled modes (a verdict without any of them says so).
+COMPILED_EXECUTIONS: dict[str, tuple[Execution, ...]] = {
+    "torch": (Execution.GRAPH,),
+    "tensorflow": (Execution.GRAPH, Execution.XLA),
+}
+
+
 def load(target: str) -> Any:
     """Import ``"module:attr"`` and return the attribute."""
     module, _, attr = target.partition(":")

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 Batch = dict[str, np.ndarray]
 """A batch: named numpy arrays, identical for every framework."""
@@ -302,14 +302,24 @@ class TrialResult:
     units_per_step: dict[str, float] = dataclasses.field(default_factory=dict)
     steady_step_s: float | None = None  # median of steady steps
     throughput: dict[str, float] = dataclasses.field(default_factory=dict)  # examples/s, tokens/s: steady
+    # Memory, in bytes, read by the engine's probe (``memory_kind`` names it: process RSS on CPU, the framework's
+    # allocator on GPU). ``peak_memory_bytes`` is the whole trial's peak, the framework's import included;
+    # ``memory_baseline_bytes`` what was in use after import and model build; ``memory_train_peak_bytes`` the peak
+    # over training steps only (evaluation excluded); ``memory_increment_bytes`` = train peak - baseline, what
+    # training itself costs (the memory criterion scores it).
     peak_memory_bytes: int | None = None
-    memory_kind: str = ""  # "rss" (process high-water) or the device counter's name
+    memory_kind: str = ""
+    memory_baseline_bytes: int | None = None
+    memory_train_peak_bytes: int | None = None
+    memory_increment_bytes: int | None = None
     curve: list[dict[str, float]] = dataclasses.field(default_factory=list)  # step, train_s, metric
     metric_name: str = ""
     higher_is_better: bool = True  # the metric's direction (accuracy: higher; error rates: lower)
     target: float | None = None
-    time_to_target_s: float | None = None  # training clock (compile included, evaluation excluded)
-    steps_to_target: int | None = None
+    # Training clock (compile included, evaluation excluded) at which the metric crossed the target, interpolated
+    # linearly between the last evaluation short of it and the first that reached it; steps likewise (a float).
+    time_to_target_s: float | None = None
+    steps_to_target: float | None = None
     final_metric: float | None = None
     best_metric: float | None = None
     num_params: int | None = None
