@@ -74,10 +74,11 @@ def test_budget_eval_cadence_and_time_to_target():
     r = _run(max_steps=20, eval_every=4, warmup_steps=2)
     assert len(r.step_times_s) == len(r.losses) == 20
     assert r.losses[:3] == [1.0, 0.5, pytest.approx(1 / 3)]
-    assert [p["step"] for p in r.curve] == [4, 8, 12, 16, 20]
-    assert [p["metric"] for p in r.curve] == pytest.approx([0.6, 0.7, 0.8, 0.9, 1.0])
-    assert r.target == 0.75 and r.steps_to_target == 12  # first evaluation at or above 0.75
-    assert r.time_to_target_s == pytest.approx(sum(r.step_times_s[:12]))
+    assert [p["step"] for p in r.curve] == [0, 4, 8, 12, 16, 20]  # step 0: the untrained model
+    assert [p["metric"] for p in r.curve] == pytest.approx([0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+    # 0.75 lies half-way between the evaluations at step 8 (0.7) and step 12 (0.8): interpolated, not rounded up
+    assert r.target == 0.75 and r.steps_to_target == pytest.approx(10)
+    assert r.time_to_target_s == pytest.approx(sum(r.step_times_s[:8]) + sum(r.step_times_s[8:12]) / 2)
     assert r.final_metric == 1.0 and r.best_metric == 1.0
     assert r.extras["steady_steps"] == 17  # 20 − first step − 2 warm-up steps
     assert r.steady_step_s == pytest.approx(float(np.median(r.step_times_s[3:])))
@@ -87,10 +88,65 @@ def test_budget_eval_cadence_and_time_to_target():
 
 def test_stop_at_target_and_epoch_budget():
     r = _run(max_epochs=5, eval_every=4, stop_at_target=True)
-    assert r.steps_to_target == 12 and len(r.step_times_s) == 12
+    assert r.steps_to_target == pytest.approx(10) and len(r.step_times_s) == 12  # stopped at the evaluation
     r = _run(max_epochs=1.5, eval_every=100)
     assert len(r.step_times_s) == 12  # 64 examples / batch 8 = 8 steps per epoch; 1.5 epochs
-    assert [p["step"] for p in r.curve] == [12]  # the end of training is always evaluated
+    assert [p["step"] for p in r.curve] == [0, 12]  # the start and the end of training are always evaluated
+
+
+def test_a_first_evaluation_past_the_target_interpolates_from_the_untrained_model():
+    r = _run(max_steps=8, eval_every=8, warmup_steps=0)  # step 0: 0.5, step 8: 0.7; target 0.75 not reached
+    assert r.time_to_target_s is None and r.final_metric == pytest.approx(0.7)
+    r = _run(max_steps=12, eval_every=12, warmup_steps=0)  # step 0: 0.5, step 12: 0.8
+    assert r.steps_to_target == pytest.approx(12 * 0.25 / 0.3)
+    assert r.time_to_target_s == pytest.approx(sum(r.step_times_s) * 0.25 / 0.3)
+
+
+class FakeProbe:
+    """A memory probe whose use the test sets: training holds 100 more bytes, evaluation 1000 more."""
+
+    kind = "fake"
+
+    def __init__(self) -> None:
+        self.now, self.high, self.log = 5_000, 9_000, []  # the import peaked at 9,000
+
+    def current(self):
+        return self.now
+
+    def peak(self):
+        return self.high
+
+    def reset_peak(self):
+        self.high = self.now
+        return True
+
+    def use(self, extra: int) -> None:
+        self.high = max(self.high, self.now + extra)
+
+
+def test_memory_baseline_training_increment_and_total_peak_are_told_apart():
+    probe = FakeProbe()
+
+    class MemoryEngine(CountingEngine):
+        def memory_probe(self):
+            return probe
+
+        def train_step(self, micro_batches):
+            probe.use(100)
+            return super().train_step(micro_batches)
+
+        def predict(self, split, batch_size):
+            probe.use(1_000)  # evaluation's peak stays out of the training figure
+            return super().predict(split, batch_size)
+
+    spec = RunSpec(workload="text_classifier", framework="torch", batch_size=8, max_steps=8, eval_every=4)
+    engine = MemoryEngine(spec, TextClassifierWorkload(), {})
+    engine.setup({})
+    r = train(engine, _data(), TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.OK))
+    assert r.memory_kind == "fake" and r.memory_baseline_bytes == 5_000
+    assert r.memory_train_peak_bytes == 5_100 and r.memory_increment_bytes == 100
+    assert r.peak_memory_bytes == 9_000  # the import's peak, not training's
+    assert r.memory_increment_bytes < r.peak_memory_bytes
 
 
 def test_gradient_accumulation_groups_micro_batches_into_one_step():
@@ -116,7 +172,7 @@ def test_resume_continues_from_the_checkpoint_without_repeating_steps(tmp_path):
     assert r2.extras["resumed_at_steps"] == [8]
     assert len(resumed[0].micro_sizes) == 8  # only steps 9-16 ran in the resumed engine
     assert len(r2.step_times_s) == len(r2.losses) == 16 and r2.losses[8] == 1 / 9
-    assert [p["step"] for p in r2.curve] == [4, 8, 12, 16]
+    assert [p["step"] for p in r2.curve] == [0, 4, 8, 12, 16]
 
 
 def test_steps_that_build_graphs_are_counted():

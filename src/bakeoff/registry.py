@@ -64,6 +64,15 @@ COMPILED_EXECUTIONS: dict[str, tuple[Execution, ...]] = {
 }
 
 
+# What betrays a framework loaded into a process: its top-level Python packages, and substrings of the paths of
+# its shared libraries. A trial that finds another framework than its own loaded fails (bakeoff.measure.isolation).
+LOADED_MARKERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "torch": (("torch",), ("libtorch", "libc10")),
+    "tensorflow": (("tensorflow",), ("libtensorflow",)),
+    "jax": (("jax", "jaxlib"), ("/jaxlib/",)),
+}
+
+
 def load(target: str) -> Any:
     """Import ``"module:attr"`` and return the attribute."""
     module, _, attr = target.partition(":")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bakeoff import registry
 from bakeoff.measure.environment import host_environment
+from bakeoff.measure.isolation import foreign_frameworks, loaded_frameworks
 from bakeoff.spec import RunSpec, Status, TrialResult
 
 
@@ -61,7 +62,11 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
         from bakeoff.engines.base import train
 
         train(engine, data, result, checkpoint_dir=checkpoint_dir, tensorboard_dir=tensorboard_dir)
-        result.status = Status.OK
+        # One trial, one framework: another one in this process would be charged to the framework under test.
+        loaded = loaded_frameworks()
+        result.environment["frameworks_loaded"] = loaded
+        foreign = foreign_frameworks(spec.framework.value, loaded)
+        result.status, result.reason = (Status.FAILED, foreign) if foreign else (Status.OK, "")
     except Exception as exc:  # a trial failure is data, not a crash of the run
         from bakeoff.engines.base import Unsupported
 
@@ -71,11 +76,16 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
             result.extras["traceback"] = traceback.format_exc()[-4000:]
     finally:
         if engine is not None:
-            try:
-                result.peak_memory_bytes, result.memory_kind = engine.peak_memory()
+            try:  # the loop fills the memory figures; a trial that failed mid-way still gets its peak
+                probe = engine.memory_probe()
+                peak = probe.peak()
+                if peak is not None:
+                    result.peak_memory_bytes = max(result.peak_memory_bytes or 0, peak)
+                result.memory_kind = result.memory_kind or probe.kind
                 result.extras.update(engine.extras())
             except Exception as exc:  # noqa: BLE001 - a failed probe must not hide the trial's own result
                 result.extras["memory_probe_error"] = repr(exc)
+        result.environment["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
         result.wall_s = time.perf_counter() - started
     return result
 

@@ -7,18 +7,19 @@ for all of them, so no framework is measured differently from another.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
-import resource
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from bakeoff.measure.memory import MemoryProbe, RssProbe
 from bakeoff.spec import Batch, Dataset, RunSpec, TrialResult, Workload
 
 
@@ -61,9 +62,10 @@ class Engine(ABC):
     def environment(self) -> dict[str, Any]:
         """Framework version, device, thread and precision settings in force."""
 
-    def peak_memory(self) -> tuple[int, str]:
-        """Peak memory so far and what was measured; CPU: the process's resident-set high-water mark."""
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "rss_high_water"
+    def memory_probe(self) -> MemoryProbe:
+        """What measures this trial's memory: the process's resident set on CPU; engines on a GPU override this
+        with their framework allocator's counters."""
+        return RssProbe()
 
     def extras(self) -> dict[str, Any]:
         """Mode-specific measurements (retraces, compile counters) to keep with the result."""
@@ -81,9 +83,12 @@ class Engine(ABC):
     def load_checkpoint(self, directory: Path) -> None:
         """Restore what :meth:`save_checkpoint` wrote, so training continues exactly as if never stopped."""
 
-    @abstractmethod
     def summary_writer(self, logdir: Path) -> SummaryWriter:
-        """A TensorBoard event writer, the framework's own (``torch.utils.tensorboard`` / ``tf.summary``)."""
+        """A TensorBoard event writer that loads no other framework into the trial's process: by default
+        bakeoff's own (:mod:`bakeoff.measure.events`); TensorFlow uses ``tf.summary``."""
+        from bakeoff.measure.events import EventWriter
+
+        return EventWriter(logdir)
 
 
 class SummaryWriter(Protocol):
@@ -106,6 +111,71 @@ def _units(workload: Workload, micro_batches: Sequence[Batch]) -> dict[str, floa
 
 _RESUMABLE = ("step_times_s", "losses", "curve", "examples_per_step", "best_metric", "final_metric",
               "time_to_target_s", "steps_to_target")
+
+
+def _crossing(before: Mapping[str, float] | None, after: Mapping[str, float], target: float) -> tuple[float, float]:
+    """Training seconds and steps at which the metric crossed ``target``, interpolated linearly between the
+    evaluation ``before`` (short of the target) and ``after`` (the first to reach it)."""
+    if before is None or before["metric"] == after["metric"]:
+        return after["train_s"], after["step"]
+    frac = min(1.0, max(0.0, (target - before["metric"]) / (after["metric"] - before["metric"])))
+    return (before["train_s"] + frac * (after["train_s"] - before["train_s"]),
+            before["step"] + frac * (after["step"] - before["step"]))
+
+
+class _MemoryTracker:
+    """Fills the result's memory figures from a probe: the baseline when training starts (import and model build
+    done), the peak over training steps with evaluation paused out of it, and the whole trial's peak.
+
+    Resetting the probe's peak is what separates the phases (on Linux it also resets the process's ``ru_maxrss``,
+    so the tracker keeps the whole-trial peak itself). A probe that cannot reset leaves the training figures
+    missing, with the reason in ``extras``, rather than reporting the import as training memory.
+    """
+
+    def __init__(self, probe: MemoryProbe, result: TrialResult) -> None:
+        self.probe, self.result = probe, result
+        self.result.memory_kind = probe.kind
+        self.total = 0
+        self.train: int | None = None
+        self.resettable = False
+
+    def _see(self, peak: int | None) -> None:
+        if peak is not None:
+            self.total = max(self.total, peak)
+            self.result.peak_memory_bytes = self.total
+
+    def start(self) -> None:
+        self._see(self.probe.peak())  # import, build and the step-0 evaluation
+        self.result.memory_baseline_bytes = self.probe.current()
+        self.resettable = self.probe.reset_peak()
+        if not self.resettable:
+            self.result.extras["memory_increment_missing"] = (f"the {self.probe.kind} probe cannot reset its peak "
+                                                              "here, so training's own peak is unknown")
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Around evaluation: the training peak so far is kept, evaluation's own is left out of it."""
+        if not self.resettable:
+            yield
+            return
+        peak = self.probe.peak()
+        self._see(peak)
+        if peak is not None:
+            self.train = max(self.train or 0, peak)
+        yield
+        self._see(self.probe.peak())
+        self.probe.reset_peak()
+
+    def stop(self) -> None:
+        peak = self.probe.peak()
+        self._see(peak)
+        if not self.resettable or peak is None:
+            return
+        self.train = max(self.train or 0, peak)
+        baseline = self.result.memory_baseline_bytes
+        self.result.memory_train_peak_bytes = self.train
+        if baseline is not None:
+            self.result.memory_increment_bytes = max(0, self.train - baseline)
 
 
 def _save_state(directory: Path, engine: Engine, state: dict[str, Any], result: TrialResult) -> None:
@@ -149,19 +219,25 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
         except ImportError as exc:  # TensorBoard logs are a convenience: their absence must not fail a trial
             result.extras["tensorboard_error"] = f"no TensorBoard events written: {exc}"
 
+    memory = _MemoryTracker(engine.memory_probe(), result)
+
     def evaluate(step: int, train_s: float) -> bool:
-        values = workload.metrics(engine.predict(data.test, eval_batch_size), data.test)
+        with memory.paused():  # evaluation stays out of the training memory figure
+            values = workload.metrics(engine.predict(data.test, eval_batch_size), data.test)
         value = values[workload.metric_name]
         others = {k: v for k, v in values.items() if k != workload.metric_name}
+        previous = result.curve[-1] if result.curve else None
         result.curve.append({"step": step, "train_s": train_s, "metric": value, **others})
         if writer is not None:
             for name, v in values.items():
                 writer.scalar(f"eval/{name}", v, step)
+        if step == 0:
+            return False  # the untrained model: the curve's start, not a training result
         best = result.best_metric
         result.best_metric = value if best is None or (value > best) == higher else best
         result.final_metric = value
         if result.time_to_target_s is None and _reached(value, target, higher):
-            result.time_to_target_s, result.steps_to_target = train_s, step
+            result.time_to_target_s, result.steps_to_target = _crossing(previous, result.curve[-1], target)
             return True
         return False
 
@@ -175,6 +251,9 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
         state = saved
         result.extras.setdefault("resumed_at_steps", []).append(state["step"])
     units: dict[str, list[float]] = state["units"]  # e.g. valid tokens in every step's batch
+    if state["step"] == 0:
+        evaluate(0, 0.0)  # where the curve starts: time to target interpolates from it if the first evaluation hits
+    memory.start()
     done = state["step"] >= max_steps
     while not done:
         micro: list[Batch] = []
@@ -220,6 +299,7 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
         else:
             state["epoch"], state["consumed"] = state["epoch"] + 1, 0
 
+    memory.stop()
     result.train_s = state["train_s"]
     result.first_step_s = result.step_times_s[0] if result.step_times_s else None
     steady = result.step_times_s[1 + spec.warmup_steps:]

@@ -22,6 +22,7 @@ import tensorflow as tf  # noqa: E402
 
 from bakeoff.engines.base import Engine, Unsupported  # noqa: E402
 from bakeoff.engines.tf_optim import Adam  # noqa: E402
+from bakeoff.measure.memory import MemoryProbe  # noqa: E402
 from bakeoff.registry import model_class  # noqa: E402
 from bakeoff.spec import Batch, Device, Execution, Parallelism, Precision  # noqa: E402
 
@@ -118,10 +119,8 @@ class TensorFlowEngine(Engine):
     def num_params(self) -> int:
         return self.impl.num_params()
 
-    def peak_memory(self) -> tuple[int, str]:
-        if self.device.startswith("GPU"):
-            return int(tf.config.experimental.get_memory_info(self.device)["peak"]), "tf get_memory_info peak"
-        return super().peak_memory()
+    def memory_probe(self) -> MemoryProbe:
+        return _GpuProbe(self.device) if self.device.startswith("GPU") else super().memory_probe()
 
     def environment(self) -> dict[str, Any]:
         return {
@@ -170,6 +169,25 @@ def _combine(parts: list) -> tf.Tensor:
         return tf.convert_to_tensor(tf.IndexedSlices(tf.concat([p.values for p in parts], 0),
                                                      tf.concat([p.indices for p in parts], 0), parts[0].dense_shape))
     return parts[0] if len(parts) == 1 else tf.add_n(parts)
+
+
+class _GpuProbe:
+    """TensorFlow's GPU allocator: bytes in use now and at peak (``tf.config.experimental.get_memory_info``)."""
+
+    kind = "tf get_memory_info"
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+
+    def current(self) -> int:
+        return int(tf.config.experimental.get_memory_info(self.device)["current"])
+
+    def peak(self) -> int:
+        return int(tf.config.experimental.get_memory_info(self.device)["peak"])
+
+    def reset_peak(self) -> bool:
+        tf.config.experimental.reset_memory_stats(self.device)
+        return True
 
 
 class _Writer:

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from bakeoff.engines.base import Engine, Unsupported
+from bakeoff.measure.memory import MemoryProbe
 from bakeoff.registry import model_class
 from bakeoff.spec import Batch, Device, Execution, Parallelism, Precision
 
@@ -110,10 +111,8 @@ class TorchEngine(Engine):
     def num_params(self) -> int:
         return self.impl.num_params()
 
-    def peak_memory(self) -> tuple[int, str]:
-        if self.device.type == "cuda":
-            return int(torch.cuda.max_memory_allocated(self.device)), "torch.cuda.max_memory_allocated"
-        return super().peak_memory()
+    def memory_probe(self) -> MemoryProbe:
+        return _CudaProbe(self.device) if self.device.type == "cuda" else super().memory_probe()
 
     def environment(self) -> dict[str, Any]:
         env: dict[str, Any] = {
@@ -148,9 +147,6 @@ class TorchEngine(Engine):
         if "cuda_rng" in state:
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
 
-    def summary_writer(self, logdir: Path) -> _Writer:
-        return _Writer(logdir)
-
     def graph_builds(self) -> int:
         if self.spec.execution is not Execution.GRAPH:
             return 0
@@ -167,19 +163,20 @@ class TorchEngine(Engine):
                 "dynamo_graph_breaks": int(sum(counters["graph_break"].values()))}
 
 
-class _Writer:
-    """TensorBoard events through ``torch.utils.tensorboard`` (needs the ``tensorboard`` package)."""
+class _CudaProbe:
+    """PyTorch's CUDA caching allocator: bytes allocated to tensors now and at peak (not the cache it reserves)."""
 
-    def __init__(self, logdir: Path) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+    kind = "torch.cuda.max_memory_allocated"
 
-        self._writer = SummaryWriter(str(logdir))
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
 
-    def scalar(self, tag: str, value: float, step: int) -> None:
-        self._writer.add_scalar(tag, value, step)
+    def current(self) -> int:
+        return int(torch.cuda.memory_allocated(self.device))
 
-    def flush(self) -> None:
-        self._writer.flush()
+    def peak(self) -> int:
+        return int(torch.cuda.max_memory_allocated(self.device))
 
-    def close(self) -> None:
-        self._writer.close()
+    def reset_peak(self) -> bool:
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return True
