@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from bakeoff.analysis.decide import resolve_weights
 from bakeoff.spec import SpecError
 from bakeoff.suite import load_suite, parse_suite, shipped_suites
 
@@ -71,6 +72,33 @@ def test_auto_batch_size_is_recorded_for_the_search():
 def test_mistakes_name_the_line_and_the_problem(text, message):
     with pytest.raises(SpecError, match=message):
         parse_suite(text, "t.toml")
+
+
+BUDGET = '[defaults]\nworkload = "mnist"\nframework = "torch"\nmax_steps = 2\n'
+CRITERIA = ", ".join(resolve_weights({}, None))  # every measured criterion, as decide names them
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[weights]\nspeed = 1\n", f"line 5: \\[weights\\]: unknown criterion 'speed' in weights; accepted: {CRITERIA}"),
+    ('[weights]\nthroughput = "abc"\n', f"weight of 'throughput' must be a number >= 0, got 'abc'; accepted "
+                                        f"criteria: {CRITERIA}"),
+    ("[weights]\nthroughput = -1\n", "weight of 'throughput' must be a finite number >= 0, got -1"),
+    ("[weights]\nteam = 1\n", "unknown criterion 'team'"),  # a qualitative criterion needs scores
+    ("[qualitative.team]\ntorch = 7\n", "line 5: score of torch in \\[qualitative.team\\] must be a number from 0 "
+                                        "to 5, got 7"),
+    ('[qualitative.team]\ntorch = "high"\n', "must be a number from 0 to 5, got 'high'"),
+    ("[qualitative.team]\npytorch = 3\n", "unknown framework 'pytorch' in \\[qualitative.team\\]; accepted: torch, "
+                                          "tensorflow, jax"),
+    ("[qualitative]\nteam = 3\n", "line 5: use \\[qualitative.CRITERION\\] tables"),
+])
+def test_weights_and_scores_are_checked_when_the_suite_loads(text, message):
+    with pytest.raises(SpecError, match=message):
+        parse_suite(BUDGET + text, "t.toml")
+
+
+def test_qualitative_criteria_can_be_weighted():
+    suite = parse_suite(BUDGET + "[weights]\nteam = 0.5\n[qualitative.team]\ntorch = 4\ntensorflow = 2.5\n")
+    assert suite.weights == {"team": 0.5} and suite.qualitative == {"team": {"torch": 4.0, "tensorflow": 2.5}}
 
 
 def test_every_shipped_suite_loads():

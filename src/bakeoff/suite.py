@@ -47,11 +47,12 @@ import dataclasses
 import itertools
 import re
 import tomllib
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from bakeoff.spec import RunSpec, SpecError
+from bakeoff.spec import Framework, RunSpec, SpecError
 
 TOP_LEVEL = ("name", "description", "repeats", "timeout_s", "defaults", "matrix", "variant", "exclude",
              "weights", "qualitative", "batch_search")
@@ -96,6 +97,61 @@ def load_suite(name_or_path: str) -> Suite:
         text = resources.files("bakeoff.suites").joinpath(f"{name_or_path}.toml").read_text()
         source = f"bakeoff/suites/{name_or_path}.toml"
     return parse_suite(text, source)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_weights(weights: Mapping[str, object], qualitative: Mapping[str, Mapping[str, float]] | None = None
+                  ) -> dict[str, float]:
+    """Decision weights as numbers, checked against the criteria of :mod:`bakeoff.analysis.decide`.
+
+    Values may be numbers or numeric strings (``--weight throughput=0.5``). Raises :class:`SpecError` naming the
+    bad criterion or value and the accepted criteria.
+    """
+    from bakeoff.analysis.decide import resolve_weights
+
+    accepted = ", ".join(resolve_weights({}, qualitative))  # every measured criterion, then the qualitative ones
+    out: dict[str, float] = {}
+    for name, weight in weights.items():
+        try:
+            if not (isinstance(weight, str) or _is_number(weight)):
+                raise ValueError(weight)
+            out[name] = float(weight)
+        except ValueError:
+            raise SpecError(f"weight of {name!r} must be a number >= 0, got {weight!r}; "
+                            f"accepted criteria: {accepted}") from None
+    try:
+        resolve_weights(out, qualitative)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    return out
+
+
+def _weights_and_scores(raw: dict[str, Any], fail: Callable[[str, str], SpecError]
+                        ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """``[weights]`` and ``[qualitative.*]``, checked now so that a typo fails before any trial runs."""
+    frameworks = [f.value for f in Framework]
+    table = raw.get("qualitative", {})
+    if not isinstance(table, dict) or not all(isinstance(s, dict) for s in table.values()):
+        raise fail("qualitative", "use [qualitative.CRITERION] tables of framework = score (0 to 5)")
+    qualitative: dict[str, dict[str, float]] = {}
+    for criterion, scores in table.items():
+        where = f"qualitative.{criterion}"
+        for framework, score in scores.items():
+            if framework not in frameworks:
+                raise fail(where, f"unknown framework {framework!r} in [{where}]; accepted: {', '.join(frameworks)}")
+            if not (_is_number(score) and 0 <= score <= 5):
+                raise fail(where, f"score of {framework} in [{where}] must be a number from 0 to 5, got {score!r}")
+        qualitative[criterion] = {f: float(s) for f, s in scores.items()}
+    weights = raw.get("weights", {})
+    if not isinstance(weights, dict):
+        raise fail("weights", "[weights] must be a table of criterion = weight")
+    try:
+        return check_weights(weights, qualitative), qualitative
+    except SpecError as exc:
+        raise fail("weights", f"[weights]: {exc}") from None
 
 
 def parse_suite(text: str, source: str = "<suite>") -> Suite:
@@ -150,8 +206,8 @@ def parse_suite(text: str, source: str = "<suite>") -> Suite:
     keys = list(matrix)
     specs: list[RunSpec] = []
     base_seed = int(defaults.get("seed", 0))
-    # Repeat-major order: repeat 0 of every configuration, then repeat 1, ... so slow drift of the machine
-    # (thermal, background load) spreads over all configurations instead of hitting one.
+    # Repeat-major order: repeat 0 of every configuration, then repeat 1, ... The runner keeps repeats in turn and
+    # interleaves frameworks within each (bakeoff.runner.order), so drift of the machine lands on every side.
     for repeat in range(max(repeats, *(v.get("repeats", repeats) for v in variants))):
         for combo, variant in itertools.product(itertools.product(*(matrix[k] for k in keys)), variants):
             if repeat >= variant.get("repeats", repeats):
@@ -169,8 +225,7 @@ def parse_suite(text: str, source: str = "<suite>") -> Suite:
                 raise SpecError(f"{source}: {exc}") from None
     if not specs:
         raise SpecError(f"{source}: the suite expands to no trials")
-    weights = {k: float(v) for k, v in raw.get("weights", {}).items()}
-    qualitative = {c: {f: float(s) for f, s in scores.items()} for c, scores in raw.get("qualitative", {}).items()}
+    weights, qualitative = _weights_and_scores(raw, fail)
     return Suite(name=str(raw.get("name", Path(source).stem)), description=str(raw.get("description", "")),
                  specs=specs, timeout_s=float(raw.get("timeout_s", 900)), weights=weights,
                  qualitative=qualitative, source=source, auto_batch=auto_batch)
