@@ -5,6 +5,9 @@ probe that runs out of memory cannot poison the next one. On CPU the memory limi
 process's resident set (default: half the machine's memory), enforced by the runner; on a GPU it is the
 device's memory, and the framework's own out-of-memory error ends the probe. Sizes grow as powers of two, or by
 a fixed step when one is given, until a probe fails or the training set is exhausted.
+
+Probes are trials run by :func:`bakeoff.runner.run_one`, so SIGINT or SIGTERM during the search kills the running
+probe's process group and raises :class:`bakeoff.runner.Interrupted`, as during the run itself.
 """
 
 from __future__ import annotations
@@ -55,7 +58,11 @@ def search(spec: RunSpec, train_size: int, log_dir: Path, memory_cap: int | None
     for size in sizes:
         probe = dataclasses.replace(spec, batch_size=size, max_steps=PROBE_STEPS, max_epochs=None, max_seconds=None,
                                     eval_every=10**9, warmup_steps=0, stop_at_target=False, checkpoint_every=0)
-        result = runner.run_one(probe, timeout_s, log_dir, memory_cap=cap)
+        try:
+            result = runner.run_one(probe, timeout_s, log_dir, memory_cap=cap)
+        except runner.Interrupted as exc:
+            exc.stopped = f"batch-size probe {probe.workload}/{probe.preset} {probe.label()} batch {size}"
+            raise
         row = {"batch_size": size, "status": result.status.value, "peak_memory_bytes": result.peak_memory_bytes,
                "memory_kind": result.memory_kind, "reason": result.reason}
         probes.append(row)
@@ -90,12 +97,14 @@ def resolve(specs: Sequence[RunSpec], train_sizes: dict[tuple, int], log_dir: Pa
     the search record per new spec key."""
     found: dict[RunSpec, SearchResult] = {}
     out, records = [], {}
-    for spec in specs:
-        config = dataclasses.replace(spec, seed=0, repeat=0, batch_size=1)
-        if config not in found:
-            size = train_sizes[(spec.workload, spec.preset, spec.data)]
-            found[config] = search(spec, size, log_dir, memory_cap, step, timeout_s=timeout_s, progress=progress)
-        resolved = dataclasses.replace(spec, batch_size=found[config].batch_size)
-        out.append(resolved)
-        records[resolved.key()] = found[config].to_dict()
+    with runner.interruptible():
+        for spec in specs:
+            config = dataclasses.replace(spec, seed=0, repeat=0, batch_size=1)
+            if config not in found:
+                size = train_sizes[(spec.workload, spec.preset, spec.data)]
+                found[config] = search(spec, size, log_dir, memory_cap, step, timeout_s=timeout_s,
+                                       progress=progress)
+            resolved = dataclasses.replace(spec, batch_size=found[config].batch_size)
+            out.append(resolved)
+            records[resolved.key()] = found[config].to_dict()
     return out, records

@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retry-failed", action="store_true", help="re-run recorded trials that did not succeed")
     run.add_argument("--no-report", action="store_true", help="do not write the report after the run")
     run.add_argument("--out", type=Path, help="report directory (default: reports/<suite>)")
+    run.add_argument("--order-seed", type=int, default=0,
+                     help="seed of the trial order: within each repeat frameworks take turns and configurations "
+                          "are shuffled with it (default: 0)")
 
     report = sub.add_parser("report", help="write the decision report (Markdown + self-contained HTML)")
     report.add_argument("--store", type=Path, default=DEFAULT_STORE)
@@ -148,13 +151,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.print(f"[bold]{suite.name}[/]: {len(suite.specs)} trials from {suite.source}; store {args.store}")
     sizes = runner.validate(suite.specs)  # bad input fails here, before a store or report is created
     specs, annotations = suite.specs, {}
-    if suite.auto_batch is not None:
-        specs, annotations = _search_batch_sizes(suite, sizes, args.store.parent / "logs", timeout)
-    with Store(args.store) as store, RunProgress(len(specs)) as progress:
-        summary = runner.run(specs, store, suite.name, timeout_s=timeout, fresh=args.fresh,
-                             retry_failed=args.retry_failed, progress=progress, annotations=annotations,
-                             validated=True)
-        results = store.results(suite=suite.name, keys=[s.key() for s in specs])
+    with runner.interruptible():  # SIGINT / SIGTERM: kill the running trial or probe, record nothing of it
+        if suite.auto_batch is not None:
+            specs, annotations = _search_batch_sizes(suite, sizes, args.store.parent / "logs", timeout)
+        with Store(args.store) as store, RunProgress(len(specs)) as progress:
+            summary = runner.run(specs, store, suite.name, timeout_s=timeout, fresh=args.fresh,
+                                 retry_failed=args.retry_failed, progress=progress, annotations=annotations,
+                                 validated=True, order_seed=args.order_seed)
+            results = store.results(suite=suite.name, keys=[s.key() for s in specs])
     console.print(f"ran {len(summary.ran)} trials, skipped {len(summary.skipped)} already in the store")
     if not args.no_report:
         _write_report(results, args.out or DEFAULT_REPORTS / suite.name, suite.weights, suite.qualitative,
@@ -197,10 +201,8 @@ def _write_report(results, out: Path, weights: dict, qualitative: dict, title: s
 def cmd_report(args: argparse.Namespace) -> int:
     from bakeoff.spec import SpecError
     from bakeoff.store import Store, export
-    from bakeoff.suite import load_suite, shipped_suites
+    from bakeoff.suite import check_weights, load_suite, shipped_suites
 
-    if not args.store.exists():
-        raise SpecError(f"no results store at {args.store}; run `bakeoff run` first (or pass --store)")
     weights: dict[str, float] = {}
     qualitative: dict = {}
     if args.suite and (args.suite in shipped_suites() or args.suite.endswith(".toml")):
@@ -208,7 +210,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         weights, qualitative, suite_name = suite.weights, suite.qualitative, suite.name
     else:
         suite_name = args.suite
-    weights.update({k: float(v) for k, v in _key_values(args.weight, "--weight").items()})
+    given = _key_values(args.weight, "--weight")
+    try:
+        weights = check_weights({**weights, **given}, qualitative)
+    except SpecError as exc:
+        raise SpecError(f"--weight {' '.join(args.weight)}: {exc}") from None
+    if not args.store.exists():
+        raise SpecError(f"no results store at {args.store}; run `bakeoff run` first (or pass --store)")
     with Store(args.store) as store:
         results = store.results(suite=suite_name)
         if not results:
@@ -268,9 +276,22 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, DataError) as exc:
         sys.stderr.write(f"bakeoff {args.command}: error: {exc}\n")
         return 2
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted; finished trials are in the store, `bakeoff run` again resumes\n")
-        return 130
+    except KeyboardInterrupt as exc:
+        sys.stderr.write(_interrupted(args.command, exc))
+        return getattr(exc, "exit_code", 130)
+
+
+def _interrupted(command: str, exc: KeyboardInterrupt) -> str:
+    """What an interrupted command tells the user (``exc`` is a :class:`bakeoff.runner.Interrupted` when the
+    run's own signal handling caught it)."""
+    name = getattr(exc, "signal_name", "SIGINT")
+    if command != "run":
+        return f"bakeoff {command}: interrupted by {name}\n"
+    stopped = getattr(exc, "stopped", None)
+    what = (f"stopped {stopped} and killed its processes; it is not recorded (its checkpoint, if any, is kept)"
+            if stopped else "no trial was running")
+    return (f"bakeoff run: interrupted by {name}; {what}. Finished trials are in the store: "
+            "`bakeoff run` with the same options resumes, running only what is missing.\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,291 @@
+"""Faults a run must survive: SIGINT / SIGTERM mid-trial, a trial killed from outside, bad weights, trial order."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bakeoff import registry, runner
+from bakeoff.analysis.decide import resolve_weights
+from bakeoff.spec import RunSpec, Status
+from bakeoff.suite import parse_suite
+
+TORCH = pytest.mark.skipif(not registry.installed("torch"), reason="needs torch")
+
+
+def processes_mentioning(text: str) -> dict[int, str]:
+    """Live processes whose command line contains ``text`` (zombies have none)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmdline:
+                found[int(entry.name)] = cmdline
+    return found
+
+
+def wait_for(condition, timeout: float = 180, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def gone(text: str) -> bool:
+    """Whether every process mentioning ``text`` has gone (SIGKILL'd processes vanish within moments)."""
+    try:
+        wait_for(lambda: not processes_mentioning(text), timeout=5)
+    except AssertionError:
+        return False
+    return True
+
+
+def rows(db: Path) -> list[tuple]:
+    if not db.exists():
+        return []
+    return sqlite3.connect(db).execute("SELECT seed, status, reason FROM trials ORDER BY seed").fetchall()
+
+
+# --- the order trials run in -------------------------------------------------------------------------------------
+
+ORDER_SUITE = """
+repeats = 2
+[defaults]
+workload = "mnist"
+max_steps = 2
+[matrix]
+framework = ["torch", "tensorflow"]
+execution = ["eager", "graph", "xla"]
+[[exclude]]
+framework = "torch"
+execution = "xla"
+"""
+
+
+def test_order_interleaves_frameworks_within_each_repeat_and_keeps_every_trial():
+    specs = parse_suite(ORDER_SUITE).specs  # repeat-major, every torch configuration before every TF one
+    ordered = runner.order(specs, seed=0)
+    assert sorted(s.key() for s in ordered) == sorted(s.key() for s in specs)
+    frameworks = [(s.repeat, s.framework.value) for s in ordered]
+    # torch has 2 configurations, TF 3: they alternate, the rotation puts TF first in repeat 1
+    assert frameworks == [(0, "torch"), (0, "tensorflow"), (0, "torch"), (0, "tensorflow"), (0, "tensorflow"),
+                          (1, "tensorflow"), (1, "torch"), (1, "tensorflow"), (1, "torch"), (1, "tensorflow")]
+    assert runner.order(specs, seed=0) == ordered  # the seed fixes the shuffle
+    shuffles = {tuple(s.label() for s in runner.order(specs, seed=k) if s.framework.value == "tensorflow")
+                for k in range(10)}
+    assert len(shuffles) > 1  # configurations are shuffled, not kept in suite order
+
+
+def test_each_result_records_its_position_in_the_run(tmp_path):
+    from bakeoff.store import Store
+
+    # JAX has no engine yet: each trial is recorded at once as unsupported, no process started
+    specs = [RunSpec(workload="mnist", framework="jax", max_steps=2, repeat=r, seed=r) for r in (1, 0)]
+    with Store(tmp_path / "r.sqlite") as store:
+        summary = runner.run(specs, store, "order", validated=True, order_seed=7)
+    assert [r.extras["order"] for r in summary.ran] == [{"position": 1, "of": 2, "seed": 7},
+                                                        {"position": 2, "of": 2, "seed": 7}]
+    assert [r.spec["repeat"] for r in summary.ran] == [0, 1]
+
+
+# --- signals and process groups, without a framework -------------------------------------------------------------
+
+STUBBORN = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends it
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", sys.argv[1], "grandchild"])
+time.sleep(600)
+"""
+
+OWNER = """
+import sys, time
+from bakeoff import runner
+marker = sys.argv[1]
+try:
+    with runner.interruptible(), runner.process_group([sys.executable, "-c", sys.argv[2], marker], "stubborn"):
+        print("started", flush=True)
+        time.sleep(600)
+except runner.Interrupted as exc:
+    print("stopped", exc.stopped, exc.signal_name, flush=True)
+    sys.exit(exc.exit_code)
+"""
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_kills_the_whole_group_even_a_process_that_ignores_sigterm(tmp_path, sig, code):
+    marker = str(tmp_path / "owned")
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, marker, STUBBORN], stdout=subprocess.PIPE, text=True)
+    assert owner.stdout.readline() == "started\n"
+    wait_for(lambda: any("grandchild" in c for c in processes_mentioning(marker).values()), 30, "the grandchild")
+    owner.send_signal(sig)
+    out, _ = owner.communicate(timeout=60)
+    assert owner.returncode == code
+    assert out == f"stopped stubborn {sig.name}\n"
+    assert gone(marker), processes_mentioning(marker)
+
+
+HOLDER = """
+import os, signal, time
+from bakeoff import runner
+with runner.interruptible():
+    try:
+        with runner._GATE.hold():  # as while a result row is written
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)  # the handler runs here, and holds the signal
+            print("written")
+    except runner.Interrupted as exc:
+        print("then raised", exc.signal_name, exc.exit_code)
+print("restored", signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)
+"""
+
+
+def test_a_signal_waits_until_a_result_is_written_then_interrupts():
+    out = subprocess.run([sys.executable, "-c", HOLDER], capture_output=True, text=True, timeout=60)
+    assert out.stdout == "written\nthen raised SIGTERM 143\nrestored True\n", out.stderr
+
+
+# --- SIGKILL is out of memory only with evidence -----------------------------------------------------------------
+
+@pytest.mark.parametrize(("after", "status", "reason"), [
+    (runner.OomKills(3, "/cg/memory.events"), Status.OUT_OF_MEMORY,
+     "out-of-memory killer (oom_kill in /cg/memory.events rose from 2 to 3 during the trial)"),
+    (runner.OomKills(2, "/cg/memory.events"), Status.FAILED,
+     "killed by SIGKILL (no evidence of out-of-memory: oom_kill in /cg/memory.events stayed at 2 during the trial)"),
+    (runner.OomKills(None, "no cgroup OOM-kill counter is readable"), Status.FAILED,
+     "killed by SIGKILL (no evidence of out-of-memory: no cgroup OOM-kill counter is readable)"),
+])
+def test_sigkill_is_out_of_memory_only_when_the_kernel_counted_a_kill(monkeypatch, after, status, reason):
+    monkeypatch.setattr(runner, "read_oom_kills", lambda: after)
+    spec = RunSpec(workload="mnist", framework="torch", max_steps=2)
+    result = runner._sigkill_failure(spec, runner.OomKills(2, "/cg/memory.events"), 12.0, "last words")
+    assert result.status is status and reason in result.reason and "last words" in result.reason
+
+
+def test_this_machine_counter_is_read_or_says_why_not():
+    kills = runner.read_oom_kills()
+    assert (kills.count is not None and kills.count >= 0 and Path(kills.source).name in
+            ("memory.events", "memory.oom_control")) or (kills.count is None and kills.source)
+
+
+# --- bad weights fail before anything runs -----------------------------------------------------------------------
+
+def bakeoff(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bakeoff.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+CRITERIA = ", ".join(resolve_weights({}, None))  # every measured criterion, as decide names them
+
+
+@pytest.mark.parametrize(("weight", "message"), [
+    ("speed=1", f"--weight speed=1: unknown criterion 'speed' in weights; accepted: {CRITERIA}"),
+    ("throughput=abc", f"--weight throughput=abc: weight of 'throughput' must be a number >= 0, got 'abc'; "
+                       f"accepted criteria: {CRITERIA}"),
+])
+def test_bad_report_weights_exit_2_with_the_accepted_criteria(tmp_path, weight, message):
+    r = bakeoff("report", "--weight", weight, "--store", "r.sqlite", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_misspelt_suite_weight_exits_2_before_any_trial(tmp_path):
+    (tmp_path / "bad.toml").write_text('name = "bad"\n[defaults]\nworkload = "mnist"\nframework = "torch"\n'
+                                       'max_steps = 2\n[weights]\nthroughput = 0.5\nthrougput = 0.5\n')
+    r = bakeoff("run", "--suite", "bad.toml", "--store", "r.sqlite", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert f"bad.toml, line 6: [weights]: unknown criterion 'througput' in weights; accepted: {CRITERIA}" in r.stderr
+    assert not (tmp_path / "r.sqlite").exists() and not (tmp_path / "logs").exists()
+
+
+# --- real runs, interrupted ---------------------------------------------------------------------------------------
+
+HANGER = """
+import os
+mode = os.environ.get("BAKEOFF_TEST_HANG")
+if mode:
+    import bakeoff.engines.base as base
+    real_train = base.train
+
+    def train(engine, data, result, *args, checkpoint_dir=None, **kwargs):
+        if engine.spec.seed == 1:  # the second trial hangs mid-training, with a worker process of its own
+            import signal, subprocess, sys, time
+            if mode == "stubborn":
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            (checkpoint_dir / "partial").write_text("a checkpoint the next run resumes from")
+            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", str(checkpoint_dir), "worker"])
+            time.sleep(600)
+        return real_train(engine, data, result, *args, checkpoint_dir=checkpoint_dir, **kwargs)
+
+    base.train = train
+"""
+
+MNIST = ("run", "--workload", "mnist", "--framework", "torch", "--execution", "eager", "--max-steps", "2",
+         "--repeats", "2", "--no-report")
+
+
+def start_hanging_run(tmp_path: Path, mode: str) -> tuple[subprocess.Popen, dict]:
+    (tmp_path / "sitecustomize.py").write_text(HANGER)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}", "BAKEOFF_TEST_HANG": mode}
+    run = subprocess.Popen([sys.executable, "-m", "bakeoff.cli", *MNIST, "--store", str(tmp_path / "r.sqlite")],
+                           cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    marker = str(tmp_path / "checkpoints")
+    wait_for(lambda: any(c.endswith(" worker ") for c in processes_mentioning(marker).values()), what="the hang")
+    procs = processes_mentioning(marker)
+    assert any("bakeoff.trial" in c for c in procs.values()), procs
+    return run, env
+
+
+@pytest.mark.slow
+@TORCH
+@pytest.mark.parametrize(("sig", "code", "mode"), [(signal.SIGINT, 130, "plain"), (signal.SIGTERM, 143, "stubborn")],
+                         ids=["SIGINT", "SIGTERM-ignored-by-the-trial"])
+def test_interrupting_a_run_kills_the_trial_records_nothing_and_the_next_run_resumes(tmp_path, sig, code, mode):
+    run, env = start_hanging_run(tmp_path, mode)  # seed 0 finished; seed 1 hangs in training, with a worker
+    run.send_signal(sig)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == code, err
+    assert f"interrupted by {sig.name}; stopped mnist/tiny torch/eager seed 1 and killed its processes" in err
+    assert "Traceback" not in err
+    assert gone(str(tmp_path / "checkpoints")), processes_mentioning(str(tmp_path / "checkpoints"))
+    assert [(seed, status) for seed, status, _ in rows(tmp_path / "r.sqlite")] == [(0, "ok")]
+    [kept] = (tmp_path / "checkpoints").glob("*/partial")  # the interrupted trial's checkpoint is kept
+
+    env.pop("BAKEOFF_TEST_HANG")
+    again = bakeoff(*MNIST, "--store", str(tmp_path / "r.sqlite"), cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stderr
+    assert "ran 1 trials, skipped 1 already in the store" in again.stdout
+    assert [(seed, status) for seed, status, _ in rows(tmp_path / "r.sqlite")] == [(0, "ok"), (1, "ok")]
+    assert not kept.exists()  # removed once the trial succeeded
+    db = sqlite3.connect(tmp_path / "r.sqlite")
+    orders = [json.loads(o) for (o,) in db.execute("SELECT json_extract(result, '$.extras.order') FROM trials "
+                                                   "ORDER BY seed")]
+    assert orders == [{"position": 1, "of": 2, "seed": 0}, {"position": 2, "of": 2, "seed": 0}]
+
+
+@pytest.mark.slow
+@TORCH
+def test_a_trial_killed_with_kill_9_is_failed_not_out_of_memory(tmp_path):
+    run, _ = start_hanging_run(tmp_path, "plain")
+    [trial] = [pid for pid, c in processes_mentioning(str(tmp_path / "checkpoints")).items() if "bakeoff.trial" in c]
+    os.kill(trial, signal.SIGKILL)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 1, err  # the run goes on and says not every trial succeeded
+    [ok, killed] = rows(tmp_path / "r.sqlite")
+    assert ok[:2] == (0, "ok") and killed[:2] == (1, "failed")
+    assert killed[2].startswith("killed by SIGKILL (no evidence of out-of-memory: "), killed[2]
+    assert gone(str(tmp_path / "checkpoints"))  # its worker went with it (the runner kills the group)
+
