@@ -2,20 +2,28 @@
 
 The default bake-off (:func:`default_results`), text_classifier/tiny, 100 steps of 32 examples, 3 repeats each:
 
-=================  ==============  ==========  ============  =====  ==========
+=================  ==============  ==========  ============  =====  ======================
 configuration      examples/s      first step  to target s   final  memory MiB
-=================  ==============  ==========  ============  =====  ==========
-torch/graph        940 950 960     1.2         2.0 2.1 2.2   0.80   410
-torch/eager        690 700 710     0.05        2.9 3.0 3.1   0.80   380
-tensorflow/graph   510 520 530     0.8         3.9 4.1 4.3   0.81   520
-tensorflow/eager   280 300 320     0.1         never         0.75   540
+                                                                    baseline + increment
+=================  ==============  ==========  ============  =====  ======================
+torch/graph        940 950 960     1.2         2.0 2.1 2.2   0.80   260 + 140
+torch/eager        690 700 710     0.05        2.9 3.0 3.1   0.80   250 + 120
+tensorflow/graph   510 520 530     0.8         3.9 4.1 4.3   0.81   330 + 180
+tensorflow/eager   280 300 320     0.1         never         0.75   320 + 210
 tensorflow/xla     failed (repeat 0)
-=================  ==============  ==========  ============  =====  ==========
+=================  ==============  ==========  ============  =====  ======================
+
+Steady step times jitter around their median by about 15% (IQR / median), as measured on a shared CPU; the
+median of each trial's steady steps is exactly ``32 / examples_per_s``. The whole-trial peak is the training peak
+plus 8 MiB of evaluation. Threads: PyTorch 16 intra / 16 inter, TensorFlow 16 / 1 (as the engines set them).
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
+
+import numpy as np
 
 from bakeoff.spec import RunSpec, Status, TrialResult
 
@@ -26,23 +34,39 @@ MIB = 2**20
 XLA_REASON = ("Traceback (most recent call last):\n  File \"engine.py\", line 88, in step\n"
               "UnimplementedError: XLA compilation is not supported for op 'StringToHashBucketFast' on CPU")
 VERSIONS = {"torch": "2.13.0", "tensorflow": "2.21.0"}
+INTER_OP = {"torch": 16, "tensorflow": 1}
+JITTER = 0.11  # standard deviation of the relative step-time noise: an IQR of about 15% of the median
 
 
-def environment(framework: str) -> dict:
-    return {"cpu": "AMD EPYC 7B13", "threads": 16, "device": "cpu", "python": "3.11.7",
-            framework: VERSIONS.get(framework, "?")}
+def environment(framework: str, load: tuple[float, float] = (0.4, 1.1)) -> dict:
+    return {"cpu": "AMD EPYC 7B13", "cores": 16, "device": "cpu", "python": "3.11.7",
+            "load_average_1m_at_start": load[0], "load_average_1m_at_end": load[1],
+            framework: VERSIONS.get(framework, "?"), "intra_op_threads": 16,
+            "inter_op_threads": INTER_OP.get(framework, 1)}
+
+
+def step_times(first_step_s: float, steady: float, n: int, *, key: str, warmup: int = 3,
+               jitter: float = JITTER) -> list[float]:
+    """The first step, then ``n - 1`` steps jittered around ``steady``; the median of the steady ones (after the
+    first and ``warmup`` more) is exactly ``steady``. Seeded by ``key``, so a trial's steps never change."""
+    rng = np.random.default_rng(zlib.crc32(key.encode()))
+    noise = np.abs(1 + jitter * rng.standard_normal(n - 1))
+    noise /= np.median(noise[warmup:])
+    return [first_step_s, *(steady * noise).tolist()]
 
 
 def trial(framework: str, execution: str, *, repeat: int = 0, seed: int = 0, examples_per_s: float = 500.0,
           first_step_s: float = 0.5, time_to_target_s: float | None = None, final_metric: float = 0.8,
-          peak_mib: float = 400.0, import_s: float = 2.0, build_s: float = 0.1, preset: str = "tiny",
-          target: float | None = TARGET, precision: str = "fp32") -> TrialResult:
-    """One successful trial whose every field agrees with the numbers given."""
+          baseline_mib: float = 250.0, increment_mib: float = 150.0, import_s: float = 2.0, build_s: float = 0.1,
+          preset: str = "tiny", target: float | None = TARGET, precision: str = "fp32", steps: int = STEPS,
+          jitter: float = JITTER, load: tuple[float, float] = (0.4, 1.1)) -> TrialResult:
+    """One successful trial whose every field agrees with the numbers given (``steps`` trained, of ``STEPS``)."""
     spec = RunSpec(workload="text_classifier", framework=framework, execution=execution, preset=preset,
                    max_steps=STEPS, seed=seed, repeat=repeat, batch_size=BATCH, eval_every=10, precision=precision)
     steady = BATCH / examples_per_s
-    steps = [first_step_s] + [steady] * (STEPS - 1)
-    train_end = sum(steps)
+    times = step_times(first_step_s, steady, steps, key=f"{spec.key()}", jitter=jitter)
+    clock = np.cumsum(times)  # training clock after each step
+    train_end = float(clock[-1])
     # Quality rises linearly in training time through (0, 0.5) and, when reached, (time_to_target_s, target).
     knots = [(0.0, 0.5)] + ([(time_to_target_s, target)] if time_to_target_s and target else []) + [
         (train_end, final_metric)]
@@ -53,17 +77,24 @@ def trial(framework: str, execution: str, *, repeat: int = 0, seed: int = 0, exa
                 return m0 + (m1 - m0) * (t - t0) / (t1 - t0)
         return final_metric
 
-    curve = [{"step": float(s), "train_s": first_step_s + (s - 1) * steady, "metric": 0.0} for s in range(10, 101, 10)]
+    curve = [{"step": float(s), "train_s": float(clock[s - 1]), "metric": 0.0} for s in range(10, steps + 1, 10)]
     for point in curve:
         point["metric"] = round(metric_at(point["train_s"]), 4)
+    reached = time_to_target_s is not None and target is not None
+    # Interpolated like the engine: steps (a float) where the training clock crosses time_to_target_s.
+    steps_to_target = float(np.interp(time_to_target_s, clock, np.arange(1, steps + 1))) if reached else None
+    baseline, increment = int(baseline_mib * MIB), int(increment_mib * MIB)
     return TrialResult(
-        spec=spec.to_dict(), key=spec.key(), status=Status.OK, environment=environment(framework),
-        import_s=import_s, build_s=build_s, first_step_s=first_step_s, step_times_s=steps,
-        losses=[0.69 * 0.99**i for i in range(STEPS)], examples_per_step=BATCH, steady_step_s=steady,
-        throughput={"examples_per_s": examples_per_s}, peak_memory_bytes=int(peak_mib * MIB), memory_kind="rss",
-        curve=curve, metric_name="accuracy", target=target, time_to_target_s=time_to_target_s,
-        steps_to_target=None, final_metric=final_metric, best_metric=max(final_metric, curve[-1]["metric"]),
-        num_params=1_234_567, train_s=train_end, wall_s=train_end + import_s + 1.0)
+        spec=spec.to_dict(), key=spec.key(), status=Status.OK, environment=environment(framework, load),
+        import_s=import_s, build_s=build_s, first_step_s=first_step_s, step_times_s=times,
+        losses=[0.69 * 0.99**i for i in range(steps)], examples_per_step=BATCH, steady_step_s=steady,
+        throughput={"examples_per_s": examples_per_s}, memory_kind="rss", memory_baseline_bytes=baseline,
+        memory_train_peak_bytes=baseline + increment, memory_increment_bytes=increment,
+        peak_memory_bytes=baseline + increment + 8 * MIB, curve=curve, metric_name="accuracy", target=target,
+        time_to_target_s=time_to_target_s, steps_to_target=steps_to_target,
+        final_metric=curve[-1]["metric"] if steps < STEPS else final_metric,
+        best_metric=max(p["metric"] for p in curve), num_params=1_234_567, train_s=train_end,
+        wall_s=train_end + import_s + 1.0)
 
 
 def failed(framework: str, execution: str, *, repeat: int = 0, seed: int = 0, reason: str = XLA_REASON,
@@ -76,9 +107,16 @@ def failed(framework: str, execution: str, *, repeat: int = 0, seed: int = 0, re
 
 
 def repeats(framework: str, execution: str, examples_per_s: Sequence[float], time_to_target_s: Sequence, *,
-            final_metric: Sequence[float], **kwargs) -> list[TrialResult]:
-    """One trial per repeat, zipping the per-repeat numbers."""
-    return [trial(framework, execution, repeat=i, examples_per_s=e, time_to_target_s=t, final_metric=f, **kwargs)
+            final_metric: Sequence[float], first_step_s: float = 0.5, baseline_mib: float = 250.0,
+            increment_mib: float = 150.0, **kwargs) -> list[TrialResult]:
+    """One trial per repeat, zipping the per-repeat numbers. First step and memory vary from run to run like real
+    ones (±3% and ±1%, in the order 1, 1 - x, 1 + x, ...), so their medians over 3 runs are the numbers given."""
+    def wobble(i: int, x: float) -> float:
+        return 1 + x * (0, -1, 1)[i % 3] * (1 + i // 3)
+
+    return [trial(framework, execution, repeat=i, examples_per_s=e, time_to_target_s=t, final_metric=f,
+                  first_step_s=first_step_s * wobble(i, 0.03), baseline_mib=baseline_mib * wobble(i, 0.01),
+                  increment_mib=increment_mib * wobble(i, 0.01), **kwargs)
             for i, (e, t, f) in enumerate(zip(examples_per_s, time_to_target_s, final_metric, strict=True))]
 
 
@@ -86,12 +124,12 @@ def default_results() -> list[TrialResult]:
     """The bake-off in the module docstring: PyTorch (graph) wins clearly; TF XLA failed; TF eager is noisy."""
     return [
         *repeats("torch", "graph", [940, 950, 960], [2.0, 2.1, 2.2], final_metric=[0.80, 0.81, 0.80],
-                 first_step_s=1.2, peak_mib=410, import_s=1.9, build_s=0.05),
+                 first_step_s=1.2, baseline_mib=260, increment_mib=140, import_s=1.9, build_s=0.05),
         *repeats("torch", "eager", [690, 700, 710], [2.9, 3.0, 3.1], final_metric=[0.80, 0.80, 0.81],
-                 first_step_s=0.05, peak_mib=380, import_s=1.9, build_s=0.05),
+                 first_step_s=0.05, baseline_mib=250, increment_mib=120, import_s=1.9, build_s=0.05),
         *repeats("tensorflow", "graph", [510, 520, 530], [3.9, 4.1, 4.3], final_metric=[0.81, 0.82, 0.81],
-                 first_step_s=0.8, peak_mib=520, import_s=3.4, build_s=0.3),
+                 first_step_s=0.8, baseline_mib=330, increment_mib=180, import_s=3.4, build_s=0.3),
         *repeats("tensorflow", "eager", [280, 300, 320], [None, None, None], final_metric=[0.75, 0.74, 0.76],
-                 first_step_s=0.1, peak_mib=540, import_s=3.4, build_s=0.3),
+                 first_step_s=0.1, baseline_mib=320, increment_mib=210, import_s=3.4, build_s=0.3),
         failed("tensorflow", "xla"),
     ]

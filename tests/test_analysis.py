@@ -8,16 +8,9 @@ import math
 import pytest
 
 from bakeoff.analysis.decide import DEFAULT_WEIGHTS, decide, decide_each, display_name, resolve_weights
-from bakeoff.analysis.stats import (
-    _u_counts,
-    compare,
-    group_results,
-    mann_whitney_p,
-    summarise,
-    summarise_groups,
-)
+from bakeoff.analysis.stats import group_results, summarise, summarise_groups
 from bakeoff.spec import RunSpec
-from fake_results import default_results, failed, repeats, trial
+from fake_results import MIB, default_results, failed, repeats, trial
 
 FAMILIARITY = {"team_familiarity": {"torch": 1, "tensorflow": 5}}
 
@@ -50,44 +43,6 @@ def test_summarise_ignores_missing_values():
     assert summarise([None, math.nan]) is None
     one = summarise([None, 3.0, math.nan])
     assert (one.n, one.median, one.rel_spread, one.noisy) == (1, 3.0, 0.0, False)
-
-
-# --- Mann-Whitney and compare ------------------------------------------------------------------------------------
-
-
-def test_mann_whitney_exact_distribution():
-    assert sum(_u_counts(4, 5)) == math.comb(9, 4)
-    assert _u_counts(2, 2) == [1, 1, 2, 1, 1]
-    assert mann_whitney_p([1, 2, 3, 4], [5, 6, 7, 8]) == pytest.approx(2 / 70)
-    assert mann_whitney_p([1, 3, 5, 7], [2, 4, 6, 8]) > 0.5
-    # With ties: the normal approximation, symmetric in its arguments.
-    p = mann_whitney_p([1, 1, 2, 2, 3], [3, 4, 4, 5, 5])
-    assert 0 < p < 0.05 and p == pytest.approx(mann_whitney_p([3, 4, 4, 5, 5], [1, 1, 2, 2, 3]))
-
-
-def test_compare_disjoint_samples_have_a_winner():
-    c = compare([1.0, 1.1, 1.05], [2.0, 2.1, 2.2])  # times: lower is faster
-    assert (c.verdict, c.better, c.p_value) == ("a faster", "a", None)  # 3 vs 3 cannot reach p < 0.05: no test
-    assert c.ratio == pytest.approx(1.05 / 2.1)
-    c = compare([950, 940, 960], [520, 510, 530], higher_is_better=True)  # throughput: higher is faster
-    assert c.verdict == "a faster"
-
-
-def test_compare_overlapping_samples_are_inconclusive():
-    c = compare([500, 520, 540], [510, 515, 530], higher_is_better=True)
-    assert (c.verdict, c.better, c.reason) == ("inconclusive", None, "the ranges overlap")
-
-
-def test_compare_noisy_pair_and_single_samples_are_inconclusive():
-    assert compare([1.0, 1.5], [3.0, 3.1]).verdict == "inconclusive"  # noisy with n < 3
-    assert compare([1.0], [1.05]).verdict == "inconclusive"  # 5% from one sample each
-    assert compare([1.0], [2.0]).verdict == "a faster"
-    assert compare([], [1.0]).verdict == "inconclusive"
-
-
-def test_compare_uses_mann_whitney_when_the_samples_allow():
-    c = compare([1, 2, 3, 4, 5], [6, 7, 8, 9, 10])
-    assert c.verdict == "a faster" and c.p_value == pytest.approx(2 / 252)
 
 
 # --- grouping and configuration summaries ------------------------------------------------------------------------
@@ -126,24 +81,29 @@ def test_summarise_groups_measures_every_quantity():
     s = by_label(summarise_groups(default_results()))
     tg = s["torch/graph"]
     assert (tg.framework, tg.execution, tg.n_ok, tg.n_total, tg.reached) == ("torch", "graph", 3, 3, 3)
-    assert (tg.examples_per_s.median, tg.examples_per_s.q1, tg.examples_per_s.q3) == (950, 945, 955)
-    assert tg.time_to_target_s.median == pytest.approx(2.1)
-    assert tg.steady_step_s.median == pytest.approx(32 / 950)
-    assert tg.peak_memory_bytes.median == 410 * 2**20
-    assert (tg.first_step_s.median, tg.import_s.median, tg.final_metric.median) == (1.2, 1.9, 0.80)
-    assert tg.tokens_per_s is None and tg.missing["tokens_per_s"] == "not recorded by the 3 successful trials"
-    assert not tg.examples_per_s.noisy
-    assert s["tensorflow/eager"].examples_per_s.noisy  # 280..320 around 300: 13% range
+    eps = tg.get("examples_per_s")
+    assert (eps.median, eps.q1, eps.q3) == (950, 945, 955)
+    assert tg.value("time_to_target_s") == pytest.approx(2.1)
+    assert tg.get("steady_step_s").median == pytest.approx(32 / 950)
+    assert tg.value("memory_baseline_bytes") == 260 * MIB and tg.value("memory_increment_bytes") == 140 * MIB
+    assert tg.value("peak_memory_bytes") == (260 + 140 + 8) * MIB
+    assert (tg.value("first_step_s"), tg.value("import_s"), tg.value("final_metric")) == (1.2, 1.9, 0.80)
+    assert tg.get("tokens_per_s") is None and tg.missing["tokens_per_s"] == "not recorded by the 3 successful trials"
+    assert not eps.noisy
+    assert s["tensorflow/eager"].get("examples_per_s").noisy  # 280..320 around 300: 13% range
+    with pytest.raises(KeyError, match="unknown quantity 'speed'; accepted: examples_per_s"):
+        tg.get("speed")
 
 
 def test_missing_quantities_say_why():
     s = by_label(summarise_groups(default_results()))
     eager = s["tensorflow/eager"]
-    assert eager.time_to_target_s is None and eager.reached == 0
+    assert eager.get("time_to_target_s") is None and eager.reached == 0
+    assert eager.value("time_to_target_s") == math.inf  # never reached: a result, not a gap
     assert eager.missing["time_to_target_s"] == "target not reached in 3/3 trials"
     xla = s["tensorflow/xla"]
     assert (xla.n_ok, xla.n_total, xla.statuses) == (0, 1, {"failed": 1})
-    assert xla.examples_per_s is None
+    assert xla.get("examples_per_s") is None and xla.value("examples_per_s") is None
     assert xla.missing["examples_per_s"] == ("not measured: 1 trial failed: UnimplementedError: XLA compilation is "
                                              "not supported for op 'StringToHashBucketFast' on CPU")
     assert xla.reasons == [xla.missing["examples_per_s"].removeprefix("not measured: ")]
@@ -152,27 +112,197 @@ def test_missing_quantities_say_why():
 # --- decide ------------------------------------------------------------------------------------------------------
 
 
-def test_decide_names_the_winner_with_numbers():
+def only(criterion: str) -> dict[str, float]:
+    """Weights that score one criterion alone."""
+    return {c: 0.0 for c in DEFAULT_WEIGHTS} | {criterion: 1.0}
+
+
+def test_decide_names_the_winner_with_intervals():
     d = decide(summarise_groups(default_results()))
-    assert d.winner == "torch" and not d.inconclusive and d.robust
+    assert d.winner == "torch" and not d.inconclusive and not d.provisional and d.robust
     assert [(f.framework, f.label) for f in d.ranking] == [("torch", "torch/graph"), ("tensorflow", "tensorflow/graph")]
-    assert d.verdict == (
-        "PyTorch (graph) wins text_classifier/tiny: 1.8x the steady throughput of TensorFlow (graph) "
-        "(950 vs 520 examples/s, median of 3) and reaches accuracy 0.78 in 2.1 s vs 4.1 s; "
-        "the verdict holds under every single weight halved or doubled.")
-    # torch/graph is best on throughput and time to target; 0.3 + 0.3 + 0.1 * 0.05/1.2 + 0.1 * 380/410 + 0.2 * 0.80/0.81
-    expected = 0.3 + 0.3 + 0.1 * 0.05 / 1.2 + 0.1 * 380 / 410 + 0.2 * 0.80 / 0.81
+    assert d.verdict == (  # golden: the bootstrap is seeded, so the intervals are too
+        "PyTorch (graph) wins text_classifier/tiny over TensorFlow (graph) on time to accuracy 0.78: 2.1 vs 4.1 s "
+        "(0.51x, 95% CI 0.47–0.56x, reached in 3/3 vs 3/3 runs); steady throughput: 950 vs 520 examples/s (1.83x, "
+        "95% CI 1.76–1.89x); training memory increment: 140 vs 180 MiB (0.78x, 95% CI 0.76–0.79x); TensorFlow "
+        "(graph) is better on first step (graph build / compile): 0.8 vs 1.2 s (0.67x, 95% CI 0.63–0.71x); robust: "
+        "it leads in 100% of 2,000 resamples of measurements and weights, each weight ×½–2, and under every single "
+        "weight halved or doubled.")
+    # torch/graph is best on throughput and time to target; eager on first step and memory; TF graph on quality
+    expected = 0.3 + 0.3 + 0.1 * 0.05 / 1.2 + 0.1 * 120 / 140 + 0.2 * 0.80 / 0.81
     assert d.ranking[0].score == pytest.approx(expected)
     assert d.margin == pytest.approx(d.ranking[0].score - d.ranking[1].score)
-    assert d.head_to_head["throughput"] == "a faster" and d.head_to_head["quality"] == "inconclusive"
+    h2h = d.head_to_head
+    assert (h2h["throughput"].better, h2h["first_step"].better, h2h["memory"].better) == ("a", "b", "a")
+    assert h2h["throughput"].low < 950 / 520 < h2h["throughput"].high
+    assert h2h["quality"].tie and h2h["quality"].equivalent  # 0.80 vs 0.81: inside ±5%
+    assert d.win_share == {"tensorflow": 0.0, "torch": 1.0} and d.resamples == 2000
 
 
-def test_a_config_that_never_reaches_the_target_scores_zero_on_it():
+def test_the_verdict_never_cites_a_tied_criterion():
     d = decide(summarise_groups(default_results()))
-    parts = {c.label: c.parts for c in d.configs}
-    assert parts["tensorflow/eager"]["time_to_target"] == 0
-    assert parts["tensorflow/graph"]["time_to_target"] == pytest.approx(2.1 / 4.1)
-    assert "tensorflow/xla" not in parts  # nothing to score
+    assert d.head_to_head["quality"].tie
+    assert "accuracy at" not in d.verdict and "quality" not in d.verdict
+
+
+def test_decisions_are_reproducible():
+    first, again = (decide(summarise_groups(default_results()), {"team_familiarity": 0.3}, FAMILIARITY)
+                    for _ in range(2))
+    assert first.verdict == again.verdict and first.win_share == again.win_share
+    assert first.head_to_head == again.head_to_head
+
+
+def test_one_run_per_side_is_provisional_and_never_robust():
+    # Today's mnist case: a 12.8x gap on one trial per side, TensorFlow only in eager mode.
+    results = [trial("torch", "eager", examples_per_s=14_527, time_to_target_s=0.4),
+               trial("tensorflow", "eager", examples_per_s=1_137, time_to_target_s=4.2, first_step_s=0.3)]
+    d = decide(summarise_groups(results))
+    assert d.provisional and not d.robust and d.runs == (1, 1)
+    assert d.win_share["torch"] == 1.0  # a clear lead, and still not robust
+    assert d.verdict.startswith("provisional (n = 1 per side): PyTorch (eager) leads text_classifier/tiny over "
+                                "TensorFlow (eager) on ")
+    assert " wins " not in d.verdict and "; robust" not in d.verdict
+    assert "not robust with n = 1 per side (3 runs per side needed)" in d.verdict
+    two_vs_three = [*repeats("torch", "graph", [900, 950], [2.0, 2.1], final_metric=[0.8] * 2),
+                    *repeats("tensorflow", "graph", [500, 520, 530], [4.0, 4.1, 4.2], final_metric=[0.8] * 3)]
+    d = decide(summarise_groups(two_vs_three))
+    assert d.provisional and not d.robust and d.verdict.startswith("provisional (n = 2 vs 3): PyTorch (graph) leads")
+
+
+def test_step_noise_within_a_single_run_widens_the_throughput_interval():
+    def interval(jitter: float) -> tuple[float, float]:
+        s = summarise_groups([trial("torch", "eager", examples_per_s=500, jitter=jitter)])[0]
+        return s.interval("examples_per_s")
+
+    lo, hi = interval(0.11)  # steps spread by ~15% (IQR / median)
+    assert lo < 500 < hi and 0.01 < (hi - lo) / 500 < 0.2
+    assert interval(0.0) == (pytest.approx(500), pytest.approx(500))
+    s = summarise_groups([trial("torch", "eager")])[0]
+    assert s.interval("first_step_s") == (0.5, 0.5)  # a per-run quantity from one run: no spread to resample
+
+
+def test_a_difference_inside_the_band_is_a_tie():
+    results = [*repeats("torch", "graph", [500, 502, 504], [3.0] * 3, final_metric=[0.8] * 3, jitter=0.02),
+               *repeats("tensorflow", "graph", [501, 503, 505], [3.0] * 3, final_metric=[0.8] * 3, jitter=0.02)]
+    d = decide(summarise_groups(results), only("throughput"))
+    diff = d.head_to_head["throughput"]
+    assert diff.tie and diff.equivalent and 1 / 1.05 <= diff.low <= diff.high <= 1.05
+    assert d.tie and d.inconclusive and d.winner is None and not d.robust
+    assert d.verdict.startswith("tie on text_classifier/tiny: TensorFlow (graph) and PyTorch (graph) are within "
+                                "±5% of each other on every weighted criterion — steady throughput: 503 vs 502")
+    assert 0.05 < d.win_share["torch"] < 0.95  # a tie: either may lead a resample
+
+
+def test_a_wide_interval_reaching_into_the_band_is_inconclusive():
+    results = [*repeats("torch", "graph", [460, 500, 540], [3.0] * 3, final_metric=[0.8] * 3),
+               *repeats("tensorflow", "graph", [470, 510, 530], [3.0] * 3, final_metric=[0.8] * 3)]
+    d = decide(summarise_groups(results), only("throughput"))
+    diff = d.head_to_head["throughput"]
+    assert diff.tie and not diff.equivalent and diff.low < 1 / 1.05 and diff.high > 1.05
+    assert d.inconclusive and not d.tie and d.winner is None
+    assert d.verdict.startswith("inconclusive on text_classifier/tiny: TensorFlow (graph) leads PyTorch (graph) "
+                                "(1.00 vs 0.98) only by differences within noise or within ±5% — steady throughput")
+
+
+def test_runs_that_never_reach_the_target_are_censored_not_dropped():
+    results = [*repeats("torch", "graph", [500] * 3, [2.0, 2.2, None], final_metric=[0.8] * 3),
+               *repeats("tensorflow", "graph", [500] * 3, [2.0, 2.1, 2.2], final_metric=[0.8] * 3)]
+    s = by_label(summarise_groups(results))
+    # Dropping the third run would give the median of 2.0 and 2.2 (2.1); counted as never, it is the 2nd of 3.
+    assert s["torch/graph"].value("time_to_target_s") == 2.2 and s["torch/graph"].reached == 2
+    assert s["torch/graph"].get("time_to_target_s").values == (2.0, 2.2)
+
+
+def test_reaching_the_target_in_one_of_three_runs_cannot_beat_three_of_three():
+    fast_once = repeats("torch", "graph", [500] * 3, [1.0, None, None], final_metric=[0.8] * 3)
+    slow_always = repeats("tensorflow", "graph", [500] * 3, [5.0, 5.1, 5.2], final_metric=[0.8] * 3)
+    d = decide(summarise_groups(fast_once + slow_always), only("time_to_target"))
+    parts = {c.label: c.parts["time_to_target"] for c in d.configs}
+    assert parts == {"tensorflow/graph": 1.0, "torch/graph": 0.0}  # 1/3: never, in the median
+    assert d.ranking[0].framework == "tensorflow" and d.winner != "torch"
+    diff = d.head_to_head["time_to_target"]  # TensorFlow's side ("a") against the fast-once side
+    assert diff.better != "b" and (diff.a, diff.b) == (5.1, math.inf)
+    assert "reached in 3/3 vs 1/3 runs" in d.verdict
+    never = repeats("torch", "graph", [500] * 3, [None] * 3, final_metric=[0.8] * 3)
+    d = decide(summarise_groups(never + slow_always), only("time_to_target"))
+    assert d.winner == "tensorflow" and d.head_to_head["time_to_target"].better == "a"  # 0/3: decisively slower
+
+
+def test_quality_is_compared_at_the_largest_common_budget():
+    stopped = trial("torch", "graph", time_to_target_s=0.5, final_metric=0.9, steps=50)  # stop_at_target
+    trained_on = trial("tensorflow", "graph", examples_per_s=400, time_to_target_s=None, final_metric=0.77)
+    s = by_label(summarise_groups([stopped, trained_on]))
+    assert s["torch/graph"].budget_examples == s["tensorflow/graph"].budget_examples == 50 * 32
+    at_50 = next(p["metric"] for p in trained_on.curve if p["step"] == 50)
+    assert s["tensorflow/graph"].value("metric_at_budget") == at_50 != trained_on.final_metric
+    assert s["torch/graph"].value("metric_at_budget") == stopped.curve[-1]["metric"]
+    d = decide(summarise_groups([stopped, trained_on]), only("quality"))
+    assert d.budget_examples == 1600 and d.head_to_head["quality"].a == stopped.curve[-1]["metric"]
+
+
+def test_the_common_budget_is_read_between_evaluations():
+    from bakeoff.analysis.quantities import common_budget, metric_at
+
+    a, b = trial("torch", "graph"), trial("tensorflow", "graph", steps=45)  # evaluated at 10..40 steps
+    assert common_budget([a, b]) == 40 * 32
+    between = metric_at(a, 35 * 32)
+    at_30, at_40 = (next(p["metric"] for p in a.curve if p["step"] == s) for s in (30, 40))
+    assert between == pytest.approx((at_30 + at_40) / 2)
+    assert metric_at(a, 5 * 32) is None  # before the first evaluation: no reading
+
+
+def test_win_probability_is_a_share_and_near_one_for_a_clear_winner():
+    d = decide(summarise_groups(default_results()), {"team_familiarity": 0.3}, FAMILIARITY)
+    assert set(d.win_share) == {"torch", "tensorflow"} and sum(d.win_share.values()) == pytest.approx(1)
+    assert all(0 <= v <= 1 for v in d.win_share.values())
+    assert 0.5 < d.win_share["torch"] < 0.95 and not d.robust  # familiarity pulls towards TensorFlow
+    assert "not robust: it leads in 69% (TensorFlow 31%) of 2,000 resamples" in d.verdict
+    clear = decide(summarise_groups(default_results()))
+    assert clear.win_share["torch"] >= 0.99
+
+
+def test_the_memory_criterion_scores_the_training_increment():
+    # torch: the smaller peak (a small baseline) but the larger increment; TF the other way round.
+    results = [*repeats("torch", "graph", [500] * 3, [3.0] * 3, final_metric=[0.8] * 3, baseline_mib=100,
+                        increment_mib=300),
+               *repeats("tensorflow", "graph", [500] * 3, [3.0] * 3, final_metric=[0.8] * 3, baseline_mib=400,
+                        increment_mib=100)]
+    s = by_label(summarise_groups(results))
+    assert s["torch/graph"].value("peak_memory_bytes") < s["tensorflow/graph"].value("peak_memory_bytes")
+    d = decide(summarise_groups(results), only("memory"))
+    assert {c.label: c.parts["memory"] for c in d.configs} == {"tensorflow/graph": 1.0,
+                                                               "torch/graph": pytest.approx(1 / 3)}
+    assert d.winner == "tensorflow" and "training memory increment: 100 vs 300 MiB" in d.verdict
+
+
+def test_the_verdict_names_a_missing_production_or_compiled_mode():
+    results = [*repeats("torch", "eager", [700] * 3, [3.0] * 3, final_metric=[0.8] * 3),
+               *repeats("torch", "graph", [900] * 3, [2.0] * 3, final_metric=[0.8] * 3),
+               *repeats("tensorflow", "eager", [300] * 3, [6.0] * 3, final_metric=[0.8] * 3),
+               failed("tensorflow", "graph")]
+    d = decide(summarise_groups(results))
+    assert d.caveats == ["TensorFlow ran only in eager mode (graph failed), not as its users train (graph or xla)"]
+    assert d.verdict.endswith("; TensorFlow ran only in eager mode (graph failed), not as its users train "
+                              "(graph or xla).")
+    eager_only = [r for r in results if r.spec["execution"] == "eager"]
+    d = decide(summarise_groups(eager_only))
+    assert d.caveats == ["TensorFlow ran only in eager mode, not as its users train (graph or xla)",
+                         "PyTorch ran without its compiled mode (graph)"]
+    full = decide(summarise_groups(default_results()))  # torch eager + graph, TF graph: like with like
+    assert full.caveats == []
+
+
+def test_a_comparison_under_clearly_different_load_is_flagged():
+    def pair(tf_load: tuple[float, float]) -> list:
+        return [*repeats("torch", "graph", [900] * 3, [2.0] * 3, final_metric=[0.8] * 3),
+                *repeats("tensorflow", "graph", [500] * 3, [4.0] * 3, final_metric=[0.8] * 3, load=tf_load)]
+
+    # 16 cores: flagged when the median run loads (the larger of start and end) differ by more than 8.
+    busy = decide(summarise_groups(pair((9.5, 10.0))))
+    assert busy.caveats == ["the compared runs saw different machine load (1-minute load average 1.1 vs 10 on 16 "
+                            "cores), which can skew their timings"]
+    assert busy.verdict.endswith("which can skew their timings.")
+    assert decide(summarise_groups(pair((8.0, 9.0)))).caveats == []  # 1.1 vs 9: within 8
 
 
 def test_sensitivity_finds_the_weight_that_flips_the_winner():
@@ -183,26 +313,23 @@ def test_sensitivity_finds_the_weight_that_flips_the_winner():
     assert row.flips_at == 1.25 and row.flips_to == "tensorflow"
     throughput = next(r for r in d.sensitivity if r.criterion == "throughput")
     assert throughput.winner_if_halved == "tensorflow" and throughput.winner_if_doubled == "torch"
-    assert d.verdict.endswith("but TensorFlow wins if the team_familiarity weight is doubled.")
+    assert d.verdict.endswith("; TensorFlow wins if the team_familiarity weight is doubled.")
+    assert "TensorFlow (graph) is better on team_familiarity: 5 vs 1 (your score)" in d.verdict
     assert d.weights["team_familiarity"] == pytest.approx(0.3 / 1.3)
 
 
-def test_differences_within_noise_are_inconclusive():
-    weights = {c: 0.0 for c in DEFAULT_WEIGHTS} | {"quality": 1.0}  # 0.80 vs 0.81: overlapping ranges
-    d = decide(summarise_groups(default_results()), weights)
-    assert d.inconclusive and d.winner is None
-    assert d.verdict.startswith("inconclusive on text_classifier/tiny: TensorFlow (graph) leads PyTorch (")
-    assert d.verdict.endswith("only by differences within run-to-run noise (quality 0.81 vs 0.8)")
-    close = [*repeats("torch", "graph", [500, 520, 540], [3.0, 3.1, 3.2], final_metric=[0.8] * 3),
-             *repeats("tensorflow", "graph", [510, 515, 530], [3.05, 3.1, 3.15], final_metric=[0.8] * 3)]
-    d = decide(summarise_groups(close))
-    assert d.inconclusive and d.verdict.startswith("inconclusive")
+def test_a_config_that_never_reaches_the_target_scores_zero_on_it():
+    d = decide(summarise_groups(default_results()))
+    parts = {c.label: c.parts for c in d.configs}
+    assert parts["tensorflow/eager"]["time_to_target"] == 0
+    assert parts["tensorflow/graph"]["time_to_target"] == pytest.approx(2.1 / 4.1)
+    assert "tensorflow/xla" not in parts  # nothing to score
 
 
 def test_no_comparison_when_one_framework_has_no_successful_trial():
     results = [r for r in default_results() if r.spec["framework"] == "torch"] + [failed("tensorflow", "graph")]
     d = decide(summarise_groups(results))
-    assert d.winner is None and d.sensitivity == []
+    assert d.winner is None and d.sensitivity == [] and d.win_share == {}
     assert d.verdict == ("no comparison possible on text_classifier/tiny: TensorFlow had no successful trial "
                          "(1 trial failed: UnimplementedError: XLA compilation is not supported for op "
                          "'StringToHashBucketFast' on CPU)")
@@ -213,18 +340,22 @@ def test_no_comparison_when_one_framework_has_no_successful_trial():
 
 def test_a_criterion_measured_for_only_some_configs_is_excluded():
     results = default_results()
-    results[0] = dataclasses.replace(results[0], peak_memory_bytes=None)  # one repeat: still measured
-    results += [trial("torch", "xla", peak_mib=1.0, examples_per_s=100, time_to_target_s=None)]
-    results[-1].peak_memory_bytes = None
+    results[0] = dataclasses.replace(results[0], memory_increment_bytes=None)  # one repeat: still measured
+    results += [trial("torch", "xla", examples_per_s=100, time_to_target_s=None)]
+    results[-1].memory_increment_bytes = None
     d = decide(summarise_groups(results))
-    assert d.excluded == {"peak_memory": "not measured for torch/xla"}
-    assert "peak_memory" not in d.weights and sum(d.weights.values()) == pytest.approx(1.0)
+    assert d.excluded == {"memory": "not measured for torch/xla"}
+    assert "memory" not in d.weights and sum(d.weights.values()) == pytest.approx(1.0)
+    no_target = [trial("torch", "graph", target=None), trial("tensorflow", "graph", target=None)]
+    assert decide(summarise_groups(no_target)).excluded["time_to_target"] == "no target set"
 
 
 def test_bad_weights_and_scores_are_rejected_with_the_accepted_values():
     summaries = summarise_groups(default_results())
     with pytest.raises(ValueError, match="unknown criterion 'speed'.*accepted: throughput"):
         decide(summaries, {"speed": 1})
+    with pytest.raises(ValueError, match="unknown criterion 'peak_memory'.*memory"):
+        resolve_weights({"peak_memory": 1}, None)
     with pytest.raises(ValueError, match="must be a finite number >= 0"):
         decide(summaries, {"throughput": -1})
     with pytest.raises(ValueError, match="needs a score 0..5 for 'tensorflow'"):
@@ -246,3 +377,14 @@ def test_decide_each_splits_workload_presets():
 def test_display_name():
     assert display_name("torch/graph/bf16") == "PyTorch (graph, bf16)"
     assert display_name("tensorflow/xla") == "TensorFlow (xla)"
+
+
+def test_memory_increments_below_the_probe_resolution_are_not_a_difference():
+    # The engine clamps the increment at 0; 0 vs 3 MiB is allocator noise, not "infinitely better".
+    results = [*repeats("torch", "graph", [500] * 3, [3.0] * 3, final_metric=[0.8] * 3, increment_mib=0),
+               *repeats("tensorflow", "graph", [500] * 3, [3.0] * 3, final_metric=[0.8] * 3, increment_mib=3)]
+    d = decide(summarise_groups(results), only("memory"))
+    assert {c.label: c.parts["memory"] for c in d.configs} == {"tensorflow/graph": 1.0, "torch/graph": 1.0}
+    memory = d.head_to_head["memory"]
+    assert memory.equivalent and {memory.a, memory.b} == {0, 3 * MIB}  # the measured values, shown as measured
+    assert d.tie and d.verdict.startswith("tie on")

@@ -14,7 +14,7 @@ from bakeoff.analysis.decide import decide
 from bakeoff.analysis.stats import summarise_groups
 from bakeoff.report.render import environment_line, render_report
 from bakeoff.spec import Status
-from fake_results import default_results, failed, trial
+from fake_results import default_results, failed, repeats, trial
 
 LABELS = ["tensorflow/eager", "tensorflow/graph", "tensorflow/xla", "torch/eager", "torch/graph"]
 
@@ -44,12 +44,16 @@ def test_writes_the_four_files(report):
 
 def test_markdown_has_one_row_per_configuration_with_its_numbers(report):
     md = report["markdown"].read_text()
-    rows = {row[0]: row for row in table_rows(section(md, "Configurations"))}
+    table = section(md, "Configurations")
+    assert table.splitlines()[1] == (
+        "| configuration | ok / trials | steady throughput, examples/s median (95% CI) | first step (graph build / "
+        "compile), s | steady step, ms | time to accuracy 0.78, s (reached) | accuracy at 3,200 examples | final "
+        "accuracy | framework import, s | model build, s |")
+    rows = {row[0]: row for row in table_rows(table)}
     assert sorted(rows) == LABELS
-    assert rows["torch/graph"][1:4] == ["3/3", "950 (945–955)", "1.2"]
-    assert rows["tensorflow/graph"][5] == "4.1 (3/3)"  # time to target, reached 3 of 3
-    assert rows["torch/graph"][7] == "410"  # MiB
-    assert rows["tensorflow/eager"][2] == "300 (290–310) †"  # noisy, flagged
+    assert rows["torch/graph"][1:6] == ["3/3", "950 (928–965)", "1.2", "33.7", "2.1 (3/3)"]  # 95% CI, reached 3/3
+    assert rows["tensorflow/graph"][5:8] == ["4.1 (3/3)", "0.81", "0.81"]
+    assert rows["tensorflow/eager"][2] == "300 (276–322) †"  # noisy across runs, flagged
 
 
 def test_missing_values_carry_their_reason(report):
@@ -61,7 +65,7 @@ def test_missing_values_carry_their_reason(report):
     assert "- [1] tensorflow/eager: target not reached in 3/3 trials" in table
     assert ("- [2] tensorflow/xla: not measured: 1 trial failed: UnimplementedError: XLA compilation is not "
             "supported for op 'StringToHashBucketFast' on CPU") in table
-    assert "- † noisy: spread above 10% of the median" in table
+    assert "- † noisy: spread across runs above 10% of the median" in table
 
 
 def test_verdict_environment_weights_sensitivity_and_failures(report):
@@ -69,17 +73,22 @@ def test_verdict_environment_weights_sensitivity_and_failures(report):
     verdict = decide(summarise_groups(default_results())).verdict
     assert f"**Verdict:** {verdict}" in md
     assert md.index(verdict) < md.index("### Configurations")
-    assert "tensorflow 2.21.0 · torch 2.13.0" in md and "threads 16" in md
+    assert "tensorflow 2.21.0 · intra_op_threads 16 · inter_op_threads 1 (tensorflow), 16 (torch) · torch 2.13.0" in md
+    assert "load_average" not in md.split("### Configurations")[0]  # per trial: in the run conditions instead
     weights = {row[0]: row for row in table_rows(section(md, "Weights"))}
     assert weights["throughput"][3:] == ["0.3", "0.300"]
-    sensitivity = table_rows(section(md, "Sensitivity of the verdict"))
-    assert [row[0] for row in sensitivity] == ["throughput", "time_to_target", "first_step", "peak_memory", "quality"]
+    assert weights["memory"][2].startswith("training memory increment")
+    robustness = section(md, "Robustness of the verdict").lstrip()
+    assert robustness.startswith("Noise and weights together, over 2,000 joint resamples")
+    assert "PyTorch leads in 100.0%, TensorFlow leads in 0.0%. The verdict is robust" in robustness
+    sensitivity = table_rows(robustness)
+    assert [row[0] for row in sensitivity] == ["throughput", "time_to_target", "first_step", "memory", "quality"]
     assert all(row[-1] == "never" for row in sensitivity)
     failures = table_rows(section(md, "Trials that did not succeed"))
     assert failures == [["tensorflow/xla", "0", "0", "failed", "UnimplementedError: XLA compilation is not supported "
                          "for op 'StringToHashBucketFast' on CPU"]]
     scores = {row[0]: row for row in table_rows(section(md, "Scores (every mode)"))}
-    assert scores["torch/graph ◀ judged by"][1] == "0.894"
+    assert scores["torch/graph ◀ judged by"][1] == "0.887"
     assert "![steady throughput per configuration](throughput.png)" in md
 
 
@@ -111,9 +120,9 @@ def test_tokens_column_only_when_measured(tmp_path):
     results = [trial("torch", "graph"), trial("tensorflow", "graph", examples_per_s=400)]
     results[0].throughput["tokens_per_s"] = 64_000.0
     md = render_report(results, tmp_path)["markdown"].read_text()
-    assert "tokens/s median (q1–q3)" in md
+    assert "steady token throughput, tokens/s median (95% CI)" in md
     rows = {row[0]: row for row in table_rows(section(md, "Configurations"))}
-    assert rows["torch/graph"][3] == "64,000"
+    assert rows["torch/graph"][3] == "64,000 (62,619–65,813)"  # the interval: its steady steps resampled
     assert rows["tensorflow/graph"][3] == "— [1]"
     assert "[1] tensorflow/graph: not recorded by the 1 successful trial" in md
     md = render_report(results[1:], tmp_path)["markdown"].read_text()
@@ -130,7 +139,7 @@ def test_environment_line_lists_differing_values_per_framework():
     results = [trial("torch", "graph"), trial("tensorflow", "graph")]
     results[1].environment["device"] = "cuda"
     line = environment_line(summarise_groups(results))
-    assert line.startswith("Environment: cpu AMD EPYC 7B13 · threads 16 · device cuda (tensorflow), cpu (torch) · ")
+    assert line.startswith("Environment: cpu AMD EPYC 7B13 · cores 16 · device cuda (tensorflow), cpu (torch) · ")
 
 
 def test_importing_the_report_does_not_import_matplotlib():
@@ -144,14 +153,14 @@ def test_importing_the_report_does_not_import_matplotlib():
 def test_mode_effects_compare_each_mode_with_its_fp32_baseline(tmp_path):
     from fake_results import trial
 
-    results = [trial("torch", "eager", examples_per_s=400, peak_mib=400, final_metric=0.80, time_to_target_s=3.0),
-               trial("torch", "eager", precision="bf16", examples_per_s=600, peak_mib=300, final_metric=0.79,
+    results = [trial("torch", "eager", examples_per_s=400, increment_mib=200, final_metric=0.80, time_to_target_s=3.0),
+               trial("torch", "eager", precision="bf16", examples_per_s=600, increment_mib=150, final_metric=0.79,
                      time_to_target_s=2.5),
                trial("tensorflow", "graph", precision="bf16", examples_per_s=500, final_metric=0.70)]
     md = render_report(results, tmp_path)["markdown"].read_text()
     section = md.split("### What each mode buys", 1)[1].split("###", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| torch")]
-    # bf16 against fp32: 1.5× the throughput, 0.75× the memory; TF bf16 has no fp32 baseline, so no row
+    # bf16 against fp32: 1.5× the throughput, 0.75× the training memory; TF bf16 has no fp32 baseline, so no row
     assert rows == ["| torch/eager/bf16 | torch/eager | 1.50× | 0.75× | 0.79 vs 0.8 | 2.5 vs 3 |"]
     assert "tensorflow/graph/bf16 |" not in section
     assert "not reached, best 0.7 (0/1)" in md  # time to target for the TF trial that never got there
@@ -178,8 +187,9 @@ def test_graph_builds_column_appears_when_graphs_were_built(tmp_path):
     md = render_report([graph, broken, trial("torch", "eager")], tmp_path)["markdown"].read_text()
     table = md.split("### Configurations", 1)[1].split("###", 1)[0]
     assert "graph builds (their extra s)" in table
-    assert [line.split(" | ")[5] for line in table.splitlines() if line.startswith("| t")] == [
-        "3 (2.5)", "0", "2 ×3 graphs (40)"]
+    assert table.splitlines()[2].endswith(" | graph builds (their extra s) |")
+    assert [line.split(" | ")[-1] for line in table.splitlines() if line.startswith("| t")] == [
+        "3 (2.5) |", "0 |", "2 ×3 graphs (40) |"]
 
 
 def test_batch_column_appears_when_configurations_differ_in_examples_per_step(tmp_path):
@@ -201,3 +211,72 @@ def test_batch_column_appears_when_configurations_differ_in_examples_per_step(tm
     assert rows == {"tensorflow/eager/accum4": "4×8", "torch/eager": "32", "torch/eager/bf16": "16"}
     same = render_report([trial("torch", "eager"), trial("tensorflow", "eager")], tmp_path / "b")["markdown"]
     assert "| configuration | ok / trials" in same.read_text()  # one batch size everywhere: no column
+
+
+def test_memory_table_shows_baseline_increment_and_peak_with_the_probe(report):
+    md = report["markdown"].read_text()
+    table = section(md, "Memory")
+    assert table.splitlines()[1] == ("| configuration | probe | baseline after import and build, MiB | training memory "
+                                     "increment, MiB | peak over the whole trial, MiB |")
+    rows = {row[0]: row for row in table_rows(table)}
+    assert rows["torch/graph"] == ["torch/graph", "rss", "260", "140", "408"]
+    assert rows["tensorflow/xla"][1:] == ["—", "— [1]", "— [1]", "— [1]"]
+    assert "what the memory criterion scores" in table
+
+
+def test_head_to_head_shows_every_ratio_with_its_interval_and_the_ties(report):
+    rows = {row[0]: row for row in table_rows(section(report["markdown"].read_text(), "Head to head"))}
+    assert rows["throughput"] == ["throughput", "950", "520", "1.83x", "95% CI 1.76–1.89x", "PyTorch (graph) better"]
+    assert rows["first_step"][-1] == "TensorFlow (graph) better"
+    assert rows["quality"][-1] == "tie: within ±5%"
+
+
+def test_run_conditions_show_differing_threads_and_flag_a_loaded_machine(tmp_path):
+    results = [*repeats("torch", "graph", [900] * 3, [2.0] * 3, final_metric=[0.8] * 3),
+               *repeats("tensorflow", "graph", [500] * 3, [4.0] * 3, final_metric=[0.8] * 3, load=(9.5, 10.0))]
+    md = render_report(results, tmp_path)["markdown"].read_text()
+    table = section(md, "Run conditions")
+    rows = {row[0]: row for row in table_rows(table)}
+    assert rows["tensorflow/graph"] == ["tensorflow/graph", "16 / 1", "9.5 → 10 ‡"]
+    assert rows["torch/graph"] == ["torch/graph", "16 / 16", "0.4 → 1.1"]
+    assert "‡ ran under clearly more load than the least-loaded configuration" in table
+    assert "more than 0.5 × the cores" in table
+    verdict = next(line for line in md.splitlines() if line.startswith("**Verdict:**"))
+    assert verdict.endswith("the compared runs saw different machine load (1-minute load average 1.1 vs 10 on 16 "
+                            "cores), which can skew their timings.")
+    same = render_report([trial("torch", "graph"), trial("torch", "eager")], tmp_path / "same")["markdown"]
+    assert "threads intra / inter-op" not in section(same.read_text(), "Run conditions")  # the same everywhere
+
+
+def test_a_provisional_verdict_names_the_missing_production_mode(tmp_path):
+    results = [trial("torch", "eager", examples_per_s=14_527, time_to_target_s=0.4),
+               trial("tensorflow", "eager", examples_per_s=1_137, time_to_target_s=4.2)]
+    md = render_report(results, tmp_path)["markdown"].read_text()
+    verdict = next(line for line in md.splitlines() if line.startswith("**Verdict:**"))
+    assert verdict.startswith("**Verdict:** provisional (n = 1 per side): PyTorch (eager) leads")
+    assert verdict.endswith("; TensorFlow ran only in eager mode, not as its users train (graph or xla); PyTorch ran "
+                            "without its compiled mode (graph).")
+    assert "The verdict is not robust: fewer than 3 runs on a side (n = 1 vs 1)." in md
+
+
+def test_censored_time_to_target_shows_the_reach_rate(tmp_path):
+    results = [*repeats("torch", "graph", [900] * 3, [1.0, None, None], final_metric=[0.8] * 3),
+               *repeats("tensorflow", "graph", [500] * 3, [4.0, 4.1, None], final_metric=[0.8] * 3)]
+    rows = {row[0]: row for row in table_rows(section(render_report(results, tmp_path)["markdown"].read_text(),
+                                                      "Configurations"))}
+    assert rows["torch/graph"][5] == "not in most runs (1/3)"
+    assert rows["tensorflow/graph"][5] == "4.1 (2/3)"  # never counts as the slowest: the median is the 2nd of 3
+
+
+def test_a_new_quantity_is_one_entry_frames_per_s_shows_up(tmp_path):
+    results = [trial("torch", "graph"), trial("tensorflow", "graph", examples_per_s=400)]
+    for r, frames in zip(results, (51_000.0, 40_000.0), strict=True):
+        r.throughput["frames_per_s"] = frames
+    md = render_report(results, tmp_path)["markdown"].read_text()
+    table = section(md, "Configurations")
+    assert "steady audio throughput (10 ms frames), frames/s median (95% CI)" in table
+    rows = {row[0]: row for row in table_rows(table)}
+    assert rows["torch/graph"][3].startswith("51,000 (")
+    summary = {s.label: s for s in summarise_groups(results)}
+    lo, hi = summary["tensorflow/graph"].interval("frames_per_s")
+    assert lo < 40_000 < hi

@@ -107,7 +107,14 @@ class Store:
 
 
 def export(results: Sequence[TrialResult], path: Path) -> Path:
-    """Write results as JSON (everything) or CSV (one summary row per trial), chosen by the file suffix."""
+    """Write results as JSON (everything) or CSV (one row per trial), chosen by the file suffix.
+
+    The CSV has the trial's identity, then one column per quantity of
+    :data:`bakeoff.analysis.quantities.QUANTITIES` (empty when not measured; a target never reached is empty too),
+    then the memory probe and the budget quality was read at (the common budget of its workload and preset).
+    """
+    from bakeoff.analysis.quantities import QUANTITIES, common_budget
+
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".json":
         path.write_text(json.dumps({"schema_version": SCHEMA_VERSION,
@@ -115,16 +122,17 @@ def export(results: Sequence[TrialResult], path: Path) -> Path:
         return path
     if path.suffix != ".csv":
         raise SpecError(f"cannot export to {path.name!r}: use a .json or .csv file name")
-    columns = ["key", "workload", "preset", "label", "seed", "repeat", "status", "reason", "import_s", "build_s",
-               "first_step_s", "steady_step_s", "examples_per_s", "peak_memory_bytes", "time_to_target_s",
-               "steps_to_target", "final_metric", "best_metric", "train_s", "wall_s"]
+    pairs = {(r.spec["workload"], r.spec["preset"]) for r in results}
+    budgets = {pair: common_budget([r for r in results if (r.spec["workload"], r.spec["preset"]) == pair])
+               for pair in pairs}
+    columns = ["key", "workload", "preset", "label", "seed", "repeat", "status", "reason", *QUANTITIES,
+               "memory_kind", "budget_examples"]
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(columns)
         for r in results:
             spec = r.run_spec
+            budget = budgets[spec.workload, spec.preset]
             writer.writerow([r.key, spec.workload, spec.preset, spec.label(), spec.seed, spec.repeat, r.status.value,
-                             r.reason, r.import_s, r.build_s, r.first_step_s, r.steady_step_s,
-                             r.throughput.get("examples_per_s"), r.peak_memory_bytes, r.time_to_target_s,
-                             r.steps_to_target, r.final_metric, r.best_metric, r.train_s, r.wall_s])
+                             r.reason, *(q.get(r, budget) for q in QUANTITIES.values()), r.memory_kind, budget])
     return path

@@ -1,16 +1,25 @@
-"""From configuration summaries to a decision: criteria, weights, scores, a verdict in numbers, and sensitivity.
+"""From configuration summaries to a decision: criteria, weights, scores, a verdict in numbers, and its robustness.
 
 Scoring, per (workload, preset):
 
-* each measured criterion is normalised to [0, 1] against the best configuration (higher-is-better: ``v / best``;
-  lower-is-better: ``best / v``); a configuration that never reached the target scores 0 on time to target;
+* each measured criterion reads one quantity (:data:`MEASURED`), normalised to [0, 1] against the best
+  configuration (higher-is-better: ``v / best``; lower-is-better: ``best / v``, so a never-reached target scores 0);
 * a qualitative criterion (team familiarity, ecosystem, ...) is the user's 0..5 score per framework, divided by 5;
 * a configuration's score is the weighted mean of its criteria (weights normalised to sum 1);
 * a framework is judged by its best configuration — the report still shows every mode.
 
-The winner is declared only when its lead survives with every criterion whose difference is within run-to-run noise
-(:func:`bakeoff.analysis.stats.compare` says "inconclusive") counted as a tie; otherwise the verdict is
-"inconclusive".
+The verdict, leader against runner-up:
+
+* every measured criterion is a :class:`~bakeoff.analysis.bootstrap.Difference` — a ratio with a 95% bootstrap
+  interval; an interval reaching into ±5% is a tie, and the verdict never cites a tie;
+* a winner is declared only when its lead survives with the ties counted as ties; otherwise "tie" (every interval
+  inside ±5%) or "inconclusive";
+* fewer than :data:`MIN_RUNS` runs on either side make it "provisional (n = ...)", never robust;
+* robustness covers noise and weights together: :data:`~bakeoff.analysis.bootstrap.RESAMPLES` joint resamples of
+  the measurements (the bootstrap replicates) and of the weights (each scaled by a log-uniform factor in [½, 2])
+  give how often each framework leads; robust means ≥ :data:`ROBUST_SHARE` of them, no single weight halved or
+  doubled flipping the leader (the sensitivity table), and enough runs;
+* the verdict names what was not like with like (:mod:`bakeoff.analysis.conditions`).
 """
 
 from __future__ import annotations
@@ -19,45 +28,57 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
-from bakeoff.analysis.stats import ConfigSummary, compare, fmt
+import numpy as np
+
+from bakeoff.analysis.bootstrap import RESAMPLES, TIE_BAND, Difference, difference, rng_for
+from bakeoff.analysis.conditions import FRAMEWORK_NAMES, cores, display_name, load_gap, mode_notes
+from bakeoff.analysis.quantities import Quantity, fmt, quantity
+from bakeoff.analysis.stats import ConfigSummary
+
+__all__ = ["DEFAULT_WEIGHTS", "FRAMEWORK_NAMES", "MEASURED", "Criterion", "Decision", "decide", "decide_each",
+           "display_name", "resolve_weights"]
 
 Qualitative = Mapping[str, Mapping[str, float]]
 """``{criterion: {framework: score 0..5}}``, e.g. ``{"team_familiarity": {"torch": 4, "tensorflow": 2}}``."""
 
+MIN_RUNS = 3
+"""Runs per side below which a verdict is provisional."""
+
+ROBUST_SHARE = 0.95
+"""The share of joint resamples the leader must lead in for the verdict to be called robust."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Criterion:
-    """A measured criterion: which :class:`ConfigSummary` quantity it reads and which direction is better."""
+    """A measured criterion: the quantity it scores (its direction and unit come from the quantity's record)."""
 
     name: str
     quantity: str
-    higher_is_better: bool
     description: str
+
+    @property
+    def record(self) -> Quantity:
+        return quantity(self.quantity)
 
 
 MEASURED: dict[str, Criterion] = {c.name: c for c in (
-    Criterion("throughput", "examples_per_s", True, "steady examples/s (median)"),
-    Criterion("time_to_target", "time_to_target_s", False, "training seconds to reach the target (median)"),
-    Criterion("first_step", "first_step_s", False, "first step seconds: graph build / compile (median)"),
-    Criterion("peak_memory", "peak_memory_bytes", False, "peak memory (median)"),
-    Criterion("quality", "final_metric", True, "final metric (median; direction from the workload)"),
+    Criterion("throughput", "examples_per_s", "steady examples/s (median over runs)"),
+    Criterion("time_to_target", "time_to_target_s",
+              "training seconds to reach the target (median over runs; a run that never reached it counts as never)"),
+    Criterion("first_step", "first_step_s", "first step seconds: graph build / compile (median)"),
+    Criterion("memory", "memory_increment_bytes",
+              "training memory increment: peak during training steps minus the baseline after build (median)"),
+    Criterion("quality", "metric_at_budget",
+              "the metric after the largest number of training examples every configuration evaluated at "
+              "(median; direction from the workload)"),
 )}
 
 DEFAULT_WEIGHTS: dict[str, float] = {
-    "throughput": 0.3, "time_to_target": 0.3, "first_step": 0.1, "peak_memory": 0.1, "quality": 0.2}
+    "throughput": 0.3, "time_to_target": 0.3, "first_step": 0.1, "memory": 0.1, "quality": 0.2}
 """Weights of the measured criteria. Qualitative criteria weigh 0 until the user sets them."""
 
 MULTIPLIERS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0)
 """The grid on which sensitivity looks for the multiplier of one weight that changes the winner."""
-
-FRAMEWORK_NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX"}
-
-
-def display_name(label: str) -> str:
-    """``"torch/graph/bf16"`` -> ``"PyTorch (graph, bf16)"``."""
-    framework, *modes = label.split("/")
-    name = FRAMEWORK_NAMES.get(framework, framework)
-    return f"{name} ({', '.join(modes)})" if modes else name
 
 
 @dataclasses.dataclass
@@ -104,17 +125,28 @@ class Decision:
     configs: list[ConfigScore]
     ranking: list[FrameworkScore]  # best first; judged by each framework's best configuration
     unscored: dict[str, str]  # framework -> why it has no score
-    winner: str | None  # None when no comparison is possible or the lead is within noise
+    winner: str | None  # None when no comparison is possible, or the lead is a tie or within noise
     margin: float | None  # score of the leader minus the runner-up
-    inconclusive: bool
-    head_to_head: dict[str, str]  # criterion -> compare() verdict, leader's config as "a"
+    inconclusive: bool  # no winner although two frameworks were compared (a tie included)
+    tie: bool  # no winner, and every weighted measured difference lies within the tie band
+    head_to_head: dict[str, Difference]  # measured criterion -> leader's config ("a") against the runner-up's
     verdict: str
     sensitivity: list[SensitivityRow]
-    robust: bool  # the leader survives every single weight halved or doubled
+    robust: bool  # enough runs, leads in >= ROBUST_SHARE of joint resamples, survives every weight halved/doubled
+    provisional: bool = False  # fewer than MIN_RUNS successful runs on a compared side
+    runs: tuple[int, int] | None = None  # successful runs of the leader's and runner-up's configurations
+    win_share: dict[str, float] = dataclasses.field(default_factory=dict)  # framework -> share of joint resamples
+    resamples: int = 0
+    caveats: list[str] = dataclasses.field(default_factory=list)  # modes not run as users train, machine load
+    budget_examples: float | None = None  # where quality was read
 
 
 def resolve_weights(weights: Mapping[str, float] | None, qualitative: Qualitative | None) -> dict[str, float]:
-    """The user's weights merged over :data:`DEFAULT_WEIGHTS` (set a criterion to 0 to drop it); not normalised."""
+    """The user's weights merged over :data:`DEFAULT_WEIGHTS` (set a criterion to 0 to drop it); not normalised.
+
+    Raises:
+        ValueError: naming an unknown criterion and the accepted ones, a negative or non-finite weight, or all 0.
+    """
     qualitative = qualitative or {}
     merged = {**DEFAULT_WEIGHTS, **{c: 0.0 for c in qualitative}, **dict(weights or {})}
     accepted = [*MEASURED, *qualitative]
@@ -129,12 +161,17 @@ def resolve_weights(weights: Mapping[str, float] | None, qualitative: Qualitativ
     return merged
 
 
-def _normalised(value: float | None, best: float, higher_is_better: bool) -> float:
-    if value is None:
-        return 0.0
-    if higher_is_better:
-        return value / best if best > 0 else float(value == best)
-    return best / value if value > 0 else 1.0
+def normalise(values: np.ndarray, higher_is_better: bool) -> np.ndarray:
+    """Scale values (configurations along axis 0) to [0, 1] against the best; NaN scores 0, +inf (never) too."""
+    v = np.asarray(values, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if higher_is_better:
+            best = np.nanmax(np.where(np.isnan(v), -np.inf, v), axis=0)
+            out = np.where(best > 0, v / best, (v == best).astype(float))
+        else:
+            best = np.nanmin(np.where(np.isnan(v), np.inf, v), axis=0)
+            out = np.where(v > 0, best / v, 1.0)
+    return np.nan_to_num(np.where(np.isnan(v), 0.0, out), nan=0.0, posinf=1.0)
 
 
 def _measured_parts(scored: Sequence[ConfigSummary]) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
@@ -142,20 +179,21 @@ def _measured_parts(scored: Sequence[ConfigSummary]) -> tuple[dict[str, dict[str
     parts: dict[str, dict[str, float]] = {s.label: {} for s in scored}
     excluded: dict[str, str] = {}
     for c in MEASURED.values():
-        values = {s.label: (q.median if (q := s.get(c.quantity)) is not None else None) for s in scored}
-        present = [v for v in values.values() if v is not None]
+        values = {s.label: s.value(c.quantity) for s in scored}
         lacking = [label for label, v in values.items() if v is None]
-        if not present:
-            excluded[c.name] = ("no configuration reached the target" if c.name == "time_to_target"
-                                else "not measured by any configuration")
+        if len(lacking) == len(values):
+            why = {s.missing.get(c.quantity, "") for s in scored}
+            excluded[c.name] = next(iter(why)) if len(why) == 1 else "not measured by any configuration"
             continue
-        if lacking and c.name != "time_to_target":  # not reaching the target is a result; a missing probe is not
+        if lacking:
             excluded[c.name] = f"not measured for {', '.join(lacking)}"
             continue
-        higher = c.higher_is_better if c.name != "quality" else scored[0].higher_is_better
-        best = max(present) if higher else min(present)
-        for label, v in values.items():
-            parts[label][c.name] = _normalised(v, best, higher)
+        if c.record.censored and all(math.isinf(v) for v in values.values()):
+            excluded[c.name] = "no configuration reached the target in more than half its runs"
+            continue
+        normed = normalise(c.record.floored(np.array(list(values.values()))), scored[0].higher(c.quantity))
+        for label, p in zip(values, normed, strict=True):
+            parts[label][c.name] = float(p)
     return parts, excluded
 
 
@@ -188,61 +226,187 @@ def _sensitivity(configs: Sequence[ConfigScore], weights: Mapping[str, float]) -
     return rows
 
 
-def _conclusive(criterion: str, a: ConfigSummary, b: ConfigSummary) -> str:
-    """compare()'s verdict of config ``a`` against ``b`` on one measured criterion."""
-    c = MEASURED[criterion]
-    if criterion == "time_to_target" and (a.reached == 0) != (b.reached == 0):
-        # One never reached the target: conclusive only if the other reached it in most of its trials.
-        reacher = a if a.reached else b
-        if 2 * reacher.reached > reacher.n_ok:
-            return "a faster" if reacher is a else "b faster"
-        return "inconclusive"
-    sa, sb = a.get(c.quantity), b.get(c.quantity)
-    higher = c.higher_is_better if criterion != "quality" else a.higher_is_better
-    return compare(sa.values if sa else (), sb.values if sb else (), higher_is_better=higher).verdict
+def _head_to_head(q: Quantity, a: ConfigSummary, b: ConfigSummary) -> Difference:
+    """``a`` against ``b`` on ``q``, values below the quantity's resolution counted as it."""
+    va, vb = a.value(q.name), b.value(q.name)
+    d = difference(q.name, None if va is None else float(q.floored(va)), None if vb is None else float(q.floored(vb)),
+                   q.floored(a.replicates(q.name)), q.floored(b.replicates(q.name)), a.higher(q.name))
+    return dataclasses.replace(d, a=va, b=vb)  # show the measured values
 
 
-def _win_phrases(w: ConfigSummary, r: ConfigSummary, weights: Mapping[str, float]) -> list[str]:
-    """The numbers behind a win, for the criteria that carry weight."""
-    phrases = []
-    we, re_ = w.examples_per_s, r.examples_per_s
-    if weights.get("throughput", 0) > 0 and we and re_:
-        n = f"median of {we.n}" if we.n == re_.n else f"medians of {we.n} and {re_.n}"
-        ratio = we.median / re_.median
-        phrases.append(f"{ratio:.1f}x the steady throughput of {display_name(r.label)} "
-                       f"({fmt(we.median)} vs {fmt(re_.median)} examples/s, {n})")
-    if weights.get("time_to_target", 0) > 0:
-        goal = f"{w.metric_name or 'the target'} {fmt(w.target)}".strip()
-        wt, rt = w.time_to_target_s, r.time_to_target_s
+def _win_shares(scored: Sequence[ConfigSummary], weights: Mapping[str, float], qualitative: Qualitative,
+                rng: np.random.Generator) -> dict[str, float]:
+    """How often each framework leads when measurements and weights are resampled together.
 
-        def reach(s: ConfigSummary) -> str:
-            return "" if s.reached == s.n_ok else f" ({s.reached}/{s.n_ok} trials)"
-
-        if wt and rt:
-            phrases.append(f"reaches {goal} in {fmt(wt.median)} s{reach(w)} vs {fmt(rt.median)} s{reach(r)}")
-        elif wt:
-            phrases.append(f"reaches {goal} in {fmt(wt.median)} s{reach(w)} while {display_name(r.label)} "
-                           f"never did (0/{r.n_ok} trials)")
-        elif rt:
-            phrases.append(f"never reaches {goal} ({display_name(r.label)}: {fmt(rt.median)} s)")
-    if not phrases and w.final_metric and r.final_metric:
-        phrases.append(f"final {w.metric_name or 'metric'} {fmt(w.final_metric.median)} "
-                       f"vs {fmt(r.final_metric.median)}")
-    return phrases
+    Resample r takes every configuration's r-th bootstrap replicate of every measured criterion, scales each weight
+    by its own log-uniform factor in [½, 2], renormalises, scores, and judges each framework by its best
+    configuration, exactly as the point decision does.
+    """
+    criteria = list(weights)
+    parts = np.empty((len(criteria), len(scored), RESAMPLES))
+    for k, c in enumerate(criteria):
+        if c in MEASURED:
+            q = MEASURED[c].record
+            parts[k] = normalise(q.floored(np.stack([s.replicates(q.name) for s in scored])),
+                                 scored[0].higher(q.name))
+        else:
+            parts[k] = np.array([qualitative[c][s.framework] / 5 for s in scored])[:, None]
+    factors = np.exp(rng.uniform(-math.log(2), math.log(2), size=(len(criteria), RESAMPLES)))
+    w = np.array([weights[c] for c in criteria])[:, None] * factors  # (criteria, resamples)
+    scores = np.einsum("kr,kcr->cr", w, parts) / w.sum(axis=0)  # (configurations, resamples)
+    frameworks = sorted({s.framework for s in scored})
+    best = np.stack([scores[[i for i, s in enumerate(scored) if s.framework == fw]].max(axis=0) for fw in frameworks])
+    counts = np.bincount(best.argmax(axis=0), minlength=len(frameworks))  # ties: the first in name order
+    return {fw: float(n / RESAMPLES) for fw, n in zip(frameworks, counts, strict=True)}
 
 
-def _robust_clause(rows: Sequence[SensitivityRow], winner: str) -> str:
-    """Robust, or the most fragile weight: the one whose flip lies nearest to its current value."""
-    for row in sorted(rows, key=lambda r: abs(math.log(r.flips_at)) if r.flips_at else math.inf):
+# ---------------------------------------------------------------------------------------------------------------
+# Wording
+
+
+def ratio_text(ratio: float | None, unit: str = "x") -> str:
+    """``"1.83x"``, ``"12.8x"``, ``"0.088x"``, ``"∞x"``; "—" for none."""
+    if ratio is None or math.isnan(ratio):
+        return "—"
+    if math.isinf(ratio) or ratio >= 10 or ratio < 0.1:
+        return fmt(ratio, 2 if ratio < 0.1 else 3) + unit
+    return f"{ratio:.2f}{unit}"
+
+
+def interval_text(low: float | None, high: float | None) -> str:
+    """``"95% CI 1.76–1.89x"``."""
+    return f"95% CI {ratio_text(low, '')}–{ratio_text(high)}"
+
+
+def _shown(q: Quantity, v: float | None) -> str:
+    if v is None:
+        return "—"
+    return "never" if math.isinf(v) else fmt(v * q.scale)
+
+
+def _pair(q: Quantity, a: float | None, b: float | None) -> str:
+    """``"950 vs 520 examples/s"``; ``"2.1 s vs never"`` when one side never got there."""
+    unit = f" {q.display_unit}" if q.display_unit else ""
+    if a is not None and b is not None and math.isfinite(a) and math.isfinite(b):
+        return f"{_shown(q, a)} vs {_shown(q, b)}{unit}"
+
+    def one(v: float | None) -> str:
+        return _shown(q, v) + (unit if v is not None and math.isfinite(v) else "")
+
+    return f"{one(a)} vs {one(b)}"
+
+
+def difference_phrase(d: Difference, a: ConfigSummary, b: ConfigSummary) -> str:
+    """``"steady throughput: 950 vs 520 examples/s (1.83x, 95% CI 1.76–1.89x)"``, a's side first; for a censored
+    quantity, the runs that got there (and no ratio when a side never did: its interval still shows)."""
+    q = quantity(d.quantity)
+    reach = f"reached in {a.reached}/{a.n_ok} vs {b.reached}/{b.n_ok} runs" if q.censored else ""
+    ci = interval_text(d.low, d.high)
+    if d.a is not None and d.b is not None and (math.isinf(d.a) or math.isinf(d.b)):
+        return f"{a.title(q.name)}: {_pair(q, d.a, d.b)} ({reach}; ratio {ci})"
+    return f"{a.title(q.name)}: {_pair(q, d.a, d.b)} ({ratio_text(d.ratio)}, {ci}{', ' + reach if reach else ''})"
+
+
+def _percent(share: float) -> str:
+    pct = 100 * share
+    return f"{pct:.1f}%" if 99 < pct < 100 or 0 < pct < 1 else f"{pct:.0f}%"
+
+
+def _runs(runs: tuple[int, int]) -> str:
+    return f"n = {runs[0]} per side" if runs[0] == runs[1] else f"n = {runs[0]} vs {runs[1]}"
+
+
+def _robust_clause(decision: Decision, leader: str) -> str:
+    share = decision.win_share.get(leader, 0.0)
+    others = [f"{FRAMEWORK_NAMES.get(fw, fw)} {_percent(s)}" for fw, s in decision.win_share.items()
+              if fw != leader and s > 0]
+    joint = (f"it leads in {_percent(share)}" + (f" ({', '.join(others)})" if others else "")
+             + f" of {RESAMPLES:,} resamples of measurements and weights, each weight ×½–2")
+    flip = ""
+    for row in sorted(decision.sensitivity, key=lambda r: abs(math.log(r.flips_at)) if r.flips_at else math.inf):
         for word, who in (("halved", row.winner_if_halved), ("doubled", row.winner_if_doubled)):
-            if who != winner:
-                return f"but {FRAMEWORK_NAMES.get(who or '', who)} wins if the {row.criterion} weight is {word}"
-    return "the verdict holds under every single weight halved or doubled"
+            if who != leader and not flip:
+                flip = f"{FRAMEWORK_NAMES.get(who or '', who)} wins if the {row.criterion} weight is {word}"
+    if decision.provisional:
+        assert decision.runs is not None
+        return f"not robust with {_runs(decision.runs)} ({MIN_RUNS} runs per side needed): {joint}"
+    if decision.robust:
+        return f"robust: {joint}, and under every single weight halved or doubled"
+    return f"not robust: {joint}" + (f"; {flip}" if flip else "")
+
+
+def _lead_phrases(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapping[str, float | None],
+                  r_parts: Mapping[str, float | None], qualitative: Qualitative) -> tuple[list[str], list[str]]:
+    """What the leader is better on, and what the runner-up is better on, most weighty first (no ties)."""
+    def gain(c: str) -> float:
+        return d.weights[c] * abs((w_parts.get(c) or 0.0) - (r_parts.get(c) or 0.0))
+
+    ours, theirs = [], []
+    for c in sorted(d.weights, key=gain, reverse=True):
+        if c in d.head_to_head:
+            diff = d.head_to_head[c]
+            if diff.better == "a":
+                ours.append(difference_phrase(diff, w, r))
+            elif diff.better == "b":
+                theirs.append(difference_phrase(diff.swapped(), r, w))
+        elif c in qualitative:
+            sw, sr = qualitative[c][w.framework], qualitative[c][r.framework]
+            if sw != sr:
+                (ours if sw > sr else theirs).append(f"{c}: {sw:g} vs {sr:g} (your score)" if sw > sr
+                                                     else f"{c}: {sr:g} vs {sw:g} (your score)")
+    return ours, theirs
+
+
+def _tie_list(d: Decision, w: ConfigSummary, r: ConfigSummary) -> str:
+    return "; ".join(difference_phrase(diff, w, r) for c, diff in d.head_to_head.items() if diff.tie)
+
+
+def _compose(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapping[str, float | None],
+             r_parts: Mapping[str, float | None], qualitative: Qualitative, clean_lead: float) -> str:
+    where = f"{d.workload}/{d.preset}"
+    lead, runner = display_name(w.label), display_name(r.label)
+    caveats = "".join(f"; {c}" for c in d.caveats)
+    n = f" ({_runs(d.runs)})" if d.provisional and d.runs else ""
+    if clean_lead <= 1e-9:
+        d.inconclusive = True
+        measured = list(d.head_to_head.values())
+        qual_differs = any(qualitative[c][w.framework] != qualitative[c][r.framework] for c in d.weights
+                           if c in qualitative)
+        d.tie = bool(measured) and all(diff.equivalent for diff in measured) and not qual_differs
+        if d.tie:
+            return (f"tie on {where}{n}: {lead} and {runner} are within ±{TIE_BAND:.0%} of each other on every "
+                    f"weighted criterion — {_tie_list(d, w, r)}{caveats}.")
+        return (f"inconclusive on {where}{n}: {lead} leads {runner} ({d.ranking[0].score:.2f} vs "
+                f"{d.ranking[1].score:.2f}) only by differences within noise or within ±{TIE_BAND:.0%} — "
+                f"{_tie_list(d, w, r)}{caveats}.")
+    d.winner = w.framework
+    ours, theirs = _lead_phrases(d, w, r, w_parts, r_parts, qualitative)
+    reason = "; ".join(ours[:3]) or f"scores {d.ranking[0].score:.2f} vs {d.ranking[1].score:.2f}"
+    against = f"; {runner} is better on {'; '.join(theirs[:2])}" if theirs else ""
+    opening = f"provisional{n}: {lead} leads" if d.provisional else f"{lead} wins"
+    return f"{opening} {where} over {runner} on {reason}{against}; {_robust_clause(d, w.framework)}{caveats}."
+
+
+def _no_comparison(d: Decision, scored: Sequence[ConfigSummary], frameworks: Sequence[str]) -> str:
+    where = f"{d.workload}/{d.preset}"
+    caveats = "".join(f"; {c}" for c in d.caveats)
+    missing = [f"{FRAMEWORK_NAMES.get(fw, fw)} had no successful trial ({why})" for fw, why in d.unscored.items()]
+    if not d.ranking and not missing:
+        return f"no verdict on {where}: none of the weighted criteria was measured"
+    if not d.ranking:
+        return f"no verdict on {where}: no trial succeeded; " + "; ".join(missing)
+    if missing:
+        return f"no comparison possible on {where}: " + "; ".join(missing) + caveats
+    best = next(s for s in scored if s.label == d.ranking[0].label)
+    eps = best.value("examples_per_s")
+    rate = f" ({fmt(eps)} examples/s)" if eps is not None else ""
+    return (f"no comparison possible on {where}: only {FRAMEWORK_NAMES.get(frameworks[0])} was run; its best mode "
+            f"is {best.execution}{rate}{caveats}")
 
 
 def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | None = None,
            qualitative: Qualitative | None = None) -> Decision:
-    """Rank frameworks on one (workload, preset) and say why, in numbers.
+    """Rank frameworks on one (workload, preset) and say why, in numbers with intervals.
 
     Args:
         summaries: :func:`bakeoff.analysis.stats.summarise_groups` output for a single (workload, preset).
@@ -281,25 +445,13 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
         configs.append(ConfigScore(s.label, s.framework, score, parts))
     ranking = _framework_scores(configs, norm) if norm else []
     sensitivity = _sensitivity(configs, norm) if len(ranking) > 1 else []
-    robust = all(r.winner_if_halved == ranking[0].framework == r.winner_if_doubled for r in sensitivity)
-    where = f"{keys[0][0]}/{keys[0][1]}"
-    decision = Decision(workload=keys[0][0], preset=keys[0][1], given=given, weights=norm, excluded=excluded,
-                        configs=configs, ranking=ranking, unscored=unscored, winner=None, margin=None,
-                        inconclusive=False, head_to_head={}, verdict="", sensitivity=sensitivity, robust=robust)
-
+    decision = Decision(
+        workload=keys[0][0], preset=keys[0][1], given=given, weights=norm, excluded=excluded, configs=configs,
+        ranking=ranking, unscored=unscored, winner=None, margin=None, inconclusive=False, tie=False,
+        head_to_head={}, verdict="", sensitivity=sensitivity, robust=False,
+        caveats=mode_notes(summaries, frameworks), budget_examples=next((s.budget_examples for s in scored), None))
     if len(ranking) < 2:
-        missing = [f"{FRAMEWORK_NAMES.get(fw, fw)} had no successful trial ({why})" for fw, why in unscored.items()]
-        if not ranking and not missing:
-            decision.verdict = f"no verdict on {where}: none of the weighted criteria was measured"
-        elif not ranking:
-            decision.verdict = f"no verdict on {where}: no trial succeeded; " + "; ".join(missing)
-        elif missing:
-            decision.verdict = f"no comparison possible on {where}: " + "; ".join(missing)
-        else:
-            best = next(s for s in scored if s.label == ranking[0].label)
-            eps = f" ({fmt(best.examples_per_s.median)} examples/s)" if best.examples_per_s else ""
-            decision.verdict = (f"no comparison possible on {where}: only {FRAMEWORK_NAMES.get(frameworks[0])} "
-                                f"was run; its best mode is {best.execution}{eps}")
+        decision.verdict = _no_comparison(decision, scored, frameworks)
         return decision
 
     lead, runner = ranking[0], ranking[1]
@@ -307,25 +459,22 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
     r_cfg = next(s for s in scored if s.label == runner.label)
     w_parts = next(c.parts for c in configs if c.label == lead.label)
     r_parts = next(c.parts for c in configs if c.label == runner.label)
+    if (gap := load_gap(w_cfg, r_cfg, cores(scored))) is not None:
+        decision.caveats.append(gap)
     decision.margin = lead.score - runner.score
-    decision.head_to_head = {c: _conclusive(c, w_cfg, r_cfg) for c in norm if c in MEASURED}
-    # The lead counting only differences that are outside the noise (qualitative scores are the user's, not noisy).
+    decision.runs = (w_cfg.n_ok, r_cfg.n_ok)
+    decision.provisional = min(decision.runs) < MIN_RUNS
+    decision.head_to_head = {c: _head_to_head(MEASURED[c].record, w_cfg, r_cfg) for c in norm if c in MEASURED}
+    decision.win_share = _win_shares(scored, norm, qualitative, rng_for(*keys[0], "weights"))
+    decision.resamples = RESAMPLES
+    decision.robust = (not decision.provisional and decision.win_share[lead.framework] >= ROBUST_SHARE
+                       and all(r.winner_if_halved == lead.framework == r.winner_if_doubled for r in sensitivity))
+    # The lead counting only differences outside the tie band (qualitative scores are the user's, not noisy).
     clean_lead = sum(w * ((w_parts[c] or 0.0) - (r_parts[c] or 0.0)) for c, w in norm.items()
-                     if decision.head_to_head.get(c, "") != "inconclusive")
-    if clean_lead <= 1e-9:
-        decision.inconclusive = True
-        noisy = "; ".join(f"{c} {fmt(q.median)} vs {fmt(r.median)}" if (q := w_cfg.get(MEASURED[c].quantity))
-                          and (r := r_cfg.get(MEASURED[c].quantity)) else c
-                          for c, v in decision.head_to_head.items() if v == "inconclusive")
-        decision.verdict = (f"inconclusive on {where}: {display_name(lead.label)} leads {display_name(runner.label)} "
-                            f"({lead.score:.2f} vs {runner.score:.2f}) only by differences within run-to-run noise "
-                            f"({noisy})")
-        return decision
-    decision.winner = lead.framework
-    phrases = _win_phrases(w_cfg, r_cfg, norm) or [f"scores {lead.score:.2f} vs {runner.score:.2f} for "
-                                                   f"{display_name(runner.label)}"]
-    decision.verdict = (f"{display_name(lead.label)} wins {where}: {' and '.join(phrases)}; "
-                        f"{_robust_clause(sensitivity, lead.framework)}.")
+                     if c not in decision.head_to_head or not decision.head_to_head[c].tie)
+    decision.verdict = _compose(decision, w_cfg, r_cfg, w_parts, r_parts, qualitative, clean_lead)
+    if decision.winner is None:
+        decision.robust = False
     return decision
 
 

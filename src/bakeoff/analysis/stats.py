@@ -1,7 +1,9 @@
-"""Robust summaries of repeated measurements, honest pairwise comparisons, and per-configuration summaries.
+"""Robust summaries of repeated measurements, and per-configuration summaries with bootstrap replicates.
 
-Every statistic here is order-based (median, quartiles, Mann-Whitney U), because timing samples are skewed by
-stragglers and a handful of repeats cannot support a normal model.
+A :class:`Summary` is order statistics (median, quartiles), because timing samples are skewed by stragglers and a
+handful of repeats cannot support a normal model. A :class:`ConfigSummary` holds, per quantity of
+:data:`bakeoff.analysis.quantities.QUANTITIES`, that summary, the value decisions use (the median over runs, a
+never-reached target counting as +∞) and, on demand, bootstrap replicates (:mod:`bakeoff.analysis.bootstrap`).
 """
 
 from __future__ import annotations
@@ -10,18 +12,19 @@ import dataclasses
 import json
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
+from bakeoff.analysis.bootstrap import RESAMPLES, Resampler, percentile_interval, rng_for
+from bakeoff.analysis.quantities import QUANTITIES, Quantity, common_budget, fmt, quantity
 from bakeoff.spec import RunSpec, Status, TrialResult
 
-NOISY_THRESHOLD = 0.10
-"""A sample whose relative spread exceeds this is flagged noisy."""
+__all__ = ["NOISY_THRESHOLD", "ConfigSummary", "Summary", "fmt", "group_results", "short_reason", "summarise",
+           "summarise_groups"]
 
-ALPHA = 0.05
-"""Significance level of the Mann-Whitney test, used only when the sample sizes can reach it."""
+NOISY_THRESHOLD = 0.10
+"""A sample whose relative spread across runs exceeds this is flagged noisy."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,16 +43,16 @@ class Summary:
 
     @property
     def interval(self) -> tuple[float, float]:
-        """The range a comparison treats as "where the truth may be": q1–q3, or min–max when n < 4."""
+        """The spread across runs: q1–q3, or min–max when n < 4."""
         return (self.q1, self.q3) if self.n >= 4 else (self.min, self.max)
 
 
 def _clean(values: Sequence[float | None]) -> list[float]:
-    return sorted(float(v) for v in values if v is not None and not math.isnan(float(v)))
+    return sorted(float(v) for v in values if v is not None and math.isfinite(float(v)))
 
 
 def summarise(values: Sequence[float | None]) -> Summary | None:
-    """Summarise samples, ignoring ``None`` and NaN; ``None`` when nothing is left.
+    """Summarise samples, ignoring ``None``, NaN and infinities; ``None`` when nothing is left.
 
     Quartiles are numpy's linear interpolation. With fewer than four samples the quartiles say little, so the
     spread is the full range instead.
@@ -69,128 +72,8 @@ def summarise(values: Sequence[float | None]) -> Summary | None:
                    noisy=rel > NOISY_THRESHOLD, values=tuple(xs))
 
 
-def _u_counts(n1: int, n2: int) -> list[int]:
-    """Number of orderings of n1 + n2 distinct values giving each U (pairs where an ``a`` exceeds a ``b``)."""
-    # prev[j][u]: orderings of (i - 1) a's and j b's with U == u. The largest value is either an a (beating all
-    # j b's: U shifts by j) or a b (U unchanged).
-    prev = [[1] for _ in range(n2 + 1)]
-    for _ in range(n1):
-        cur = [[1]]
-        for j in range(1, n2 + 1):
-            from_a, from_b = [0] * j + prev[j], cur[j - 1]
-            size = max(len(from_a), len(from_b))
-            from_a, from_b = from_a + [0] * (size - len(from_a)), from_b + [0] * (size - len(from_b))
-            cur.append([x + y for x, y in zip(from_a, from_b, strict=True)])
-        prev = cur
-    return prev[n2]
-
-
-def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
-    """Two-sided p-value of the Mann-Whitney U test: exact without ties, normal approximation with them."""
-    n1, n2 = len(a), len(b)
-    pooled = sorted(list(a) + list(b))
-    first: dict[float, int] = {}
-    for i, v in enumerate(pooled):
-        first.setdefault(v, i)
-    ties = Counter(pooled)
-    rank = {v: first[v] + (ties[v] + 1) / 2 for v in ties}  # mid-rank, 1-based
-    u1 = sum(rank[v] for v in a) - n1 * (n1 + 1) / 2
-    if max(ties.values()) == 1 and n1 * n2 <= 2500:
-        counts = _u_counts(n1, n2)
-        tail = sum(counts[: int(math.floor(min(u1, n1 * n2 - u1))) + 1])
-        return min(1.0, 2 * tail / math.comb(n1 + n2, n1))
-    n = n1 + n2
-    tie_term = sum(t**3 - t for t in ties.values()) / (n * (n - 1))
-    sigma = math.sqrt(n1 * n2 / 12 * ((n + 1) - tie_term))
-    if sigma == 0:
-        return 1.0
-    z = max(0.0, abs(u1 - n1 * n2 / 2) - 0.5) / sigma  # continuity-corrected
-    return min(1.0, math.erfc(z / math.sqrt(2)))
-
-
-@dataclasses.dataclass(frozen=True)
-class Comparison:
-    """The outcome of :func:`compare`. ``ratio`` is median(a) / median(b)."""
-
-    a: Summary | None
-    b: Summary | None
-    ratio: float | None
-    verdict: str  # "a faster" | "b faster" | "inconclusive"
-    p_value: float | None
-    reason: str
-
-    @property
-    def better(self) -> str | None:
-        """``"a"``, ``"b"`` or ``None`` when inconclusive."""
-        return {"a faster": "a", "b faster": "b"}.get(self.verdict)
-
-
-def compare(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool = False) -> Comparison:
-    """Compare two samples (times by default; pass ``higher_is_better`` for throughputs), asv-style.
-
-    The verdict is "inconclusive" — never a guess — when any of these holds, checked in order:
-
-    1. either side has no values;
-    2. either side is noisy (relative spread > ``NOISY_THRESHOLD``) with fewer than 3 samples;
-    3. either side has a single sample (no spread is known) and the medians differ by ``NOISY_THRESHOLD`` or less;
-    4. the intervals overlap (q1–q3, or min–max with fewer than 4 samples: see :attr:`Summary.interval`);
-    5. the sample sizes let a two-sided Mann-Whitney test reach p < ``ALPHA`` (e.g. 4 vs 4, not 3 vs 3), and it
-       does not.
-
-    Otherwise the side with the better median wins: lower for times, higher with ``higher_is_better``.
-    """
-    sa, sb = summarise(a), summarise(b)
-    ratio = None if sa is None or sb is None or sb.median == 0 else sa.median / sb.median
-
-    def result(verdict: str, reason: str, p: float | None = None) -> Comparison:
-        return Comparison(a=sa, b=sb, ratio=ratio, verdict=verdict, p_value=p, reason=reason)
-
-    if sa is None or sb is None:
-        return result("inconclusive", f"no values for {'a' if sa is None else 'b'}")
-    if (sa.noisy and sa.n < 3) or (sb.noisy and sb.n < 3):
-        return result("inconclusive", "a side is noisy with fewer than 3 samples")
-    rel_diff = abs(sa.median - sb.median) / max(abs(sa.median), abs(sb.median), 1e-300)
-    if min(sa.n, sb.n) < 2 and rel_diff <= NOISY_THRESHOLD:
-        return result("inconclusive", f"a single sample cannot show a difference of {rel_diff:.0%}")
-    (lo_a, hi_a), (lo_b, hi_b) = sa.interval, sb.interval
-    if lo_a <= hi_b and lo_b <= hi_a:
-        return result("inconclusive", "the ranges overlap")
-    p = None
-    if 2 / math.comb(sa.n + sb.n, sa.n) < ALPHA:
-        p = mann_whitney_p(sa.values, sb.values)
-        if p >= ALPHA:
-            return result("inconclusive", f"Mann-Whitney p = {p:.3g} >= {ALPHA}", p)
-    a_wins = (sa.median > sb.median) == higher_is_better
-    return result("a faster" if a_wins else "b faster", "the ranges are disjoint", p)
-
-
-def fmt(value: float | None, digits: int = 3) -> str:
-    """A number for people: ``digits`` significant figures, thousands separated; "—" for missing."""
-    if value is None or math.isnan(value):
-        return "—"
-    if math.isinf(value):
-        return "∞" if value > 0 else "-∞"
-    if abs(value) >= 10**digits:
-        return f"{value:,.0f}"
-    return "0" if value == 0 else f"{value:.{digits}g}"
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Per-configuration summaries
-
-QUANTITIES: dict[str, Callable[[TrialResult], Any]] = {
-    "examples_per_s": lambda r: r.throughput.get("examples_per_s"),
-    "tokens_per_s": lambda r: r.throughput.get("tokens_per_s"),
-    "first_step_s": lambda r: r.first_step_s,
-    "steady_step_s": lambda r: r.steady_step_s,
-    "import_s": lambda r: r.import_s,
-    "build_s": lambda r: r.build_s,
-    "time_to_target_s": lambda r: r.time_to_target_s,  # only trials that reached the target have one
-    "peak_memory_bytes": lambda r: r.peak_memory_bytes,
-    "final_metric": lambda r: r.final_metric,
-    "best_metric": lambda r: r.best_metric,
-}
-"""Every quantity a :class:`ConfigSummary` summarises, and how to read it from a trial."""
 
 _STATUS_WORDS = {Status.FAILED: "failed", Status.TIMEOUT: "timed out", Status.OUT_OF_MEMORY: "ran out of memory",
                  Status.UNSUPPORTED: "unsupported"}
@@ -207,7 +90,8 @@ def short_reason(reason: str, limit: int = 160) -> str:
 class ConfigSummary:
     """Every repeat and seed of one configuration (workload, preset, :meth:`RunSpec.label`), summarised.
 
-    A quantity is ``None`` when no successful trial measured it; :attr:`missing` then says why.
+    Per quantity: :meth:`get` (order statistics of the finite values), :meth:`value` (what decisions use) and
+    :meth:`replicates` (the bootstrap). A quantity nobody measured has no summary; :attr:`missing` says why.
     """
 
     workload: str
@@ -219,28 +103,55 @@ class ConfigSummary:
     n_total: int
     statuses: dict[str, int]
     reasons: list[str]  # "2 trials failed: <reason>", one line per distinct (status, reason)
-    examples_per_s: Summary | None
-    tokens_per_s: Summary | None
-    first_step_s: Summary | None
-    steady_step_s: Summary | None
-    import_s: Summary | None
-    build_s: Summary | None
-    time_to_target_s: Summary | None  # over the trials that reached the target
+    summaries: dict[str, Summary | None]  # quantity -> summary of its finite values over the successful trials
+    values: dict[str, float | None]  # quantity -> median over the successful trials, never reached = +inf
     reached: int  # successful trials that reached the target
-    peak_memory_bytes: Summary | None
-    final_metric: Summary | None
-    best_metric: Summary | None
     metric_name: str
     target: float | None
     higher_is_better: bool  # of the quality metric
     memory_kind: str
+    budget_examples: float | None  # the common budget quality is read at (see quantities.common_budget)
     missing: dict[str, str]  # quantity -> why it has no value
     trials: list[TrialResult]
+    _resampler: Resampler | None = dataclasses.field(default=None, repr=False, compare=False)
+    _replicates: dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
-    def get(self, quantity: str) -> Summary | None:
-        if quantity not in QUANTITIES:
-            raise KeyError(f"unknown quantity {quantity!r}; accepted: {', '.join(QUANTITIES)}")
-        return getattr(self, quantity)
+    def get(self, name: str) -> Summary | None:
+        """Order statistics of ``name`` over the successful trials that measured it (reached, if censored)."""
+        quantity(name)
+        return self.summaries[name]
+
+    def value(self, name: str) -> float | None:
+        """The value decisions use: the median over successful trials, a never-reached target counting as +inf."""
+        quantity(name)
+        return self.values[name]
+
+    @property
+    def ok(self) -> list[TrialResult]:
+        return [r for r in self.trials if r.status is Status.OK]
+
+    def replicates(self, name: str) -> np.ndarray:
+        """:data:`~bakeoff.analysis.bootstrap.RESAMPLES` bootstrap replicates of :meth:`value`, seeded by the
+        configuration's name (the same results always give the same replicates)."""
+        if name not in self._replicates:
+            if self._resampler is None:
+                self._resampler = Resampler(self.ok, rng_for(self.workload, self.preset, self.label), RESAMPLES)
+            self._replicates[name] = self._resampler.replicates(quantity(name), self.budget_examples)
+        return self._replicates[name]
+
+    def interval(self, name: str) -> tuple[float, float] | None:
+        """The 95% bootstrap interval of :meth:`value`; ``None`` when it has none."""
+        if self.values[name] is None:
+            return None
+        return percentile_interval(self.replicates(name))
+
+    def title(self, name: str) -> str:
+        """The quantity's label with this workload's metric, target and budget filled in."""
+        return quantity(name).title(self.metric_name, self.target, self.budget_examples)
+
+    def higher(self, name: str) -> bool:
+        """Whether higher is better for ``name`` here (metric quantities: the workload's direction)."""
+        return quantity(name).higher(self.higher_is_better)
 
 
 def _identity(spec: RunSpec) -> str:
@@ -289,33 +200,47 @@ def _failure_lines(trials: Sequence[TrialResult]) -> list[str]:
             for (status, reason), k in counts.items()]
 
 
-def _summarise_group(key: tuple[str, str, str], trials: list[TrialResult]) -> ConfigSummary:
+def _median(values: list[float]) -> float | None:
+    return float(np.median(values)) if values else None
+
+
+def _missing(q: Quantity, ok: Sequence[TrialResult], reasons: list[str], target: float | None,
+             budget: float | None) -> str:
+    if not ok:
+        return "not measured: " + "; ".join(reasons)
+    if q.censored:
+        return "no target set" if target is None else f"target not reached in {len(ok)}/{len(ok)} trials"
+    if q.name == "metric_at_budget" and budget is None:
+        return "no number of training examples at which every trial evaluated"
+    return f"not recorded by the {len(ok)} successful trial{'s' if len(ok) > 1 else ''}"
+
+
+def _summarise_group(key: tuple[str, str, str], trials: list[TrialResult], budget: float | None) -> ConfigSummary:
     ok = [r for r in trials if r.status is Status.OK]
     reasons = _failure_lines(trials)
-    summaries = {q: summarise([get(r) for r in ok]) for q, get in QUANTITIES.items()}
-    reached = sum(r.time_to_target_s is not None for r in ok)
-    first = (ok or trials)[0]
     target = next((r.target for r in ok if r.target is not None), None)
-    missing: dict[str, str] = {}
-    for q, s in summaries.items():
-        if s is not None:
-            continue
-        if not ok:
-            missing[q] = "not measured: " + "; ".join(reasons)
-        elif q == "time_to_target_s":
-            missing[q] = "no target set" if target is None else f"target not reached in {len(ok)}/{len(ok)} trials"
-        else:
-            missing[q] = f"not recorded by the {len(ok)} successful trial{'s' if len(ok) > 1 else ''}"
+    per_trial = {name: [v for r in ok if (v := q.value(r, budget)) is not None] for name, q in QUANTITIES.items()}
+    summaries = {name: summarise(vs) for name, vs in per_trial.items()}
+    values = {name: _median(vs) for name, vs in per_trial.items()}
+    missing = {name: _missing(QUANTITIES[name], ok, reasons, target, budget)
+               for name, s in summaries.items() if s is None}
+    first = (ok or trials)[0]
     spec = first.run_spec
     return ConfigSummary(
         workload=key[0], preset=key[1], label=key[2], framework=spec.framework.value,
         execution=spec.execution.value, n_ok=len(ok), n_total=len(trials),
-        statuses=dict(Counter(r.status.value for r in trials)), reasons=reasons, reached=reached,
-        metric_name=first.metric_name, target=target,
-        higher_is_better=first.higher_is_better,
-        memory_kind=first.memory_kind, missing=missing, trials=list(trials), **summaries)
+        statuses=dict(Counter(r.status.value for r in trials)), reasons=reasons, summaries=summaries,
+        values=values, reached=sum(r.time_to_target_s is not None for r in ok), metric_name=first.metric_name,
+        target=target, higher_is_better=first.higher_is_better, memory_kind=first.memory_kind,
+        budget_examples=budget, missing=missing, trials=list(trials))
 
 
 def summarise_groups(results: Sequence[TrialResult]) -> list[ConfigSummary]:
-    """One :class:`ConfigSummary` per (workload, preset, configuration), in :func:`group_results` order."""
-    return [_summarise_group(key, trials) for key, trials in group_results(results).items()]
+    """One :class:`ConfigSummary` per (workload, preset, configuration), in :func:`group_results` order.
+
+    Quality is read at the common budget of all the configurations of the same (workload, preset).
+    """
+    groups = group_results(results)
+    budgets = {pair: common_budget([r for key, trials in groups.items() if key[:2] == pair for r in trials])
+               for pair in {key[:2] for key in groups}}
+    return [_summarise_group(key, trials, budgets[key[:2]]) for key, trials in groups.items()]

@@ -41,22 +41,24 @@ def _png(fig: Any) -> bytes:
 
 
 def throughput_png(groups: Groups) -> bytes:
-    """Median steady examples/s per configuration, q1–q3 error bars, coloured by framework; a panel per group."""
+    """Median steady examples/s per configuration, 95% bootstrap error bars, coloured by framework; a panel per
+    group."""
     fig, axes = _figure(len(groups))
     if not groups:
         axes[0].text(0.5, 0.5, "no results", ha="center", va="center", transform=axes[0].transAxes)
     for ax, ((workload, preset), configs) in zip(axes, groups.items(), strict=False):
         xs = list(range(len(configs)))
-        med = [c.examples_per_s.median if c.examples_per_s else 0.0 for c in configs]
-        low = [m - c.examples_per_s.q1 if c.examples_per_s else 0.0 for m, c in zip(med, configs, strict=True)]
-        high = [c.examples_per_s.q3 - m if c.examples_per_s else 0.0 for m, c in zip(med, configs, strict=True)]
+        med = [c.value("examples_per_s") or 0.0 for c in configs]
+        bars = [c.interval("examples_per_s") or (m, m) for m, c in zip(med, configs, strict=True)]
+        low = [max(0.0, m - lo) for m, (lo, _) in zip(med, bars, strict=True)]
+        high = [max(0.0, hi - m) for m, (_, hi) in zip(med, bars, strict=True)]
         ax.bar(xs, med, yerr=[low, high], capsize=4, color=[colour(c.framework) for c in configs],
                edgecolor="#333333", linewidth=0.5)
         for x, c in zip(xs, configs, strict=True):
-            if c.examples_per_s is None:
+            if c.value("examples_per_s") is None:
                 ax.text(x, 0, " not measured", rotation=90, ha="center", va="bottom", fontsize=8, color="#555555")
         ax.set_xticks(xs, [c.label for c in configs], rotation=20, ha="right")
-        ax.set_ylabel("examples/s (median, q1–q3)")
+        ax.set_ylabel("examples/s (median, 95% CI)")
         ax.set_title(f"{workload} / {preset}: steady throughput", fontsize=11)
         ax.grid(axis="y", alpha=0.3)
     return _png(fig)

@@ -1,26 +1,32 @@
 """Render trial results as a decision report: ``report.md``, a self-contained ``report.html``, and two PNGs.
 
 Per (workload, preset) the report gives, in this order: the one-line verdict, the environment, one row per
-configuration with every measured quantity (noisy values marked, missing ones explained), the scores of every
-mode, the weights, the sensitivity of the verdict to each weight, and the trials that did not succeed.
+configuration with every measured quantity of :data:`~bakeoff.analysis.quantities.QUANTITIES` (noisy values
+marked, missing ones explained), memory, run conditions (threads, machine load), the head-to-head differences with
+their intervals, the scores of every mode, the weights, the robustness of the verdict, and the trials that did not
+succeed.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bakeoff.analysis.decide import MEASURED, Decision, Qualitative, decide_each, display_name
-from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, Summary, fmt, short_reason, summarise_groups
+from bakeoff.analysis.bootstrap import CONFIDENCE, RESAMPLES, TIE_BAND
+from bakeoff.analysis.conditions import LOAD_GAP_PER_CORE, config_load, display_name, loaded, threads
+from bakeoff.analysis.decide import MEASURED, Decision, Qualitative, decide_each, interval_text, ratio_text
+from bakeoff.analysis.quantities import MIB, QUANTITIES, Quantity
+from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, fmt, short_reason, summarise_groups
 from bakeoff.report import plots
 from bakeoff.report.templates import Block, Heading, Image, Para, Table, to_html, to_markdown
 from bakeoff.spec import Status, TrialResult
 
-MIB = 2**20
 NOISY_MARK = "†"
+LOAD_MARK = "‡"
 
 
 class _Footnotes:
@@ -38,58 +44,139 @@ class _Footnotes:
         return [f"[{i}] {t}" for i, t in enumerate(self.texts, 1)]
 
 
-def _value(cs: ConfigSummary, quantity: str, notes: _Footnotes, scale: float = 1.0, spread: bool = False,
-           suffix: str = "") -> str:
-    """One table cell: the median (and q1–q3), "†" when noisy; "—" with a footnote saying why when missing."""
-    s: Summary | None = cs.get(quantity)
-    if s is None:
-        return f"—{suffix} {notes.ref(f'{cs.label}: {cs.missing[quantity]}')}"
-    text = fmt(s.median * scale)
-    if spread and s.n > 1:
-        text += f" ({fmt(s.q1 * scale)}–{fmt(s.q3 * scale)})"
-    return text + suffix + (f" {NOISY_MARK}" if s.noisy else "")
+def _columns(configs: Sequence[ConfigSummary], table: str) -> list[Quantity]:
+    """The quantities shown as columns of ``table``; optional ones only when some configuration measured them."""
+    return [q for q in QUANTITIES.values() if q.table == table
+            and (not q.optional or any(c.get(q.name) is not None for c in configs))]
+
+
+def _header(q: Quantity, configs: Sequence[ConfigSummary]) -> str:
+    text = configs[0].title(q.name) + (f", {q.display_unit}" if q.display_unit else "")
+    if q.interval:
+        text += " median (95% CI)"
+    return text + (" (reached)" if q.censored else "")
+
+
+def _cell(c: ConfigSummary, q: Quantity, notes: _Footnotes) -> str:
+    """One table cell: the median (with its interval), "†" when noisy across runs; "—" and a footnote when missing;
+    for a censored quantity, the runs that got there."""
+    value, summary = c.value(q.name), c.get(q.name)
+    reach = f" ({c.reached}/{c.n_ok})" if q.censored and c.n_ok else ""
+    if value is None or (math.isinf(value) and not c.reached):
+        if value is not None and (best := c.get("best_metric")) is not None:
+            return f"not reached, best {fmt(best.median)}{reach} {notes.ref(f'{c.label}: {c.missing[q.name]}')}"
+        return f"—{reach} {notes.ref(f'{c.label}: {c.missing[q.name]}')}"
+    if math.isinf(value):
+        return f"not in most runs{reach}"
+    text = fmt(value * q.scale)
+    if q.interval and (iv := c.interval(q.name)) is not None and iv[0] != iv[1]:
+        text += f" ({fmt(iv[0] * q.scale)}–{fmt(iv[1] * q.scale)})"
+    return text + reach + (f" {NOISY_MARK}" if summary is not None and summary.noisy else "")
 
 
 def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
     notes = _Footnotes()
-    tokens = any(c.tokens_per_s for c in configs)
-    kinds = sorted({c.memory_kind for c in configs if c.memory_kind})
-    metric = next((c.metric_name for c in configs if c.metric_name), "metric")
-    header = ["configuration", "ok / trials", "examples/s median (q1–q3)"]
-    header += ["tokens/s median (q1–q3)"] if tokens else []
-    builds = any(r.extras.get("graph_builds") for c in configs for r in c.trials)
+    columns = _columns(configs, "configurations")
     batches = {c.label: _batch(c) for c in configs}
-    header[1:1] = ["batch"] if len(set(batches.values())) > 1 else []
-    header += ["first step (compile) s", "steady step ms"]
+    builds = any(r.extras.get("graph_builds") for c in configs for r in c.trials)
+    header = ["configuration", *(["batch"] if len(set(batches.values())) > 1 else []), "ok / trials"]
+    header += [_header(q, configs) for q in columns]
     header += ["graph builds (their extra s)"] if builds else []
-    header += ["time to target s (reached)", f"final {metric}",
-               f"peak memory MiB ({', '.join(kinds) or 'unknown probe'})", "import s", "build s"]
     rows = []
     for c in configs:
-        reached = f" ({c.reached}/{c.n_ok})" if c.n_ok else ""
-        row = [c.label] + ([batches[c.label]] if "batch" in header else [])
-        row += [f"{c.n_ok}/{c.n_total}", _value(c, "examples_per_s", notes, spread=True)]
-        row += [_value(c, "tokens_per_s", notes, spread=True)] if tokens else []
-        to_target = _value(c, "time_to_target_s", notes, suffix=reached)
-        if c.n_ok and not c.reached and c.best_metric is not None:
-            to_target = to_target.replace("—", f"not reached, best {fmt(c.best_metric.median)}", 1)
-        row += [_value(c, "first_step_s", notes), _value(c, "steady_step_s", notes, scale=1000)]
+        row = [c.label] + ([batches[c.label]] if "batch" in header else []) + [f"{c.n_ok}/{c.n_total}"]
+        row += [_cell(c, q, notes) for q in columns]
         row += [_graph_builds(c)] if builds else []
-        row += [to_target, _value(c, "final_metric", notes),
-                _value(c, "peak_memory_bytes", notes, scale=1 / MIB), _value(c, "import_s", notes),
-                _value(c, "build_s", notes)]
         rows.append(row)
     footnotes = notes.lines()
     if any(NOISY_MARK in cell for row in rows for cell in row):
-        footnotes.insert(0, f"{NOISY_MARK} noisy: spread above {NOISY_THRESHOLD:.0%} of the median (IQR, or the "
-                            "full range with fewer than 4 trials) — treat differences in it with suspicion")
-    footnotes.append("Medians over successful trials; time to target is the median over the trials that reached it.")
+        footnotes.insert(0, f"{NOISY_MARK} noisy: spread across runs above {NOISY_THRESHOLD:.0%} of the median (IQR, "
+                            "or the full range with fewer than 4 runs) — treat differences in it with suspicion")
+    footnotes.append(f"Medians over successful runs. The {CONFIDENCE:.0%} CI is a bootstrap ({RESAMPLES:,} "
+                     "resamples) over runs and, within each run, over its steady steps.")
+    if any(q.censored for q in columns):
+        footnotes.append("Time to target: the median over all successful runs, a run that never reached the target "
+                         "counting as never — so it is finite only when more than half the runs reached it; "
+                         "(k/n): the runs that reached it.")
+    budget = next((c.budget_examples for c in configs if c.budget_examples is not None), None)
+    if budget is not None and any(q.name == "metric_at_budget" for q in columns):
+        footnotes.append(f"Quality is read at {fmt(budget)} training examples, the largest number every "
+                         "configuration evaluated at (linear between evaluations), so trials stopped at the target "
+                         "and trials that trained on are compared at an equal budget.")
     if builds:
         footnotes.append("Graph builds: training steps that traced (tf.function) or compiled (torch.compile) a graph, "
                          "each new input shape adding one; \"×3 graphs\": each build made 3 graphs, the pieces "
                          "between graph breaks; their extra seconds are what those steps took beyond a steady step, "
                          "the first step included.")
     return Table(header, rows, footnotes)
+
+
+def _memory_table(configs: Sequence[ConfigSummary]) -> Table | None:
+    columns = _columns(configs, "memory")
+    if not any(c.get(q.name) is not None for c in configs for q in columns):
+        return None
+    notes = _Footnotes()
+    rows = [[c.label, c.memory_kind or "—", *(_cell(c, q, notes) for q in columns)] for c in configs]
+    header = ["configuration", "probe", *(_header(q, configs) for q in columns)]
+    footnotes = notes.lines() + [
+        "Read by each engine's probe: rss is the process's resident set (CPU); on GPU, the framework allocator's "
+        "peak. Baseline: in use after the framework import and model build. Training increment: the peak during "
+        "training steps minus that baseline — what training costs, and what the memory criterion scores. The peak "
+        "over the whole trial includes the import and evaluation."]
+    return Table(header, rows, footnotes, align="ll" + "r" * len(columns))
+
+
+def _conditions_table(configs: Sequence[ConfigSummary]) -> Table | None:
+    """Threads (when they differ between configurations) and machine load per configuration."""
+    pools = {c.label: threads(c) for c in configs if c.n_ok}
+    loads = {c.label: config_load(c) for c in configs if c.n_ok}
+    show_threads = len(set(pools.values())) > 1
+    show_load = any(v[2] is not None for v in loads.values())
+    if not (show_threads or show_load):
+        return None
+    busy = loaded(configs)
+    header = ["configuration"] + (["threads intra / inter-op"] if show_threads else [])
+    header += ["1-min load average, start → end (median)"] if show_load else []
+    rows = []
+    for label in pools:
+        row = [label] + ([pools[label]] if show_threads else [])
+        if show_load:
+            start, end, _ = loads[label]
+            row.append(f"{fmt(start)} → {fmt(end)}" + (f" {LOAD_MARK}" if label in busy else ""))
+        rows.append(row)
+    notes = []
+    if show_threads:
+        notes.append("Thread pools differ between configurations: a framework with more threads may win on them, "
+                     "not on its kernels.")
+    if busy:
+        notes.append(f"{LOAD_MARK} ran under clearly more load than the least-loaded configuration: median run load "
+                     f"(the larger of start and end) above it by more than {LOAD_GAP_PER_CORE:g} × the cores — other "
+                     "work competed for the CPU, so its timings may be pessimistic.")
+    return Table(header, rows, notes, align="l" * len(header))
+
+
+def _head_to_head_table(decision: Decision) -> Table | None:
+    if not decision.head_to_head or len(decision.ranking) < 2:
+        return None
+    lead, runner = decision.ranking[0].label, decision.ranking[1].label
+    rows = []
+    for criterion, d in decision.head_to_head.items():
+        q = QUANTITIES[d.quantity]
+        if d.better is not None:
+            outcome = f"{display_name(lead if d.better == 'a' else runner)} better"
+        else:
+            outcome = "tie: " + ("within" if d.equivalent else "the interval reaches into") + f" ±{TIE_BAND:.0%}"
+
+        def shown(v: float | None, q: Quantity = q) -> str:
+            return "—" if v is None else "never" if math.isinf(v) else fmt(v * q.scale)
+
+        rows.append([criterion, shown(d.a), shown(d.b), ratio_text(d.ratio), interval_text(d.low, d.high), outcome])
+    notes = [f"Ratio {lead} / {runner} of the medians over runs, with its {CONFIDENCE:.0%} percentile bootstrap "
+             f"interval: {RESAMPLES:,} resamples of the runs with replacement, and of each run's steady steps for "
+             f"throughput; the two sides independently. A ratio whose interval reaches into "
+             f"[{1 / (1 + TIE_BAND):.3f}, {1 + TIE_BAND:.2f}] is a tie — no difference a framework choice should "
+             "turn on — and the verdict never cites it."]
+    return Table(["criterion", lead, runner, "ratio", "interval", "outcome"], rows, notes, align="lrrrll")
 
 
 def _batch(c: ConfigSummary) -> str:
@@ -120,8 +207,15 @@ def _mode_effects_table(configs: Sequence[ConfigSummary]) -> Table | None:
         s = c.trials[0].run_spec
         return s.framework, s.execution, s.precision.value, s.grad_accum, s.batch_size * s.grad_accum
 
-    def ratio(a: Summary | None, b: Summary | None) -> str:
-        return f"{a.median / b.median:.2f}×" if a and b and b.median else "—"
+    def ratio(name: str, a: ConfigSummary, b: ConfigSummary) -> str:
+        va, vb = a.value(name), b.value(name)
+        return f"{va / vb:.2f}×" if va is not None and vb and math.isfinite(va) and math.isfinite(vb) else "—"
+
+    def pair(name: str, a: ConfigSummary, b: ConfigSummary, never: str) -> str:
+        def one(v: float | None) -> str:
+            return never if v is not None and math.isinf(v) else fmt(v)
+
+        return f"{one(a.value(name))} vs {one(b.value(name))}"
 
     by_shape = {shape(c): c for c in configs if c.trials}
     rows = []
@@ -132,18 +226,16 @@ def _mode_effects_table(configs: Sequence[ConfigSummary]) -> Table | None:
         base = by_shape.get((framework, execution, "fp32", 1, per_step))
         if base is None:
             continue
-        quality = f"{fmt(c.final_metric.median) if c.final_metric else '—'} vs " \
-                  f"{fmt(base.final_metric.median) if base.final_metric else '—'}"
-        to_target = f"{fmt(c.time_to_target_s.median) if c.time_to_target_s else 'not reached'} vs " \
-                    f"{fmt(base.time_to_target_s.median) if base.time_to_target_s else 'not reached'}"
-        rows.append([c.label, base.label, ratio(c.examples_per_s, base.examples_per_s),
-                     ratio(c.peak_memory_bytes, base.peak_memory_bytes), quality, to_target])
+        rows.append([c.label, base.label, ratio("examples_per_s", c, base), ratio("memory_increment_bytes", c, base),
+                     pair("metric_at_budget", c, base, "—"), pair("time_to_target_s", c, base, "not reached")])
     if not rows:
         return None
-    return Table(["mode", "against", "throughput", "peak memory", "final metric (mode vs baseline)",
+    quality = configs[0].title("metric_at_budget")
+    return Table(["mode", "against", "throughput", "training memory increment", f"{quality} (mode vs baseline)",
                   "time to target s (mode vs baseline)"], rows,
-                 ["Ratios of medians: throughput above 1× is faster, peak memory below 1× is smaller. The baseline is "
-                  "the same framework and execution in fp32 without accumulation, with as many examples per step."],
+                 ["Ratios of medians: throughput above 1× is faster, a memory increment below 1× is smaller. The "
+                  "baseline is the same framework and execution in fp32 without accumulation, with as many examples "
+                  "per step."],
                  align="llrrll")
 
 
@@ -173,7 +265,8 @@ def _scores_table(decision: Decision) -> Table:
         parts = [fmt(cs.parts[c], 2) if cs.parts.get(c) is not None else "—" for c in criteria]
         rows.append([cs.label + mark, f"{cs.score:.3f}", *parts])
     notes = ["Each criterion is scaled to 0..1 against the best configuration (higher-better: v/best, lower-better: "
-             "best/v; never reaching the target scores 0); a framework is judged by its best configuration (◀)."]
+             "best/v; not reaching the target in most runs scores 0); a framework is judged by its best "
+             "configuration (◀)."]
     return Table(header, rows, notes)
 
 
@@ -196,10 +289,25 @@ def _weights_table(decision: Decision, qualitative: Qualitative) -> Table:
                  align="lllrr")
 
 
-def _sensitivity_block(decision: Decision) -> Block:
+def _robustness_blocks(decision: Decision) -> list[Block]:
     if not decision.sensitivity:
-        return Para("No sensitivity analysis: fewer than two frameworks have a score.")
+        return [Para("No sensitivity analysis: fewer than two frameworks have a score.")]
+    shares = ", ".join(f"{display_name(fw)} leads in {100 * share:.1f}%" for fw, share in
+                       sorted(decision.win_share.items(), key=lambda kv: -kv[1]))
+    if decision.provisional and decision.runs:
+        why = f"not robust: fewer than 3 runs on a side (n = {decision.runs[0]} vs {decision.runs[1]})."
+    elif decision.robust:
+        why = "robust: the leader leads in at least 95% of them and under every single weight halved or doubled."
+    else:
+        why = "not robust: that needs at least 95% of them, every single weight halved or doubled, and a winner."
+    joint = Para(f"Noise and weights together, over {decision.resamples:,} joint resamples (every configuration's "
+                 "bootstrap replicate of every measured criterion; each weight scaled by its own log-uniform factor "
+                 f"in [½, 2]): {shares}. The verdict is {why}" if shares else
+                 "No joint resampling: there is no head-to-head comparison.")
+    return [joint, _sensitivity_table(decision)]
 
+
+def _sensitivity_table(decision: Decision) -> Table:
     def who(framework: str | None) -> str:
         return display_name(framework) if framework else "—"
 
@@ -207,10 +315,12 @@ def _sensitivity_block(decision: Decision) -> Block:
              who(r.winner_if_doubled), f"×{r.flips_at:g} → {who(r.flips_to)}" if r.flips_at is not None else "never"]
             for r in decision.sensitivity]
     grid = "0, 0.1, 0.25, 0.5, 0.75, 1.25, 1.5, 2, 3 … 10"
+    flips = any(r.winner_if_halved != decision.ranking[0].framework
+                or r.winner_if_doubled != decision.ranking[0].framework for r in decision.sensitivity)
     notes = [f"One weight scaled at a time, the others fixed, then renormalised. \"flips at\": the multiplier "
              f"nearest ×1 on the grid {grid} at which another framework leads. "
-             + ("Robust: no single weight halved or doubled changes the leader." if decision.robust
-                else "Not robust: some weight halved or doubled changes the leader.")]
+             + ("Some weight halved or doubled changes the leader." if flips
+                else "No single weight halved or doubled changes the leader.")]
     return Table(["criterion", "weight", "leader if ×0", "leader if ×0.5", "leader if ×2", "flips at"], rows, notes,
                  align="lrllll")
 
@@ -234,11 +344,16 @@ def _flatten(env: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def environment_line(configs: Sequence[ConfigSummary]) -> str:
-    """Every environment key the trials recorded; a key whose value differs lists each value with its framework."""
+    """Every environment key the trials recorded; a key whose value differs lists each value with its framework.
+
+    The load averages, which differ from trial to trial, are in the run-conditions table instead.
+    """
     seen: dict[str, dict[str, list[str]]] = {}  # key -> value -> frameworks
     for c in configs:
         for r in c.trials:
             for k, v in _flatten(r.environment).items():
+                if k.startswith("load_average"):
+                    continue
                 frameworks = seen.setdefault(k, {}).setdefault(v, [])
                 if c.framework not in frameworks:
                     frameworks.append(c.framework)
@@ -259,6 +374,10 @@ def _section(configs: Sequence[ConfigSummary], decision: Decision, qualitative: 
         Heading(3, "Configurations"),
         _comparison_table(configs),
     ]
+    for heading, table in (("Memory", _memory_table(configs)), ("Run conditions", _conditions_table(configs)),
+                           ("Head to head", _head_to_head_table(decision))):
+        if table is not None:
+            blocks += [Heading(3, heading), table]
     effects = _mode_effects_table(configs)
     if effects is not None:
         blocks += [Heading(3, "What each mode buys"), effects]
@@ -268,7 +387,7 @@ def _section(configs: Sequence[ConfigSummary], decision: Decision, qualitative: 
     if decision.configs:
         blocks += [Heading(3, "Scores (every mode)"), _scores_table(decision)]
     blocks += [Heading(3, "Weights"), _weights_table(decision, qualitative),
-               Heading(3, "Sensitivity of the verdict"), _sensitivity_block(decision),
+               Heading(3, "Robustness of the verdict"), *_robustness_blocks(decision),
                Heading(3, "Trials that did not succeed"), _failures_block(configs)]
     return blocks
 

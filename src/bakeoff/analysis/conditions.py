@@ -1,0 +1,114 @@
+"""Like with like: whether each framework ran as its users train it, with which threads, under what machine load.
+
+* **Modes.** A framework judged without any of its :data:`~bakeoff.registry.PRODUCTION_EXECUTIONS` (TensorFlow in
+  eager mode only) or without its compiled mode is not judged as it is used; the verdict says so.
+* **Threads.** Intra-/inter-op thread pools per configuration, as the engines recorded them.
+* **Load.** The 1-minute load average at a trial's start and end; a run's load is the larger of the two. Two
+  configurations ran under clearly different load when their median run loads differ by more than
+  :data:`LOAD_GAP_PER_CORE` × the machine's cores: then half the cores were busy with other work on one side and
+  not the other — with thread pools sized to every core, enough oversubscription to skew step times by tens of
+  percent, and well beyond the jitter of a lagging 1-minute average (a trial's own previous neighbour included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from bakeoff.analysis.quantities import fmt
+from bakeoff.analysis.stats import ConfigSummary
+from bakeoff.registry import COMPILED_EXECUTIONS, PRODUCTION_EXECUTIONS
+from bakeoff.spec import Execution
+
+FRAMEWORK_NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX"}
+
+LOAD_GAP_PER_CORE = 0.5
+"""Median run loads further apart than this many load units per core flag a comparison (module docstring)."""
+
+_MODE_ORDER = [e.value for e in Execution]
+
+
+def display_name(label: str) -> str:
+    """``"torch/graph/bf16"`` -> ``"PyTorch (graph, bf16)"``."""
+    framework, *modes = label.split("/")
+    name = FRAMEWORK_NAMES.get(framework, framework)
+    return f"{name} ({', '.join(modes)})" if modes else name
+
+
+def _either(modes: Sequence[str]) -> str:
+    return " or ".join(modes)
+
+
+def mode_notes(summaries: Sequence[ConfigSummary], frameworks: Sequence[str]) -> list[str]:
+    """One sentence per framework in ``frameworks`` not judged as its users train it, or without its compiled mode.
+
+    A mode counts as run when at least one of its trials succeeded; a mode tried whose trials all failed is named.
+    """
+    notes = []
+    for fw in frameworks:
+        mine = [s for s in summaries if s.framework == fw]
+        ran = sorted({s.execution for s in mine if s.n_ok}, key=_MODE_ORDER.index)
+        failed = sorted({s.execution for s in mine if not s.n_ok} - set(ran), key=_MODE_ORDER.index)
+        production = [e.value for e in PRODUCTION_EXECUTIONS.get(fw, ())]
+        compiled = [e.value for e in COMPILED_EXECUTIONS.get(fw, ())]
+        name = FRAMEWORK_NAMES.get(fw, fw)
+        why = f" ({', '.join(failed)} failed)" if failed else ""
+        if production and not set(ran) & set(production):
+            modes = " and ".join(ran) or "no"
+            notes.append(f"{name} ran only in {modes} mode{'s' if len(ran) > 1 else ''}{why}, not as its users "
+                         f"train ({_either(production)})")
+        elif compiled and not set(ran) & set(compiled):
+            notes.append(f"{name} ran without its compiled mode ({_either(compiled)}){why}")
+    return notes
+
+
+def run_load(environment: dict) -> float | None:
+    """A run's machine load: the larger of the 1-minute load averages at its start and end."""
+    loads = [environment.get(k) for k in ("load_average_1m_at_start", "load_average_1m_at_end")]
+    loads = [float(v) for v in loads if isinstance(v, int | float)]
+    return max(loads) if loads else None
+
+
+def config_load(cs: ConfigSummary) -> tuple[float | None, float | None, float | None]:
+    """Median over the configuration's successful runs of (load at start, load at end, run load)."""
+    def median(key: str | None) -> float | None:
+        vals = [run_load(r.environment) if key is None else r.environment.get(key) for r in cs.ok]
+        vals = [float(v) for v in vals if isinstance(v, int | float)]
+        return float(np.median(vals)) if vals else None
+
+    return median("load_average_1m_at_start"), median("load_average_1m_at_end"), median(None)
+
+
+def cores(configs: Sequence[ConfigSummary]) -> int | None:
+    """The machine's core count as the trials recorded it (the smallest, if they differ)."""
+    counts = [r.environment.get("cores") for c in configs for r in c.ok]
+    counts = [int(v) for v in counts if isinstance(v, int | float) and v > 0]
+    return min(counts) if counts else None
+
+
+def load_gap(a: ConfigSummary, b: ConfigSummary, n_cores: int | None) -> str | None:
+    """A sentence when ``a`` and ``b`` ran under clearly different load (module docstring); ``None`` otherwise."""
+    la, lb = config_load(a)[2], config_load(b)[2]
+    if la is None or lb is None or not n_cores or abs(la - lb) <= LOAD_GAP_PER_CORE * n_cores:
+        return None
+    return (f"the compared runs saw different machine load (1-minute load average {fmt(la)} vs {fmt(lb)} on "
+            f"{n_cores} cores), which can skew their timings")
+
+
+def loaded(configs: Sequence[ConfigSummary]) -> set[str]:
+    """Labels of the configurations that ran under clearly more load than the least-loaded one."""
+    n_cores = cores(configs)
+    loads = {c.label: config_load(c)[2] for c in configs}
+    known = [v for v in loads.values() if v is not None]
+    if not known or not n_cores:
+        return set()
+    return {label for label, v in loads.items() if v is not None and v - min(known) > LOAD_GAP_PER_CORE * n_cores}
+
+
+def threads(cs: ConfigSummary) -> str:
+    """``"16 / 1"``: the intra-op / inter-op threads the runs recorded (every distinct pair, if they differ)."""
+    pairs = sorted({(r.environment.get("intra_op_threads"), r.environment.get("inter_op_threads")) for r in cs.ok},
+                   key=str)
+    shown = [f"{'?' if a is None else a} / {'?' if b is None else b}" for a, b in pairs if (a, b) != (None, None)]
+    return ", ".join(shown) or "—"

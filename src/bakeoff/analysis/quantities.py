@@ -1,0 +1,183 @@
+"""Every measured quantity as one record: unit, direction, how to read it from a trial, how the report shows it.
+
+The statistics (:mod:`bakeoff.analysis.stats`), the decision criteria (:data:`bakeoff.analysis.decide.MEASURED`),
+the report's columns and the CSV export all read :data:`QUANTITIES`; adding a quantity is one entry here.
+
+Two kinds of quantity need more than a getter:
+
+* **step-based** ones (throughput, step time) are a function of the median steady step time of a trial; their
+  ``steps`` maps resampled medians to values, so the bootstrap can resample steady steps within each trial;
+* **censored** ones (time and steps to target): a trial that never reached the target has no value, yet it is
+  a result — it counts as "never" (+∞), not as missing.
+
+Quality is read at an **equal budget** (:func:`common_budget`): the number of training examples every compared
+trial evaluated at, so a trial stopped at its target is not judged by the overshoot of a longer one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from bakeoff.spec import Status, TrialResult
+
+MIB = 2**20
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    """A number for people: ``digits`` significant figures, thousands separated; "—" for missing."""
+    if value is None or math.isnan(value):
+        return "—"
+    if math.isinf(value):
+        return "∞" if value > 0 else "-∞"
+    if abs(value) >= 10**digits:
+        return f"{value:,.0f}"
+    return "0" if value == 0 else f"{value:.{digits}g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Quantity:
+    """One measured quantity.
+
+    ``label`` may name ``{metric}``, ``{target}`` and ``{budget}`` (training examples), filled in per workload.
+    """
+
+    name: str  # the key in summaries, criteria and the CSV export
+    unit: str  # as stored: "examples/s", "s", "bytes"; "" for the workload's metric
+    higher_is_better: bool | None  # None: the workload metric's direction
+    get: Callable[[TrialResult, float | None], float | None]  # (trial, budget in examples) -> value or None
+    label: str  # for people, in columns and verdicts
+    table: str | None = "configurations"  # the report table it is a column of: "configurations", "memory"; None
+    shown_unit: str | None = None  # the unit the report shows (MiB, ms); None: ``unit``
+    scale: float = 1.0  # stored value × scale = shown value
+    interval: bool = False  # the report shows the bootstrap 95% interval next to the median
+    optional: bool = False  # a column only when some configuration measured it
+    # (trial, median steady step times) -> values: the trial's value had its steady steps been these
+    steps: Callable[[TrialResult, np.ndarray], np.ndarray] | None = None
+    censored: bool = False  # a trial without a value (target set, never reached) counts as +inf
+    # Comparisons count values below this as this: what the probe resolves (a 0 vs 3 MiB increment is no 0x ratio)
+    resolution: float = 0.0
+
+    @property
+    def display_unit(self) -> str:
+        return self.unit if self.shown_unit is None else self.shown_unit
+
+    def higher(self, metric_higher_is_better: bool) -> bool:
+        """Whether higher is better, given the workload metric's direction for metric quantities."""
+        return metric_higher_is_better if self.higher_is_better is None else self.higher_is_better
+
+    def floored(self, values: np.ndarray | float) -> np.ndarray:
+        """Values as comparisons see them: at least :attr:`resolution` (NaN and +inf kept)."""
+        v = np.asarray(values, dtype=float)
+        return np.where(v < self.resolution, self.resolution, v) if self.resolution else v
+
+    def value(self, trial: TrialResult, budget: float | None = None) -> float | None:
+        """The trial's value as statistics use it: ``None`` when unmeasured, +inf when censored (never reached)."""
+        if trial.status is not Status.OK:
+            return None
+        v = self.get(trial, budget)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return math.inf if self.censored and trial.target is not None else None
+        return float(v)
+
+    def title(self, metric: str = "metric", target: float | None = None, budget: float | None = None) -> str:
+        """``label`` with the workload's metric, target and budget filled in."""
+        return self.label.format(metric=metric or "metric", target=fmt(target) if target is not None else "target",
+                                 budget=fmt(budget) if budget is not None else "the common budget")
+
+
+def steady_steps(trial: TrialResult) -> np.ndarray:
+    """The steady step times: every step after the first and the warm-up steps."""
+    warmup = int(trial.spec.get("warmup_steps", 3))
+    return np.asarray(trial.step_times_s[1 + warmup:], dtype=float)
+
+
+def examples_seen(trial: TrialResult) -> np.ndarray:
+    """Training examples seen at each point of the quality curve (step × examples per step)."""
+    return np.asarray([p["step"] for p in trial.curve], dtype=float) * trial.examples_per_step
+
+
+def metric_at(trial: TrialResult, examples: float | None) -> float | None:
+    """The quality curve read at ``examples`` training examples, linear between evaluations; ``None`` outside it."""
+    if examples is None or not trial.curve or trial.examples_per_step <= 0:
+        return None
+    seen = examples_seen(trial)
+    order = np.argsort(seen, kind="stable")
+    seen, metric = seen[order], np.asarray([trial.curve[i]["metric"] for i in order], dtype=float)
+    if not seen[0] <= examples <= seen[-1]:
+        return None
+    return float(np.interp(examples, seen, metric))
+
+
+def common_budget(trials: Sequence[TrialResult]) -> float | None:
+    """The largest number of training examples at which every successful trial with a curve can be read.
+
+    That is the smallest of the trials' last evaluations, provided no trial's first evaluation comes after it;
+    ``None`` when there is no such budget (or no curve at all).
+    """
+    ends, starts = [], []
+    for r in trials:
+        if r.status is Status.OK and r.curve and r.examples_per_step > 0:
+            seen = examples_seen(r)
+            starts.append(seen.min())
+            ends.append(seen.max())
+    if not ends or max(starts) > min(ends):
+        return None
+    return float(min(ends))
+
+
+def _field(name: str) -> Callable[[TrialResult, float | None], float | None]:
+    return lambda r, _budget: getattr(r, name)
+
+
+def _rate(key: str) -> Callable[[TrialResult, float | None], float | None]:
+    return lambda r, _budget: r.throughput.get(key)
+
+
+def _rate_from_steps(key: str) -> Callable[[TrialResult, np.ndarray], np.ndarray]:
+    # Units per step vary (valid tokens, audio frames): the trial's rate scaled by its median step time.
+    return lambda r, t: r.throughput[key] * r.steady_step_s / t
+
+
+QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
+    Quantity("examples_per_s", "examples/s", True, _rate("examples_per_s"), "steady throughput", interval=True,
+             steps=lambda r, t: r.examples_per_step / t),
+    Quantity("tokens_per_s", "tokens/s", True, _rate("tokens_per_s"), "steady token throughput", interval=True,
+             optional=True, steps=_rate_from_steps("tokens_per_s")),
+    Quantity("frames_per_s", "frames/s", True, _rate("frames_per_s"), "steady audio throughput (10 ms frames)",
+             interval=True, optional=True, steps=_rate_from_steps("frames_per_s")),
+    Quantity("first_step_s", "s", False, _field("first_step_s"), "first step (graph build / compile)"),
+    Quantity("steady_step_s", "s", False, _field("steady_step_s"), "steady step", shown_unit="ms", scale=1000,
+             steps=lambda r, t: t),
+    Quantity("time_to_target_s", "s", False, _field("time_to_target_s"), "time to {metric} {target}",
+             censored=True),
+    Quantity("steps_to_target", "steps", False, _field("steps_to_target"), "steps to {metric} {target}",
+             table=None, censored=True),
+    Quantity("metric_at_budget", "", None, lambda r, budget: metric_at(r, budget), "{metric} at {budget} examples"),
+    Quantity("final_metric", "", None, _field("final_metric"), "final {metric}"),
+    Quantity("best_metric", "", None, _field("best_metric"), "best {metric}", table=None),
+    Quantity("import_s", "s", False, _field("import_s"), "framework import"),
+    Quantity("build_s", "s", False, _field("build_s"), "model build"),
+    Quantity("memory_baseline_bytes", "bytes", False, _field("memory_baseline_bytes"),
+             "baseline after import and build", table="memory", shown_unit="MiB", scale=1 / MIB),
+    # 8 MiB: below that, an RSS increment is allocator arenas and page-fault timing, not the model's training state
+    Quantity("memory_increment_bytes", "bytes", False, _field("memory_increment_bytes"),
+             "training memory increment", table="memory", shown_unit="MiB", scale=1 / MIB, resolution=8 * MIB),
+    Quantity("memory_train_peak_bytes", "bytes", False, _field("memory_train_peak_bytes"),
+             "peak during training steps", table=None, shown_unit="MiB", scale=1 / MIB),
+    Quantity("peak_memory_bytes", "bytes", False, _field("peak_memory_bytes"), "peak over the whole trial",
+             table="memory", shown_unit="MiB", scale=1 / MIB),
+    Quantity("train_s", "s", False, _field("train_s"), "training clock", table=None),
+    Quantity("wall_s", "s", False, _field("wall_s"), "whole process", table=None),
+)}
+"""Every quantity, in the order of the report's columns and the CSV export."""
+
+
+def quantity(name: str) -> Quantity:
+    """The record named ``name``; ``KeyError`` naming the accepted ones otherwise."""
+    if name not in QUANTITIES:
+        raise KeyError(f"unknown quantity {name!r}; accepted: {', '.join(QUANTITIES)}")
+    return QUANTITIES[name]
