@@ -19,7 +19,8 @@ The verdict, leader against runner-up:
   the measurements (the bootstrap replicates) and of the weights (each scaled by a log-uniform factor in [½, 2])
   give how often each framework leads; robust means ≥ :data:`ROBUST_SHARE` of them, no single weight halved or
   doubled flipping the leader (the sensitivity table), and enough runs;
-* the verdict names what was not like with like (:mod:`bakeoff.analysis.conditions`).
+* the verdict names what was not like with like (:mod:`bakeoff.analysis.conditions`); its wording is
+  :mod:`bakeoff.analysis.verdict`.
 """
 
 from __future__ import annotations
@@ -30,22 +31,19 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from bakeoff.analysis.bootstrap import RESAMPLES, TIE_BAND, Difference, difference, rng_for
+from bakeoff.analysis import verdict
+from bakeoff.analysis.bootstrap import RESAMPLES, Difference, difference, rng_for
 from bakeoff.analysis.conditions import FRAMEWORK_NAMES, cores, display_name, load_gap, mode_notes
-from bakeoff.analysis.quantities import Quantity, fmt, quantity
+from bakeoff.analysis.quantities import Quantity, quantity
 from bakeoff.analysis.stats import ConfigSummary
+from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, ratio_text
 
-__all__ = ["DEFAULT_WEIGHTS", "FRAMEWORK_NAMES", "MEASURED", "Criterion", "Decision", "decide", "decide_each",
-           "display_name", "resolve_weights"]
+__all__ = ["DEFAULT_WEIGHTS", "FRAMEWORK_NAMES", "MEASURED", "MIN_RUNS", "ROBUST_SHARE", "Criterion", "Decision",
+           "decide", "decide_each", "display_name", "interval_text", "ratio_text", "resolve_weights"]
 
 Qualitative = Mapping[str, Mapping[str, float]]
 """``{criterion: {framework: score 0..5}}``, e.g. ``{"team_familiarity": {"torch": 4, "tensorflow": 2}}``."""
 
-MIN_RUNS = 3
-"""Runs per side below which a verdict is provisional."""
-
-ROBUST_SHARE = 0.95
-"""The share of joint resamples the leader must lead in for the verdict to be called robust."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,150 +258,6 @@ def _win_shares(scored: Sequence[ConfigSummary], weights: Mapping[str, float], q
     return {fw: float(n / RESAMPLES) for fw, n in zip(frameworks, counts, strict=True)}
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Wording
-
-
-def ratio_text(ratio: float | None, unit: str = "x") -> str:
-    """``"1.83x"``, ``"12.8x"``, ``"0.088x"``, ``"∞x"``; "—" for none."""
-    if ratio is None or math.isnan(ratio):
-        return "—"
-    if math.isinf(ratio) or ratio >= 10 or ratio < 0.1:
-        return fmt(ratio, 2 if ratio < 0.1 else 3) + unit
-    return f"{ratio:.2f}{unit}"
-
-
-def interval_text(low: float | None, high: float | None) -> str:
-    """``"95% CI 1.76–1.89x"``."""
-    return f"95% CI {ratio_text(low, '')}–{ratio_text(high)}"
-
-
-def _shown(q: Quantity, v: float | None) -> str:
-    if v is None:
-        return "—"
-    return "never" if math.isinf(v) else fmt(v * q.scale)
-
-
-def _pair(q: Quantity, a: float | None, b: float | None) -> str:
-    """``"950 vs 520 examples/s"``; ``"2.1 s vs never"`` when one side never got there."""
-    unit = f" {q.display_unit}" if q.display_unit else ""
-    if a is not None and b is not None and math.isfinite(a) and math.isfinite(b):
-        return f"{_shown(q, a)} vs {_shown(q, b)}{unit}"
-
-    def one(v: float | None) -> str:
-        return _shown(q, v) + (unit if v is not None and math.isfinite(v) else "")
-
-    return f"{one(a)} vs {one(b)}"
-
-
-def difference_phrase(d: Difference, a: ConfigSummary, b: ConfigSummary) -> str:
-    """``"steady throughput: 950 vs 520 examples/s (1.83x, 95% CI 1.76–1.89x)"``, a's side first; for a censored
-    quantity, the runs that got there (and no ratio when a side never did: its interval still shows)."""
-    q = quantity(d.quantity)
-    reach = f"reached in {a.reached}/{a.n_ok} vs {b.reached}/{b.n_ok} runs" if q.censored else ""
-    ci = interval_text(d.low, d.high)
-    if d.a is not None and d.b is not None and (math.isinf(d.a) or math.isinf(d.b)):
-        return f"{a.title(q.name)}: {_pair(q, d.a, d.b)} ({reach}; ratio {ci})"
-    return f"{a.title(q.name)}: {_pair(q, d.a, d.b)} ({ratio_text(d.ratio)}, {ci}{', ' + reach if reach else ''})"
-
-
-def _percent(share: float) -> str:
-    pct = 100 * share
-    return f"{pct:.1f}%" if 99 < pct < 100 or 0 < pct < 1 else f"{pct:.0f}%"
-
-
-def _runs(runs: tuple[int, int]) -> str:
-    return f"n = {runs[0]} per side" if runs[0] == runs[1] else f"n = {runs[0]} vs {runs[1]}"
-
-
-def _robust_clause(decision: Decision, leader: str) -> str:
-    share = decision.win_share.get(leader, 0.0)
-    others = [f"{FRAMEWORK_NAMES.get(fw, fw)} {_percent(s)}" for fw, s in decision.win_share.items()
-              if fw != leader and s > 0]
-    joint = (f"it leads in {_percent(share)}" + (f" ({', '.join(others)})" if others else "")
-             + f" of {RESAMPLES:,} resamples of measurements and weights, each weight ×½–2")
-    flip = ""
-    for row in sorted(decision.sensitivity, key=lambda r: abs(math.log(r.flips_at)) if r.flips_at else math.inf):
-        for word, who in (("halved", row.winner_if_halved), ("doubled", row.winner_if_doubled)):
-            if who != leader and not flip:
-                flip = f"{FRAMEWORK_NAMES.get(who or '', who)} wins if the {row.criterion} weight is {word}"
-    if decision.provisional:
-        assert decision.runs is not None
-        return f"not robust with {_runs(decision.runs)} ({MIN_RUNS} runs per side needed): {joint}"
-    if decision.robust:
-        return f"robust: {joint}, and under every single weight halved or doubled"
-    return f"not robust: {joint}" + (f"; {flip}" if flip else "")
-
-
-def _lead_phrases(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapping[str, float | None],
-                  r_parts: Mapping[str, float | None], qualitative: Qualitative) -> tuple[list[str], list[str]]:
-    """What the leader is better on, and what the runner-up is better on, most weighty first (no ties)."""
-    def gain(c: str) -> float:
-        return d.weights[c] * abs((w_parts.get(c) or 0.0) - (r_parts.get(c) or 0.0))
-
-    ours, theirs = [], []
-    for c in sorted(d.weights, key=gain, reverse=True):
-        if c in d.head_to_head:
-            diff = d.head_to_head[c]
-            if diff.better == "a":
-                ours.append(difference_phrase(diff, w, r))
-            elif diff.better == "b":
-                theirs.append(difference_phrase(diff.swapped(), r, w))
-        elif c in qualitative:
-            sw, sr = qualitative[c][w.framework], qualitative[c][r.framework]
-            if sw != sr:
-                (ours if sw > sr else theirs).append(f"{c}: {sw:g} vs {sr:g} (your score)" if sw > sr
-                                                     else f"{c}: {sr:g} vs {sw:g} (your score)")
-    return ours, theirs
-
-
-def _tie_list(d: Decision, w: ConfigSummary, r: ConfigSummary) -> str:
-    return "; ".join(difference_phrase(diff, w, r) for c, diff in d.head_to_head.items() if diff.tie)
-
-
-def _compose(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapping[str, float | None],
-             r_parts: Mapping[str, float | None], qualitative: Qualitative, clean_lead: float) -> str:
-    where = f"{d.workload}/{d.preset}"
-    lead, runner = display_name(w.label), display_name(r.label)
-    caveats = "".join(f"; {c}" for c in d.caveats)
-    n = f" ({_runs(d.runs)})" if d.provisional and d.runs else ""
-    if clean_lead <= 1e-9:
-        d.inconclusive = True
-        measured = list(d.head_to_head.values())
-        qual_differs = any(qualitative[c][w.framework] != qualitative[c][r.framework] for c in d.weights
-                           if c in qualitative)
-        d.tie = bool(measured) and all(diff.equivalent for diff in measured) and not qual_differs
-        if d.tie:
-            return (f"tie on {where}{n}: {lead} and {runner} are within ±{TIE_BAND:.0%} of each other on every "
-                    f"weighted criterion — {_tie_list(d, w, r)}{caveats}.")
-        return (f"inconclusive on {where}{n}: {lead} leads {runner} ({d.ranking[0].score:.2f} vs "
-                f"{d.ranking[1].score:.2f}) only by differences within noise or within ±{TIE_BAND:.0%} — "
-                f"{_tie_list(d, w, r)}{caveats}.")
-    d.winner = w.framework
-    ours, theirs = _lead_phrases(d, w, r, w_parts, r_parts, qualitative)
-    reason = "; ".join(ours[:3]) or f"scores {d.ranking[0].score:.2f} vs {d.ranking[1].score:.2f}"
-    against = f"; {runner} is better on {'; '.join(theirs[:2])}" if theirs else ""
-    opening = f"provisional{n}: {lead} leads" if d.provisional else f"{lead} wins"
-    return f"{opening} {where} over {runner} on {reason}{against}; {_robust_clause(d, w.framework)}{caveats}."
-
-
-def _no_comparison(d: Decision, scored: Sequence[ConfigSummary], frameworks: Sequence[str]) -> str:
-    where = f"{d.workload}/{d.preset}"
-    caveats = "".join(f"; {c}" for c in d.caveats)
-    missing = [f"{FRAMEWORK_NAMES.get(fw, fw)} had no successful trial ({why})" for fw, why in d.unscored.items()]
-    if not d.ranking and not missing:
-        return f"no verdict on {where}: none of the weighted criteria was measured"
-    if not d.ranking:
-        return f"no verdict on {where}: no trial succeeded; " + "; ".join(missing)
-    if missing:
-        return f"no comparison possible on {where}: " + "; ".join(missing) + caveats
-    best = next(s for s in scored if s.label == d.ranking[0].label)
-    eps = best.value("examples_per_s")
-    rate = f" ({fmt(eps)} examples/s)" if eps is not None else ""
-    return (f"no comparison possible on {where}: only {FRAMEWORK_NAMES.get(frameworks[0])} was run; its best mode "
-            f"is {best.execution}{rate}{caveats}")
-
-
 def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | None = None,
            qualitative: Qualitative | None = None) -> Decision:
     """Rank frameworks on one (workload, preset) and say why, in numbers with intervals.
@@ -451,7 +305,7 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
         head_to_head={}, verdict="", sensitivity=sensitivity, robust=False,
         caveats=mode_notes(summaries, frameworks), budget_examples=next((s.budget_examples for s in scored), None))
     if len(ranking) < 2:
-        decision.verdict = _no_comparison(decision, scored, frameworks)
+        decision.verdict = verdict.no_comparison(decision, scored, frameworks)
         return decision
 
     lead, runner = ranking[0], ranking[1]
@@ -467,14 +321,20 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
     decision.head_to_head = {c: _head_to_head(MEASURED[c].record, w_cfg, r_cfg) for c in norm if c in MEASURED}
     decision.win_share = _win_shares(scored, norm, qualitative, rng_for(*keys[0], "weights"))
     decision.resamples = RESAMPLES
-    decision.robust = (not decision.provisional and decision.win_share[lead.framework] >= ROBUST_SHARE
-                       and all(r.winner_if_halved == lead.framework == r.winner_if_doubled for r in sensitivity))
     # The lead counting only differences outside the tie band (qualitative scores are the user's, not noisy).
     clean_lead = sum(w * ((w_parts[c] or 0.0) - (r_parts[c] or 0.0)) for c, w in norm.items()
                      if c not in decision.head_to_head or not decision.head_to_head[c].tie)
-    decision.verdict = _compose(decision, w_cfg, r_cfg, w_parts, r_parts, qualitative, clean_lead)
-    if decision.winner is None:
-        decision.robust = False
+    if clean_lead > 1e-9:
+        decision.winner = lead.framework
+        decision.robust = (not decision.provisional and decision.win_share[lead.framework] >= ROBUST_SHARE
+                           and all(r.winner_if_halved == lead.framework == r.winner_if_doubled for r in sensitivity))
+    else:
+        decision.inconclusive = True
+        qualitative_differs = any(qualitative[c][w_cfg.framework] != qualitative[c][r_cfg.framework]
+                                  for c in norm if c in qualitative)
+        decision.tie = (bool(decision.head_to_head) and not qualitative_differs
+                        and all(d.equivalent for d in decision.head_to_head.values()))
+    decision.verdict = verdict.compose(decision, w_cfg, r_cfg, w_parts, r_parts, qualitative)
     return decision
 
 

@@ -18,9 +18,10 @@ import numpy as np
 
 from bakeoff.analysis.bootstrap import CONFIDENCE, RESAMPLES, TIE_BAND
 from bakeoff.analysis.conditions import LOAD_GAP_PER_CORE, config_load, display_name, loaded, threads
-from bakeoff.analysis.decide import MEASURED, Decision, Qualitative, decide_each, interval_text, ratio_text
+from bakeoff.analysis.decide import MEASURED, Decision, Qualitative, decide_each
 from bakeoff.analysis.quantities import MIB, QUANTITIES, Quantity
 from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, fmt, short_reason, summarise_groups
+from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, ratio_text
 from bakeoff.report import plots
 from bakeoff.report.templates import Block, Heading, Image, Para, Table, to_html, to_markdown
 from bakeoff.spec import Status, TrialResult
@@ -295,11 +296,13 @@ def _robustness_blocks(decision: Decision) -> list[Block]:
     shares = ", ".join(f"{display_name(fw)} leads in {100 * share:.1f}%" for fw, share in
                        sorted(decision.win_share.items(), key=lambda kv: -kv[1]))
     if decision.provisional and decision.runs:
-        why = f"not robust: fewer than 3 runs on a side (n = {decision.runs[0]} vs {decision.runs[1]})."
+        why = f"not robust: fewer than {MIN_RUNS} runs on a side (n = {decision.runs[0]} vs {decision.runs[1]})."
     elif decision.robust:
-        why = "robust: the leader leads in at least 95% of them and under every single weight halved or doubled."
+        why = (f"robust: the leader leads in at least {ROBUST_SHARE:.0%} of them and under every single weight "
+               "halved or doubled.")
     else:
-        why = "not robust: that needs at least 95% of them, every single weight halved or doubled, and a winner."
+        why = (f"not robust: that needs at least {ROBUST_SHARE:.0%} of them, every single weight halved or doubled, "
+               "and a winner.")
     joint = Para(f"Noise and weights together, over {decision.resamples:,} joint resamples (every configuration's "
                  "bootstrap replicate of every measured criterion; each weight scaled by its own log-uniform factor "
                  f"in [½, 2]): {shares}. The verdict is {why}" if shares else

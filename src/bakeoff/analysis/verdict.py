@@ -1,0 +1,162 @@
+"""The words of a verdict: every number with its unit, every ratio with its interval, no tie cited.
+
+A winner's verdict names what the leader is better on (most weighty first, at most three), what the runner-up is
+better on (at most two), its robustness, and the caveats of :mod:`bakeoff.analysis.conditions`. Below
+:data:`MIN_RUNS` runs per side it opens with "provisional (n = ...)" and says "leads", never "wins" or "robust".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from bakeoff.analysis.bootstrap import RESAMPLES, TIE_BAND, Difference
+from bakeoff.analysis.conditions import FRAMEWORK_NAMES, display_name
+from bakeoff.analysis.quantities import Quantity, fmt, quantity
+from bakeoff.analysis.stats import ConfigSummary
+
+if TYPE_CHECKING:
+    from bakeoff.analysis.decide import Decision, Qualitative
+
+MIN_RUNS = 3
+"""Runs per side below which a verdict is provisional."""
+
+ROBUST_SHARE = 0.95
+"""The share of joint resamples the leader must lead in for the verdict to be called robust."""
+
+
+def ratio_text(ratio: float | None, unit: str = "x") -> str:
+    """``"1.83x"``, ``"12.8x"``, ``"0.088x"``, ``"∞x"``; "—" for none."""
+    if ratio is None or math.isnan(ratio):
+        return "—"
+    if math.isinf(ratio) or ratio >= 10 or ratio < 0.1:
+        return fmt(ratio, 2 if ratio < 0.1 else 3) + unit
+    return f"{ratio:.2f}{unit}"
+
+
+def interval_text(low: float | None, high: float | None) -> str:
+    """``"95% CI 1.76–1.89x"``."""
+    return f"95% CI {ratio_text(low, '')}–{ratio_text(high)}"
+
+
+def _shown(q: Quantity, v: float | None) -> str:
+    if v is None:
+        return "—"
+    return "never" if math.isinf(v) else fmt(v * q.scale)
+
+
+def _pair(q: Quantity, a: float | None, b: float | None) -> str:
+    """``"950 vs 520 examples/s"``; ``"2.1 s vs never"`` when one side never got there."""
+    unit = f" {q.display_unit}" if q.display_unit else ""
+    if a is not None and b is not None and math.isfinite(a) and math.isfinite(b):
+        return f"{_shown(q, a)} vs {_shown(q, b)}{unit}"
+
+    def one(v: float | None) -> str:
+        return _shown(q, v) + (unit if v is not None and math.isfinite(v) else "")
+
+    return f"{one(a)} vs {one(b)}"
+
+
+def difference_phrase(d: Difference, a: ConfigSummary, b: ConfigSummary) -> str:
+    """``"steady throughput: 950 vs 520 examples/s (1.83x, 95% CI 1.76–1.89x)"``, a's side first; for a censored
+    quantity, the runs that got there (and no ratio when a side never did: its interval still shows)."""
+    q = quantity(d.quantity)
+    reach = f"reached in {a.reached}/{a.n_ok} vs {b.reached}/{b.n_ok} runs" if q.censored else ""
+    ci = interval_text(d.low, d.high)
+    if d.a is not None and d.b is not None and (math.isinf(d.a) or math.isinf(d.b)):
+        return f"{a.title(q.name)}: {_pair(q, d.a, d.b)} ({reach}; ratio {ci})"
+    return f"{a.title(q.name)}: {_pair(q, d.a, d.b)} ({ratio_text(d.ratio)}, {ci}{', ' + reach if reach else ''})"
+
+
+def _percent(share: float) -> str:
+    pct = 100 * share
+    return f"{pct:.1f}%" if 99 < pct < 100 or 0 < pct < 1 else f"{pct:.0f}%"
+
+
+def _runs(runs: tuple[int, int]) -> str:
+    return f"n = {runs[0]} per side" if runs[0] == runs[1] else f"n = {runs[0]} vs {runs[1]}"
+
+
+def _robust_clause(decision: Decision, leader: str) -> str:
+    share = decision.win_share.get(leader, 0.0)
+    others = [f"{FRAMEWORK_NAMES.get(fw, fw)} {_percent(s)}" for fw, s in decision.win_share.items()
+              if fw != leader and s > 0]
+    joint = (f"it leads in {_percent(share)}" + (f" ({', '.join(others)})" if others else "")
+             + f" of {RESAMPLES:,} resamples of measurements and weights, each weight ×½–2")
+    flip = ""
+    for row in sorted(decision.sensitivity, key=lambda r: abs(math.log(r.flips_at)) if r.flips_at else math.inf):
+        for word, who in (("halved", row.winner_if_halved), ("doubled", row.winner_if_doubled)):
+            if who != leader and not flip:
+                flip = f"{FRAMEWORK_NAMES.get(who or '', who)} wins if the {row.criterion} weight is {word}"
+    if decision.provisional:
+        assert decision.runs is not None
+        return f"not robust with {_runs(decision.runs)} ({MIN_RUNS} runs per side needed): {joint}"
+    if decision.robust:
+        return f"robust: {joint}, and under every single weight halved or doubled"
+    return f"not robust: {joint}" + (f"; {flip}" if flip else "")
+
+
+def _lead_phrases(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapping[str, float | None],
+                  r_parts: Mapping[str, float | None], qualitative: Qualitative) -> tuple[list[str], list[str]]:
+    """What the leader is better on, and what the runner-up is better on, most weighty first (no ties)."""
+    def gain(c: str) -> float:
+        return d.weights[c] * abs((w_parts.get(c) or 0.0) - (r_parts.get(c) or 0.0))
+
+    ours, theirs = [], []
+    for c in sorted(d.weights, key=gain, reverse=True):
+        if c in d.head_to_head:
+            diff = d.head_to_head[c]
+            if diff.better == "a":
+                ours.append(difference_phrase(diff, w, r))
+            elif diff.better == "b":
+                theirs.append(difference_phrase(diff.swapped(), r, w))
+        elif c in qualitative:
+            sw, sr = qualitative[c][w.framework], qualitative[c][r.framework]
+            if sw != sr:
+                (ours if sw > sr else theirs).append(f"{c}: {sw:g} vs {sr:g} (your score)" if sw > sr
+                                                     else f"{c}: {sr:g} vs {sw:g} (your score)")
+    return ours, theirs
+
+
+def _tie_list(d: Decision, w: ConfigSummary, r: ConfigSummary) -> str:
+    return "; ".join(difference_phrase(diff, w, r) for c, diff in d.head_to_head.items() if diff.tie)
+
+
+def compose(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapping[str, float | None],
+            r_parts: Mapping[str, float | None], qualitative: Qualitative) -> str:
+    """The verdict of a decision between the leader's configuration ``w`` and the runner-up's ``r``."""
+    where = f"{d.workload}/{d.preset}"
+    lead, runner = display_name(w.label), display_name(r.label)
+    caveats = "".join(f"; {c}" for c in d.caveats)
+    n = f" ({_runs(d.runs)})" if d.provisional and d.runs else ""
+    if d.winner is None:
+        if d.tie:
+            return (f"tie on {where}{n}: {lead} and {runner} are within ±{TIE_BAND:.0%} of each other on every "
+                    f"weighted criterion — {_tie_list(d, w, r)}{caveats}.")
+        return (f"inconclusive on {where}{n}: {lead} leads {runner} ({d.ranking[0].score:.2f} vs "
+                f"{d.ranking[1].score:.2f}) only by differences within noise or within ±{TIE_BAND:.0%} — "
+                f"{_tie_list(d, w, r)}{caveats}.")
+    ours, theirs = _lead_phrases(d, w, r, w_parts, r_parts, qualitative)
+    reason = "; ".join(ours[:3]) or f"scores {d.ranking[0].score:.2f} vs {d.ranking[1].score:.2f}"
+    against = f"; {runner} is better on {'; '.join(theirs[:2])}" if theirs else ""
+    opening = f"provisional{n}: {lead} leads" if d.provisional else f"{lead} wins"
+    return f"{opening} {where} over {runner} on {reason}{against}; {_robust_clause(d, w.framework)}{caveats}."
+
+
+def no_comparison(d: Decision, scored: Sequence[ConfigSummary], frameworks: Sequence[str]) -> str:
+    """The verdict when fewer than two frameworks have a score."""
+    where = f"{d.workload}/{d.preset}"
+    caveats = "".join(f"; {c}" for c in d.caveats)
+    missing = [f"{FRAMEWORK_NAMES.get(fw, fw)} had no successful trial ({why})" for fw, why in d.unscored.items()]
+    if not d.ranking and not missing:
+        return f"no verdict on {where}: none of the weighted criteria was measured"
+    if not d.ranking:
+        return f"no verdict on {where}: no trial succeeded; " + "; ".join(missing)
+    if missing:
+        return f"no comparison possible on {where}: " + "; ".join(missing) + caveats
+    best = next(s for s in scored if s.label == d.ranking[0].label)
+    eps = best.value("examples_per_s")
+    rate = f" ({fmt(eps)} examples/s)" if eps is not None else ""
+    return (f"no comparison possible on {where}: only {FRAMEWORK_NAMES.get(frameworks[0])} was run; its best mode "
+            f"is {best.execution}{rate}{caveats}")
