@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -35,6 +36,20 @@ def processes_mentioning(text: str) -> dict[int, str]:
     return found
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes in process group ``pgid``."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                state, _, pgrp = (entry / "stat").read_text().rpartition(")")[2].split()[:3]
+            except OSError:
+                continue
+            if int(pgrp) == pgid and state != "Z":
+                members.append(int(entry.name))
+    return members
+
+
 def wait_for(condition, timeout: float = 180, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -44,13 +59,27 @@ def wait_for(condition, timeout: float = 180, what: str = "condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def gone(text: str) -> bool:
-    """Whether every process mentioning ``text`` has gone (SIGKILL'd processes vanish within moments)."""
+def gone(text: str, pgid: int | None = None) -> bool:
+    """Whether every process mentioning ``text`` (and in group ``pgid``) has gone; SIGKILL takes moments."""
     try:
-        wait_for(lambda: not processes_mentioning(text), timeout=5)
+        wait_for(lambda: not processes_mentioning(text) and not (pgid and group_members(pgid)), timeout=5)
     except AssertionError:
         return False
     return True
+
+
+@pytest.fixture
+def reaper(tmp_path):
+    """Process groups a test started; whatever of them (or mentions tmp_path) is left when it ends is killed, so a
+    failing test leaves nothing behind either."""
+    groups: list[int] = []
+    yield groups
+    for pid in processes_mentioning(str(tmp_path)):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    for pgid in groups:
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, signal.SIGKILL)
 
 
 def rows(db: Path) -> list[tuple]:
@@ -125,16 +154,18 @@ except runner.Interrupted as exc:
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_kills_the_whole_group_even_a_process_that_ignores_sigterm(tmp_path, sig, code):
+def test_a_signal_kills_the_whole_group_even_a_process_that_ignores_sigterm(tmp_path, reaper, sig, code):
     marker = str(tmp_path / "owned")
     owner = subprocess.Popen([sys.executable, "-c", OWNER, marker, STUBBORN], stdout=subprocess.PIPE, text=True)
     assert owner.stdout.readline() == "started\n"
-    wait_for(lambda: any("grandchild" in c for c in processes_mentioning(marker).values()), 30, "the grandchild")
+    [grandchild] = wait_for(lambda: [pid for pid, c in processes_mentioning(marker).items()
+                                     if c.endswith(" grandchild ")], 30, "the grandchild")
+    reaper.append(os.getpgid(grandchild))
     owner.send_signal(sig)
     out, _ = owner.communicate(timeout=60)
     assert owner.returncode == code
     assert out == f"stopped stubborn {sig.name}\n"
-    assert gone(marker), processes_mentioning(marker)
+    assert gone(marker, reaper[0]), processes_mentioning(marker)
 
 
 HOLDER = """
@@ -220,13 +251,17 @@ if mode:
     real_train = base.train
 
     def train(engine, data, result, *args, checkpoint_dir=None, **kwargs):
-        if engine.spec.seed == 1:  # the second trial hangs mid-training, with a worker process of its own
+        # The second trial (or, in mode "probe", the first batch-size probe) hangs mid-training, with a worker
+        # process of its own.
+        if engine.spec.seed == 1 if mode != "probe" else engine.spec.eval_every == 10**9:
             import signal, subprocess, sys, time
             if mode == "stubborn":
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            checkpoint_dir.mkdir(parents=True, exist_ok=True)
-            (checkpoint_dir / "partial").write_text("a checkpoint the next run resumes from")
-            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", str(checkpoint_dir), "worker"])
+            if checkpoint_dir is not None:
+                checkpoint_dir.mkdir(parents=True, exist_ok=True)
+                (checkpoint_dir / "partial").write_text("a checkpoint the next run resumes from")
+            marker = os.environ["BAKEOFF_TEST_MARKER"]
+            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", marker, "worker"])
             time.sleep(600)
         return real_train(engine, data, result, *args, checkpoint_dir=checkpoint_dir, **kwargs)
 
@@ -237,30 +272,36 @@ MNIST = ("run", "--workload", "mnist", "--framework", "torch", "--execution", "e
          "--repeats", "2", "--no-report")
 
 
-def start_hanging_run(tmp_path: Path, mode: str) -> tuple[subprocess.Popen, dict]:
+def start_hanging_run(tmp_path: Path, reaper: list[int], mode: str, *args: str) -> tuple[subprocess.Popen, dict, int]:
+    """Start ``bakeoff run``; once its trial hangs, return the run, its environment and the trial's pid (which
+    is its process group: the trial leads it, its worker is in it)."""
     (tmp_path / "sitecustomize.py").write_text(HANGER)
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}", "BAKEOFF_TEST_HANG": mode}
-    run = subprocess.Popen([sys.executable, "-m", "bakeoff.cli", *MNIST, "--store", str(tmp_path / "r.sqlite")],
-                           cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    marker = str(tmp_path / "checkpoints")
-    wait_for(lambda: any(c.endswith(" worker ") for c in processes_mentioning(marker).values()), what="the hang")
-    procs = processes_mentioning(marker)
-    assert any("bakeoff.trial" in c for c in procs.values()), procs
-    return run, env
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}", "BAKEOFF_TEST_HANG": mode,
+           "BAKEOFF_TEST_MARKER": str(tmp_path)}
+    command = [sys.executable, "-m", "bakeoff.cli", *(args or MNIST), "--store", str(tmp_path / "r.sqlite")]
+    run = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    [worker] = wait_for(lambda: [pid for pid, c in processes_mentioning(str(tmp_path)).items()
+                                 if c.endswith(" worker ")], what="the hang")
+    trial = os.getpgid(worker)
+    reaper.append(trial)
+    assert "-m bakeoff.trial " in (Path("/proc") / str(trial) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    assert os.getpgid(run.pid) != trial  # the trial has a process group of its own
+    return run, env, trial
 
 
 @pytest.mark.slow
 @TORCH
 @pytest.mark.parametrize(("sig", "code", "mode"), [(signal.SIGINT, 130, "plain"), (signal.SIGTERM, 143, "stubborn")],
                          ids=["SIGINT", "SIGTERM-ignored-by-the-trial"])
-def test_interrupting_a_run_kills_the_trial_records_nothing_and_the_next_run_resumes(tmp_path, sig, code, mode):
-    run, env = start_hanging_run(tmp_path, mode)  # seed 0 finished; seed 1 hangs in training, with a worker
+def test_interrupting_a_run_kills_the_trial_records_nothing_and_the_next_run_resumes(tmp_path, reaper, sig, code,
+                                                                                     mode):
+    run, env, trial = start_hanging_run(tmp_path, reaper, mode)  # seed 0 finished; seed 1 hangs in training
     run.send_signal(sig)
     out, err = run.communicate(timeout=120)
     assert run.returncode == code, err
     assert f"interrupted by {sig.name}; stopped mnist/tiny torch/eager seed 1 and killed its processes" in err
     assert "Traceback" not in err
-    assert gone(str(tmp_path / "checkpoints")), processes_mentioning(str(tmp_path / "checkpoints"))
+    assert gone(str(tmp_path), trial), (processes_mentioning(str(tmp_path)), group_members(trial))
     assert [(seed, status) for seed, status, _ in rows(tmp_path / "r.sqlite")] == [(0, "ok")]
     [kept] = (tmp_path / "checkpoints").glob("*/partial")  # the interrupted trial's checkpoint is kept
 
@@ -278,14 +319,26 @@ def test_interrupting_a_run_kills_the_trial_records_nothing_and_the_next_run_res
 
 @pytest.mark.slow
 @TORCH
-def test_a_trial_killed_with_kill_9_is_failed_not_out_of_memory(tmp_path):
-    run, _ = start_hanging_run(tmp_path, "plain")
-    [trial] = [pid for pid, c in processes_mentioning(str(tmp_path / "checkpoints")).items() if "bakeoff.trial" in c]
-    os.kill(trial, signal.SIGKILL)
+def test_a_trial_killed_with_kill_9_is_failed_not_out_of_memory(tmp_path, reaper):
+    run, _, trial = start_hanging_run(tmp_path, reaper, "plain")
+    os.kill(trial, signal.SIGKILL)  # only the trial, as a person would: its worker lives on
     out, err = run.communicate(timeout=120)
     assert run.returncode == 1, err  # the run goes on and says not every trial succeeded
     [ok, killed] = rows(tmp_path / "r.sqlite")
     assert ok[:2] == (0, "ok") and killed[:2] == (1, "failed")
     assert killed[2].startswith("killed by SIGKILL (no evidence of out-of-memory: "), killed[2]
-    assert gone(str(tmp_path / "checkpoints"))  # its worker went with it (the runner kills the group)
+    assert gone(str(tmp_path), trial)  # the runner killed what was left of its group
 
+
+
+@pytest.mark.slow
+@TORCH
+def test_interrupting_the_batch_size_search_kills_the_probe(tmp_path, reaper):
+    run, _, probe = start_hanging_run(tmp_path, reaper, "probe", "run", "--workload", "mnist", "--framework", "torch",
+                               "--execution", "eager", "--batch-size", "auto", "--max-steps", "2", "--no-report")
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 130, err
+    assert "interrupted by SIGINT; stopped batch-size probe mnist/tiny torch/eager batch 8" in err
+    assert gone(str(tmp_path), probe), group_members(probe)
+    assert not (tmp_path / "r.sqlite").exists()  # the search ends before the store is opened
