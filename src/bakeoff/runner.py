@@ -149,7 +149,7 @@ def kill_group(proc: subprocess.Popen, grace_s: float) -> None:
         # Wait for the whole group, not only its leader: a worker the trial started may outlive it.
         while (proc.poll() is None or _group_alive(proc.pid)) and time.monotonic() < deadline:
             time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 
