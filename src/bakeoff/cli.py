@@ -90,8 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "its weights and qualitative scores are used when it is a suite file")
     report.add_argument("--out", type=Path, help="report directory (default: reports/<suite or all>)")
     report.add_argument("--weight", action="append", default=[], metavar="CRITERION=W",
-                        help="decision weight, repeatable: throughput, time_to_target, first_step, peak_memory, "
-                             "quality, or a qualitative criterion")
+                        help="decision weight, repeatable: throughput, time_to_target, first_step, "
+                             "memory (the training increment), quality, or a qualitative criterion")
     report.add_argument("--export", type=Path, help="also export the trials as .json or .csv")
 
     sub.add_parser("list", help="workloads, presets, frameworks (installed or not) and execution modes")

@@ -115,6 +115,12 @@ class RunSpec:
     device: Device = Device.AUTO
     threads: int = 0  # CPU threads for the framework; 0: all cores the machine reports
     data: tuple[tuple[str, str], ...] = ()  # workload data options, e.g. (("train", "reviews.csv"),)
+    config: tuple[tuple[str, str], ...] = ()  # overrides of preset fields, e.g. (("d_model", "512"),)
+    target: float | None = None  # the quality target; None: the workload's (derived from the data for user data)
+    # What the result depends on beyond these fields (see bakeoff.identity): content hashes of the data files the
+    # data options name ("data:train"), of the resolved configuration, and the bakeoff and framework versions.
+    # Filled in by the runner; a data option with a content hash counts in the key by its content, not its path.
+    content: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         # Accept plain strings (from TOML, JSON or the CLI) and normalise them, so equal specs hash equally.
@@ -124,10 +130,12 @@ class RunSpec:
         set_(self, "precision", Precision.parse(self.precision, "precision"))
         set_(self, "parallelism", Parallelism.parse(self.parallelism, "parallelism"))
         set_(self, "device", Device.parse(self.device, "device"))
-        if isinstance(self.data, Mapping):
-            set_(self, "data", tuple(sorted((str(k), str(v)) for k, v in self.data.items())))
-        else:
-            set_(self, "data", tuple(sorted((str(k), str(v)) for k, v in self.data)))
+        for name in ("data", "config", "content"):
+            pairs = getattr(self, name)
+            pairs = pairs.items() if isinstance(pairs, Mapping) else pairs
+            set_(self, name, tuple(sorted((str(k), str(v)) for k, v in pairs)))
+        if self.target is not None:
+            set_(self, "target", float(self.target))
         for name in ("workers", "batch_size", "grad_accum", "eval_every"):
             if int(getattr(self, name)) < 1:
                 raise SpecError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
@@ -146,7 +154,7 @@ class RunSpec:
             value = getattr(self, f.name)
             if isinstance(value, enum.Enum):
                 value = value.value
-            elif f.name == "data":
+            elif f.name in ("data", "config", "content"):
                 value = dict(value)
             out[f.name] = value
         return out
@@ -162,9 +170,17 @@ class RunSpec:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
+    @property
+    def config_overrides(self) -> dict[str, str]:
+        return dict(self.config)
+
     def key(self) -> str:
-        """A stable identifier: the hash of the canonical JSON form."""
-        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+        """A stable identifier: the hash of the canonical JSON form, in which a data option whose file content is
+        hashed in ``content`` counts by that hash, not by its path (one file through two paths is one trial)."""
+        raw = self.to_dict()
+        content = raw["content"]
+        raw["data"] = {k: v for k, v in raw["data"].items() if f"data:{k}" not in content}
+        return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:16]
 
     def label(self) -> str:
         """Short human name of the configuration (without seed and repeat)."""
