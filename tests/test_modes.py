@@ -72,12 +72,13 @@ def test_interrupted_trial_resumes_to_the_same_losses(tmp_path, monkeypatch, fra
     with Store(tmp_path / "resumed" / "r.sqlite") as store:
         [killed] = runner.run([spec], store, "s", timeout_s=600).ran
         assert killed.status.value == "failed" and "exited with code 7" in killed.reason
-        assert (tmp_path / "resumed" / "checkpoints" / spec.key() / "loop.json").exists()
+        key = killed.key  # keyed by content (bakeoff.identity), as its checkpoint folder is
+        assert (tmp_path / "resumed" / "checkpoints" / key / "loop.json").exists()
         monkeypatch.delenv("BAKEOFF_TEST_DIE_AT_STEP")
         [resumed] = runner.run([spec], store, "s", timeout_s=600, retry_failed=True).ran
     assert resumed.status.value == "ok" and resumed.extras["resumed_at_steps"] == [4]
     assert resumed.losses == straight.losses  # bit-for-bit on CPU, steps 5-8 computed after the restore
-    assert not (tmp_path / "resumed" / "checkpoints" / spec.key()).exists()  # cleaned up after success
+    assert not (tmp_path / "resumed" / "checkpoints" / key).exists()  # cleaned up after success
     [logdir] = (tmp_path / "resumed" / "tensorboard" / "s").iterdir()
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -158,7 +158,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             summary = runner.run(specs, store, suite.name, timeout_s=timeout, fresh=args.fresh,
                                  retry_failed=args.retry_failed, progress=progress, annotations=annotations,
                                  validated=True, order_seed=args.order_seed)
-            results = store.results(suite=suite.name, keys=[s.key() for s in specs])
+            results = store.results(suite=suite.name, keys=[s.key() for s in summary.specs])
     console.print(f"ran {len(summary.ran)} trials, skipped {len(summary.skipped)} already in the store")
     if not args.no_report:
         _write_report(results, args.out or DEFAULT_REPORTS / suite.name, suite.weights, suite.qualitative,

@@ -43,6 +43,13 @@ INSTALL_HINTS = {
     "jax": "pip install jax (no bakeoff engine for JAX yet)",
 }
 
+# The distributions whose versions a trial's result depends on (the first one installed names the framework).
+FRAMEWORK_DISTS: dict[str, tuple[str, ...]] = {
+    "torch": ("torch",),
+    "tensorflow": ("tensorflow", "tensorflow-cpu", "keras"),
+    "jax": ("jax", "jaxlib"),
+}
+
 # Execution modes each framework's engine implements.
 EXECUTIONS: dict[str, tuple[Execution, ...]] = {
     "torch": (Execution.EAGER, Execution.GRAPH),

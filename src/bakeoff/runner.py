@@ -40,6 +40,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bakeoff import registry
+from bakeoff.identity import identify
 from bakeoff.spec import RunSpec, SpecError, Status, TrialResult
 from bakeoff.store import Store
 
@@ -53,6 +54,7 @@ Progress = Callable[[str, RunSpec, TrialResult | None], None]
 class RunSummary:
     ran: list[TrialResult]
     skipped: list[RunSpec]
+    specs: list[RunSpec] = dataclasses.field(default_factory=list)  # every spec of the run, content identified
 
 
 KILL_GRACE_S = 3.0
@@ -405,9 +407,15 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
     """
     if not validated:
         validate(specs)
+    # Keys by content (bakeoff.identity): a changed data file, configuration or version is a new trial.
+    identified = identify(specs)
+    annotations = {new.key(): (annotations or {}).get(old.key(), {}) for old, new in zip(specs, identified,
+                                                                                           strict=True)}
     with interruptible():
-        return _run(order(specs, order_seed), store, suite, timeout_s, fresh, retry_failed,
-                    log_dir or store.path.parent / "logs", progress, annotations or {}, order_seed)
+        summary = _run(order(identified, order_seed), store, suite, timeout_s, fresh, retry_failed,
+                       log_dir or store.path.parent / "logs", progress, annotations, order_seed)
+    summary.specs = identified
+    return summary
 
 
 def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh: bool, retry_failed: bool,

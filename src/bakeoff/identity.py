@@ -1,0 +1,87 @@
+"""What a trial's result depends on besides its spec's fields: the content of its data files, the resolved model
+configuration, and the versions of bakeoff and of the framework. :func:`identify` writes these into
+``RunSpec.content``, so a spec's key changes when any of them does: an edited data file, a changed preset or a new
+bakeoff or framework release runs anew instead of reusing a stale result; and one file reached through two paths
+is one trial, because the key counts a hashed data file by its content, not its path.
+
+Only numpy-free standard-library work happens here: hashing files and reading package metadata.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+
+import bakeoff
+from bakeoff import registry
+from bakeoff.spec import RunSpec
+
+DIGEST_CHARS = 16
+
+
+def _hash_file(h: hashlib._Hash, path: Path) -> None:
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+
+
+@functools.lru_cache(maxsize=256)
+def _digest(path: Path, stamp: tuple) -> str:
+    h = hashlib.sha256()
+    if path.is_dir():
+        for member in sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            h.update(str(member.relative_to(path)).encode() + b"\0")
+            _hash_file(h, member)
+    else:
+        _hash_file(h, path)
+    return h.hexdigest()[:DIGEST_CHARS]
+
+
+def digest(path: str | Path) -> str:
+    """Content hash of a file, or of a folder's files (names and contents); cached while unchanged on disk."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    stamp = (stat.st_mtime_ns, stat.st_size)
+    if path.is_dir():
+        stamp += tuple((p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(path.rglob("*")) if p.is_file())
+    return _digest(path, stamp)
+
+
+@functools.cache
+def bakeoff_version() -> str:
+    """bakeoff's version and a hash of its installed package (code, shipped suites and data), so a changed
+    checkout between releases counts as another version."""
+    return f"{bakeoff.__version__}+{digest(Path(bakeoff.__file__).parent)}"
+
+
+@functools.cache
+def framework_version(framework: str) -> str:
+    """``"torch 2.13.0+cpu"``: the installed distributions the framework's trials depend on."""
+    found = []
+    for dist in registry.FRAMEWORK_DISTS.get(framework, (framework,)):
+        try:
+            found.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return ", ".join(found) or "not installed"
+
+
+def content(spec: RunSpec) -> dict[str, str]:
+    """``RunSpec.content`` for ``spec``: the hash of every data option that names an existing file or folder,
+    of the resolved configuration, and the bakeoff and framework versions."""
+    out = {f"data:{key}": digest(value) for key, value in spec.data if value and Path(value).exists()}
+    config = registry.workload(spec.workload).config(spec.preset, spec)
+    out["config"] = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:DIGEST_CHARS]
+    out["bakeoff"] = bakeoff_version()
+    out[spec.framework.value] = framework_version(spec.framework.value)
+    return out
+
+
+def identify(specs: Sequence[RunSpec]) -> list[RunSpec]:
+    """The specs with their ``content`` filled in (what :meth:`RunSpec.key` then depends on)."""
+    return [dataclasses.replace(spec, content=content(spec)) for spec in specs]
