@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(PY) bench/quick_suite.py
 	$(PY) bench/accumulation.py
 	$(PY) bench/speech_corpus.py
+	$(PY) bench/trial_footprint.py
 
 clean:
 	rm -rf $(VENV) results reports
