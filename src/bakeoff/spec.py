@@ -211,34 +211,151 @@ class Dataset:
         return len(next(iter(self.test.values())))
 
 
+def _kind(default: Any) -> str:
+    """What a config field holds, in words, judged by the preset's own value."""
+    if isinstance(default, bool):
+        return "true or false"
+    if isinstance(default, int):
+        return "integer"
+    if isinstance(default, float):
+        return "number"
+    if isinstance(default, list | tuple):
+        return f"list of {_kind(default[0])}s" if default else "list"
+    return "text"
+
+
+def _typed(workload: str, key: str, raw: str, default: Any) -> Any:
+    """A config override (a string: from the CLI, or a TOML value through ``str``) as the type of ``default``."""
+    text = raw.strip()
+    try:
+        if isinstance(default, bool):
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(text)
+            return text.lower() in ("true", "1")
+        if isinstance(default, int):
+            return int(text)
+        if isinstance(default, float):
+            value = float(text)
+            if value != value or value in (float("inf"), float("-inf")):
+                raise ValueError(text)
+            return value
+        if isinstance(default, list | tuple):  # "16,32" (CLI) or "[16, 32]" (TOML)
+            items = [item.strip() for item in text.strip("[]() ").split(",") if item.strip()]
+            if not items:
+                raise ValueError(text)
+            return [_typed(workload, key, item, default[0]) for item in items] if default else items
+    except (ValueError, SpecError):
+        raise SpecError(f"config {key}={raw!r} for {workload}: {key} is {'an' if _kind(default) == 'integer' else 'a'} "
+                        f"{_kind(default)}, like the preset's {default!r}") from None
+    return text
+
+
+def _out_of_range(key: str, value: Any) -> str:
+    """Why a config field's value cannot be used ('' when it can): sizes are positive, dropout is in [0, 1)."""
+    if key == "dropout":
+        return "" if 0 <= value < 1 else "dropout must be at least 0 and below 1"
+    if key == "learning_rate":
+        return "" if value > 0 else "learning_rate must be above 0"
+    values = value if isinstance(value, list) else [value]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values) and min(values) < 1:
+        return f"{key} must be {'positive integers' if isinstance(value, list) else 'a positive integer'}"
+    return ""
+
+
 class Workload(ABC):
-    """The framework-free half of a workload."""
+    """The framework-free half of a workload.
+
+    Its size presets (:attr:`preset_configs`) hold the model and training fields; a spec's ``config`` overrides
+    any of them (:meth:`preset_config`: typed like the preset's own value, then range-checked). Its targets
+    (:attr:`targets`) were measured on the shipped data; a spec's ``target`` replaces them, and user data gets one
+    derived from the data (:meth:`target_and_rule`).
+    """
 
     name: ClassVar[str]
     metric_name: ClassVar[str]
     higher_is_better: ClassVar[bool] = True
+    metric_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)  # the metric's range; a target outside is refused
     presets: ClassVar[tuple[str, ...]]
+    preset_configs: ClassVar[Mapping[str, Mapping[str, Any]]]  # preset -> the fields a spec's config may override
+    targets: ClassVar[Mapping[str, float]]  # preset -> target measured on the shipped data
 
     def check_preset(self, preset: str) -> None:
         """Raise :class:`SpecError` naming the accepted presets when ``preset`` is not one of them."""
         if preset not in self.presets:
             raise SpecError(f"unknown preset {preset!r} for {self.name}; accepted: {', '.join(self.presets)}")
 
+    def preset_config(self, preset: str, spec: RunSpec | None = None) -> dict[str, Any]:
+        """The preset's fields with the spec's ``config`` overrides and ``learning_rate`` applied.
+
+        Each override is read as the type of the preset's own value (integer, number, list of integers, ...).
+        Raises :class:`SpecError` for an unknown key (naming the accepted keys and their types), a value of the
+        wrong type or out of range, a ``learning_rate`` given twice, or a target outside the metric's range.
+        """
+        self.check_preset(preset)
+        cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in self.preset_configs[preset].items()}
+        if spec is None:
+            return cfg
+        overrides = spec.config_overrides
+        unknown = sorted(set(overrides) - set(cfg))
+        if unknown:
+            accepted = ", ".join(f"{k} ({_kind(v)})" for k, v in cfg.items())
+            raise SpecError(f"unknown config key(s) {', '.join(map(repr, unknown))} for {self.name}; "
+                            f"accepted: {accepted}")
+        for key, raw in overrides.items():
+            cfg[key] = _typed(self.name, key, raw, cfg[key])
+        if spec.learning_rate is not None:
+            if "learning_rate" in overrides and cfg["learning_rate"] != spec.learning_rate:
+                raise SpecError(f"learning_rate is given twice, {spec.learning_rate} as a spec field and "
+                                f"{overrides['learning_rate']} in config: give it once")
+            cfg["learning_rate"] = float(spec.learning_rate)
+        for key, value in cfg.items():
+            problem = _out_of_range(key, value)
+            if problem:
+                raise SpecError(f"config {key}={value!r} for {self.name}: {problem}")
+        low, high = self.metric_bounds
+        if spec.target is not None and not low <= spec.target <= high:
+            raise SpecError(f"target {spec.target} is outside the range of {self.name}'s {self.metric_name} "
+                            f"({low:g} to {high:g})")
+        return cfg
+
     @abstractmethod
     def config(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> dict[str, Any]:
-        """Model and training hyperparameters of a size preset, adjusted to the spec's overrides and the data."""
+        """Model and training hyperparameters of a size preset, adjusted to the spec's overrides and the data;
+        raises :class:`SpecError` when the fields do not fit together (``d_model`` not divisible by heads, ...)."""
 
     @abstractmethod
     def load_data(self, spec: RunSpec) -> Dataset:
-        """The data set the spec names, as numpy arrays; raises ``DataError`` before any training."""
+        """The data set the spec names, as numpy arrays; raises ``DataError`` before any training.
+
+        For user data, ``info["target"]`` states the target derived from it: ``{"value": ..., "rule": ...}``.
+        """
 
     @abstractmethod
     def init_weights(self, config: Mapping[str, Any], seed: int) -> Weights:
         """Initial weights under canonical names, drawn once in numpy so every framework starts identically."""
 
-    @abstractmethod
-    def target(self, preset: str) -> float:
-        """The quality a trial must reach on the test split to count as trained."""
+    def num_params(self, config: Mapping[str, Any]) -> int:
+        """Number of trainable scalars of the model ``config`` describes (what every framework's impl counts)."""
+        return sum(int(w.size) for w in self.init_weights(config, 0).values())
+
+    def target(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> float:
+        """The quality a trial must reach on the test split to count as trained (see :meth:`target_and_rule`)."""
+        return self.target_and_rule(preset, spec, data)[0]
+
+    def target_and_rule(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None
+                        ) -> tuple[float, str]:
+        """The target and how it was set, in words: the spec's ``target`` when given; else, for user data, the one
+        :meth:`load_data` derived from it (``data.info["target"]``); else the preset's, measured on shipped data."""
+        if spec is not None and spec.target is not None:
+            return spec.target, "set by the user"
+        derived = data.info.get("target") if data is not None else None
+        if derived is not None:
+            return float(derived["value"]), str(derived["rule"])
+        self.check_preset(preset)
+        rule = f"measured for preset {preset} on the shipped data"
+        if spec is not None and spec.config:
+            rule += "; the config overrides may move what is reachable"
+        return self.targets[preset], rule
 
     @abstractmethod
     def metric(self, outputs: np.ndarray, split: Mapping[str, np.ndarray]) -> float:

@@ -7,9 +7,14 @@ A suite names default spec fields, a matrix of values to cross, and how many rep
     repeats = 1                 # each repeat gets seed = defaults.seed + repeat
     timeout_s = 600             # per trial
 
-    [defaults]                  # any RunSpec field
+    [defaults]                  # any RunSpec field (but repeat and content)
     workload = "text_classifier"
     max_epochs = 3
+    target = 0.8                # optional: the quality target (default: the workload's, derived for user data)
+
+    [config]                    # optional: overrides of the preset's model and training fields (`bakeoff list
+    d_model = 128               # --presets` shows them), typed like the preset's own values
+    num_layers = 4
 
     [matrix]                    # lists of values; every combination is one configuration
     framework = ["torch", "tensorflow"]
@@ -26,6 +31,7 @@ A suite names default spec fields, a matrix of values to cross, and how many rep
     grad_accum = 4
     repeats = 3                 # a variant may repeat more or less often than the suite
     data = {batching = "bucket"}  # data options, as with --data KEY=VALUE
+    config = {d_model = 256}    # config overrides, as with --set KEY=VALUE
 
     [[exclude]]                 # optional: drop combinations matching all the given fields
     framework = "torch"
@@ -38,15 +44,34 @@ A suite names default spec fields, a matrix of values to cross, and how many rep
     torch = 4
     tensorflow = 2
 
+``data`` and ``config`` tables merge key by key: a variant's ``config = {d_model = 256}`` keeps the
+``num_layers`` of ``[config]``. Every value is checked when the suite loads (its type, its range, the accepted
+choices), so a typo fails with the line before any trial runs.
+
+Command-line flags override a suite (:func:`load_suite`'s ``overrides``) as if written into it: the field is set
+in every trial and removed from the matrix and the variants; a list flag (``--framework torch,tensorflow``)
+becomes the matrix's list; a budget flag replaces the whole budget; ``--data`` and ``--set`` merge key by key;
+``--repeats`` sets every variant's repeats. The suite's excludes still apply (``--framework torch`` on a suite
+that excludes torch in graph mode runs torch's other trials). ``--workload`` is refused with a
+suite (a suite names its workloads), and so is ``--target`` with a suite of several workloads. An overridden
+suite is stored under its name plus a hash of the overrides (``quick+3f9a1c``), so its trials never mix with the
+suite's own; :attr:`Suite.overrides` and the description say what was overridden.
+
 Shipped suites live in ``bakeoff/suites``; ``quick`` is the embedded default.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import enum
+import hashlib
 import itertools
+import json
+import math
 import re
 import tomllib
+import typing
 from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
@@ -54,9 +79,20 @@ from typing import Any
 
 from bakeoff.spec import Framework, RunSpec, SpecError
 
-TOP_LEVEL = ("name", "description", "repeats", "timeout_s", "defaults", "matrix", "variant", "exclude",
+TOP_LEVEL = ("name", "description", "repeats", "timeout_s", "defaults", "config", "matrix", "variant", "exclude",
              "weights", "qualitative", "batch_search")
-SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec))
+SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec) if f.name not in ("repeat", "content"))
+"""The RunSpec fields a suite (or a flag) may set: ``repeat`` comes from ``repeats``, ``content`` from the runner."""
+
+BUDGET = ("max_steps", "max_epochs", "max_seconds")
+LISTS = ("framework", "execution", "precision")  # fields a flag may give several values of (a matrix list)
+TABLES = ("data", "config")  # fields that merge key by key
+POSITIVE = ("workers", "batch_size", "grad_accum", "eval_every", "max_steps", "max_epochs", "max_seconds",
+            "learning_rate")
+SIGNED = ("target",)  # any finite number: the workload checks it against its metric's range
+OVERRIDE_ONLY = ("repeats", "memory_cap", "batch_step")  # override keys that are not RunSpec fields
+
+_HINTS = typing.get_type_hints(RunSpec)
 
 
 @dataclasses.dataclass
@@ -69,6 +105,9 @@ class Suite:
     qualitative: dict[str, dict[str, float]]
     source: str
     auto_batch: dict[str, Any] | None = None  # batch_size = "auto": {"memory_cap": bytes|None, "step": int|None}
+    # Command-line flags that overrode the suite file in every trial, flag -> value as given ({"--max-steps": "4"});
+    # empty for a suite run as written and for ad-hoc trials (whose flags are the suite).
+    overrides: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def shipped_suites() -> list[str]:
@@ -80,23 +119,6 @@ def _line_of(text: str, key: str) -> str:
         if re.match(rf"\s*\[*\s*{re.escape(key)}\s*[\]=.]", line):
             return f"line {number}"
     return "somewhere"
-
-
-def load_suite(name_or_path: str) -> Suite:
-    """Read a shipped suite by name (``quick``) or a TOML file by path; errors name the line and the problem."""
-    path = Path(name_or_path)
-    if path.suffix == ".toml" or path.exists():
-        if not path.is_file():
-            raise SpecError(f"suite file {path} does not exist")
-        text, source = path.read_text(), str(path)
-    else:
-        names = shipped_suites()
-        if name_or_path not in names:
-            raise SpecError(f"unknown suite {name_or_path!r}; shipped suites: {', '.join(names)} "
-                            "(or give the path of a .toml file)")
-        text = resources.files("bakeoff.suites").joinpath(f"{name_or_path}.toml").read_text()
-        source = f"bakeoff/suites/{name_or_path}.toml"
-    return parse_suite(text, source)
 
 
 def _is_number(value: object) -> bool:
@@ -154,57 +176,309 @@ def _weights_and_scores(raw: dict[str, Any], fail: Callable[[str, str], SpecErro
         raise fail("weights", f"[weights]: {exc}") from None
 
 
-def parse_suite(text: str, source: str = "<suite>") -> Suite:
+def flag_of(key: str) -> str:
+    """The command-line flag that sets a suite field or override key (``config`` -> ``--set``)."""
+    return "--set" if key == "config" else "--" + key.replace("_", "-")
+
+
+def field_problem(name: str, value: Any) -> str:
+    """Why ``value`` cannot be the RunSpec field ``name`` ('' when it can), naming what is accepted.
+
+    Types follow the RunSpec annotations (``int | None`` takes an integer, ``float`` any number, an enum one of
+    its values); sizes and budgets must be positive, counts and seeds not negative.
+    """
+    hint = _HINTS[name]
+    kind = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
+    kind = typing.get_origin(kind) or kind
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        accepted = [m.value for m in kind]
+        return "" if value in accepted else f"unknown {name} {value!r}; accepted: {', '.join(accepted)}"
+    if kind is bool:
+        return "" if isinstance(value, bool) else f"{name} must be true or false, got {value!r}"
+    if kind in (int, float):
+        number = _is_number(value) and (kind is float or isinstance(value, int)) and math.isfinite(value)
+        noun = "an integer" if kind is int else "a number"
+        if name in POSITIVE:
+            ok, want = number and value > 0, f"{'a positive integer' if kind is int else 'a number above 0'}"
+        elif name in SIGNED:
+            ok, want = number, noun
+        else:
+            ok, want = number and value >= 0, f"{noun} >= 0"
+        return "" if ok else f"{name} must be {want}, got {value!r}"
+    if kind is str:
+        if name == "workload":
+            from bakeoff.registry import WORKLOADS
+
+            if value not in WORKLOADS:
+                return f"unknown workload {value!r}; accepted: {', '.join(WORKLOADS)}"
+        return "" if isinstance(value, str) and value else f"{name} must be a non-empty string, got {value!r}"
+    if kind is tuple:  # data / config: a table of KEY = value
+        scalar = (str, int, float, bool)
+        if isinstance(value, Mapping) and all(
+                isinstance(v, scalar) or (name == "config" and isinstance(v, list)
+                                          and all(isinstance(x, scalar) for x in v)) for v in value.values()):
+            return ""
+        what = "numbers, strings, booleans or lists of them" if name == "config" else "numbers or strings"
+        return f"{name} must be a table of KEY = value with {what}, got {value!r}"
+    raise AssertionError(f"no check for RunSpec field {name} of type {hint}")  # a new field needs one here
+
+
+def _as_table(value: Mapping[str, Any]) -> dict[str, str]:
+    """A data / config table as RunSpec keeps it: strings, lists in TOML's spelling (``[16, 32]``)."""
+    return {str(k): json.dumps(v) if isinstance(v, list) else str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in value.items()}
+
+
+def check_overrides(overrides: Mapping[str, Any], with_suite: bool = True) -> dict[str, Any]:
+    """Command-line values for a suite, checked; raises :class:`SpecError` naming the flag, the value and what
+    is accepted. Keys are RunSpec fields (lists for :data:`LISTS`, dicts for :data:`TABLES`) and
+    :data:`OVERRIDE_ONLY`; ``None`` values (flags not given) are dropped."""
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        flag = flag_of(key)
+
+        def refuse(problem: str, shown: Any = value, flag: str = flag) -> SpecError:
+            if isinstance(shown, Mapping):
+                shown = " ".join(f"{k}={v}" for k, v in shown.items())
+            elif isinstance(shown, list):
+                shown = ",".join(map(str, shown))
+            return SpecError(f"{flag} {shown}: {problem}")
+
+        if key == "workload" and with_suite:
+            raise refuse("a suite names its workloads, so --workload cannot override it; run the workload ad hoc "
+                         "(without --suite), or edit the suite")
+        if key in LISTS:
+            if not value:
+                raise refuse(f"give at least one {key}")
+            for item in value:
+                if problem := field_problem(key, item):
+                    raise refuse(problem)
+        elif key == "repeats" or key == "batch_step":
+            if not (isinstance(value, int) and value >= 1):
+                raise refuse(f"{key.replace('_', ' ')} must be a positive integer, got {value!r}")
+        elif key == "memory_cap":
+            from bakeoff.batch_search import parse_size
+
+            try:
+                parse_size(value)  # kept as given, so it is shown as given
+            except SpecError as exc:
+                raise refuse(str(exc)) from None
+        elif key == "batch_size" and value == "auto":
+            pass
+        elif key in TABLES:
+            value = _as_table(value)
+        elif key == "batch_size" and field_problem(key, value):
+            raise refuse(f"batch_size must be a positive integer or 'auto', got {value!r}")
+        elif key in SPEC_FIELDS:
+            if problem := field_problem(key, value):
+                raise refuse(problem)
+        else:
+            raise AssertionError(f"unknown override {key!r}")  # the CLI passes only the keys above
+        out[key] = value
+    return out
+
+
+def _override_digest(overrides: Mapping[str, str]) -> str:
+    return hashlib.sha256(json.dumps(sorted(overrides.items())).encode()).hexdigest()[:6]
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return " ".join(f"{k}={v}" for k, v in value.items())
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _apply_overrides(raw: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The suite's tables with ``overrides`` written in: each overridden field set in ``[defaults]`` (a list field
+    as the matrix's list) and removed from the matrix and the variants; any budget field replaces the whole
+    budget. The excludes still apply. ``data`` and ``config`` are merged later, over every trial's own."""
+    raw = copy.deepcopy(raw)
+    replaced = {k for k in overrides if k in SPEC_FIELDS and k not in TABLES}
+    if replaced & set(BUDGET):
+        replaced |= set(BUDGET)
+    defaults = raw.setdefault("defaults", {})
+    matrix = raw.setdefault("matrix", {})
+    variants = raw.get("variant", [{}])
+    for table in (defaults, matrix, *variants):
+        if isinstance(table, dict):
+            for key in replaced - ({*LISTS} if table is matrix else set()):  # a matrix list keeps its place
+                table.pop(key, None)
+    for key in replaced & set(overrides):
+        if key in LISTS:
+            matrix[key] = list(overrides[key])
+        else:
+            defaults[key] = overrides[key]
+    if "repeats" in overrides:
+        raw["repeats"] = overrides["repeats"]
+        for variant in variants:
+            if isinstance(variant, dict):
+                variant.pop("repeats", None)
+    search = {k: overrides[k] for k in ("memory_cap", "batch_step") if k in overrides}
+    if search:
+        table = raw.get("batch_search", {})
+        raw["batch_search"] = {**(table if isinstance(table, dict) else {}),
+                               **{"step" if k == "batch_step" else k: v for k, v in search.items()}}
+    return raw
+
+
+def load_suite(name_or_path: str, overrides: Mapping[str, Any] | None = None) -> Suite:
+    """Read a shipped suite by name (``quick``) or a TOML file by path; errors name the line and the problem.
+
+    ``overrides`` are command-line values that replace the suite's (see the module docstring and
+    :func:`check_overrides`).
+    """
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise SpecError(f"suite file {path} does not exist")
+        text, source = path.read_text(), str(path)
+    else:
+        names = shipped_suites()
+        if name_or_path not in names:
+            raise SpecError(f"unknown suite {name_or_path!r}; shipped suites: {', '.join(names)} "
+                            "(or give the path of a .toml file)")
+        text = resources.files("bakeoff.suites").joinpath(f"{name_or_path}.toml").read_text()
+        source = f"bakeoff/suites/{name_or_path}.toml"
+    return parse_suite(text, source, overrides)
+
+
+ADHOC_DEFAULTS: dict[str, Any] = {
+    "preset": "tiny", "batch_size": 32, "grad_accum": 1, "max_epochs": 1.0, "eval_every": 25,
+    "stop_at_target": False, "checkpoint_every": 0, "seed": 0, "threads": 0, "device": "auto",
+}
+ADHOC_MATRIX: dict[str, list[str]] = {"framework": ["torch", "tensorflow"], "execution": ["eager", "graph"],
+                                      "precision": ["fp32"]}
+"""Ad-hoc trials (``bakeoff run --workload ...``) when a flag is not given: what ``bakeoff run --help`` states."""
+
+
+def adhoc_suite(overrides: Mapping[str, Any]) -> Suite:
+    """Trials from command-line flags alone: ``overrides`` (with a ``workload``) over :data:`ADHOC_DEFAULTS` and
+    :data:`ADHOC_MATRIX`, checked like a suite's, so a bad flag fails naming the flag."""
+    given = check_overrides(overrides, with_suite=False)
+    if "workload" not in given:
+        raise SpecError("give --suite NAME|FILE, or --workload with the ad-hoc trial options")
+    workload = given.pop("workload")
+    raw = {"name": f"adhoc-{workload}", "description": "trials from command-line flags", "timeout_s": 900,
+           "defaults": {"workload": workload, **ADHOC_DEFAULTS}, "matrix": dict(ADHOC_MATRIX)}
+    return _build(raw, "command line", "", given, record=False)
+
+
+def parse_suite(text: str, source: str = "<suite>", overrides: Mapping[str, Any] | None = None) -> Suite:
+    """A suite from TOML text, every value checked, with the command-line ``overrides`` applied."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{source}: not valid TOML: {exc}") from None
+    return _build(raw, source, text, check_overrides(overrides or {}), record=True)
+
+
+def _build(raw: dict[str, Any], source: str, text: str, overrides: dict[str, Any], record: bool) -> Suite:
+    """Check the tables, apply the (checked) ``overrides``, expand into specs. ``record``: the overrides change a
+    suite the user wrote, so the suite is renamed and says so."""
 
     def fail(key: str, problem: str) -> SpecError:
-        return SpecError(f"{source}, {_line_of(text, key)}: {problem}")
+        return SpecError(f"{source}, {_line_of(text, key)}: {problem}" if text else f"{source}: {problem}")
 
     for key in raw:
         if key not in TOP_LEVEL:
             raise fail(key, f"unknown key {key!r}; accepted: {', '.join(TOP_LEVEL)}")
-    defaults: dict[str, Any] = raw.get("defaults", {})
-    matrix: dict[str, Any] = raw.get("matrix", {})
-    variants: list[dict[str, Any]] = raw.get("variant", [{}])
+    for key, kind in (("name", str), ("description", str), ("defaults", dict), ("matrix", dict),
+                      ("config", dict), ("batch_search", dict)):
+        if key in raw and not isinstance(raw[key], kind):
+            raise fail(key, f"{key} must be {'a string' if kind is str else f'a table: [{key}]'}, got {raw[key]!r}")
+    timeout = raw.get("timeout_s", 900)
+    if not (_is_number(timeout) and timeout > 0):
+        raise fail("timeout_s", f"timeout_s must be a number of seconds above 0, got {timeout!r}")
+    variants = raw.get("variant", [{}])
     if not isinstance(variants, list) or not all(isinstance(v, dict) for v in variants):
         raise fail("variant", "use [[variant]] tables")
-    for table, fields in (("defaults", defaults), ("matrix", matrix), *(("variant", v) for v in variants)):
-        if not isinstance(fields, dict):
-            raise fail(table, f"[{table}] must be a table")
+    excludes = raw.get("exclude", [])
+    if not isinstance(excludes, list) or not all(isinstance(e, dict) for e in excludes):
+        raise fail("exclude", "use [[exclude]] tables")
+    if "config" in raw:
+        if "config" in raw.get("defaults", {}):
+            raise fail("config", "give the config overrides once: a [config] table or config in [defaults]")
+        raw = {**raw, "defaults": {**raw.get("defaults", {}), "config": raw["config"]}}
+    accepted = ", ".join(SPEC_FIELDS)
+    tables = (("defaults", raw.get("defaults", {})), ("matrix", raw.get("matrix", {})),
+              *(("variant", v) for v in variants), *(("exclude", e) for e in excludes))
+    for table, fields in tables:
         for key in fields:
-            if table == "variant" and key == "repeats":
-                continue
-            if key not in SPEC_FIELDS or key == "repeat":
-                raise fail(key, f"unknown field {key!r} in [{table}]; accepted: "
-                                f"{', '.join(f for f in SPEC_FIELDS if f != 'repeat')}")
-    for key, values in matrix.items():
-        if not isinstance(values, list) or not values:
-            raise fail(key, f"[matrix] {key} must be a non-empty list, got {values!r}")
+            if not (key in SPEC_FIELDS or (table == "variant" and key == "repeats")):
+                raise fail(key, f"unknown field {key!r} in [{table}]; accepted: {accepted}")
     repeats = raw.get("repeats", 1)
     for value in [repeats, *(v["repeats"] for v in variants if "repeats" in v)]:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise fail("repeats", f"repeats must be a positive integer, got {value!r}")
-    excludes = raw.get("exclude", [])
-    if not isinstance(excludes, list) or not all(isinstance(e, dict) for e in excludes):
-        raise fail("exclude", "use [[exclude]] tables")
+
+    raw = _apply_overrides(raw, overrides)
+    defaults: dict[str, Any] = raw["defaults"]
+    matrix: dict[str, Any] = raw["matrix"]
+    variants, excludes, repeats = raw.get("variant", [{}]), raw.get("exclude", []), raw.get("repeats", 1)
+    for key, values in matrix.items():
+        if not isinstance(values, list) or not values:
+            raise fail(key, f"[matrix] {key} must be a non-empty list, got {values!r}")
+    auto = defaults.get("batch_size") == "auto"
+    checked = [("defaults", {k: v for k, v in defaults.items() if not (auto and k == "batch_size")}),
+               *(("matrix", {k: v}) for k, values in matrix.items() for v in values),
+               *(("variant", {k: v for k, v in variant.items() if k != "repeats"}) for variant in variants)]
+    for table, fields in checked:
+        for key, value in fields.items():
+            if problem := field_problem(key, value):
+                hint = " ('auto' is accepted in [defaults] only)" if value == "auto" else ""
+                raise fail(key, f"[{table}] {problem}{hint}")
 
     auto_batch = None
-    if defaults.get("batch_size") == "auto":
-        options = raw.get("batch_search", {})
+    options = raw.get("batch_search")
+    if auto:
+        options = options or {}
         unknown = sorted(set(options) - {"memory_cap", "step"})
         if unknown:
             raise fail("batch_search", f"unknown key(s) {', '.join(unknown)} in [batch_search]; "
                                        "accepted: memory_cap, step")
         from bakeoff.batch_search import parse_size
 
-        cap = options.get("memory_cap")
-        auto_batch = {"memory_cap": parse_size(cap) if cap is not None else None, "step": options.get("step")}
+        cap, step = options.get("memory_cap"), options.get("step")
+        if step is not None and not (isinstance(step, int) and not isinstance(step, bool) and step >= 1):
+            raise fail("batch_search", f"[batch_search] step must be a positive integer, got {step!r}")
+        try:
+            auto_batch = {"memory_cap": parse_size(cap) if cap is not None else None, "step": step}
+        except SpecError as exc:
+            raise fail("batch_search", f"[batch_search] memory_cap: {exc}") from None
         defaults = {**defaults, "batch_size": 1}  # placeholder: replaced by the searched size before running
+    elif options is not None:
+        given = [flag_of(k) for k in ("memory_cap", "batch_step") if k in overrides]
+        if given:
+            verb = "apply" if len(given) > 1 else "applies"
+            raise SpecError(f"{' and '.join(given)} {verb} only with --batch-size auto "
+                            f"(or batch_size = \"auto\" in the suite's [defaults])")
+        raise fail("batch_search", '[batch_search] applies only with batch_size = "auto" in [defaults]')
+
+    specs = _expand(defaults, matrix, variants, excludes, repeats, overrides, source, fail)
+    if "target" in overrides and len({s.workload for s in specs}) > 1:
+        raise SpecError(f"--target {overrides['target']}: this suite runs several workloads "
+                        f"({', '.join(sorted({s.workload for s in specs}))}), each with its own metric; set target "
+                        "per [[variant]] in the suite, or run one workload ad hoc (without --suite)")
+    weights, qualitative = _weights_and_scores(raw, fail)
+    name, description = str(raw.get("name", Path(source).stem)), str(raw.get("description", ""))
+    shown: dict[str, str] = {}
+    if record and overrides:
+        shown = {flag_of(k): _shown(v) for k, v in overrides.items()}
+        name = f"{name}+{_override_digest(shown)}"
+        said = ", ".join(f"{flag} {value}" for flag, value in shown.items())
+        description = f"{description} (overridden from the command line in every trial: {said})".lstrip()
+    return Suite(name=name, description=description, specs=specs, timeout_s=float(timeout), weights=weights,
+                 qualitative=qualitative, source=source, auto_batch=auto_batch, overrides=shown)
+
+
+def _expand(defaults: dict[str, Any], matrix: dict[str, list[Any]], variants: list[dict[str, Any]],
+            excludes: list[dict[str, Any]], repeats: int, overrides: Mapping[str, Any], source: str,
+            fail: Callable[[str, str], SpecError]) -> list[RunSpec]:
+    """Every configuration × repeat as a RunSpec, in repeat-major order, duplicates dropped."""
     keys = list(matrix)
-    specs: list[RunSpec] = []
+    specs: dict[str, RunSpec] = {}
     base_seed = int(defaults.get("seed", 0))
     # Repeat-major order: repeat 0 of every configuration, then repeat 1, ... The runner keeps repeats in turn and
     # interleaves frameworks within each (bakeoff.runner.order), so drift of the machine lands on every side.
@@ -212,20 +486,23 @@ def parse_suite(text: str, source: str = "<suite>") -> Suite:
         for combo, variant in itertools.product(itertools.product(*(matrix[k] for k in keys)), variants):
             if repeat >= variant.get("repeats", repeats):
                 continue
-            variant = {k: v for k, v in variant.items() if k != "repeats"}
-            fields = {**defaults, **dict(zip(keys, combo, strict=True)), **variant}
+            layers = (defaults, dict(zip(keys, combo, strict=True)),
+                      {k: v for k, v in variant.items() if k != "repeats"})
+            fields = {k: v for layer in layers for k, v in layer.items()}
+            for table in TABLES:  # data and config merge key by key; the command line's win
+                merged = {k: v for layer in layers for k, v in _as_table(layer.get(table, {})).items()}
+                merged.update(overrides.get(table, {}))
+                fields[table] = merged
             if any(all(str(fields.get(k)) == str(v) for k, v in e.items()) for e in excludes):
                 continue
             fields.update(repeat=repeat, seed=base_seed + repeat)
             if "workload" not in fields or "framework" not in fields:
                 raise fail("defaults", "every configuration needs a workload and a framework")
             try:
-                specs.append(RunSpec.from_dict(fields))
-            except (SpecError, TypeError) as exc:
+                spec = RunSpec.from_dict(fields)
+            except (SpecError, TypeError, ValueError) as exc:
                 raise SpecError(f"{source}: {exc}") from None
+            specs.setdefault(spec.key(), spec)
     if not specs:
         raise SpecError(f"{source}: the suite expands to no trials")
-    weights, qualitative = _weights_and_scores(raw, fail)
-    return Suite(name=str(raw.get("name", Path(source).stem)), description=str(raw.get("description", "")),
-                 specs=specs, timeout_s=float(raw.get("timeout_s", 900)), weights=weights,
-                 qualitative=qualitative, source=source, auto_batch=auto_batch)
+    return list(specs.values())

@@ -19,13 +19,14 @@ Both frameworks start from the same numpy-drawn weights (:meth:`init_weights`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
 from bakeoff.data import DataError
-from bakeoff.spec import Batch, Dataset, RunSpec, Weights, Workload
+from bakeoff.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload
 from bakeoff.workloads.common.encoder import LAYER_NORM_EPS, encoder_block_flops, glorot, init_encoder_block
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -75,20 +76,20 @@ class AutoencoderWorkload(Workload):
     metric_name: ClassVar[str] = "mse"
     higher_is_better: ClassVar[bool] = False
     presets: ClassVar[tuple[str, ...]] = tuple(PRESETS)
-
-    def _preset(self, preset: str) -> dict[str, Any]:
-        self.check_preset(preset)
-        return dict(PRESETS[preset])
+    metric_bounds: ClassVar[tuple[float, float]] = (0.0, math.inf)
+    preset_configs: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
+    targets: ClassVar[Mapping[str, float]] = TARGETS
 
     def config(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> dict[str, Any]:
-        cfg = self._preset(preset)
+        cfg = self.preset_config(preset, spec)
+        if cfg["d_model"] % cfg["num_heads"]:
+            raise SpecError(f"config d_model={cfg['d_model']} for {self.name}: must be divisible by num_heads "
+                            f"{cfg['num_heads']}")
         cfg["layer_norm_eps"] = LAYER_NORM_EPS
-        if spec is not None and spec.learning_rate is not None:
-            cfg["learning_rate"] = spec.learning_rate
         return cfg
 
     def load_data(self, spec: RunSpec) -> Dataset:
-        cfg = self._preset(spec.preset)
+        cfg = self.config(spec.preset, spec)  # the sequences' length and width follow seq_len and d_model
         options = spec.data_options
         unknown = sorted(set(options) - set(DATA_OPTIONS))
         if unknown:
@@ -117,9 +118,6 @@ class AutoencoderWorkload(Workload):
             w.update(init_encoder_block(rng, f"blocks.{i}.", d, config["d_ff"]))
         w["head.kernel"], w["head.bias"] = glorot(rng, d, d), np.zeros(d, np.float32)
         return w
-
-    def target(self, preset: str) -> float:
-        return TARGETS[preset]
 
     def metric(self, outputs: np.ndarray, split: Mapping[str, np.ndarray]) -> float:
         # outputs: (N, T, F) reconstructions of split["inputs"]; the mean squared error over every element.

@@ -23,7 +23,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bakeoff.spec import Batch, Dataset, RunSpec, Weights, Workload
+from bakeoff.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload
+from bakeoff.workloads.common.targets import halfway_from_majority
 
 PRESETS: dict[str, dict[str, Any]] = {
     # CPU demo size: 8 and 16 filters, 5,258 parameters.
@@ -58,28 +59,35 @@ class MnistWorkload(Workload):
     name: ClassVar[str] = "mnist"
     metric_name: ClassVar[str] = "accuracy"
     presets: ClassVar[tuple[str, ...]] = tuple(PRESETS)
+    preset_configs: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
+    targets: ClassVar[Mapping[str, float]] = TARGETS
 
     def config(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> dict[str, Any]:
-        self.check_preset(preset)
-        cfg = dict(PRESETS[preset])
-        cfg["filters"] = list(cfg["filters"])  # JSON-friendly (the trial records the config)
+        cfg = self.preset_config(preset, spec)  # filters as a list: JSON-friendly (the trial records the config)
+        if len(cfg["filters"]) != 2:
+            raise SpecError(f"config filters={cfg['filters']} for {self.name}: give two convolutions' channels, "
+                            "e.g. filters=16,32")
         cfg["image_size"] = IMAGE_SIZE if data is None else int(data.train["images"].shape[1])
         cfg["num_classes"] = NUM_CLASSES
-        if spec is not None and spec.learning_rate is not None:
-            cfg["learning_rate"] = spec.learning_rate
+        if feature_size(cfg) < 1:
+            raise SpecError(f"config kernel_size={cfg['kernel_size']} for {self.name}: leaves no feature map of a "
+                            f"{cfg['image_size']}-pixel image after two convolutions and poolings")
         return cfg
 
     def load_data(self, spec: RunSpec) -> Dataset:
         from bakeoff.data.images import load_mnist
 
-        self.check_preset(spec.preset)
+        self.config(spec.preset, spec)
         raw = load_mnist(spec.data_options)
 
         def split(images: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
             return {"images": images.astype(np.float32) / 255.0, "labels": labels}
 
         counts = np.bincount(raw.test_labels, minlength=NUM_CLASSES)
-        info = {"source": raw.source, "majority_rate": float(counts.max() / counts.sum())}
+        majority = float(counts.max() / counts.sum())
+        info: dict[str, Any] = {"source": raw.source, "majority_rate": majority}
+        if spec.data_options.get("dir"):  # the user's files: the shipped subset's measured target says nothing
+            info["target"] = halfway_from_majority(majority)
         return Dataset(train=split(raw.train_images, raw.train_labels), test=split(raw.test_images, raw.test_labels),
                        info=info)
 
@@ -102,9 +110,6 @@ class MnistWorkload(Workload):
         w["dense.kernel"] = glorot((flat, config["num_classes"]), flat, config["num_classes"])
         w["dense.bias"] = np.zeros(config["num_classes"], np.float32)
         return w
-
-    def target(self, preset: str) -> float:
-        return TARGETS[preset]
 
     def metric(self, outputs: np.ndarray, split: Mapping[str, np.ndarray]) -> float:
         # outputs: (N, 10) class probabilities.

@@ -17,8 +17,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bakeoff.spec import Batch, Dataset, RunSpec, Weights, Workload
+from bakeoff.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload
 from bakeoff.workloads.common.encoder import LAYER_NORM_EPS, glorot, init_encoder_block
+from bakeoff.workloads.common.targets import halfway_from_majority
 
 PRESETS: dict[str, dict[str, Any]] = {
     # CPU demo size: trains to target on 2 cores in well under a minute.
@@ -37,6 +38,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 # provisional, the same value, not yet measured (they need a GPU or hours of CPU).
 TARGETS = {"tiny": 0.75, "small": 0.75, "paper": 0.75}
 
+MIN_VOCAB = 2  # [PAD] and [UNK]: the tokenizer's minimum
 
 
 class TextClassifierWorkload(Workload):
@@ -45,30 +47,37 @@ class TextClassifierWorkload(Workload):
     name: ClassVar[str] = "text_classifier"
     metric_name: ClassVar[str] = "accuracy"
     presets: ClassVar[tuple[str, ...]] = tuple(PRESETS)
+    preset_configs: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
+    targets: ClassVar[Mapping[str, float]] = TARGETS
 
     def config(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> dict[str, Any]:
-        self.check_preset(preset)
-        cfg = dict(PRESETS[preset])
+        cfg = self.preset_config(preset, spec)
+        if cfg["d_model"] % cfg["num_heads"]:
+            raise SpecError(f"config d_model={cfg['d_model']} for {self.name}: must be divisible by num_heads "
+                            f"{cfg['num_heads']}")
+        if cfg["vocab_size"] < MIN_VOCAB:
+            raise SpecError(f"config vocab_size={cfg['vocab_size']} for {self.name}: must be at least {MIN_VOCAB} "
+                            "([PAD] and [UNK])")
         cfg["num_classes"] = len(data.info["classes"]) if data is not None else 2
         cfg["layer_norm_eps"] = LAYER_NORM_EPS
-        if spec is not None and spec.learning_rate is not None:
-            cfg["learning_rate"] = spec.learning_rate
         return cfg
 
     def load_data(self, spec: RunSpec) -> Dataset:
         from bakeoff.data.text import encode_dataset, load_text_dataset
 
-        self.check_preset(spec.preset)
-        cfg = PRESETS[spec.preset]
+        cfg = self.config(spec.preset, spec)  # the tokenizer follows the configured vocab_size and seq_len
         text = load_text_dataset(spec.data_options)
         train, test, tokenizer = encode_dataset(text, cfg["vocab_size"], cfg["seq_len"])
         counts = np.bincount(test["labels"], minlength=len(text.classes))
-        info = {
+        majority = float(counts.max() / counts.sum())
+        info: dict[str, Any] = {
             "source": text.source,
             "classes": list(text.classes),
             "vocab_size_used": len(tokenizer),
-            "majority_rate": float(counts.max() / counts.sum()),
+            "majority_rate": majority,
         }
+        if spec.data_options:  # the user's file: the shipped data's measured target says nothing about it
+            info["target"] = halfway_from_majority(majority)
         return Dataset(train=train, test=test, info=info)
 
     def output_units(self, config: Mapping[str, Any]) -> int:
@@ -88,9 +97,6 @@ class TextClassifierWorkload(Workload):
         units = self.output_units(config)
         w["head.kernel"], w["head.bias"] = glorot(rng, d, units), np.zeros(units, np.float32)
         return w
-
-    def target(self, preset: str) -> float:
-        return TARGETS[preset]
 
     def metric(self, outputs: np.ndarray, split: Mapping[str, np.ndarray]) -> float:
         # outputs: (N,) probability of class 1, or (N, C) class probabilities.
