@@ -201,7 +201,8 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     """
     spec, workload = engine.spec, engine.workload
     higher = workload.higher_is_better
-    target = workload.target(spec.preset)
+    target, target_rule = workload.target_and_rule(spec.preset, spec, data)
+    result.extras["target_rule"] = target_rule
     result.target, result.metric_name, result.higher_is_better = target, workload.metric_name, higher
     accum = spec.grad_accum
     steps_per_epoch = data.num_train // (spec.batch_size * accum)
