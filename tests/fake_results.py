@@ -16,10 +16,17 @@ tensorflow/xla     failed (repeat 0)
 Steady step times jitter around their median by about 15% (IQR / median), as measured on a shared CPU; the
 median of each trial's steady steps is exactly ``32 / examples_per_s``. The whole-trial peak is the training peak
 plus 8 MiB of evaluation. Threads: PyTorch 16 intra / 16 inter, TensorFlow 16 / 1 (as the engines set them).
+
+Each trial records what a real one does besides its measurements: the spec's ``content`` (bakeoff version, config
+hash, framework version, and a hash per data file), the resolved config and the data set's facts in ``extras``
+(the shipped fine-foods reviews unless told otherwise), steady steps, epochs and its place in the run order.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import zlib
 from collections.abc import Sequence
 
@@ -30,6 +37,12 @@ from bakeoff.spec import RunSpec, Status, TrialResult
 TARGET = 0.78
 BATCH = 32
 STEPS = 100
+TRAIN_ROWS = 4000
+BAKEOFF_VERSION = "0.1.0+9f8e7d6c5b4a3210"
+CONFIG = {"vocab_size": 4000, "seq_len": 128, "d_model": 64, "num_heads": 4, "d_ff": 128, "num_layers": 2,
+          "dropout": 0.1, "learning_rate": 0.001, "num_classes": 2, "layer_norm_eps": 1e-05}
+DATA_INFO = {"source": "Amazon fine-food reviews (modeldata::small_fine_foods), 4000 train / 1000 test",
+             "classes": ["great", "other"], "vocab_size_used": 4000, "majority_rate": 0.658}
 MIB = 2**20
 XLA_REASON = ("Traceback (most recent call last):\n  File \"engine.py\", line 88, in step\n"
               "UnimplementedError: XLA compilation is not supported for op 'StringToHashBucketFast' on CPU")
@@ -43,6 +56,25 @@ def environment(framework: str, load: tuple[float, float] = (0.4, 1.1)) -> dict:
             "load_average_1m_at_start": load[0], "load_average_1m_at_end": load[1],
             framework: VERSIONS.get(framework, "?"), "intra_op_threads": 16,
             "inter_op_threads": INTER_OP.get(framework, 1)}
+
+
+# The spec fields that seed a trial's step-time noise: those RunSpec had when the goldens were written, so a field
+# added to RunSpec later (config, target, content) changes no golden number.
+NOISE_FIELDS = ("workload", "framework", "preset", "execution", "precision", "parallelism", "workers", "batch_size",
+                "grad_accum", "max_steps", "max_epochs", "max_seconds", "eval_every", "warmup_steps", "stop_at_target",
+                "checkpoint_every", "learning_rate", "seed", "repeat", "device", "threads", "data")
+
+
+def noise_key(spec: RunSpec) -> str:
+    """The seed of a trial's step-time noise: a hash of its :data:`NOISE_FIELDS`."""
+    raw = {k: v for k, v in spec.to_dict().items() if k in NOISE_FIELDS}
+    return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def content(framework: str, data_hashes: dict[str, str] | None = None, bakeoff: str = BAKEOFF_VERSION) -> dict:
+    """``RunSpec.content`` as the runner fills it: a 16-character hash per data file, the config, the versions."""
+    return {**{f"data:{k}": h for k, h in (data_hashes or {}).items()}, "bakeoff": bakeoff,
+            "config": "c0ffee0123456789", framework: f"{framework} {VERSIONS.get(framework, '?')}"}
 
 
 def step_times(first_step_s: float, steady: float, n: int, *, key: str, warmup: int = 3,
@@ -59,12 +91,18 @@ def trial(framework: str, execution: str, *, repeat: int = 0, seed: int = 0, exa
           first_step_s: float = 0.5, time_to_target_s: float | None = None, final_metric: float = 0.8,
           baseline_mib: float = 250.0, increment_mib: float = 150.0, import_s: float = 2.0, build_s: float = 0.1,
           preset: str = "tiny", target: float | None = TARGET, precision: str = "fp32", steps: int = STEPS,
-          jitter: float = JITTER, load: tuple[float, float] = (0.4, 1.1)) -> TrialResult:
-    """One successful trial whose every field agrees with the numbers given (``steps`` trained, of ``STEPS``)."""
+          jitter: float = JITTER, load: tuple[float, float] = (0.4, 1.1), data: dict[str, str] | None = None,
+          data_hashes: dict[str, str] | None = None, bakeoff: str = BAKEOFF_VERSION,
+          data_info: dict | None = None, batch_size: int = BATCH) -> TrialResult:
+    """One successful trial whose every field agrees with the numbers given (``steps`` trained, of ``STEPS``).
+
+    ``data`` are the spec's data options, ``data_hashes`` the content hashes of the files they name.
+    """
     spec = RunSpec(workload="text_classifier", framework=framework, execution=execution, preset=preset,
-                   max_steps=STEPS, seed=seed, repeat=repeat, batch_size=BATCH, eval_every=10, precision=precision)
+                   max_steps=STEPS, seed=seed, repeat=repeat, batch_size=batch_size, eval_every=10,
+                   precision=precision, data=data or {}, content=content(framework, data_hashes, bakeoff))
     steady = BATCH / examples_per_s
-    times = step_times(first_step_s, steady, steps, key=f"{spec.key()}", jitter=jitter)
+    times = step_times(first_step_s, steady, steps, key=noise_key(spec), jitter=jitter)
     clock = np.cumsum(times)  # training clock after each step
     train_end = float(clock[-1])
     # Quality rises linearly in training time through (0, 0.5) and, when reached, (time_to_target_s, target).
@@ -94,16 +132,20 @@ def trial(framework: str, execution: str, *, repeat: int = 0, seed: int = 0, exa
         time_to_target_s=time_to_target_s, steps_to_target=steps_to_target,
         final_metric=curve[-1]["metric"] if steps < STEPS else final_metric,
         best_metric=max(p["metric"] for p in curve), num_params=1_234_567, train_s=train_end,
-        wall_s=train_end + import_s + 1.0)
+        wall_s=train_end + import_s + 1.0,
+        extras={"config": dict(CONFIG), "data": dict(DATA_INFO if data_info is None else data_info),
+                "steady_steps": steps - 1 - spec.warmup_steps, "epochs": steps * batch_size / TRAIN_ROWS,
+                "order": {"position": 1, "of": 1, "seed": 0}})
 
 
 def failed(framework: str, execution: str, *, repeat: int = 0, seed: int = 0, reason: str = XLA_REASON,
            status: Status = Status.FAILED) -> TrialResult:
     """A trial that did not succeed: nothing measured but the reason."""
     spec = RunSpec(workload="text_classifier", framework=framework, execution=execution, max_steps=STEPS,
-                   seed=seed, repeat=repeat, batch_size=BATCH, eval_every=10)
+                   seed=seed, repeat=repeat, batch_size=BATCH, eval_every=10, content=content(framework))
     return TrialResult(spec=spec.to_dict(), key=spec.key(), status=status, reason=reason,
-                       environment=environment(framework), import_s=3.4, metric_name="accuracy", target=TARGET)
+                       environment=environment(framework), import_s=3.4, metric_name="accuracy", target=TARGET,
+                       extras={"config": dict(CONFIG), "data": dict(DATA_INFO)})
 
 
 def repeats(framework: str, execution: str, examples_per_s: Sequence[float], time_to_target_s: Sequence, *,
@@ -133,3 +175,9 @@ def default_results() -> list[TrialResult]:
                  first_step_s=0.1, baseline_mib=320, increment_mib=210, import_s=3.4, build_s=0.3),
         failed("tensorflow", "xla"),
     ]
+
+
+def respec(result: TrialResult, **changes) -> TrialResult:
+    """``result`` with its spec's fields changed (and its key to match); its measurements untouched."""
+    raw = {**result.spec, **changes}
+    return dataclasses.replace(result, spec=RunSpec.from_dict(raw).to_dict(), key=RunSpec.from_dict(raw).key())
