@@ -200,8 +200,17 @@ def test_a_wide_interval_reaching_into_the_band_is_inconclusive():
     diff = d.head_to_head["throughput"]
     assert diff.tie and not diff.equivalent and diff.low < 1 / 1.05 and diff.high > 1.05
     assert d.inconclusive and not d.tie and d.winner is None
+    # 1.02x lies inside ±5%, its interval far outside: named as unclear, its numbers never given as a reason
+    assert d.verdict == ("inconclusive on text_classifier/tiny: TensorFlow (graph) leads PyTorch (graph) (1.00 vs "
+                         "0.98) only by differences within ±5% or within noise — no clear difference on steady "
+                         "throughput.")
+    wide = [*repeats("torch", "graph", [400, 500, 600], [3.0] * 3, final_metric=[0.8] * 3),
+            *repeats("tensorflow", "graph", [450, 560, 700], [3.0] * 3, final_metric=[0.8] * 3)]
+    d = decide(summarise_groups(wide), only("throughput"))
+    assert d.inconclusive and d.head_to_head["throughput"].ratio > 1.05  # outside the band, within noise: cited
     assert d.verdict.startswith("inconclusive on text_classifier/tiny: TensorFlow (graph) leads PyTorch (graph) "
-                                "(1.00 vs 0.98) only by differences within noise or within ±5% — steady throughput")
+                                "(1.00 vs 0.89) only by differences within noise — steady throughput: 560 vs 500 "
+                                "examples/s (1.12x, 95% CI ")
 
 
 def test_runs_that_never_reach_the_target_are_censored_not_dropped():
@@ -344,7 +353,9 @@ def test_a_criterion_measured_for_only_some_configs_is_excluded():
     results += [trial("torch", "xla", examples_per_s=100, time_to_target_s=None)]
     results[-1].memory_increment_bytes = None
     d = decide(summarise_groups(results))
-    assert d.excluded == {"memory": "not measured for torch/xla"}
+    assert d.excluded == {"memory": "not measured for torch/xla: not recorded by the 1 successful trial"}
+    assert d.verdict.endswith("; without memory (not measured for torch/xla: not recorded by the 1 successful "
+                              "trial).")  # the verdict says what it left out, and why
     assert "memory" not in d.weights and sum(d.weights.values()) == pytest.approx(1.0)
     no_target = [trial("torch", "graph", target=None), trial("tensorflow", "graph", target=None)]
     assert decide(summarise_groups(no_target)).excluded["time_to_target"] == "no target set"

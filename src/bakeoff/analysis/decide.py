@@ -19,8 +19,9 @@ The verdict, leader against runner-up:
   the measurements (the bootstrap replicates) and of the weights (each scaled by a log-uniform factor in [½, 2])
   give how often each framework leads; robust means ≥ :data:`ROBUST_SHARE` of them, no single weight halved or
   doubled flipping the leader (the sensitivity table), and enough runs;
-* the verdict names what was not like with like (:mod:`bakeoff.analysis.conditions`); its wording is
-  :mod:`bakeoff.analysis.verdict`.
+* the verdict names what was not like with like (:mod:`bakeoff.analysis.conditions`), what the compared trials
+  differ in that should be equal — data, versions, settings (:mod:`bakeoff.analysis.mixing`) — and why a weighted
+  criterion was left out; its wording is :mod:`bakeoff.analysis.verdict`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import numpy as np
 from bakeoff.analysis import verdict
 from bakeoff.analysis.bootstrap import RESAMPLES, Difference, difference, rng_for
 from bakeoff.analysis.conditions import FRAMEWORK_NAMES, cores, display_name, load_gap, mode_notes
+from bakeoff.analysis.mixing import Mix, pair_note, section_mixes
 from bakeoff.analysis.quantities import Quantity, quantity
 from bakeoff.analysis.stats import ConfigSummary
 from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, ratio_text
@@ -137,6 +139,8 @@ class Decision:
     resamples: int = 0
     caveats: list[str] = dataclasses.field(default_factory=list)  # modes not run as users train, machine load
     budget_examples: float | None = None  # where quality was read
+    mixes: list[Mix] = dataclasses.field(default_factory=list)  # what the section's trials differ in that should not
+    mix_note: str = ""  # what the two compared configurations differ in, for the verdict ("" when nothing)
 
 
 def resolve_weights(weights: Mapping[str, float] | None, qualitative: Qualitative | None) -> dict[str, float]:
@@ -179,12 +183,14 @@ def _measured_parts(scored: Sequence[ConfigSummary]) -> tuple[dict[str, dict[str
     for c in MEASURED.values():
         values = {s.label: s.value(c.quantity) for s in scored}
         lacking = [label for label, v in values.items() if v is None]
+        why = {s.label: s.missing.get(c.quantity, "") for s in scored if s.label in lacking}
         if len(lacking) == len(values):
-            why = {s.missing.get(c.quantity, "") for s in scored}
-            excluded[c.name] = next(iter(why)) if len(why) == 1 else "not measured by any configuration"
+            reasons = set(why.values())
+            excluded[c.name] = (next(iter(reasons)) if len(reasons) == 1 else
+                                "not measured by any configuration: " + "; ".join(f"{k}: {v}" for k, v in why.items()))
             continue
         if lacking:
-            excluded[c.name] = f"not measured for {', '.join(lacking)}"
+            excluded[c.name] = "not measured for " + "; ".join(f"{k}: {v}" if v else k for k, v in why.items())
             continue
         if c.record.censored and all(math.isinf(v) for v in values.values()):
             excluded[c.name] = "no configuration reached the target in more than half its runs"
@@ -303,7 +309,8 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
         workload=keys[0][0], preset=keys[0][1], given=given, weights=norm, excluded=excluded, configs=configs,
         ranking=ranking, unscored=unscored, winner=None, margin=None, inconclusive=False, tie=False,
         head_to_head={}, verdict="", sensitivity=sensitivity, robust=False,
-        caveats=mode_notes(summaries, frameworks), budget_examples=next((s.budget_examples for s in scored), None))
+        caveats=mode_notes(summaries, frameworks), budget_examples=next((s.budget_examples for s in scored), None),
+        mixes=section_mixes(summaries))
     if len(ranking) < 2:
         decision.verdict = verdict.no_comparison(decision, scored, frameworks)
         return decision
@@ -313,6 +320,7 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
     r_cfg = next(s for s in scored if s.label == runner.label)
     w_parts = next(c.parts for c in configs if c.label == lead.label)
     r_parts = next(c.parts for c in configs if c.label == runner.label)
+    decision.mix_note = pair_note(w_cfg, r_cfg, decision.mixes)
     if (gap := load_gap(w_cfg, r_cfg, cores(scored))) is not None:
         decision.caveats.append(gap)
     decision.margin = lead.score - runner.score

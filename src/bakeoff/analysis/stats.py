@@ -13,15 +13,16 @@ import json
 import math
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from bakeoff.analysis.bootstrap import RESAMPLES, Resampler, percentile_interval, rng_for
-from bakeoff.analysis.quantities import QUANTITIES, Quantity, common_budget, fmt, quantity
+from bakeoff.analysis.quantities import QUANTITIES, Quantity, common_budget, fmt, quantity, steady_steps
 from bakeoff.spec import RunSpec, Status, TrialResult
 
-__all__ = ["NOISY_THRESHOLD", "ConfigSummary", "Summary", "fmt", "group_results", "short_reason", "summarise",
-           "summarise_groups"]
+__all__ = ["HASH_CHARS", "NOISY_THRESHOLD", "ConfigSummary", "Summary", "fmt", "group_results", "short_hash",
+           "short_reason", "summarise", "summarise_groups"]
 
 NOISY_THRESHOLD = 0.10
 """A sample whose relative spread across runs exceeds this is flagged noisy."""
@@ -154,21 +155,53 @@ class ConfigSummary:
         return quantity(name).higher(self.higher_is_better)
 
 
+HASH_CHARS = 8
+"""Characters of a content hash shown to people (16 are stored)."""
+
+
+def short_hash(value: str) -> str:
+    """``"0.1.0+9f8e7d6c5b4a3210"`` -> ``"0.1.0+9f8e7d6c"``; a bare hash -> its first :data:`HASH_CHARS`."""
+    head, plus, tail = value.rpartition("+")
+    return f"{head}+{tail[:HASH_CHARS]}" if plus else value[:HASH_CHARS]
+
+
+def _comparable(spec: RunSpec) -> dict[str, Any]:
+    """The spec as configurations are told apart: without seed and repeat, a data option whose file content is
+    hashed counted by that hash (as :meth:`RunSpec.key` does: one file through two paths is one configuration),
+    and the content entries as fields of their own: ``data:train`` and ``bakeoff`` (short hashes),
+    ``config_hash`` (of the resolved configuration) and ``torch_version``."""
+    raw = {k: v for k, v in spec.to_dict().items() if k not in ("seed", "repeat", "content")}
+    content = dict(spec.content)
+    raw["data"] = {k: v for k, v in spec.data if f"data:{k}" not in content}
+    for k, v in content.items():
+        if k.startswith("data:") or k == "bakeoff":
+            raw[k] = short_hash(v)
+        elif k == "config":
+            raw["config_hash"] = short_hash(v)
+        else:  # a framework: "torch 2.13.0+cpu"
+            raw[f"{k}_version"] = v.removeprefix(f"{k} ")
+    return raw
+
+
 def _identity(spec: RunSpec) -> str:
-    """What makes a configuration: the whole spec but its seed and repeat."""
-    return json.dumps({k: v for k, v in spec.to_dict().items() if k not in ("seed", "repeat")}, sort_keys=True)
+    """What makes a configuration (see :func:`_comparable`)."""
+    return json.dumps(_comparable(spec), sort_keys=True, default=str)
 
 
 def _distinct_labels(specs: Sequence[RunSpec]) -> list[str]:
     """:meth:`RunSpec.label` of each spec, extended with ``field=value`` for the fields (and data options) that
-    tell apart configurations sharing a label: ``torch/graph/batching=bucket``, ``torch/eager/batch_size=16``."""
-    dicts = [{k: v for k, v in s.to_dict().items() if k not in ("seed", "repeat", "data")} for s in specs]
-    data = [dict(s.data) for s in specs]
-    fields = [k for k in dicts[0] if len({json.dumps(d[k]) for d in dicts}) > 1]
+    tell apart configurations sharing a label: ``torch/graph/batching=bucket``, ``torch/eager/batch_size=16``,
+    ``torch/eager/data:train=1a2b3c4d`` (another file content), ``torch/eager/bakeoff=0.1.0+9f8e7d6c``."""
+    dicts = [{k: v for k, v in _comparable(s).items() if k != "data"} for s in specs]
+    data = [_comparable(s)["data"] for s in specs]
+    fields = [k for k in dict.fromkeys(k for d in dicts for k in d)
+              if len({json.dumps(d.get(k), default=str) for d in dicts}) > 1]
+    if len(fields) > 1 and "config_hash" in fields:  # the overrides or the version that changed it say more
+        fields.remove("config_hash")
     options = sorted({k for d in data for k in d if len({d.get(k) for d in data}) > 1})
     labels = []
     for spec, d, opts in zip(specs, dicts, data, strict=True):
-        extra = [f"{k}={d[k]}" for k in fields] + [f"{k}={opts.get(k, '(default)')}" for k in options]
+        extra = [f"{k}={d.get(k, '(none)')}" for k in fields] + [f"{k}={opts.get(k, '(default)')}" for k in options]
         labels.append("/".join([spec.label(), *extra]))
     return labels
 
@@ -212,6 +245,12 @@ def _missing(q: Quantity, ok: Sequence[TrialResult], reasons: list[str], target:
         return "no target set" if target is None else f"target not reached in {len(ok)}/{len(ok)} trials"
     if q.name == "metric_at_budget" and budget is None:
         return "no number of training examples at which every trial evaluated"
+    if q.steps is not None and all(len(steady_steps(r)) == 0 for r in ok):
+        trained = sorted({len(r.step_times_s) for r in ok})
+        warmup = sorted({int(r.spec.get("warmup_steps", 3)) for r in ok})
+        steps = str(trained[0]) if len(trained) == 1 else f"{trained[0]}–{trained[-1]}"
+        return (f"no steady steps: {steps} step{'s' if trained[-1] != 1 else ''} trained left nothing after the "
+                f"first step and {'/'.join(map(str, warmup))} warm-up steps")
     return f"not recorded by the {len(ok)} successful trial{'s' if len(ok) > 1 else ''}"
 
 

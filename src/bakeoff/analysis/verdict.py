@@ -1,8 +1,12 @@
-"""The words of a verdict: every number with its unit, every ratio with its interval, no tie cited.
+"""The words of a verdict: every number with its unit, every ratio with its interval, no tie cited as a reason.
 
 A winner's verdict names what the leader is better on (most weighty first, at most three), what the runner-up is
-better on (at most two), its robustness, and the caveats of :mod:`bakeoff.analysis.conditions`. Below
-:data:`MIN_RUNS` runs per side it opens with "provisional (n = ...)" and says "leads", never "wins" or "robust".
+better on (at most two), its robustness, the weighted criteria it had to leave out and why, and the caveats of
+:mod:`bakeoff.analysis.conditions`. Below :data:`MIN_RUNS` runs per side it opens with "provisional (n = ...)" and
+says "leads", never "wins" or "robust". An inconclusive verdict cites the differences within noise, what the
+runner-up is clearly better on, and names (without numbers) the criteria on which the two are equal. When the two
+compared configurations differ in data, bakeoff version or a setting that should be equal, the workload is
+followed by what differs: "text_classifier/tiny (compares different data sets: train 1a2b3c4d vs 9f8e7d6c)".
 """
 
 from __future__ import annotations
@@ -123,25 +127,55 @@ def _tie_list(d: Decision, w: ConfigSummary, r: ConfigSummary) -> str:
     return "; ".join(difference_phrase(diff, w, r) for c, diff in d.head_to_head.items() if diff.tie)
 
 
+def _excluded(d: Decision) -> str:
+    """``"; without throughput (no steady steps: ...)"``: the weighted criteria the decision had to leave out."""
+    left_out = [f"{c} ({why})" for c, why in d.excluded.items() if d.given.get(c, 0) > 0]
+    return f"; without {', '.join(left_out)}" if left_out else ""
+
+
+def _inside_band(ratio: float | None) -> bool:
+    return ratio is not None and 1 / (1 + TIE_BAND) <= ratio <= 1 + TIE_BAND
+
+
+def _inconclusive(d: Decision, w: ConfigSummary, r: ConfigSummary, where: str, n: str, caveats: str) -> str:
+    """Cites the differences within noise whose medians differ by more than the tie band, and what the runner-up
+    is clearly better on; names without numbers the criteria whose medians are within the band (equal, or with an
+    interval too wide to tell), so that "0.0465 vs 0.0463" is never given as a reason."""
+    lead, runner = display_name(w.label), display_name(r.label)
+    diffs = d.head_to_head.values()
+    noisy = [x for x in diffs if x.tie and not x.equivalent and not _inside_band(x.ratio)]
+    ours = [difference_phrase(x, w, r) for x in noisy if ((x.ratio or 0) > 1) == w.higher(x.quantity)]
+    theirs = [difference_phrase(x.swapped(), r, w) for x in noisy if ((x.ratio or 0) > 1) != w.higher(x.quantity)]
+    clear = [difference_phrase(x.swapped(), r, w) for x in diffs if x.better == "b"]
+    equal = [w.title(x.quantity) for x in diffs if x.equivalent]
+    unclear = [w.title(x.quantity) for x in diffs if x.tie and not x.equivalent and _inside_band(x.ratio)]
+    within = "within noise" if noisy else f"within ±{TIE_BAND:.0%}" + (" or within noise" if unclear else "")
+    parts = ours + ([f"{runner} is better on {'; '.join(clear)}"] if clear else [])
+    parts += [f"{runner} leads within noise on {'; '.join(theirs)}"] if theirs else []
+    parts += [f"equal within ±{TIE_BAND:.0%} on {', '.join(equal)}"] if equal else []
+    parts += [f"no clear difference on {', '.join(unclear)}"] if unclear else []
+    return (f"inconclusive on {where}{n}: {lead} leads {runner} ({d.ranking[0].score:.2f} vs "
+            f"{d.ranking[1].score:.2f}) only by differences {within} — {'; '.join(parts)}{_excluded(d)}{caveats}.")
+
+
 def compose(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapping[str, float | None],
             r_parts: Mapping[str, float | None], qualitative: Qualitative) -> str:
     """The verdict of a decision between the leader's configuration ``w`` and the runner-up's ``r``."""
-    where = f"{d.workload}/{d.preset}"
+    where = f"{d.workload}/{d.preset}" + (f" ({d.mix_note})" if d.mix_note else "")
     lead, runner = display_name(w.label), display_name(r.label)
     caveats = "".join(f"; {c}" for c in d.caveats)
     n = f" ({_runs(d.runs)})" if d.provisional and d.runs else ""
     if d.winner is None:
         if d.tie:
             return (f"tie on {where}{n}: {lead} and {runner} are within ±{TIE_BAND:.0%} of each other on every "
-                    f"weighted criterion — {_tie_list(d, w, r)}{caveats}.")
-        return (f"inconclusive on {where}{n}: {lead} leads {runner} ({d.ranking[0].score:.2f} vs "
-                f"{d.ranking[1].score:.2f}) only by differences within noise or within ±{TIE_BAND:.0%} — "
-                f"{_tie_list(d, w, r)}{caveats}.")
+                    f"weighted criterion — {_tie_list(d, w, r)}{_excluded(d)}{caveats}.")
+        return _inconclusive(d, w, r, where, n, caveats)
     ours, theirs = _lead_phrases(d, w, r, w_parts, r_parts, qualitative)
     reason = "; ".join(ours[:3]) or f"scores {d.ranking[0].score:.2f} vs {d.ranking[1].score:.2f}"
     against = f"; {runner} is better on {'; '.join(theirs[:2])}" if theirs else ""
     opening = f"provisional{n}: {lead} leads" if d.provisional else f"{lead} wins"
-    return f"{opening} {where} over {runner} on {reason}{against}; {_robust_clause(d, w.framework)}{caveats}."
+    return (f"{opening} {where} over {runner} on {reason}{against}; {_robust_clause(d, w.framework)}{_excluded(d)}"
+            f"{caveats}.")
 
 
 def no_comparison(d: Decision, scored: Sequence[ConfigSummary], frameworks: Sequence[str]) -> str:
