@@ -1,10 +1,11 @@
 """Render trial results as a decision report: ``report.md``, a self-contained ``report.html``, and two PNGs.
 
-Per (workload, preset) the report gives, in this order: the one-line verdict, the environment, one row per
-configuration with every measured quantity of :data:`~bakeoff.analysis.quantities.QUANTITIES` (noisy values
-marked, missing ones explained), memory, run conditions (threads, machine load), the head-to-head differences with
-their intervals, the scores of every mode, the weights, the robustness of the verdict, and the trials that did not
-succeed.
+Per (workload, preset) the report gives, in this order: the one-line verdict, a warning when the trials differ in
+what a comparison needs equal (data, versions, settings), the environment, what ran and the command that reproduces
+it (:mod:`bakeoff.report.what_ran`), one row per configuration with every measured quantity of
+:data:`~bakeoff.analysis.quantities.QUANTITIES` (noisy values marked, missing ones explained), memory, run conditions
+(threads, machine load), the head-to-head differences with their intervals, the scores of every mode, the weights,
+the robustness of the verdict, and the trials that did not succeed.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ import numpy as np
 from bakeoff.analysis.bootstrap import CONFIDENCE, RESAMPLES, TIE_BAND
 from bakeoff.analysis.conditions import LOAD_GAP_PER_CORE, config_load, display_name, loaded, threads
 from bakeoff.analysis.decide import MEASURED, Decision, Qualitative, decide_each
+from bakeoff.analysis.mixing import batch_text
 from bakeoff.analysis.quantities import MIB, QUANTITIES, Quantity
 from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, fmt, short_reason, summarise_groups
 from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, ratio_text
 from bakeoff.report import plots
 from bakeoff.report.templates import Block, Heading, Image, Para, Table, to_html, to_markdown
+from bakeoff.report.what_ran import mix_warning, what_ran_blocks
 from bakeoff.spec import Status, TrialResult
 
 NOISY_MARK = "†"
@@ -182,8 +185,7 @@ def _head_to_head_table(decision: Decision) -> Table | None:
 
 def _batch(c: ConfigSummary) -> str:
     """Examples per optimizer step: ``32``, or ``4×8`` for accumulated micro-batches."""
-    spec = c.trials[0].run_spec
-    return f"{spec.grad_accum}×{spec.batch_size}" if spec.grad_accum > 1 else str(spec.batch_size)
+    return batch_text(c.trials[0].run_spec)
 
 
 def _graph_builds(c: ConfigSummary) -> str:
@@ -369,11 +371,15 @@ def environment_line(configs: Sequence[ConfigSummary]) -> str:
     return "Environment: " + (" · ".join(parts) if parts else "not recorded")
 
 
-def _section(configs: Sequence[ConfigSummary], decision: Decision, qualitative: Qualitative) -> list[Block]:
+def _section(configs: Sequence[ConfigSummary], decision: Decision, qualitative: Qualitative,
+             suites: Mapping[str, str]) -> list[Block]:
+    warning = mix_warning(decision.mixes)
     blocks: list[Block] = [
         Heading(2, f"{decision.workload} / {decision.preset}"),
         Para(decision.verdict, "verdict"),
+        *([warning] if warning else []),
         Para(environment_line(configs), "env"),
+        *what_ran_blocks(configs, suites),
         Heading(3, "Configurations"),
         _comparison_table(configs),
     ]
@@ -396,7 +402,8 @@ def _section(configs: Sequence[ConfigSummary], decision: Decision, qualitative: 
 
 
 def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mapping[str, float] | None = None,
-                  qualitative: Qualitative | None = None, title: str = "bakeoff report") -> dict[str, Path]:
+                  qualitative: Qualitative | None = None, title: str = "bakeoff report",
+                  suites: Mapping[str, str] | None = None) -> dict[str, Path]:
     """Write ``report.md``, ``report.html``, ``throughput.png`` and ``quality_vs_time.png`` into ``out_dir``.
 
     Args:
@@ -405,6 +412,8 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
         weights: criterion -> weight, merged over :data:`bakeoff.analysis.decide.DEFAULT_WEIGHTS`.
         qualitative: ``{criterion: {framework: 0..5}}`` for criteria that cannot be measured.
         title: the report's heading.
+        suites: trial key -> the suite it was stored under, for the ``bakeoff run --suite NAME`` line of "Reproduce"
+            (``extras["suite"]`` is read when a key is missing).
 
     Returns:
         ``{"markdown", "html", "throughput", "quality_vs_time"}`` -> the path written.
@@ -425,7 +434,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
                                 f"on {len(decisions)} workload/preset pair{'s' if len(decisions) != 1 else ''}.")]
     blocks += [Para(d.verdict, "verdict") for d in decisions.values() if len(decisions) > 1]
     for key, decision in decisions.items():
-        blocks += _section(groups[key], decision, qualitative)
+        blocks += _section(groups[key], decision, qualitative, suites or {})
     blocks += [Heading(2, "Plots"), images["throughput"], images["quality_vs_time"]]
 
     paths = {"markdown": out_dir / "report.md", "html": out_dir / "report.html"}

@@ -21,7 +21,21 @@ class Heading:
 @dataclasses.dataclass
 class Para:
     text: str
-    kind: str = ""  # "verdict" | "env" | "" (plain)
+    kind: str = ""  # "verdict" | "warning" | "env" | "" (plain)
+
+
+@dataclasses.dataclass
+class Facts:
+    """A list of labelled lines: ``- **Data:** shipped ...``."""
+
+    items: list[tuple[str, str]]  # (label, text)
+
+
+@dataclasses.dataclass
+class Code:
+    """Lines to copy as they are (commands), in a fenced block / ``<pre>``."""
+
+    lines: list[str]
 
 
 @dataclasses.dataclass
@@ -42,14 +56,18 @@ class Image:
     png: bytes  # embedded into the HTML
 
 
-Block = Heading | Para | Table | Image
+Block = Heading | Para | Facts | Code | Table | Image
+
+_PARA_PREFIX = {"verdict": "Verdict:", "warning": "Not like with like:"}
 
 CSS = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; max-width: 76rem;
        margin: 2rem auto; padding: 0 1rem; }
 h1 { font-size: 1.6rem; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #ddd; } h3 { margin-top: 1.4rem; }
 p.verdict { font-size: 1.08rem; background: #f3f7ee; border-left: 4px solid #5a8f29; padding: .6rem .9rem; }
+p.warning { background: #fdf3e7; border-left: 4px solid #c77c02; padding: .6rem .9rem; }
 p.env { color: #555; font-size: .9rem; }
+ul.facts { padding-left: 1.2rem; } pre { background: #f6f6f6; padding: .5rem .8rem; overflow-x: auto; }
 table { border-collapse: collapse; margin: .5rem 0; font-variant-numeric: tabular-nums; }
 th, td { border: 1px solid #ddd; padding: .25rem .55rem; text-align: right; vertical-align: top; }
 th.l, td.l { text-align: left; }
@@ -70,8 +88,15 @@ def to_markdown(title: str, blocks: Sequence[Block]) -> str:
         if isinstance(b, Heading):
             out += [f"{'#' * b.level} {b.text}", ""]
         elif isinstance(b, Para):
-            out += [f"**Verdict:** {b.text}" if b.kind == "verdict" else f"_{b.text}_" if b.kind == "env" else b.text,
-                    ""]
+            if b.kind in _PARA_PREFIX:
+                text = f"**{_PARA_PREFIX[b.kind]}** {b.text}"
+                out += [f"> {text}" if b.kind == "warning" else text, ""]
+            else:
+                out += [f"_{b.text}_" if b.kind == "env" else b.text, ""]
+        elif isinstance(b, Facts):
+            out += [f"- **{label}:** {text}" for label, text in b.items] + [""]
+        elif isinstance(b, Code):
+            out += ["```", *b.lines, "```", ""]
         elif isinstance(b, Table):
             out.append("| " + " | ".join(_md_cell(h) for h in b.header) + " |")
             out.append("|" + "|".join(":--" if a == "l" else "--:" for a in b.alignment()) + "|")
@@ -93,8 +118,13 @@ def to_html(title: str, blocks: Sequence[Block]) -> str:
             body.append(f"<h{b.level}>{e(b.text)}</h{b.level}>")
         elif isinstance(b, Para):
             cls = f' class="{e(b.kind)}"' if b.kind else ""
-            prefix = "<strong>Verdict:</strong> " if b.kind == "verdict" else ""
+            prefix = f"<strong>{_PARA_PREFIX[b.kind]}</strong> " if b.kind in _PARA_PREFIX else ""
             body.append(f"<p{cls}>{prefix}{e(b.text)}</p>")
+        elif isinstance(b, Facts):
+            body.append('<ul class="facts">' + "".join(f"<li><strong>{e(label)}:</strong> {e(text)}</li>"
+                                                       for label, text in b.items) + "</ul>")
+        elif isinstance(b, Code):
+            body.append(f"<pre><code>{e(chr(10).join(b.lines))}</code></pre>")
         elif isinstance(b, Table):
             css = ['' if a == "r" else ' class="l"' for a in b.alignment()]
             head = "".join(f"<th{a}>{e(h)}</th>" for a, h in zip(css, b.header, strict=True))

@@ -1,0 +1,381 @@
+"""What ran, per (workload, preset): the data, the model, the budget and what was trained, the target, the modes,
+the machine settings and versions, the command that reproduces it — and a warning when the section's trials differ
+in what a comparison needs equal (:mod:`bakeoff.analysis.mixing`).
+
+A fact the configurations share is one value; one that differs lists each value with its configurations:
+``32 (torch/eager); 64 (tensorflow/graph)``. Everything is read from the stored results (spec, ``extras["data"]``,
+``extras["config"]``, ``extras["steady_steps"]``, ``extras["epochs"]``, ``extras["order"]``); a fact the trials
+did not record is left out rather than guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from bakeoff.analysis.conditions import threads
+from bakeoff.analysis.mixing import Mix, budget_text, config_of, data_hashes, framework_version
+from bakeoff.analysis.quantities import fmt, steady_steps
+from bakeoff.analysis.stats import ConfigSummary, short_hash
+from bakeoff.report.templates import Block, Code, Facts, Heading, Para
+from bakeoff.spec import Device, Parallelism, RunSpec, TrialResult
+
+MAX_CLASS_NAMES = 8
+"""Class names listed before "…"."""
+
+_DATA_KEYS_SHOWN = ("source", "classes", "majority_rate", "baseline_mse", "rows", "target", "target_source",
+                    "vocab_size_used")
+
+FILE_OPTIONS = ("train", "test", "dir")
+"""Data options that name files, for results stored before content hashes (newer ones: the hashed options)."""
+
+
+def _first(c: ConfigSummary) -> TrialResult:
+    return (c.ok or c.trials)[0]
+
+
+def per_config(configs: Sequence[ConfigSummary], text: Callable[[ConfigSummary], str | None]) -> str | None:
+    """One value when every configuration gives the same, else ``"v1 (a, b); v2 (c)"``; ``None`` when none does."""
+    values: dict[str, list[str]] = {}
+    for c in configs:
+        v = text(c)
+        if v is not None:
+            values.setdefault(v, []).append(c.label)
+    if not values:
+        return None
+    if len(values) == 1:
+        return next(iter(values))
+    return "; ".join(f"{v} ({', '.join(labels)})" for v, labels in values.items())
+
+
+def _span(values: Sequence[float], digits: int = 3) -> str:
+    """``"71"``, or ``"63–71"`` when the runs differ."""
+    lo, hi = min(values), max(values)
+    return fmt(lo, digits) if lo == hi else f"{fmt(lo, digits)}–{fmt(hi, digits)}"
+
+
+def _info(c: ConfigSummary) -> dict[str, Any]:
+    info = _first(c).extras.get("data")
+    return dict(info) if isinstance(info, Mapping) else {}
+
+
+def data_files(spec: RunSpec) -> dict[str, str]:
+    """The data options that name files: those with a content hash (or, stored before hashes, :data:`FILE_OPTIONS`)."""
+    hashes = data_hashes(spec)
+    return {k: v for k, v in spec.data if k in hashes or (not spec.content and k in FILE_OPTIONS)}
+
+
+def data_text(c: ConfigSummary) -> str:
+    """Where the data came from: ``"shipped"``, or ``"train=reviews.csv (content 1a2b3c4d)"``; then the data
+    options that name no file (``batching=bucket``)."""
+    spec = _first(c).run_spec
+    hashes, files = data_hashes(spec), data_files(spec)
+    head = ", ".join(f"{k}={v} " + (f"(content {hashes[k]})" if k in hashes else "(no content hash recorded)")
+                     for k, v in files.items()) or "shipped with bakeoff"
+    options = [f"{k}={v}" for k, v in spec.data if k not in files]
+    return head + (f"; options {', '.join(options)}" if options else "")
+
+
+def data_set_text(c: ConfigSummary) -> str | None:
+    """What the data set held, as the workload described it: ``"<source> · 2 classes (great, other) · majority
+    class 0.658 of the test split"``."""
+    info = _info(c)
+    if not info:
+        return None
+    source = str(info.get("source", ""))
+    parts = [source] if source else []
+    rows = info.get("rows")
+    if isinstance(rows, Mapping) and " train" not in source:
+        parts.append(" / ".join(f"{int(n):,} {split}" for split, n in rows.items()) + " rows")
+    classes = info.get("classes")
+    n_classes = len(classes) if isinstance(classes, list) else config_of(_first(c)).get("num_classes")
+    if n_classes:
+        names = ""
+        if isinstance(classes, list):
+            shown = ", ".join(map(str, classes[:MAX_CLASS_NAMES])) + (", …" if len(classes) > MAX_CLASS_NAMES else "")
+            names = f" ({shown})"
+        parts.append(f"{n_classes} classes{names}")
+    if isinstance(info.get("majority_rate"), int | float):
+        parts.append(f"majority class {fmt(info['majority_rate'])} of the test split")
+    if isinstance(info.get("baseline_mse"), int | float):
+        parts.append(f"predicting zeros scores mse {fmt(info['baseline_mse'])}")
+    parts += [f"{k} {v}" for k, v in info.items() if k not in _DATA_KEYS_SHOWN and isinstance(v, str | int | float)]
+    return " · ".join(parts) or None
+
+
+def preset_text(c: ConfigSummary) -> str:
+    """``"tiny, no overrides"`` or ``"tiny, overridden: d_model=512, learning_rate=0.003"``."""
+    spec = _first(c).run_spec
+    overrides = [f"{k}={v}" for k, v in spec.config]
+    if spec.learning_rate is not None:
+        overrides.append(f"learning_rate={spec.learning_rate:g}")
+    return f"{spec.preset}, " + (f"overridden: {', '.join(overrides)}" if overrides else "no overrides")
+
+
+def model_text(c: ConfigSummary) -> str | None:
+    """The resolved configuration, compact: ``"vocab_size 4000 · d_model 64 · ..."``."""
+    config = _first(c).extras.get("config")
+    if not isinstance(config, Mapping) or not config:
+        return None
+    return " · ".join(f"{k} {json.dumps(v) if isinstance(v, list | dict) else v}" for k, v in config.items())
+
+
+def params_text(c: ConfigSummary) -> str | None:
+    counts = sorted({r.num_params for r in c.ok if r.num_params is not None})
+    return ", ".join(f"{n:,}" for n in counts) if counts else None
+
+
+def batch_fact(c: ConfigSummary) -> str:
+    spec = _first(c).run_spec
+    text = (f"{spec.batch_size * spec.grad_accum} examples per optimizer step: {spec.grad_accum} accumulated "
+            f"micro-batches of {spec.batch_size}" if spec.grad_accum > 1 else f"{spec.batch_size} per step")
+    return text + (", found by the batch-size search" if any("batch_search" in r.extras for r in c.trials) else "")
+
+
+def trained_text(c: ConfigSummary) -> str | None:
+    """``"71 steps, 0.6 epochs, 67 steady, stopped at the target in 3/3 runs"`` (ranges when the runs differ)."""
+    ok = c.ok
+    if not ok:
+        return "nothing: no successful trial"
+    steps = [len(r.step_times_s) for r in ok]
+    steady = [r.extras.get("steady_steps", len(steady_steps(r))) for r in ok]
+    epochs = [r.extras["epochs"] for r in ok if isinstance(r.extras.get("epochs"), int | float)]
+    parts = [f"{_span(steps)} steps"] + ([f"{_span(epochs, 2)} epochs"] if epochs else [])
+    warmup = ok[0].run_spec.warmup_steps
+    parts.append(f"{_span(steady)} steady" if max(steady) > 0 else
+                 f"no steady step (the first step and {warmup} warm-up steps are not timed as steady)")
+    text = ", ".join(parts)
+    spec = ok[0].run_spec
+    if spec.stop_at_target and c.target is not None:
+        text += f", stopped at the target in {c.reached}/{c.n_ok} runs"
+    return text
+
+
+def target_rule(r: TrialResult) -> str | None:
+    """How the trial's target was set, as recorded: ``extras["target_rule"]``, or the rule of the target the
+    workload derived from user data (``extras["data"]["target"]``)."""
+    info = r.extras.get("data") if isinstance(r.extras.get("data"), Mapping) else {}
+    derived = info.get("target")
+    for rule in (r.extras.get("target_rule"), derived.get("rule") if isinstance(derived, Mapping) else None,
+                 info.get("target_source")):
+        if rule:
+            return str(rule)
+    return None
+
+
+def target_text(c: ConfigSummary) -> str | None:
+    """``"accuracy ≥ 0.75, measured for preset tiny on the shipped data"``: the target and where it came from."""
+    first = _first(c)
+    target = next((r.target for r in c.trials if r.target is not None), None)
+    if target is None:
+        return "none: time to target not measured"
+    spec = first.run_spec
+    where = target_rule(first)
+    if not where:
+        if spec.target is not None:
+            where = "set by the user (--target or the suite)"
+        elif not data_files(spec):
+            where = f"the workload's for preset {spec.preset}, measured on the shipped data"
+        else:
+            where = "the workload's (how it was set for this data was not recorded)"
+    return f"{first.metric_name or 'metric'} {'≥' if first.higher_is_better else '≤'} {fmt(target)}, {where}"
+
+
+def threads_text(c: ConfigSummary) -> str:
+    """``"all 16 cores"`` or ``"4 of 16 cores"``: the threads the spec asked for, on the machine's cores."""
+    spec = _first(c).run_spec
+    cores = next((r.environment.get("cores") for r in c.trials if r.environment.get("cores")), None)
+    if spec.threads == 0:
+        return f"all {cores} cores" if cores else "all cores"
+    return f"{spec.threads} of {cores} cores" if cores else str(spec.threads)
+
+
+def pools_text(c: ConfigSummary) -> str | None:
+    """``"16 / 1"``: the intra- / inter-op pools the engine set, as recorded."""
+    recorded = threads(c)
+    return None if recorded == "—" else recorded
+
+
+def device_text(c: ConfigSummary) -> str:
+    spec = _first(c).run_spec
+    seen = sorted({str(r.environment["device"]) for r in c.trials if r.environment.get("device")})
+    return spec.device.value + (f" → {', '.join(seen)}" if seen and spec.device is Device.AUTO else "")
+
+
+def seeds_text(c: ConfigSummary) -> str:
+    seeds = sorted({r.run_spec.seed for r in c.trials})
+    trials = f"{c.n_total} trial{'s' if c.n_total != 1 else ''}"
+    return f"{trials}, {c.n_ok} successful, seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+
+
+def versions_text(configs: Sequence[ConfigSummary]) -> str:
+    bakeoff = sorted({short_hash(v) for c in configs for r in c.trials
+                      if (v := dict(r.run_spec.content).get("bakeoff"))})
+    frameworks = sorted({framework_version(r) for c in configs for r in c.ok})
+    head = f"bakeoff {', '.join(bakeoff)}" if bakeoff else "bakeoff version not recorded"
+    return "; ".join([head, *frameworks])
+
+
+def order_text(configs: Sequence[ConfigSummary]) -> str | None:
+    seeds = sorted({o["seed"] for c in configs for r in c.trials
+                    if isinstance(o := r.extras.get("order"), Mapping) and "seed" in o})
+    if not seeds:
+        return None
+    return (f"frameworks take turns within each repeat, shuffled with order seed {', '.join(map(str, seeds))}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reproduce
+
+
+def _flags(spec: RunSpec) -> tuple[list[str], list[str]]:
+    """The ``bakeoff run`` flags of everything but framework, execution, precision, seed and repeat; and the spec
+    fields no flag sets."""
+    flags = ["--workload", spec.workload, "--preset", spec.preset, "--batch-size", str(spec.batch_size)]
+    flags += ["--grad-accum", str(spec.grad_accum)] if spec.grad_accum > 1 else []
+    flags += ["--max-steps", str(spec.max_steps)] if spec.max_steps is not None else []
+    flags += ["--max-epochs", f"{spec.max_epochs:g}"] if spec.max_epochs is not None else []
+    flags += ["--max-seconds", f"{spec.max_seconds:g}"] if spec.max_seconds is not None else []
+    flags += ["--eval-every", str(spec.eval_every)] + (["--stop-at-target"] if spec.stop_at_target else [])
+    flags += ["--threads", str(spec.threads)] if spec.threads else []
+    flags += ["--device", spec.device.value] if spec.device is not Device.AUTO else []
+    flags += ["--checkpoint-every", str(spec.checkpoint_every)] if spec.checkpoint_every else []
+    for k, v in spec.data:
+        flags += ["--data", f"{k}={v}"]
+    overrides = [*spec.config] + ([("learning_rate", f"{spec.learning_rate:g}")] if spec.learning_rate else [])
+    for k, v in overrides:
+        flags += ["--set", f"{k}={v}"]
+    flags += ["--target", f"{spec.target:g}"] if spec.target is not None else []
+    unflagged = [f"warmup_steps = {spec.warmup_steps}"] if spec.warmup_steps != 3 else []
+    if spec.parallelism is not Parallelism.NONE:
+        unflagged.append(f"parallelism = {spec.parallelism.value}, workers = {spec.workers}")
+    return flags, unflagged
+
+
+def _seed_flags(trials: Sequence[TrialResult]) -> tuple[list[list[str]], str]:
+    """``--seed S --repeats N`` when the trials' (seed, repeat) are (S + r, r) for r < N, as ``bakeoff run`` and
+    suites make them; otherwise one ``--seed S --repeats 1`` per seed, and a note saying what that leaves out."""
+    pairs = sorted({(r.run_spec.seed, r.run_spec.repeat) for r in trials}, key=lambda p: (p[1], p[0]))
+    s0 = pairs[0][0] - pairs[0][1]
+    if pairs == [(s0 + i, i) for i in range(len(pairs))]:
+        return [["--seed", str(s0), "--repeats", str(len(pairs))]], ""
+    seeds = sorted({p[0] for p in pairs})
+    note = (f"{len(pairs)} runs with seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}, which "
+            "`--repeats` cannot make (it gives repeat r the seed + r): one run per seed")
+    return [["--seed", str(s), "--repeats", "1"] for s in seeds], note
+
+
+def _modes(triples: set[tuple[str, str, str]]) -> list[list[tuple[str, str, str]]]:
+    """Split (framework, execution, precision) triples into groups each of which is a full cross product, as
+    ``--framework A,B --execution X,Y --precision P`` runs: all at once, else per framework, else one by one."""
+    def crossed(group: set[tuple[str, str, str]]) -> bool:
+        sizes = [len({t[i] for t in group}) for i in range(3)]
+        return len(group) == sizes[0] * sizes[1] * sizes[2]
+
+    if crossed(triples):
+        return [sorted(triples)]
+    by_fw = [{t for t in triples if t[0] == fw} for fw in sorted({t[0] for t in triples})]
+    if all(crossed(g) for g in by_fw):
+        return [sorted(g) for g in by_fw]
+    return [[t] for t in sorted(triples)]
+
+
+def _csv(values: Sequence[str]) -> str:
+    return ",".join(dict.fromkeys(values))
+
+
+def reproduce_commands(configs: Sequence[ConfigSummary]) -> tuple[list[str], list[str]]:
+    """The ``bakeoff run`` lines that run these configurations again, and the settings no flag can set."""
+    groups: dict[str, dict[str, Any]] = {}
+    notes: dict[str, list[str]] = {}  # note -> configurations
+    for c in configs:
+        if not c.trials:
+            continue
+        spec = c.trials[0].run_spec
+        flags, unflagged = _flags(spec)
+        seed_flags_list, seed_note = _seed_flags(c.trials)
+        for note in [f"{n}: not a flag, only a suite sets it" for n in unflagged] + ([seed_note] if seed_note else []):
+            notes.setdefault(note, []).append(c.label)
+        for seed_flags in seed_flags_list:
+            key = json.dumps([flags, seed_flags])
+            group = groups.setdefault(key, {"flags": flags, "seeds": seed_flags, "modes": set()})
+            group["modes"].add((spec.framework.value, spec.execution.value, spec.precision.value))
+    lines = []
+    for group in groups.values():
+        for modes in _modes(group["modes"]):
+            flags = group["flags"][:2] + ["--framework", _csv([m[0] for m in modes]),
+                                          "--execution", _csv([m[1] for m in modes]),
+                                          "--precision", _csv([m[2] for m in modes])] + group["flags"][2:]
+            lines.append(" ".join(["bakeoff", "run", *map(shlex.quote, flags + group["seeds"])]))
+    return lines, [f"{note} ({', '.join(labels)})" for note, labels in notes.items()]
+
+
+def suite_commands(configs: Sequence[ConfigSummary], suites: Mapping[str, str]) -> list[str]:
+    """``bakeoff run --suite NAME`` for the shipped suites the trials came from; a placeholder for other suite files.
+    Ad-hoc runs (``adhoc-*``) and suites overridden from the command line (stored as ``NAME+HASH``) have none:
+    the flag lines are their command."""
+    from bakeoff.suite import shipped_suites
+
+    names = sorted({n for c in configs for r in c.trials if (n := suites.get(r.key) or r.extras.get("suite"))})
+    shipped = shipped_suites()
+    lines = []
+    for name in names:
+        if name in shipped:
+            lines.append(f"bakeoff run --suite {shlex.quote(name)}")
+        elif not name.startswith("adhoc-") and "+" not in name:
+            lines.append(f"bakeoff run --suite SUITE.toml   # the suite file named {name!r}")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Blocks
+
+
+def mix_warning(mixes: Sequence[Mix]) -> Para | None:
+    """The warning before the tables when the section mixes (:func:`bakeoff.analysis.mixing.section_mixes`)."""
+    if not mixes:
+        return None
+    return Para("these trials differ in what a comparison needs equal — " + " · ".join(m.text() for m in mixes)
+                + ". Their numbers come from different experiments: re-run the configurations so that they match "
+                  "(the same data files, bakeoff version and settings), or read each part on its own.",
+                "warning")
+
+
+def what_ran_blocks(configs: Sequence[ConfigSummary], suites: Mapping[str, str] | None = None) -> list[Block]:
+    """The "What ran" facts and the "Reproduce" commands of one (workload, preset)."""
+    facts = [
+        ("Data", per_config(configs, data_text)),
+        ("Data set", per_config(configs, data_set_text)),
+        ("Preset", per_config(configs, preset_text)),
+        ("Model", per_config(configs, model_text)),
+        ("Parameters", per_config(configs, params_text)),
+        ("Batch", per_config(configs, batch_fact)),
+        ("Budget", per_config(configs, lambda c: "at most " + budget_text(_first(c).run_spec))),
+        ("Trained", per_config(configs, trained_text)),
+        ("Evaluation", per_config(configs, lambda c: f"every {_first(c).run_spec.eval_every} steps on the test "
+                                                     "split, off the training clock")),
+        ("Target", per_config(configs, target_text)),
+        ("Precision", per_config(configs, lambda c: _first(c).run_spec.precision.value)),
+        ("Execution", per_config(configs, lambda c: _first(c).run_spec.execution.value)),
+        ("Threads", per_config(configs, threads_text)),
+        ("Thread pools, intra / inter-op", per_config(configs, pools_text)),
+        ("Device", per_config(configs, device_text)),
+        ("Runs", per_config(configs, seeds_text)),
+        ("Versions", versions_text(configs) if configs else None),
+        ("Order", order_text(configs)),
+    ]
+    blocks: list[Block] = [Heading(3, "What ran"), Facts([(k, v) for k, v in facts if v])]
+    commands, notes = reproduce_commands(configs)
+    suite_lines = suite_commands(configs, suites or {})
+    if commands:
+        blocks += [Heading(3, "Reproduce"), Para("Run from the directory the trials ran in (data paths are as "
+                                                 "given then):" if any(_first(c).run_spec.data for c in configs)
+                                                 else "The trials of this section, again:"),
+                   Code(commands)]
+        if suite_lines:
+            blocks += [Para("Or the whole suite they came from:"), Code(suite_lines)]
+        if notes:
+            blocks.append(Para("Not set by these flags: " + "; ".join(notes) + "."))
+    return blocks
