@@ -238,7 +238,7 @@ def test_a_misspelt_suite_weight_exits_2_before_any_trial(tmp_path):
     r = bakeoff("run", "--suite", "bad.toml", "--store", "r.sqlite", cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert f"bad.toml, line 6: [weights]: unknown criterion 'througput' in weights; accepted: {CRITERIA}" in r.stderr
-    assert not (tmp_path / "r.sqlite").exists() and not (tmp_path / "logs").exists()
+    assert not (tmp_path / "r.sqlite").exists() and not (tmp_path / "r").exists()  # no logs folder either
 
 
 # --- real runs, interrupted ---------------------------------------------------------------------------------------
@@ -303,7 +303,7 @@ def test_interrupting_a_run_kills_the_trial_records_nothing_and_the_next_run_res
     assert "Traceback" not in err
     assert gone(str(tmp_path), trial), (processes_mentioning(str(tmp_path)), group_members(trial))
     assert [(seed, status) for seed, status, _ in rows(tmp_path / "r.sqlite")] == [(0, "ok")]
-    [kept] = (tmp_path / "checkpoints").glob("*/partial")  # the interrupted trial's checkpoint is kept
+    [kept] = (tmp_path / "r" / "checkpoints").glob("*/partial")  # the interrupted trial's checkpoint is kept
 
     env.pop("BAKEOFF_TEST_HANG")
     again = bakeoff(*MNIST, "--store", str(tmp_path / "r.sqlite"), cwd=tmp_path, env=env)

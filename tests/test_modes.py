@@ -73,13 +73,14 @@ def test_interrupted_trial_resumes_to_the_same_losses(tmp_path, monkeypatch, fra
         [killed] = runner.run([spec], store, "s", timeout_s=600).ran
         assert killed.status.value == "failed" and "exited with code 7" in killed.reason
         key = killed.key  # keyed by content (bakeoff.identity), as its checkpoint folder is
-        assert (tmp_path / "resumed" / "checkpoints" / key / "loop.json").exists()
+        assert (tmp_path / "resumed" / "r" / "checkpoints" / key / "loop.json").exists()  # the store's folder
         monkeypatch.delenv("BAKEOFF_TEST_DIE_AT_STEP")
         [resumed] = runner.run([spec], store, "s", timeout_s=600, retry_failed=True).ran
     assert resumed.status.value == "ok" and resumed.extras["resumed_at_steps"] == [4]
     assert resumed.losses == straight.losses  # bit-for-bit on CPU, steps 5-8 computed after the restore
-    assert not (tmp_path / "resumed" / "checkpoints" / key).exists()  # cleaned up after success
-    [logdir] = (tmp_path / "resumed" / "tensorboard" / "s").iterdir()
+    assert not (tmp_path / "resumed" / "r" / "checkpoints" / key).exists()  # cleaned up after success
+    logdir = tmp_path / "resumed" / "r" / "tensorboard" / "text_classifier" / "tiny" / f"{framework}-eager" / "seed0"
+    assert resumed.extras["tensorboard"] == str(logdir)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(logdir))
@@ -90,7 +91,7 @@ def test_interrupted_trial_resumes_to_the_same_losses(tmp_path, monkeypatch, fra
         return sorted({e.step for e in records})
 
     assert steps("train/loss") == list(range(1, 9))  # both attempts wrote into the same run
-    assert steps("eval/accuracy") == [8]
+    assert steps("eval/accuracy") == [0, 8]  # the step-0 evaluation (first attempt) and the last (resumed)
 
 
 def test_batch_size_candidates_and_memory_sizes():

@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
+import time
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from bakeoff.spec import RunSpec, TrialResult
 
+if TYPE_CHECKING:
+    from bakeoff.store import Store
+
 console = Console(stderr=False, highlight=False)
+errors = Console(stderr=True, highlight=False)  # messages beside machine-readable output on stdout
 
 _STYLE = {"ok": "green", "failed": "red", "timeout": "red", "out_of_memory": "red", "unsupported": "yellow"}
 
 
 def describe(result: TrialResult) -> str:
     """One line of what a finished trial measured, for the live log."""
+    resumed = result.extras.get("resumed_at_steps") or []
+    resumed_text = f" (resumed at step {', '.join(str(s) for s in resumed)})" if resumed else ""
     if result.status.value != "ok":
-        return f"[{_STYLE[result.status.value]}]{result.status.value}[/]: {result.reason[:200]}"
+        return f"[{_STYLE[result.status.value]}]{result.status.value}[/]{resumed_text}: {result.reason[:200]}"
     parts = []
     if (eps := result.throughput.get("examples_per_s")) is not None:
         parts.append(f"{eps:,.0f} ex/s")
@@ -27,15 +37,38 @@ def describe(result: TrialResult) -> str:
         parts.append(f"{result.metric_name} {result.final_metric:.3f}")
     tt = result.time_to_target_s
     parts.append(f"target in {tt:.1f} s" if tt is not None else "target not reached")
-    return "[green]ok[/] " + ", ".join(parts)
+    return f"[green]ok[/]{resumed_text} " + ", ".join(parts)
+
+
+class _EtaColumn(ProgressColumn):
+    def __init__(self, owner: RunProgress) -> None:
+        super().__init__()
+        self._owner = owner
+
+    def render(self, task: object) -> Text:
+        return Text(self._owner.eta_text(), style="progress.remaining")
 
 
 class RunProgress:
-    """A progress bar over trials plus one printed line per finished trial; usable as the runner's callback."""
+    """A progress bar over trials plus one printed line per finished trial; usable as the runner's callback.
 
-    def __init__(self, total: int) -> None:
+    Each finished trial's line ends with the run's place and, when it can be estimated, the time left: the
+    expected wall time of every trial still to run (:class:`bakeoff.preview.Durations`: stored results of the same
+    configuration in ``store``, else the trials finished in this run), less what the running one has already taken.
+    At the end of a run it prints where the store's TensorBoard runs are.
+    """
+
+    def __init__(self, total: int, store: Store | None = None) -> None:
+        from bakeoff.preview import Durations
+
+        self._durations = Durations.from_store(store) if store is not None else Durations()
+        self._tensorboard = store.artifacts / "tensorboard" if store is not None else None
+        self._queued: list[RunSpec] = []
+        self._running: tuple[RunSpec, float] | None = None
+        self._done = 0
+        self._total = total
         self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), console=console, transient=True)
+                                  TimeElapsedColumn(), _EtaColumn(self), console=console, transient=True)
         self._task = self._progress.add_task("trials", total=total)
 
     def __enter__(self) -> RunProgress:
@@ -44,14 +77,52 @@ class RunProgress:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._progress.stop()
+        if kind is None and self._tensorboard is not None and self._tensorboard.is_dir():
+            console.print(f"TensorBoard: {self._tensorboard}  (tensorboard --logdir {self._tensorboard})")
+
+    def remaining_s(self) -> tuple[float, bool]:
+        """Estimated seconds left and whether every trial still to run had an estimate."""
+        left, known = 0.0, True
+        for spec in self._queued:
+            estimate = self._durations.estimate(spec)
+            known = known and estimate is not None
+            left += estimate or 0.0
+        if self._running is not None:
+            spec, started = self._running
+            estimate = self._durations.estimate(spec)
+            known = known and estimate is not None
+            left += max(0.0, (estimate or 0.0) - (time.monotonic() - started))
+        return left, known
+
+    def eta_text(self) -> str:
+        """``"about 3 min 20 s left"``, ``"at least 40 s left"`` (some trials without an estimate), or ``""``."""
+        from bakeoff.preview import duration
+
+        if not self._queued and self._running is None:
+            return ""
+        left, known = self.remaining_s()
+        if not known and left == 0:
+            return "time left unknown"
+        return f"{'about' if known else 'at least'} {duration(left)} left"
 
     def __call__(self, event: str, spec: RunSpec, result: TrialResult | None) -> None:
         name = f"{spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}"
-        if event == "start":
+        if event == "queued":
+            self._queued.append(spec)
+        elif event == "start":
+            if spec in self._queued:
+                self._queued.remove(spec)
+            self._running = (spec, time.monotonic())
             self._progress.update(self._task, description=f"running {name}")
         elif event == "skip":
             self._progress.advance(self._task)
             console.print(f"  [dim]skip {name} (already in the store)[/]")
         elif event == "done" and result is not None:
+            self._running = None
+            self._done += 1
+            if result.wall_s is not None:
+                self._durations.learn(spec, result.wall_s)
             self._progress.advance(self._task)
-            console.print(f"  {name}: {describe(result)}")
+            left = self.eta_text()
+            place = escape(f"[{self._done} run of {self._done + len(self._queued)}{'; ' + left if left else ''}]")
+            console.print(f"  {name}: {describe(result)}  [dim]{place}[/]", soft_wrap=True)

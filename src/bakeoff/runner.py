@@ -16,6 +16,10 @@ an exception leaving that block kills the whole group (SIGTERM, then SIGKILL aft
 it propagates. The stopped trial records nothing; its checkpoint directory is kept for the next run to resume
 from. A result row is written whole or not at all: signals are held while it is stored.
 
+Files: a store's trial logs (``logs/<key>.log``), checkpoints (``checkpoints/<key>/``) and TensorBoard runs
+(``tensorboard/<workload>/<preset>/<framework-mode>/seed<N>``, see :func:`tensorboard_runs`) live in the folder
+named after the store (:func:`bakeoff.store.artifacts_dir`: ``results/bakeoff.sqlite`` -> ``results/bakeoff/``).
+
 A trial that dies of SIGKILL is out of memory only with evidence: the runner's own memory cap, or the kernel's
 OOM-kill counter of this process's memory cgroup having risen during the trial (:func:`read_oom_kills`).
 """
@@ -47,7 +51,8 @@ from bakeoff.store import Store
 log = logging.getLogger("bakeoff.runner")
 
 Progress = Callable[[str, RunSpec, TrialResult | None], None]
-"""Called with ("start" | "skip" | "done", spec, result) as the run goes."""
+"""Called with ("queued" | "start" | "skip" | "done", spec, result) as the run goes: first "queued" for each
+trial that will run, in order, then "skip", or "start" and "done", for each trial."""
 
 
 @dataclasses.dataclass
@@ -413,27 +418,80 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
                                                                                            strict=True)}
     with interruptible():
         summary = _run(order(identified, order_seed), store, suite, timeout_s, fresh, retry_failed,
-                       log_dir or store.path.parent / "logs", progress, annotations, order_seed)
+                       log_dir or store.artifacts / "logs", progress, annotations, order_seed)
     summary.specs = identified
     return summary
+
+
+def to_run(spec: RunSpec, recorded: dict[str, Status], fresh: bool, retry_failed: bool) -> bool:
+    """Whether a run with these options runs ``spec`` (identified) given the store's ``recorded`` statuses."""
+    status = recorded.get(spec.key())
+    return status is None or fresh or (retry_failed and status is not Status.OK)
+
+
+TENSORBOARD_MARK = "bakeoff-trial.json"
+"""The file in each TensorBoard run folder naming the trial (its key) that owns the folder."""
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._=+-" else "_" for c in name.replace("/", "-"))
+
+
+def tensorboard_runs(specs: Sequence[RunSpec], root: Path) -> dict[str, Path]:
+    """The TensorBoard run folder of each spec (by key) under ``root``: ``workload/preset/framework-mode/seedN``
+    (``framework-mode`` is :meth:`RunSpec.label` with dashes: ``torch-eager-bf16-accum2``).
+
+    Configurations that this would put in one folder are kept apart: within ``specs``, by the fields that differ
+    (``torch-eager-batch_size=16``, as the report labels them), or by the key when no field does; against a folder an
+    earlier trial of another key owns (its :data:`TENSORBOARD_MARK`), by the key: ``seed0-<key>``. A trial resumed
+    or re-run under the same key writes into the same folder.
+    """
+    from bakeoff.analysis.stats import _distinct_labels  # the report's names for configurations sharing a label
+
+    by_base: dict[PurePosixPath, dict[str, RunSpec]] = {}
+    for spec in specs:
+        base = PurePosixPath(spec.workload, spec.preset, _safe(spec.label()), f"seed{spec.seed}")
+        by_base.setdefault(base, {})[spec.key()] = spec
+    runs: dict[str, Path] = {}
+    for base, group in by_base.items():
+        names = {key: _safe(label) for key, label in zip(group, _distinct_labels(list(group.values())), strict=True)}
+        if len(group) > 1 and len(set(names.values())) < len(group):
+            names = {key: f"{_safe(group[key].label())}-{key[:8]}" for key in group}
+        for key, name in names.items():
+            folder = root / base.parent.parent / name / base.name
+            try:
+                owner = json.loads((folder / TENSORBOARD_MARK).read_text()).get("key")
+            except (OSError, ValueError):
+                owner = None
+            runs[key] = folder.with_name(f"{base.name}-{key[:8]}") if owner not in (None, key) else folder
+    return runs
+
+
+def _claim(folder: Path, spec: RunSpec) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / TENSORBOARD_MARK).write_text(json.dumps({"key": spec.key(), "label": spec.label(), "seed": spec.seed}))
 
 
 def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh: bool, retry_failed: bool,
          log_dir: Path, progress: Progress | None, annotations: dict[str, dict], order_seed: int) -> RunSummary:
     recorded = store.statuses()
     summary = RunSummary(ran=[], skipped=[])
+    queued = [spec for spec in specs if to_run(spec, recorded, fresh, retry_failed)]
+    tensorboard = tensorboard_runs(queued, store.artifacts / "tensorboard")
+    if progress:
+        for spec in queued:
+            progress("queued", spec, None)
     for position, spec in enumerate(specs, 1):
-        status = recorded.get(spec.key())
-        if status is not None and not fresh and not (retry_failed and status is not Status.OK):
+        if not to_run(spec, recorded, fresh, retry_failed):
             summary.skipped.append(spec)
             if progress:
                 progress("skip", spec, None)
             continue
         if progress:
             progress("start", spec, None)
-        root = store.path.parent
-        tensorboard = root / "tensorboard" / suite / f"{spec.label().replace('/', '_')}-seed{spec.seed}-{spec.key()}"
-        result = run_one(spec, timeout_s, log_dir, root / "checkpoints" / spec.key(), tensorboard)
+        _claim(tensorboard[spec.key()], spec)
+        result = run_one(spec, timeout_s, log_dir, store.artifacts / "checkpoints" / spec.key(),
+                         tensorboard[spec.key()])
         result.extras.update(annotations.get(spec.key(), {}))
         result.extras["order"] = {"position": position, "of": len(specs), "seed": order_seed}
         with _GATE.hold():  # the row is written whole; a signal meanwhile is raised after it

@@ -7,16 +7,22 @@ Tables:
                 step and training-clock seconds alongside the metric value).
 
 Each trial is written in one transaction, so an interrupted run never leaves half a trial behind.
+
+A store's files besides the database (trial logs, checkpoints, TensorBoard events) live in the folder named after
+it, :func:`artifacts_dir`: ``results/bakeoff.sqlite`` keeps them under ``results/bakeoff/``, so two stores in one
+folder never share a tree.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from bakeoff.spec import SCHEMA_VERSION, SpecError, Status, TrialResult
 
@@ -36,23 +42,78 @@ CREATE TABLE IF NOT EXISTS samples (
 """
 
 
-class Store:
-    """Open (or create) a results database at ``path``."""
+def artifacts_dir(store_path: str | Path) -> Path:
+    """The folder of a store's logs, checkpoints and TensorBoard events: the store's path without its suffix
+    (``results/bakeoff.sqlite`` -> ``results/bakeoff``; a store without a suffix: ``NAME-files``)."""
+    path = Path(store_path)
+    return path.with_suffix("") if path.suffix else path.with_name(f"{path.name}-files")
 
-    def __init__(self, path: str | Path) -> None:
+
+@dataclasses.dataclass(frozen=True)
+class TrialRow:
+    """One stored trial as listings show it, read without decoding its samples."""
+
+    key: str
+    suite: str
+    workload: str
+    preset: str
+    framework: str
+    label: str
+    seed: int
+    repeat: int
+    status: Status
+    reason: str
+    finished_at: datetime
+    spec: dict[str, Any]
+    examples_per_s: float | None
+    time_to_target_s: float | None
+    final_metric: float | None
+    metric_name: str
+    wall_s: float | None
+    extras: dict[str, Any]
+
+
+_ROW_QUERY = """
+SELECT key, suite, workload, preset, framework, label, seed, repeat, status, reason, finished_at,
+  json_extract(result, '$.spec'), json_extract(result, '$.throughput.examples_per_s'),
+  json_extract(result, '$.time_to_target_s'), json_extract(result, '$.final_metric'),
+  json_extract(result, '$.metric_name'), json_extract(result, '$.wall_s'), json_extract(result, '$.extras')
+FROM trials"""
+
+
+class Store:
+    """Open (or create) a results database at ``path``; ``readonly`` opens an existing one without writing."""
+
+    def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path)
+        if readonly:
+            if not self.path.is_file():
+                raise SpecError(f"no results store at {self.path}")
+            self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path)
+            self._db.execute("PRAGMA journal_mode = WAL")
         self._db.execute("PRAGMA foreign_keys = ON")
-        self._db.execute("PRAGMA journal_mode = WAL")
-        with self._db:
-            self._db.executescript(_SCHEMA)
-            row = self._db.execute("SELECT value FROM meta WHERE name = 'store_version'").fetchone()
-            if row is None:
-                self._db.execute("INSERT INTO meta VALUES ('store_version', ?)", (str(STORE_VERSION),))
-            elif int(row[0]) != STORE_VERSION:
-                raise SpecError(f"{self.path} is a bakeoff store of version {row[0]}; this bakeoff reads version "
-                                f"{STORE_VERSION}. Use the bakeoff that wrote it, or start a new store with --store.")
+        try:
+            with self._db:
+                if not readonly:
+                    self._db.executescript(_SCHEMA)
+                row = self._db.execute("SELECT value FROM meta WHERE name = 'store_version'").fetchone()
+                if row is None and not readonly:
+                    self._db.execute("INSERT INTO meta VALUES ('store_version', ?)", (str(STORE_VERSION),))
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise SpecError(f"{self.path} is not a bakeoff results store ({exc})") from None
+        if row is not None and int(row[0]) != STORE_VERSION:
+            self._db.close()
+            raise SpecError(f"{self.path} is a bakeoff store of version {row[0]}; this bakeoff reads version "
+                            f"{STORE_VERSION}. Use the bakeoff that wrote it, or start a new store with --store.")
+
+    @property
+    def artifacts(self) -> Path:
+        """This store's folder of logs, checkpoints and TensorBoard events (:func:`artifacts_dir`)."""
+        return artifacts_dir(self.path)
 
     def close(self) -> None:
         self._db.close()
@@ -99,6 +160,40 @@ class Store:
 
     def suites(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT DISTINCT suite FROM trials ORDER BY suite")]
+
+    def trials(self, suite: str | None = None, workload: str | None = None, framework: str | None = None,
+               statuses: Iterable[Status] | None = None, before: datetime | None = None) -> list[TrialRow]:
+        """Stored trials as :class:`TrialRow`, oldest first, filtered by every argument given (``before``: finished
+        before that time)."""
+        where, args = [], []
+        for column, value in (("suite", suite), ("workload", workload), ("framework", framework)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if statuses is not None:
+            wanted = [Status(s).value for s in statuses]
+            where.append(f"status IN ({', '.join('?' * len(wanted))})")
+            args += wanted
+        query = _ROW_QUERY + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY finished_at, rowid"
+        rows = []
+        for (key, suite_, wl, preset, fw, label, seed, repeat, status, reason, finished, spec, eps, ttt, final,
+             metric, wall, extras) in self._db.execute(query, args):
+            at = datetime.fromisoformat(finished)
+            if before is not None and at >= before:
+                continue
+            rows.append(TrialRow(key, suite_, wl, preset, fw, label, seed, repeat, Status(status), reason, at,
+                                 json.loads(spec), eps, ttt, final, metric or "", wall, json.loads(extras or "{}")))
+        return rows
+
+    def delete(self, keys: Iterable[str]) -> int:
+        """Delete these trials and their samples, atomically; returns how many were stored."""
+        keys = list(keys)
+        with self._db:
+            deleted = 0
+            for key in keys:
+                self._db.execute("DELETE FROM samples WHERE key = ?", (key,))
+                deleted += self._db.execute("DELETE FROM trials WHERE key = ?", (key,)).rowcount
+        return deleted
 
     def samples(self, key: str, kind: str) -> list[tuple[int, float | None, float]]:
         """``(step, train_s, value)`` rows of one trial's samples of one kind, in order."""

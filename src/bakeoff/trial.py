@@ -39,7 +39,7 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
         data = workload.load_data(spec)
         config = workload.config(spec.preset, spec, data)
         result.extras["config"] = config
-        result.extras["data"] = data.info
+        result.extras["data"] = {**data.info, "rows": {"train": data.num_train, "test": data.num_test}}
         weights = workload.init_weights(config, spec.seed)
 
         t0 = time.perf_counter()

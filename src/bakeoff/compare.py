@@ -1,0 +1,177 @@
+"""The same configurations in two stores (two machines, two versions): B against A, with intervals.
+
+Configurations are matched by :func:`bakeoff.preview.configuration`: every spec field but seed and repeat, a data
+file counted by its content, the resolved model configuration by its hash, and *not* the bakeoff or framework
+versions, so the same suite run by two releases, or on two machines, lines up. Per matched configuration:
+
+* the ratio B / A of the medians over successful runs of steady throughput and of time to target (a run that never
+  reached it counts as never, +∞), with the 95% percentile interval of the ratio of the two sides' bootstrap
+  replicates (:mod:`bakeoff.analysis.bootstrap`: runs, then steady steps within runs), and who is better beyond the
+  ±5% tie band;
+* what differs between the two sides' environments: CPU, cores, device, Python, framework and bakeoff versions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bakeoff.analysis.bootstrap import Difference, Resampler, difference, rng_for
+from bakeoff.analysis.quantities import quantity
+from bakeoff.preview import configuration
+from bakeoff.spec import SpecError, Status, TrialResult
+from bakeoff.store import Store
+
+QUANTITIES = ("examples_per_s", "time_to_target_s")
+"""What a comparison shows per configuration."""
+
+ENVIRONMENT = ("cpu", "cores", "device", "gpu", "python")
+"""Environment fields compared as they are; framework and bakeoff versions are compared too."""
+
+
+@dataclasses.dataclass
+class Matched:
+    """One configuration found in both stores."""
+
+    workload: str
+    preset: str
+    label: str
+    runs: tuple[int, int]  # successful runs in A and in B
+    differences: dict[str, Difference]  # quantity -> B against A ("a" in the Difference is B)
+    environment: dict[str, tuple[str, str]]  # field -> (A's, B's) where they differ
+
+
+@dataclasses.dataclass
+class Comparison:
+    """Two stores compared: matched configurations and those only one of them has."""
+
+    a: Path
+    b: Path
+    matched: list[Matched]
+    only_a: list[str]
+    only_b: list[str]
+
+
+def _values(results: Sequence[TrialResult], field: str) -> str:
+    found = sorted({str(v) for r in results if (v := _environment(r).get(field)) is not None})
+    return ", ".join(found) or "—"
+
+
+def _environment(result: TrialResult) -> dict[str, Any]:
+    env = {k: result.environment.get(k) for k in ENVIRONMENT}
+    content = dict(result.spec.get("content") or {})
+    framework = result.spec["framework"]
+    env[f"{framework} version"] = content.get(framework) or result.environment.get(framework)
+    env["bakeoff version"] = content.get("bakeoff")
+    return env
+
+
+def _configs(results: Sequence[TrialResult]) -> dict[str, list[TrialResult]]:
+    out: dict[str, list[TrialResult]] = {}
+    for r in results:
+        out.setdefault(configuration(r.spec), []).append(r)
+    return out
+
+
+def _name(results: Sequence[TrialResult]) -> tuple[str, str, str]:
+    spec = results[0].run_spec
+    return spec.workload, spec.preset, spec.label()
+
+
+def _side(trials: Sequence[TrialResult], name: str, side: str) -> tuple[Resampler, list[TrialResult]]:
+    ok = [t for t in trials if t.status is Status.OK]
+    return Resampler(ok, rng_for(side, *name)), ok
+
+
+def _difference(name: str, a: tuple[Resampler, list], b: tuple[Resampler, list]) -> Difference:
+    q = quantity(name)
+    med = []
+    for _, ok in (b, a):
+        values = [v for t in ok if (v := q.value(t)) is not None]
+        med.append(float(np.median(values)) if values else None)
+    return difference(name, med[0], med[1], b[0].replicates(q), a[0].replicates(q), bool(q.higher_is_better))
+
+
+def compare(a: Sequence[TrialResult], b: Sequence[TrialResult], a_path: Path = Path("A"),
+            b_path: Path = Path("B")) -> Comparison:
+    """Match ``a``'s and ``b``'s configurations and compare each (see the module docstring)."""
+    configs_a, configs_b = _configs(a), _configs(b)
+    matched = []
+    for key in [k for k in configs_a if k in configs_b]:
+        ta, tb = configs_a[key], configs_b[key]
+        name = _name(ta)
+        sides = _side(ta, name, "A"), _side(tb, name, "B")
+        env = {field: (_values(ta, field), _values(tb, field)) for field in _environment(ta[0])}
+        matched.append(Matched(*name, runs=(len(sides[0][1]), len(sides[1][1])),
+                               differences={q: _difference(q, *sides) for q in QUANTITIES},
+                               environment={k: v for k, v in env.items() if v[0] != v[1]}))
+    matched.sort(key=lambda m: (m.workload, m.preset, m.label))
+
+    def names(configs: Mapping[str, list[TrialResult]], other: Mapping[str, list]) -> list[str]:
+        return sorted("/".join(_name(t)[:2]) + " " + _name(t)[2] for k, t in configs.items() if k not in other)
+
+    return Comparison(a_path, b_path, matched, names(configs_a, configs_b), names(configs_b, configs_a))
+
+
+def compare_stores(a: Path, b: Path, suite: str | None = None) -> Comparison:
+    """:func:`compare` of two stores' results (optionally one suite's), read without writing to either."""
+    loaded = []
+    for path in (a, b):
+        with Store(path, readonly=True) as store:
+            loaded.append(store.results(suite=suite))
+    if not any(loaded):
+        raise SpecError(f"no trials{f' of suite {suite!r}' if suite else ''} in {a} or {b}")
+    return compare(*loaded, a_path=a, b_path=b)
+
+
+def _ratio_text(d: Difference, unit: str) -> str:
+    if d.ratio is None:
+        return f"{unit}: not measured on {'either side' if d.a is None and d.b is None else 'one side'}"
+    if not np.isfinite(d.a or 0) or not np.isfinite(d.b or 0):
+        reached = "A only" if not np.isfinite(d.a or 0) and np.isfinite(d.b or 0) else (
+            "B only" if np.isfinite(d.a or 0) else "neither")
+        return f"{unit}: target reached by {reached}"
+    verdict = {"a": "B better", "b": "A better"}.get(d.better or "", "tie" if d.equivalent else "within noise")
+    low = "—" if d.low is None else f"{d.low:.2f}"
+    high = "—" if d.high is None or not np.isfinite(d.high) else f"{d.high:.2f}"
+    return f"{unit}: B/A {d.ratio:.2f} [{low}, {high}] ({verdict})"
+
+
+def lines(c: Comparison) -> list[str]:
+    """The comparison for people: what differs in every configuration's environment once, then one line per
+    configuration (with the environment differences of its own)."""
+    out = [f"A = {c.a}, B = {c.b}; ratios B / A of medians over runs, 95% bootstrap intervals; "
+           "within ±5% is a tie"]
+    common = dict(c.matched[0].environment) if c.matched else {}
+    for m in c.matched[1:]:
+        common = {k: v for k, v in common.items() if m.environment.get(k) == v}
+    out += [f"environment, {field}: A {va}; B {vb}" for field, (va, vb) in common.items()]
+    if not c.matched:
+        out.append("no configuration is in both stores")
+    for m in c.matched:
+        d = m.differences
+        out.append(f"{m.workload}/{m.preset} {m.label} (runs {m.runs[0]} vs {m.runs[1]}): "
+                   f"{_ratio_text(d['examples_per_s'], 'throughput')}; "
+                   f"{_ratio_text(d['time_to_target_s'], 'time to target')}")
+        out += [f"    {field}: A {va}; B {vb}" for field, (va, vb) in m.environment.items() if field not in common]
+    for side, names in (("A", c.only_a), ("B", c.only_b)):
+        if names:
+            out.append(f"only in {side}: {', '.join(names)}")
+    return out
+
+
+def to_dict(c: Comparison) -> dict[str, Any]:
+    """The comparison as JSON-ready data (non-finite numbers as ``None``)."""
+    def num(v: float | None) -> float | None:
+        return None if v is None or not np.isfinite(v) else float(v)
+
+    return {"a": str(c.a), "b": str(c.b), "only_a": c.only_a, "only_b": c.only_b, "configurations": [
+        {"workload": m.workload, "preset": m.preset, "label": m.label, "runs": list(m.runs),
+         "environment": {k: list(v) for k, v in m.environment.items()},
+         **{q: {"a": num(d.b), "b": num(d.a), "ratio_b_over_a": num(d.ratio), "low": num(d.low),
+                "high": num(d.high), "better": {"a": "b", "b": "a"}.get(d.better or ""), "tie": d.tie}
+            for q, d in m.differences.items()}} for m in c.matched]}

@@ -1,0 +1,121 @@
+"""What a run will do before it does it: the trials in run order, which are already stored, and how long the rest
+should take, estimated from stored results of the same configuration.
+
+Framework-free and fast (``bakeoff run --dry-run`` answers in well under a second): specs are identified by
+content (:func:`bakeoff.identity.identify` hashes files and reads package metadata; it imports no framework), the
+store is read without decoding samples, and no data set is loaded.
+
+Estimates (:class:`Durations`): the median ``wall_s`` (the trial's whole process) of the successful stored trials
+of the same configuration — every spec field but seed, repeat and the bakeoff and framework versions — else of the
+same (workload, preset, label); during a run, else of the trials of that configuration finished in this run, else
+of every trial finished in this run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bakeoff.spec import RunSpec, Status
+from bakeoff.store import Store
+
+
+def configuration(spec: Mapping[str, Any]) -> str:
+    """What a duration depends on: the spec (as a dict) without seed, repeat and versions; a data option whose
+    content is hashed counts by its hash, as in :meth:`RunSpec.key`."""
+    content = dict(spec.get("content") or {})
+    kept = {k: v for k, v in content.items() if k.startswith("data:") or k == "config"}
+    raw = {k: v for k, v in spec.items() if k not in ("seed", "repeat", "content")}
+    raw["data"] = {k: v for k, v in dict(spec.get("data") or {}).items() if f"data:{k}" not in content}
+    raw["content"] = kept
+    return json.dumps(raw, sort_keys=True, default=str)
+
+
+def _label(spec: Mapping[str, Any] | RunSpec) -> tuple[str, str, str]:
+    run_spec = spec if isinstance(spec, RunSpec) else RunSpec.from_dict(spec)
+    return run_spec.workload, run_spec.preset, run_spec.label()
+
+
+class Durations:
+    """Expected seconds per trial (see the module docstring), learning from the trials of the current run."""
+
+    def __init__(self, stored: Iterable[tuple[Mapping[str, Any], float]] = ()) -> None:
+        self._by_config: dict[str, list[float]] = {}
+        self._by_label: dict[tuple[str, str, str], list[float]] = {}
+        for spec, wall_s in stored:
+            self._by_config.setdefault(configuration(spec), []).append(wall_s)
+            self._by_label.setdefault(_label(spec), []).append(wall_s)
+        self._run: dict[str, list[float]] = {}
+
+    @classmethod
+    def from_store(cls, store: Store) -> Durations:
+        """From the store's successful trials that recorded their wall time."""
+        rows = store.trials(statuses=[Status.OK])
+        return cls((row.spec, row.wall_s) for row in rows if row.wall_s is not None)
+
+    def stored(self, spec: RunSpec) -> float | None:
+        """Median stored wall time of ``spec``'s configuration, else of its (workload, preset, label)."""
+        times = self._by_config.get(configuration(spec.to_dict())) or self._by_label.get(_label(spec))
+        return statistics.median(times) if times else None
+
+    def learn(self, spec: RunSpec, wall_s: float) -> None:
+        """Record a trial finished in this run."""
+        self._run.setdefault(configuration(spec.to_dict()), []).append(wall_s)
+
+    def estimate(self, spec: RunSpec) -> float | None:
+        """Expected wall seconds of ``spec``; ``None`` when nothing stored or run so far says."""
+        if (stored := self.stored(spec)) is not None:
+            return stored
+        if times := self._run.get(configuration(spec.to_dict())):
+            return statistics.median(times)
+        every = [t for times in self._run.values() for t in times]
+        return statistics.median(every) if every else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """One trial of a planned run, at its place in the run order (1-based)."""
+
+    position: int
+    spec: RunSpec  # identified: its key is the store's
+    stored: Status | None  # its recorded status, if any
+    runs: bool  # whether the run would (re-)run it
+    estimate_s: float | None  # expected wall seconds, when it runs and something stored says
+
+
+def plan(specs: Sequence[RunSpec], store_path: Path, fresh: bool = False, retry_failed: bool = False,
+         order_seed: int = 0) -> list[Planned]:
+    """The trials a ``bakeoff run`` of ``specs`` would go through, in its order, without running or writing anything
+    (a missing store means nothing is stored yet; it is not created)."""
+    from bakeoff import runner
+    from bakeoff.identity import identify
+
+    identified = runner.order(identify(specs), order_seed)
+    recorded: dict[str, Status] = {}
+    durations = Durations()
+    if store_path.exists():
+        with Store(store_path, readonly=True) as store:
+            recorded, durations = store.statuses(), Durations.from_store(store)
+    return [Planned(i, spec, recorded.get(spec.key()), runs := runner.to_run(spec, recorded, fresh, retry_failed),
+                    durations.stored(spec) if runs else None)
+            for i, spec in enumerate(identified, 1)]
+
+
+def duration(seconds: float) -> str:
+    """``"45 s"``, ``"3 min 20 s"``, ``"1 h 05 min"``."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def total(planned: Sequence[Planned]) -> tuple[float, int]:
+    """The estimated seconds of the trials that run, and how many of them have no estimate."""
+    running = [p for p in planned if p.runs]
+    return sum(p.estimate_s or 0.0 for p in running), sum(p.estimate_s is None for p in running)
