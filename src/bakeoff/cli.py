@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="bakeoff", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
         description="Train the same workloads in PyTorch and TensorFlow, measure them fairly, and decide.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each trial's outcome")
+    parser.add_argument("--version", action=_Version, nargs=0, help="bakeoff's version and package hash, and the "
+                                                                    "installed frameworks' versions")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser("run", help="run a suite of trials (default: the quick suite)",
@@ -83,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--order-seed", type=int, default=0,
                      help="seed of the trial order: within each repeat frameworks take turns and configurations "
                           "are shuffled with it (default: 0)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="list the trials in run order, which are already stored, and the time the rest should "
+                          "take (from stored results of the same configurations); run and write nothing")
+
 
     report = sub.add_parser("report", help="write the decision report (Markdown + self-contained HTML)")
     report.add_argument("--store", type=Path, default=DEFAULT_STORE)
@@ -93,9 +99,18 @@ def build_parser() -> argparse.ArgumentParser:
                         help="decision weight, repeatable: throughput, time_to_target, first_step, "
                              "memory (the training increment), quality, or a qualitative criterion")
     report.add_argument("--export", type=Path, help="also export the trials as .json or .csv")
+    report.add_argument("--format", choices=("html", "json"), default="html",
+                        help="html (default): Markdown + HTML report; json: OUT/decision.json (verdict, winner, "
+                             "scores, intervals per configuration), the same JSON on stdout, messages on stderr")
+    report.add_argument("--fail-if-slower-than", action="append", default=[], metavar="NAME=RATIO",
+                        help="CI gate, repeatable: exit 1 when NAME (a framework: its fastest configuration; or a "
+                             "label like torch/graph) is surely slower than RATIO x the fastest configuration of "
+                             "its workload and preset: the whole 95%% interval of its throughput ratio is below "
+                             "RATIO (noise alone never fails)")
 
     sub.add_parser("list", help="workloads, presets, frameworks (installed or not) and execution modes")
     sub.add_parser("env", help="this machine's fingerprint, as stored with every result")
+    _add_store_commands(sub)
     return parser
 
 
@@ -143,18 +158,20 @@ def _adhoc_suite(args: argparse.Namespace):  # -> Suite
 def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff import runner
     from bakeoff.console import RunProgress, console
-    from bakeoff.store import Store
+    from bakeoff.store import Store, artifacts_dir
     from bakeoff.suite import load_suite
 
     suite = load_suite(args.suite or "quick") if args.suite or not args.workload else _adhoc_suite(args)
     timeout = args.timeout or suite.timeout_s
     console.print(f"[bold]{suite.name}[/]: {len(suite.specs)} trials from {suite.source}; store {args.store}")
+    if args.dry_run:
+        return _dry_run(suite, args)
     sizes = runner.validate(suite.specs)  # bad input fails here, before a store or report is created
     specs, annotations = suite.specs, {}
     with runner.interruptible():  # SIGINT / SIGTERM: kill the running trial or probe, record nothing of it
         if suite.auto_batch is not None:
-            specs, annotations = _search_batch_sizes(suite, sizes, args.store.parent / "logs", timeout)
-        with Store(args.store) as store, RunProgress(len(specs)) as progress:
+            specs, annotations = _search_batch_sizes(suite, sizes, artifacts_dir(args.store) / "logs", timeout)
+        with Store(args.store) as store, RunProgress(len(specs), store) as progress:
             summary = runner.run(specs, store, suite.name, timeout_s=timeout, fresh=args.fresh,
                                  retry_failed=args.retry_failed, progress=progress, annotations=annotations,
                                  validated=True, order_seed=args.order_seed)
@@ -224,9 +241,18 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise SpecError(f"no trials for suite {suite_name!r} in {args.store}; suites recorded: {have}")
     if args.export:
         export(results, args.export)
-    _write_report(results, args.out or DEFAULT_REPORTS / (suite_name or "all"), weights, qualitative,
-                  f"bakeoff: {suite_name or 'all trials'}")
-    return 0
+    out = args.out or DEFAULT_REPORTS / (suite_name or "all")
+    if args.format == "json":
+        return _report_json(results, out, weights, qualitative, args, suite_name)
+    _write_report(results, out, weights, qualitative, f"bakeoff: {suite_name or 'all trials'}")
+    from bakeoff.analysis.stats import summarise_groups
+    from bakeoff.console import console
+
+    checks = _fail_if_slower(summarise_groups(results), args.fail_if_slower_than)
+    for check in checks:
+        console.print(check.line(), soft_wrap=True)
+    return 1 if any(c.failed for c in checks) else 0
+
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -258,7 +284,190 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "report": cmd_report, "list": cmd_list, "env": cmd_env}
+# --- everyday commands: --version, run --dry-run, report --format json, show, compare, prune ------------------------
+
+class _Version(argparse.Action):
+    """``--version``: bakeoff's version and package hash (what trial keys record), computed only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        import platform
+
+        from bakeoff import registry
+        from bakeoff.console import console
+        from bakeoff.identity import bakeoff_version, framework_version
+
+        found = [framework_version(fw) if framework_version(fw) != "not installed" else f"{fw} not installed"
+                 for fw in registry.FRAMEWORK_MODULES]
+        console.print(f"bakeoff {bakeoff_version()} (version+package hash); {'; '.join(found)}; "
+                      f"Python {platform.python_version()}", soft_wrap=True)
+        parser.exit()
+
+
+def _add_store_commands(sub: argparse._SubParsersAction) -> None:
+    def filters(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"results database (default: {DEFAULT_STORE})")
+        p.add_argument("--suite", help="only this suite's trials (a name recorded in the store)")
+        p.add_argument("--workload", help="only this workload's trials")
+        p.add_argument("--framework", help="only this framework's trials")
+        p.add_argument("--status", help="only trials of these statuses, comma-separated: ok, failed, timeout, "
+                                        "out_of_memory, unsupported")
+
+    show = sub.add_parser("show", help="stored suites (trial counts, dates) and trials, one line each; or one trial")
+    show.add_argument("key", nargs="?", help="a trial's key (or its first characters): show that trial in full")
+    filters(show)
+
+    compare = sub.add_parser("compare", help="the same configurations in two stores (two machines or versions): "
+                                             "throughput and time-to-target ratios B/A with 95%% intervals")
+    compare.add_argument("store_a", type=Path, metavar="STORE_A")
+    compare.add_argument("store_b", type=Path, metavar="STORE_B")
+    compare.add_argument("--suite", help="only this suite's trials")
+    compare.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or JSON on stdout")
+
+    prune = sub.add_parser("prune", help="delete stored trials by filter (a dry listing unless --yes)")
+    filters(prune)
+    prune.add_argument("--older-than", type=float, metavar="DAYS", help="only trials finished more than DAYS ago")
+    prune.add_argument("--stale", action="store_true",
+                       help="only trials whose content no longer matches this installation (another bakeoff "
+                            "version or package hash, or another framework version): no run here reuses them")
+    prune.add_argument("--yes", action="store_true",
+                       help="delete them, with their logs, checkpoints and TensorBoard runs (default: only list)")
+
+
+def _dry_run(suite, args: argparse.Namespace) -> int:  # suite: bakeoff.suite.Suite
+    from bakeoff.console import console
+    from bakeoff.preview import duration, plan, total
+
+    planned = plan(suite.specs, args.store, fresh=args.fresh, retry_failed=args.retry_failed,
+                   order_seed=args.order_seed)
+    if suite.auto_batch is not None:
+        console.print("batch size 'auto': the search runs first, so the keys below (batch size 1) are placeholders")
+    for p in planned:
+        spec = p.spec
+        state = (f"run  (stored: {p.stored.value})" if p.runs and p.stored else "run" if p.runs
+                 else f"skip (stored: {p.stored.value})" if p.stored else "skip")
+        estimate = f"  ~{duration(p.estimate_s)}" if p.estimate_s is not None else ""
+        console.print(f"{p.position:4d}  {state:<22} {spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}  "
+                      f"key {spec.key()}{estimate}", markup=False, soft_wrap=True)
+    seconds, unknown = total(planned)
+    runs = sum(p.runs for p in planned)
+    stored = sum(p.stored is not None for p in planned)
+    if not runs:
+        when = "nothing to run"
+    elif unknown == runs:
+        when = "no stored results of these configurations to estimate the time from"
+    else:
+        when = (f"about {duration(seconds)} from the stored results of the same configurations"
+                + (f", {unknown} more trials without an estimate" if unknown else ""))
+    console.print(f"dry run: {len(planned)} trials, {stored} already stored, {runs} to run; {when}. "
+                  "Nothing was run or written (data files were hashed, not loaded).", soft_wrap=True)
+    return 0
+
+
+def _fail_if_slower(summaries, items: list[str]) -> list:  # -> list[bakeoff.ci.Check]
+    from bakeoff.ci import parse_thresholds, slower_than
+
+    return slower_than(summaries, parse_thresholds(items)) if items else []
+
+
+def _report_json(results, out: Path, weights: dict, qualitative: dict, args: argparse.Namespace,
+                 suite_name: str | None) -> int:
+    import json
+
+    from bakeoff.analysis.decide import decide_each
+    from bakeoff.analysis.stats import summarise_groups
+    from bakeoff.ci import decisions_json
+    from bakeoff.console import console, errors
+    from bakeoff.identity import bakeoff_version
+
+    summaries = summarise_groups(results)
+    checks = _fail_if_slower(summaries, args.fail_if_slower_than)
+    data = decisions_json(decide_each(summaries, weights or None, qualitative or None), summaries,
+                          store=str(args.store), suite=suite_name, bakeoff=bakeoff_version())
+    data["checks"] = [{**vars(c), "failed": c.failed} for c in checks]
+    out.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(data, indent=1, allow_nan=False, ensure_ascii=False)
+    (out / "decision.json").write_text(text + "\n")
+    console.out(text, highlight=False)
+    for check in checks:
+        errors.print(check.line(), soft_wrap=True)
+    errors.print(f"decision: {out / 'decision.json'} (and on stdout)", soft_wrap=True)
+    return 1 if any(c.failed for c in checks) else 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    import json
+
+    from bakeoff.catalog import Filters, parse_statuses, select, suite_lines, trial_line
+    from bakeoff.console import console
+    from bakeoff.spec import SpecError
+    from bakeoff.store import Store
+
+    with Store(args.store, readonly=True) as store:
+        if args.key:
+            matches = [r for r in store.trials() if r.key.startswith(args.key)]
+            if len(matches) != 1:
+                raise SpecError(f"{len(matches)} stored trials have a key starting with {args.key!r}"
+                                + ("; give more of it" if matches else f" in {args.store}; `bakeoff show` lists them"))
+            [result] = store.results(keys=[matches[0].key])
+            detail = result.to_dict()
+            for name in ("step_times_s", "losses", "curve"):  # raw samples: counted here, kept in the store
+                detail[name] = f"{len(detail[name])} samples"
+            console.print(trial_line(matches[0]), markup=False, soft_wrap=True)
+            console.print_json(json.dumps(detail, default=str))
+            return 0
+        rows = select(store, Filters(args.suite, args.workload, args.framework, parse_statuses(args.status)))
+        everything = store.trials()
+    for line in suite_lines(everything if not rows else [r for r in everything if r.suite in {x.suite for x in rows}]):
+        console.print(line)
+    for row in rows:
+        console.print(trial_line(row), markup=False, soft_wrap=True)
+    console.print(f"{len(rows)} of {len(everything)} stored trials shown; store {args.store}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    import json
+
+    from bakeoff.compare import compare_stores, lines, to_dict
+    from bakeoff.console import console
+
+    comparison = compare_stores(args.store_a, args.store_b, args.suite)
+    if args.format == "json":
+        console.out(json.dumps(to_dict(comparison), indent=1, allow_nan=False), highlight=False)
+    else:
+        for line in lines(comparison):
+            console.print(line, markup=False, soft_wrap=True)
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from bakeoff.catalog import Filters, parse_statuses, remove, select, stale_reason, trial_line
+    from bakeoff.console import console
+    from bakeoff.spec import SpecError
+    from bakeoff.store import Store
+
+    filters = Filters(args.suite, args.workload, args.framework, parse_statuses(args.status), args.older_than,
+                      args.stale)
+    if not filters.any:
+        raise SpecError("prune needs a filter: --suite, --workload, --framework, --status, --older-than or --stale "
+                        "(to delete a whole store, delete its file)")
+    with Store(args.store, readonly=not args.yes) as store:
+        rows = select(store, filters)
+        for row in rows:
+            why = f"  [{stale_reason(row)}]" if args.stale else ""
+            console.print(trial_line(row) + why, markup=False, soft_wrap=True)
+        if not args.yes:
+            console.print(f"would delete {len(rows)} trial(s) from {args.store}; add --yes to delete them")
+            return 0
+        deleted = remove(store, rows)
+    console.print(f"deleted {deleted} trial(s) (and their logs, checkpoints, TensorBoard runs) from {args.store}")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "report": cmd_report, "list": cmd_list, "env": cmd_env, "show": cmd_show,
+            "compare": cmd_compare, "prune": cmd_prune}
+
 
 
 def main(argv: list[str] | None = None) -> int:
