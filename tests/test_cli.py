@@ -47,12 +47,77 @@ def test_help_is_fast_path_and_imports_no_framework():
     (["run", "--workload", "text_classifier", "--preset", "huge"], "unknown preset 'huge'.*tiny, small, paper"),
     (["run", "--suite", "nope"], "unknown suite 'nope'; shipped suites: modes, quick"),
     (["run", "--workload", "text_classifier", "--data", "train=missing.csv"], "missing.csv"),
+    # every flag checked before any trial, naming the flag, the value and what is accepted
+    (["run", "--workload", "mnist", "--batch-size", "sixteen"],
+     "--batch-size sixteen: batch_size must be a positive integer or 'auto', got 'sixteen'"),
+    (["run", "--workload", "mnist", "--max-steps", "0"], "--max-steps 0: max_steps must be a positive integer, got 0"),
+    (["run", "--workload", "mnist", "--max-steps", "four"], "argument --max-steps: invalid int value: 'four'"),
+    (["run", "--workload", "mnist", "--max-epochs", "nan"], "--max-epochs nan: max_epochs must be a number above 0"),
+    (["run", "--workload", "mnist", "--repeats", "0"], "--repeats 0: repeats must be a positive integer, got 0"),
+    (["run", "--workload", "mnist", "--threads", "-1"], "--threads -1: threads must be an integer >= 0, got -1"),
+    (["run", "--workload", "mnist", "--device", "tpu"], "--device tpu: unknown device 'tpu'; accepted: auto, cpu, "
+                                                        "cuda"),
+    (["run", "--workload", "mnist", "--precision", "fp8"], "--precision fp8: unknown precision 'fp8'; accepted: fp32, "
+                                                           "bf16, fp16"),
+    (["run", "--workload", "mnist", "--memory-cap", "2GiB"], "--memory-cap applies only with --batch-size auto"),
+    (["run", "--workload", "mnist", "--batch-size", "auto", "--memory-cap", "lots"],
+     "--memory-cap lots: cannot read memory size 'lots'"),
+    (["run", "--workload", "mnist", "--timeout", "0"], "--timeout 0: seconds per trial must be above 0"),
+    (["run", "--workload", "mnist", "--set", "dropout"], "--set must look like KEY=VALUE, got 'dropout'"),
+    (["run", "--workload", "mnist", "--set", "d_model=128"],
+     "unknown config key\\(s\\) 'd_model' for mnist; accepted: filters \\(list of integers\\), kernel_size "
+     "\\(integer\\), dropout \\(number\\), learning_rate \\(number\\)"),
+    (["run", "--workload", "mnist", "--set", "kernel_size=3.5"],
+     "config kernel_size='3.5' for mnist: kernel_size is an integer, like the preset's 3"),
+    (["run", "--workload", "text_classifier", "--set", "d_model=66"],
+     "config d_model=66 for text_classifier: must be divisible by num_heads 4"),
+    (["run", "--workload", "mnist", "--target", "1.5"],
+     "target 1.5 is outside the range of mnist's accuracy \\(0 to 1\\)"),
+    # with a suite: the flags that cannot override it
+    (["run", "--suite", "quick", "--workload", "mnist"], "--workload mnist: a suite names its workloads"),
+    (["run", "--suite", "quick", "--target", "0.9"], "--target 0.9: this suite runs several workloads"),
+    # ... and those that override it but fit some of its workloads only: refused by the others, before any trial
+    (["run", "--suite", "quick", "--data", "seed=1"], "unknown text data option\\(s\\) 'seed'"),
+    (["run", "--max-steps", "3", "--set", "d_model=32"], "unknown config key\\(s\\) 'd_model' for mnist"),  # quick
 ])
 def test_bad_input_exits_2_with_accepted_values_and_writes_nothing(tmp_path, args, message):
     r = bakeoff(*args, "--store", "r.sqlite", cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert re.search(message, r.stderr), r.stderr
     assert not (tmp_path / "r.sqlite").exists()  # nothing half-written
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--presets", "--workload", "mnist", "--set", "d_model=32"], "unknown config key\\(s\\) 'd_model' for mnist"),
+    (["--presets", "--set", "d_model=32"], "--set needs --workload"),
+    (["--presets", "--workload", "sentiment"], "unknown workload 'sentiment'"),
+    (["--workload", "mnist"], "--workload and --set go with --presets"),
+])
+def test_bad_list_options_exit_2(tmp_path, args, message):
+    r = bakeoff("list", *args, cwd=tmp_path)
+    assert r.returncode == 2 and re.search(message, r.stderr), r.stderr
+
+
+def words(text: str) -> str:
+    """Console output with its line wrapping undone."""
+    return " ".join(text.split())
+
+
+def test_list_presets_shows_every_presets_fields_parameters_and_target(tmp_path):
+    out = words(bakeoff("list", "--presets", cwd=tmp_path).stdout)
+    for workload in registry.WORKLOADS:
+        wl = registry.workload(workload)
+        assert f"workload {workload} ({wl.metric_name}," in out
+        for preset in wl.presets:
+            assert f"{preset}: {wl.num_params(wl.config(preset)):,} parameters; target {wl.target(preset):g}" in out
+    assert "tiny: 331,201 parameters; target 0.75 (measured for preset tiny on the shipped data)" in out
+    assert ("fields (--set KEY=VALUE): vocab_size=4000 seq_len=128 d_model=64 num_heads=4 d_ff=128 num_layers=2 "
+            "dropout=0.1 learning_rate=0.001 derived (from the data, or fixed): num_classes=2") in out
+    assert "tiny: 5,258 parameters" in out and "filters=8,16 kernel_size=3" in out  # MNIST, Keras' layout
+    wider = words(bakeoff("list", "--presets", "--workload", "text_classifier", "--set", "d_model=128",
+                          cwd=tmp_path).stdout)
+    assert "tiny: 727,681 parameters" in wider and "d_model=128 num_heads=4" in wider
+    assert "workload mnist" not in wider
 
 
 def test_malformed_suite_names_the_line(tmp_path):
@@ -64,6 +129,12 @@ def test_malformed_suite_names_the_line(tmp_path):
     (tmp_path / "broken.toml").write_text('name = "x"\n[defaults\n')
     r = bakeoff("run", "--suite", "broken.toml", cwd=tmp_path)
     assert r.returncode == 2 and "not valid TOML" in r.stderr and "line 2" in r.stderr
+    (tmp_path / "sixteen.toml").write_text('[defaults]\nworkload = "text_classifier"\nframework = "torch"\n'
+                                           'max_steps = 3\nbatch_size = "sixteen"\n')
+    r = bakeoff("run", "--suite", "sixteen.toml", "--store", "r.sqlite", cwd=tmp_path)
+    assert r.returncode == 2 and not (tmp_path / "r.sqlite").exists()
+    assert ("sixteen.toml, line 5: [defaults] batch_size must be a positive integer, got 'sixteen'" in r.stderr
+            and "Traceback" not in r.stderr), r.stderr
 
 
 def test_single_class_data_is_rejected_before_any_trial(tmp_path):
@@ -179,3 +250,57 @@ framework = ["tensorflow"]
     assert r.returncode == 0, r.stdout + r.stderr
     [(_, status, _, _)] = trials(tmp_path / "r.sqlite")
     assert status == "ok"
+
+
+MINE = """
+name = "mine"
+[defaults]
+workload = "text_classifier"
+max_epochs = 2
+batch_size = 16
+[matrix]
+framework = ["torch", "tensorflow"]
+execution = ["eager", "graph"]
+"""
+
+
+@pytest.fixture(scope="module")
+def overridden(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
+    """One real trial: a two-framework suite cut down from the command line to one small torch trial."""
+    if not registry.installed("torch"):
+        pytest.skip("needs torch")
+    folder = tmp_path_factory.mktemp("overridden")
+    (folder / "mine.toml").write_text(MINE)
+    r = bakeoff("run", "--suite", "mine.toml", "--store", "r.sqlite", "--no-report", "--framework", "torch",
+                "--execution", "eager", "--max-steps", "2", "--eval-every", "2", "--batch-size", "8",
+                "--set", "d_model=32", "--set", "num_heads=2", "--target", "0.6", cwd=folder)
+    rows = sqlite3.connect(folder / "r.sqlite").execute("SELECT suite, result FROM trials").fetchall()
+    assert r.returncode == 0 and len(rows) == 1, r.stdout + r.stderr  # torch eager only: 1 of the suite's 4
+    suite, raw = rows[0]
+    return r, {"suite": suite, **json.loads(raw)}
+
+
+def test_flags_with_a_suite_override_it_and_the_run_says_so(overridden):
+    r, result = overridden
+    said = " ".join(r.stdout.split())
+    assert ("overridden from the command line in every trial: --preset" not in said
+            and "overridden from the command line in every trial: --set d_model=32 num_heads=2, --target 0.6, "
+                "--framework torch, --execution eager, --batch-size 8, --max-steps 2, --eval-every 2 (stored as "
+                f"suite {result['suite']})") in said
+    assert result["suite"].startswith("mine+")
+    spec = result["spec"]
+    assert (spec["framework"], spec["execution"], spec["batch_size"], spec["max_steps"], spec["max_epochs"]) == \
+        ("torch", "eager", 8, 2, None)  # the suite's max_epochs went with its budget
+
+
+def test_set_changes_the_model_that_trains(overridden):
+    _, result = overridden
+    wl = registry.workload("text_classifier")
+    config = result["extras"]["config"]
+    assert (config["d_model"], config["num_heads"], config["num_layers"]) == (32, 2, 2)
+    assert result["num_params"] == wl.num_params(config) == 157_537  # what the framework counted, and numpy
+
+
+def test_target_flag_is_the_trials_target(overridden):
+    _, result = overridden
+    assert result["target"] == 0.6 and result["extras"]["target_rule"] == "set by the user"

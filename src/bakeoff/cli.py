@@ -43,34 +43,44 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a suite of trials (default: the quick suite)",
                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
-    run.add_argument("--suite", help="shipped suite name (quick, modes, speech, seeds) or path to a .toml file; "
-                                     "ignored fields come from --workload & co. when no suite is given")
-    grid = run.add_argument_group("ad-hoc trials (instead of --suite)")
-    grid.add_argument("--workload", help="workload name, see `bakeoff list`")
-    grid.add_argument("--preset", default="tiny", help="size preset (default: tiny)")
-    grid.add_argument("--framework", type=_csv, default=["torch", "tensorflow"],
-                      help="comma-separated frameworks (default: torch,tensorflow)")
-    grid.add_argument("--execution", type=_csv, default=["eager", "graph"],
-                      help="comma-separated modes: eager, graph, xla (default: eager,graph)")
-    grid.add_argument("--repeats", type=int, default=1, help="repeats per configuration, seeds seed..seed+N-1")
-    grid.add_argument("--batch-size", default="32",
-                      help="examples per micro-batch, or 'auto': the largest that fits under --memory-cap")
-    grid.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default: 1)")
-    grid.add_argument("--precision", type=_csv, default=["fp32"], help="comma-separated: fp32, bf16, fp16")
+    run.add_argument("--suite", help="shipped suite name (quick, modes, speech, seeds) or path to a .toml file")
+    grid = run.add_argument_group(
+        "trial options", "Without --suite these describe ad-hoc trials (defaults in brackets). With --suite each one "
+        "given overrides the suite in every trial, as if written into it: the field is set everywhere and dropped "
+        "from its matrix and variants (its excludes still apply); a budget flag replaces the whole budget; --data "
+        "and --set merge key by key; --repeats sets every variant's. The run prints what was overridden and "
+        "stores the trials as suite NAME+HASH. Refused with --suite: --workload (a suite names its workloads), "
+        "and --target when the suite runs several workloads.")
+    grid.add_argument("--workload", help="workload name, see `bakeoff list` (ad hoc only)")
+    grid.add_argument("--preset", help="size preset, see `bakeoff list --presets` [tiny]")
+    grid.add_argument("--set", dest="config", action="append", metavar="KEY=VALUE",
+                      help="override a field of the preset, repeatable: d_model=128, num_layers=4, num_heads=8, "
+                           "seq_len=256, dropout=0.2, learning_rate=3e-4, filters=16,32 (`bakeoff list --presets` "
+                           "names each workload's fields)")
+    grid.add_argument("--target", type=float, help="quality target on the test split [the workload's for the preset, "
+                                                   "measured on the shipped data; derived from user data]")
+    grid.add_argument("--framework", type=_csv, help="comma-separated frameworks [torch,tensorflow]")
+    grid.add_argument("--execution", type=_csv, help="comma-separated modes: eager, graph, xla [eager,graph]")
+    grid.add_argument("--precision", type=_csv, help="comma-separated: fp32, bf16, fp16 [fp32]")
+    grid.add_argument("--repeats", type=int, help="repeats per configuration, seeds seed..seed+N-1 [1]")
+    grid.add_argument("--batch-size", help="examples per micro-batch, or 'auto': the largest that fits under "
+                                           "--memory-cap [32]")
+    grid.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step [1]")
     grid.add_argument("--memory-cap", help="with --batch-size auto on CPU: resident-memory cap per trial, e.g. 6GiB "
-                                           "(default: half the machine's memory)")
+                                           "[half the machine's memory]")
     grid.add_argument("--batch-step", type=int, help="with --batch-size auto: grow by this step, not by doubling")
-    grid.add_argument("--checkpoint-every", type=int, default=0,
-                      help="checkpoint every N steps; an interrupted trial resumes from its last checkpoint")
-    grid.add_argument("--max-steps", type=int)
-    grid.add_argument("--max-epochs", type=float)
+    grid.add_argument("--checkpoint-every", type=int,
+                      help="checkpoint every N steps; an interrupted trial resumes from its last checkpoint [0: none]")
+    grid.add_argument("--max-steps", type=int, help="step budget per trial")
+    grid.add_argument("--max-epochs", type=float, help="epoch budget per trial [1 when no budget is given]")
     grid.add_argument("--max-seconds", type=float, help="training-clock budget per trial")
-    grid.add_argument("--eval-every", type=int, default=25, help="evaluate every N steps (off the clock)")
-    grid.add_argument("--stop-at-target", action="store_true", help="stop a trial once it reaches the target")
-    grid.add_argument("--seed", type=int, default=0)
-    grid.add_argument("--threads", type=int, default=0, help="CPU threads per trial (default: all cores)")
-    grid.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
-    grid.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
+    grid.add_argument("--eval-every", type=int, help="evaluate every N steps (off the clock) [25]")
+    grid.add_argument("--stop-at-target", action=argparse.BooleanOptionalAction,
+                      help="stop a trial once it reaches the target [no]")
+    grid.add_argument("--seed", type=int, help="seed of the first repeat [0]")
+    grid.add_argument("--threads", type=int, help="CPU threads per trial [0: all cores]")
+    grid.add_argument("--device", help="auto, cpu or cuda [auto]")
+    grid.add_argument("--data", action="append", metavar="KEY=VALUE",
                       help="data option, repeatable. text_classifier: train=FILE test=FILE text_column=... "
                            "label_column=... test_fraction=0.2 split_seed=0; speech_ctc: train=MANIFEST "
                            "test=MANIFEST (test alone: train on the embedded corpus; test=cards: 5 real shipped "
@@ -88,7 +98,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true",
                      help="list the trials in run order, which are already stored, and the time the rest should "
                           "take (from stored results of the same configurations); run and write nothing")
-
 
     report = sub.add_parser("report", help="write the decision report (Markdown + self-contained HTML)")
     report.add_argument("--store", type=Path, default=DEFAULT_STORE)
@@ -108,7 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "its workload and preset: the whole 95%% interval of its throughput ratio is below "
                              "RATIO (noise alone never fails)")
 
-    sub.add_parser("list", help="workloads, presets, frameworks (installed or not) and execution modes")
+    listing = sub.add_parser("list", help="workloads, presets, frameworks (installed or not) and execution modes")
+    listing.add_argument("--presets", action="store_true",
+                         help="every preset's resolved configuration, parameter count and target")
+    listing.add_argument("--workload", help="with --presets: only this workload's")
+    listing.add_argument("--set", dest="config", action="append", metavar="KEY=VALUE",
+                         help="with --presets and --workload: the presets with these fields overridden, as "
+                              "`bakeoff run --set` would train them")
     sub.add_parser("env", help="this machine's fingerprint, as stored with every result")
     _add_store_commands(sub)
     return parser
@@ -126,44 +141,47 @@ def _key_values(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def _adhoc_suite(args: argparse.Namespace):  # -> Suite
-    from bakeoff.spec import RunSpec, SpecError
-    from bakeoff.suite import Suite
+# Flags that describe trials (argparse dest = suite field or override key, see bakeoff.suite.check_overrides).
+TRIAL_FLAGS = ("workload", "preset", "config", "target", "framework", "execution", "precision", "repeats",
+               "batch_size", "grad_accum", "memory_cap", "batch_step", "checkpoint_every", "max_steps", "max_epochs",
+               "max_seconds", "eval_every", "stop_at_target", "seed", "threads", "device", "data")
 
-    if not args.workload:
-        raise SpecError("give --suite NAME|FILE, or --workload with the ad-hoc trial options")
-    budget = dict(max_steps=args.max_steps, max_epochs=args.max_epochs, max_seconds=args.max_seconds)
-    if all(v is None for v in budget.values()):
-        budget["max_epochs"] = 1.0
-    auto = args.batch_size == "auto"
-    if not auto and not args.batch_size.isdigit():
-        raise SpecError(f"--batch-size must be a positive integer or 'auto', got {args.batch_size!r}")
-    specs = [RunSpec(workload=args.workload, preset=args.preset, framework=fw, execution=ex, precision=precision,
-                     repeat=r, seed=args.seed + r, batch_size=1 if auto else int(args.batch_size),
-                     grad_accum=args.grad_accum, eval_every=args.eval_every, stop_at_target=args.stop_at_target,
-                     threads=args.threads, device=args.device, checkpoint_every=args.checkpoint_every,
-                     data=_key_values(args.data, "--data"), **budget)
-             for r in range(args.repeats) for fw in args.framework for ex in args.execution
-             for precision in args.precision]
-    auto_batch = None
-    if auto:
-        from bakeoff.batch_search import parse_size
 
-        auto_batch = {"memory_cap": parse_size(args.memory_cap) if args.memory_cap else None,
-                      "step": args.batch_step}
-    return Suite(name=f"adhoc-{args.workload}", description="trials from command-line flags", specs=specs,
-                 timeout_s=900, weights={}, qualitative={}, source="command line", auto_batch=auto_batch)
+def _trial_flags(args: argparse.Namespace) -> dict:
+    """The trial flags given on the command line (argparse leaves the others None), as suite values."""
+    given = {name: getattr(args, name) for name in TRIAL_FLAGS if getattr(args, name) is not None}
+    for name, flag in (("data", "--data"), ("config", "--set")):
+        if name in given:
+            given[name] = _key_values(given[name], flag)
+    size = given.get("batch_size")
+    if size is not None and size.strip().isdigit():
+        given["batch_size"] = int(size)
+    return given
+
+
+def _suite(args: argparse.Namespace):  # -> Suite
+    from bakeoff.spec import SpecError
+    from bakeoff.suite import adhoc_suite, load_suite
+
+    if args.timeout is not None and not args.timeout > 0:
+        raise SpecError(f"--timeout {args.timeout:g}: seconds per trial must be above 0")
+    given = _trial_flags(args)
+    if args.suite or "workload" not in given:  # `bakeoff run --max-steps 4` is the quick suite with 4 steps
+        return load_suite(args.suite or "quick", given)
+    return adhoc_suite(given)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff import runner
     from bakeoff.console import RunProgress, console
     from bakeoff.store import Store, artifacts_dir
-    from bakeoff.suite import load_suite
 
-    suite = load_suite(args.suite or "quick") if args.suite or not args.workload else _adhoc_suite(args)
+    suite = _suite(args)
     timeout = args.timeout or suite.timeout_s
     console.print(f"[bold]{suite.name}[/]: {len(suite.specs)} trials from {suite.source}; store {args.store}")
+    said = ", ".join(f"{flag} {value}" for flag, value in suite.overrides.items())
+    if said:
+        console.print(f"overridden from the command line in every trial: {said} (stored as suite {suite.name})")
     if args.dry_run:
         return _dry_run(suite, args)
     sizes = runner.validate(suite.specs)  # bad input fails here, before a store or report is created
@@ -178,8 +196,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             results = store.results(suite=suite.name, keys=[s.key() for s in summary.specs])
     console.print(f"ran {len(summary.ran)} trials, skipped {len(summary.skipped)} already in the store")
     if not args.no_report:
-        _write_report(results, args.out or DEFAULT_REPORTS / suite.name, suite.weights, suite.qualitative,
-                      f"bakeoff: {suite.name}")
+        title = f"bakeoff: {suite.name}" + (f" (overridden from the command line: {said})" if said else "")
+        _write_report(results, args.out or DEFAULT_REPORTS / suite.name, suite.weights, suite.qualitative, title)
     return 0 if all(r.status.value == "ok" for r in results) else 1
 
 
@@ -254,12 +272,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 1 if any(c.failed for c in checks) else 0
 
 
-
 def cmd_list(args: argparse.Namespace) -> int:
     from bakeoff import registry
     from bakeoff.console import console
     from bakeoff.suite import shipped_suites
 
+    if args.presets or args.workload or args.config:
+        return _list_presets(args)
     for name in registry.WORKLOADS:
         wl = registry.workload(name)
         frameworks = sorted(f for w, f in registry.MODELS if w == name)
@@ -272,6 +291,38 @@ def cmd_list(args: argparse.Namespace) -> int:
     console.print("precisions: fp32 (bf16, fp16 planned); parallelism: none (data-parallel, multi-worker planned)")
     console.print(f"shipped suites: {', '.join(shipped_suites())}")
     return 0
+
+
+def _list_presets(args: argparse.Namespace) -> int:
+    """``bakeoff list --presets``: each preset's fields (what ``--set`` overrides), the fields derived from them,
+    the parameter count (framework-free, from the initial weights) and the target."""
+    from bakeoff import registry
+    from bakeoff.console import console
+    from bakeoff.spec import RunSpec, SpecError
+
+    if not args.presets:
+        raise SpecError("--workload and --set go with --presets: bakeoff list --presets --workload NAME --set K=V")
+    if args.config and not args.workload:
+        raise SpecError("--set needs --workload: each workload has its own fields (bakeoff list --presets names them)")
+    overrides = _key_values(args.config or [], "--set")
+    for name in [args.workload] if args.workload else list(registry.WORKLOADS):
+        wl = registry.workload(name)
+        console.print(f"workload [bold]{name}[/] ({wl.metric_name}, {'higher' if wl.higher_is_better else 'lower'} "
+                      "is better)")
+        for preset in wl.presets:
+            spec = RunSpec(workload=name, framework="torch", preset=preset, max_steps=1, config=overrides)
+            fields, config = wl.preset_config(preset, spec), wl.config(preset, spec)
+            target, rule = wl.target_and_rule(preset, spec)
+            console.print(f"  {preset}: {wl.num_params(config):,} parameters; target {target:g} ({rule})")
+            console.print("    fields (--set KEY=VALUE): " + " ".join(f"{k}={_shown(v)}" for k, v in fields.items()))
+            derived = " ".join(f"{k}={_shown(v)}" for k, v in config.items() if k not in fields)
+            if derived:
+                console.print(f"    derived (from the data, or fixed): {derived}")
+    return 0
+
+
+def _shown(value: object) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
 
 
 def cmd_env(args: argparse.Namespace) -> int:
@@ -467,7 +518,6 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": cmd_run, "report": cmd_report, "list": cmd_list, "env": cmd_env, "show": cmd_show,
             "compare": cmd_compare, "prune": cmd_prune}
-
 
 
 def main(argv: list[str] | None = None) -> int:
