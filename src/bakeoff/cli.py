@@ -19,13 +19,26 @@ examples:
   bakeoff run --suite seeds                # a shipped suite by name, or --suite my_suite.toml
   bakeoff run --workload text_classifier --framework torch,tensorflow --execution graph --repeats 3 \\
               --max-epochs 2 --data train=reviews.csv --data text_column=body --data label_column=stars
+  bakeoff run --suite seeds --max-steps 50 --framework torch   # the suite, overridden in every trial
+  bakeoff run --workload text_classifier --set d_model=128 --set num_layers=4 --target 0.8   # your model, target
   bakeoff report                           # Markdown + HTML decision report from the results store
   bakeoff list                             # workloads, presets, frameworks (and which are installed), modes
+  bakeoff list --presets                   # every preset's fields (what --set overrides), parameters, target
   bakeoff env                              # what this machine is, as recorded with every result
 
 Results go to results/bakeoff.sqlite (SQLite; every raw sample kept). Runs resume by default: trials already
 in the store are skipped; use --retry-failed or --fresh to run them again.
 """
+
+
+OVERRIDE_RULES = """\
+With --workload (and no --suite) these describe ad-hoc trials; [defaults] in brackets.
+With a suite (--suite, or the quick suite when neither is given) each flag given overrides the suite in every
+trial, as if written into it: the field is set everywhere and dropped from the matrix and the variants (the
+excludes still apply); a list flag (--framework torch) becomes the matrix's list; a budget flag replaces the
+whole budget; --data and --set merge key by key; --repeats sets every variant's repeats. The run prints what was
+overridden and stores the trials as suite NAME+HASH, apart from the suite's own. Refused with a suite (exit 2):
+--workload (a suite names its workloads), and --target when the suite runs several workloads."""
 
 
 def _csv(value: str) -> list[str]:
@@ -44,13 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a suite of trials (default: the quick suite)",
                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     run.add_argument("--suite", help="shipped suite name (quick, modes, speech, seeds) or path to a .toml file")
-    grid = run.add_argument_group(
-        "trial options", "Without --suite these describe ad-hoc trials (defaults in brackets). With --suite each one "
-        "given overrides the suite in every trial, as if written into it: the field is set everywhere and dropped "
-        "from its matrix and variants (its excludes still apply); a budget flag replaces the whole budget; --data "
-        "and --set merge key by key; --repeats sets every variant's. The run prints what was overridden and "
-        "stores the trials as suite NAME+HASH. Refused with --suite: --workload (a suite names its workloads), "
-        "and --target when the suite runs several workloads.")
+    grid = run.add_argument_group("trial options", OVERRIDE_RULES)
     grid.add_argument("--workload", help="workload name, see `bakeoff list` (ad hoc only)")
     grid.add_argument("--preset", help="size preset, see `bakeoff list --presets` [tiny]")
     grid.add_argument("--set", dest="config", action="append", metavar="KEY=VALUE",
