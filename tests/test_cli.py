@@ -63,6 +63,7 @@ def test_help_is_fast_path_and_imports_no_framework():
     (["run", "--workload", "mnist", "--batch-size", "auto", "--memory-cap", "lots"],
      "--memory-cap lots: cannot read memory size 'lots'"),
     (["run", "--workload", "mnist", "--timeout", "0"], "--timeout 0: seconds per trial must be above 0"),
+    (["run", "--workload", "mnist", "--order-seed", "-1"], "--order-seed -1: the seed of the trial order must be"),
     (["run", "--workload", "mnist", "--set", "dropout"], "--set must look like KEY=VALUE, got 'dropout'"),
     (["run", "--workload", "mnist", "--set", "d_model=128"],
      "unknown config key\\(s\\) 'd_model' for mnist; accepted: filters \\(list of integers\\), kernel_size "

@@ -198,6 +198,12 @@ def test_flags_override_the_suite_in_every_trial_and_the_suite_says_so():
     assert parse_suite(MINE, "mine.toml", {"max_steps": 5}).name != suite.name
 
 
+def test_set_learning_rate_replaces_the_suites_learning_rate_field():
+    suite = parse_suite(MINE.replace("eval_every = 10", "eval_every = 10\nlearning_rate = 0.01"), "mine.toml",
+                        {"config": {"learning_rate": "0.002"}})
+    assert {(s.learning_rate, s.config_overrides["learning_rate"]) for s in suite.specs} == {(None, "0.002")}
+
+
 def test_a_list_flag_becomes_the_matrix_and_auto_batch_size_comes_with_its_search():
     suite = parse_suite(MINE, "mine.toml", {"execution": ["graph", "xla"], "batch_size": "auto",
                                             "memory_cap": "2GiB", "batch_step": 8})

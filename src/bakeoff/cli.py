@@ -172,6 +172,8 @@ def _suite(args: argparse.Namespace):  # -> Suite
 
     if args.timeout is not None and not args.timeout > 0:
         raise SpecError(f"--timeout {args.timeout:g}: seconds per trial must be above 0")
+    if args.order_seed < 0:
+        raise SpecError(f"--order-seed {args.order_seed}: the seed of the trial order must be an integer >= 0")
     given = _trial_flags(args)
     if args.suite or "workload" not in given:  # `bakeoff run --max-steps 4` is the quick suite with 4 steps
         return load_suite(args.suite or "quick", given)

@@ -298,6 +298,8 @@ def _apply_overrides(raw: dict[str, Any], overrides: Mapping[str, Any]) -> dict[
     replaced = {k for k in overrides if k in SPEC_FIELDS and k not in TABLES}
     if replaced & set(BUDGET):
         replaced |= set(BUDGET)
+    if "learning_rate" in overrides.get("config", {}):  # --set learning_rate=... replaces the suite's field too
+        replaced.add("learning_rate")
     defaults = raw.setdefault("defaults", {})
     matrix = raw.setdefault("matrix", {})
     variants = raw.get("variant", [{}])
