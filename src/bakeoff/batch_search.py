@@ -101,7 +101,7 @@ def resolve(specs: Sequence[RunSpec], train_sizes: dict[tuple, int], log_dir: Pa
         for spec in specs:
             config = dataclasses.replace(spec, seed=0, repeat=0, batch_size=1)
             if config not in found:
-                size = train_sizes[(spec.workload, spec.preset, spec.data)]
+                size = train_sizes[runner.data_key(spec)]
                 found[config] = search(spec, size, log_dir, memory_cap, step, timeout_s=timeout_s,
                                        progress=progress)
             resolved = dataclasses.replace(spec, batch_size=found[config].batch_size)

@@ -190,21 +190,30 @@ def process_group(command: Sequence[str], what: str, **popen: Any) -> Iterator[s
         kill_group(proc, grace_s=0)
 
 
+def data_key(spec: RunSpec) -> tuple:
+    """What a spec's data set depends on: the workload, preset, data options and config overrides (which may
+    change the data: the autoencoder's sizes, the text classifier's sequence length and vocabulary)."""
+    return spec.workload, spec.preset, spec.data, spec.config
+
+
 def validate(specs: Sequence[RunSpec]) -> dict[tuple, int]:
     """Check, before any trial starts, everything that can be checked without a framework.
 
-    Unknown workloads and presets raise :class:`SpecError`; unusable data raises ``DataError``. Each distinct
-    (workload, data) pair is loaded once, here in the parent, with numpy only. Returns the training-set size
-    of each (workload, preset, data).
+    Unknown workloads, presets and config overrides raise :class:`SpecError`; unusable data raises
+    ``DataError``. Each distinct :func:`data_key` is loaded once, here in the parent, with numpy only, and the
+    configuration is resolved against it (checks that depend on the data, like a kernel against the image size,
+    fail here). Returns the training-set size of each :func:`data_key`.
     """
     train_sizes: dict[tuple, int] = {}
     for spec in specs:
         workload = registry.workload(spec.workload)
         workload.config(spec.preset, spec)
-        data_key = (spec.workload, spec.preset, spec.data)
-        if data_key not in train_sizes:
-            train_sizes[data_key] = workload.load_data(spec).num_train
-        examples, available = spec.batch_size * spec.grad_accum, train_sizes[data_key]
+        key = data_key(spec)
+        if key not in train_sizes:
+            data = workload.load_data(spec)
+            workload.config(spec.preset, spec, data)
+            train_sizes[key] = data.num_train
+        examples, available = spec.batch_size * spec.grad_accum, train_sizes[key]
         if examples > available:
             raise SpecError(f"one step needs batch_size × grad_accum = {spec.batch_size} × {spec.grad_accum} = "
                             f"{examples} examples, more than the {available} in the training set of "
