@@ -206,7 +206,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.print(f"ran {len(summary.ran)} trials, skipped {len(summary.skipped)} already in the store")
     if not args.no_report:
         title = f"bakeoff: {suite.name}" + (f" (overridden from the command line: {said})" if said else "")
-        _write_report(results, args.out or DEFAULT_REPORTS / suite.name, suite.weights, suite.qualitative, title)
+        _write_report(results, args.out or DEFAULT_REPORTS / suite.name, suite.weights, suite.qualitative, title,
+                      {r.key: suite.name for r in results})
     return 0 if all(r.status.value == "ok" for r in results) else 1
 
 
@@ -230,13 +231,15 @@ def _search_batch_sizes(suite, sizes: dict, log_dir: Path, timeout: float):  # -
     return specs, {key: {"batch_search": record} for key, record in records.items()}
 
 
-def _write_report(results, out: Path, weights: dict, qualitative: dict, title: str) -> None:
+def _write_report(results, out: Path, weights: dict, qualitative: dict, title: str,
+                  suites: dict[str, str] | None = None) -> None:
     from bakeoff.analysis.decide import decide_each
     from bakeoff.analysis.stats import summarise_groups
     from bakeoff.console import console
     from bakeoff.report.render import render_report
 
-    paths = render_report(results, out, weights=weights or None, qualitative=qualitative or None, title=title)
+    paths = render_report(results, out, weights=weights or None, qualitative=qualitative or None, title=title,
+                          suites=suites)
     for decision in decide_each(summarise_groups(results), weights or None, qualitative or None).values():
         console.print(f"[bold]verdict[/]: {decision.verdict}")
     console.print(f"report: {paths['html']}  (Markdown: {paths['markdown']})")
@@ -263,6 +266,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise SpecError(f"no results store at {args.store}; run `bakeoff run` first (or pass --store)")
     with Store(args.store) as store:
         results = store.results(suite=suite_name)
+        suites = {row.key: row.suite for row in store.trials(suite=suite_name)}
         if not results:
             have = ", ".join(store.suites()) or "none"
             raise SpecError(f"no trials for suite {suite_name!r} in {args.store}; suites recorded: {have}")
@@ -271,7 +275,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = args.out or DEFAULT_REPORTS / (suite_name or "all")
     if args.format == "json":
         return _report_json(results, out, weights, qualitative, args, suite_name)
-    _write_report(results, out, weights, qualitative, f"bakeoff: {suite_name or 'all trials'}")
+    _write_report(results, out, weights, qualitative, f"bakeoff: {suite_name or 'all trials'}", suites)
     from bakeoff.analysis.stats import summarise_groups
     from bakeoff.console import console
 
