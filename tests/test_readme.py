@@ -44,7 +44,7 @@ def readme_commands() -> list[str]:
 def test_readme_lists_the_commands_we_run():
     commands = readme_commands()
     assert commands[0] == "bakeoff list" and commands[1] == "bakeoff run" and commands[-1] == "bakeoff env"
-    assert len(commands) == 6
+    assert len(commands) == 9
 
 
 @pytest.mark.skipif(shutil.which("bakeoff", path=str(BIN)) is None or not registry.installed("tensorflow")
@@ -61,6 +61,9 @@ def test_every_readme_command_runs(tmp_path):
         assert r.returncode == 0, f"{command}\n{r.stdout}\n{r.stderr}"
         outputs[command] = r.stdout
     assert "framework torch: installed" in outputs["bakeoff list"]
+    assert "nothing was run or written" in outputs["bakeoff run --dry-run --suite seeds"].lower()
+    assert outputs["bakeoff --version"].startswith("bakeoff 0.1.0+")
+    assert outputs["bakeoff show --suite quick"].count("text_classifier/tiny") == 6
     assert "verdict" in outputs["bakeoff run"]
     db = sqlite3.connect(tmp_path / "results" / "bakeoff.sqlite")
     quick = db.execute("SELECT workload, label, status, result FROM trials WHERE suite = 'quick' "

@@ -15,7 +15,8 @@ DEFAULT_REPORTS = Path("reports")
 
 EPILOG = """\
 examples:
-  bakeoff run                              # the quick suite: text classifier, torch vs tensorflow, eager vs graph
+  bakeoff run                              # the quick suite: PyTorch eager vs TensorFlow graph, 3 small workloads
+  bakeoff run --dry-run --suite seeds      # what would run, what is stored, how long; nothing runs
   bakeoff run --suite seeds                # a shipped suite by name, or --suite my_suite.toml
   bakeoff run --workload text_classifier --framework torch,tensorflow --execution graph --repeats 3 \\
               --max-epochs 2 --data train=reviews.csv --data text_column=body --data label_column=stars
@@ -25,6 +26,10 @@ examples:
   bakeoff list                             # workloads, presets, frameworks (and which are installed), modes
   bakeoff list --presets                   # every preset's fields (what --set overrides), parameters, target
   bakeoff env                              # what this machine is, as recorded with every result
+  bakeoff show --suite quick               # stored trials, one line each; bakeoff show KEY: one in full
+  bakeoff compare a.sqlite b.sqlite        # the same configurations on two machines or versions
+  bakeoff report --format json --fail-if-slower-than torch=0.9   # the decision as JSON; exit 1 for CI
+  bakeoff prune --status failed --yes      # delete stored trials by filter
 
 Results go to results/bakeoff.sqlite (SQLite; every raw sample kept). Runs resume by default: trials already
 in the store are skipped; use --retry-failed or --fresh to run them again.
