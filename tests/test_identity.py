@@ -85,3 +85,16 @@ def test_editing_the_data_file_trains_anew_and_another_path_to_it_does_not(tmp_p
     assert "ran 1 trials, skipped 0" in run("data/train.csv")  # edited labels: not the stored result
     rows = sqlite3.connect(tmp_path / "results" / "bakeoff.sqlite").execute("SELECT COUNT(*) FROM trials")
     assert rows.fetchone() == (2,)
+
+
+def test_a_speech_manifest_counts_by_the_audio_it_lists_too(tmp_path):
+    (tmp_path / "clips").mkdir()
+    (tmp_path / "clips" / "a.wav").write_bytes(b"RIFF-first-take")
+    (tmp_path / "train.csv").write_text("audio,text\nclips/a.wav,go left\n")
+    spec = RunSpec(workload="speech_ctc", framework="torch", max_steps=1,
+                   data={"train": str(tmp_path / "train.csv"), "test": str(tmp_path / "train.csv")})
+    (before,) = identify([spec])
+    (tmp_path / "clips" / "a.wav").write_bytes(b"RIFF-second-take")  # same manifest, re-recorded audio
+    (after,) = identify([spec])
+    assert dict(before.content)["data:train"] != dict(after.content)["data:train"]
+    assert before.key() != after.key()

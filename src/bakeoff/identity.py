@@ -52,6 +52,14 @@ def digest(path: str | Path) -> str:
     return _digest(path, stamp)
 
 
+def _combined(paths: Sequence[Path]) -> str:
+    """One hash over several files (a manifest and the audio it lists), each by name and content."""
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(f"{path.name}\0{digest(path)}\0".encode())
+    return h.hexdigest()[:DIGEST_CHARS]
+
+
 @functools.cache
 def bakeoff_version() -> str:
     """bakeoff's version and a hash of its installed package (code, shipped suites and data), so a changed
@@ -72,10 +80,13 @@ def framework_version(framework: str) -> str:
 
 
 def content(spec: RunSpec) -> dict[str, str]:
-    """``RunSpec.content`` for ``spec``: the hash of every data option that names an existing file or folder,
-    of the resolved configuration, and the bakeoff and framework versions."""
-    out = {f"data:{key}": digest(value) for key, value in spec.data if value and Path(value).exists()}
-    config = registry.workload(spec.workload).config(spec.preset, spec)
+    """``RunSpec.content`` for ``spec``: the hash of the files each data option stands for
+    (:meth:`bakeoff.spec.Workload.data_files`), of the resolved configuration, and the bakeoff and framework
+    versions."""
+    workload = registry.workload(spec.workload)
+    out = {f"data:{key}": digest(paths[0]) if len(paths) == 1 else _combined(paths)
+           for key, paths in workload.data_files(spec).items()}
+    config = workload.config(spec.preset, spec)
     out["config"] = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:DIGEST_CHARS]
     out["bakeoff"] = bakeoff_version()
     out[spec.framework.value] = framework_version(spec.framework.value)

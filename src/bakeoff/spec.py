@@ -17,6 +17,7 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -322,6 +323,12 @@ class Workload(ABC):
     def config(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> dict[str, Any]:
         """Model and training hyperparameters of a size preset, adjusted to the spec's overrides and the data;
         raises :class:`SpecError` when the fields do not fit together (``d_model`` not divisible by heads, ...)."""
+
+    def data_files(self, spec: RunSpec) -> dict[str, list[Path]]:
+        """The files each data option stands for, whose content identifies the trial (:mod:`bakeoff.identity`):
+        by default the file or folder an option names; a workload whose files name other files (a speech
+        manifest and its audio) lists those too."""
+        return {key: [Path(value)] for key, value in spec.data if value and Path(value).exists()}
 
     @abstractmethod
     def load_data(self, spec: RunSpec) -> Dataset:

@@ -246,6 +246,19 @@ def load_speech_dataset(options: Mapping[str, str]) -> SpeechData:
     return SpeechData(train, test, source, rate)
 
 
+def manifest_files(path: Path, audio_column: str = "audio", text_column: str = "text") -> list[Path]:
+    """The manifest and every audio file it names (what a trial trained or tested on), without reading audio;
+    a manifest that cannot be parsed yields itself only (:func:`read_manifest` reports what is wrong with it)."""
+    try:
+        text = path.read_text("utf-8-sig")
+        rows = (_csv_rows(str(path), text, audio_column, text_column) if path.suffix.lower() == ".csv"
+                else _jsonl_rows(str(path), text))
+    except (OSError, UnicodeDecodeError, DataError):
+        return [path]
+    audio = [path.parent / str(row.get(audio_column) or "").strip() for _, row in rows]
+    return [path, *(a for a in audio if a.is_file())]
+
+
 def read_manifest(path: Path, sample_rate: int, audio_column: str = "audio", text_column: str = "text",
                   speaker_column: str = "speaker") -> SpeechSplit:
     """Read one manifest and every audio file it names, validating each row; see :func:`load_speech_dataset`."""

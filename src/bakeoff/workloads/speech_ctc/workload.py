@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -100,6 +101,16 @@ class SpeechCTCWorkload(Workload):
                    max_positions=MAX_POSITIONS)
         cfg["mean_frames"] = float(data.train["feature_lengths"].mean()) if data is not None else 120.0
         return cfg
+
+    def data_files(self, spec: RunSpec) -> dict[str, list[Path]]:
+        from bakeoff.data.speech import manifest_files
+
+        files = super().data_files(spec)
+        audio, text = spec.data_options.get("audio_column", "audio"), spec.data_options.get("text_column", "text")
+        for key in ("train", "test"):
+            if key in files and files[key][0].is_file():
+                files[key] = manifest_files(files[key][0], audio, text)
+        return files
 
     def load_data(self, spec: RunSpec) -> Dataset:
         from bakeoff.data import DataError
