@@ -35,8 +35,11 @@ class TensorFlowEngine(Engine):
         if spec.parallelism is not Parallelism.NONE:
             raise Unsupported(f"parallelism {spec.parallelism} is not implemented yet for tensorflow")
         threads = spec.threads or os.cpu_count() or 1
+        # Intra-op and inter-op pools both get all cores (or spec.threads), as PyTorch's do: both frameworks'
+        # own defaults, so each runs as its users run it, and the two are sized alike. Set before the runtime
+        # starts (here, before the first op), they are what the runtime uses; environment() reads them back.
         tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
         gpus = tf.config.list_physical_devices("GPU")
         if spec.device is Device.CUDA and not gpus:
             raise Unsupported("device cuda requested but TensorFlow sees no GPU")
@@ -66,7 +69,6 @@ class TensorFlowEngine(Engine):
 
         def gradients(micro_batches: list[dict[str, tf.Tensor]]) -> tuple[list[tf.Tensor], tf.Tensor]:
             """Mean-loss gradients over all micro-batches: summed-loss gradients divided once by the total count."""
-            self._traces += 1  # Python side effect: once per trace in graph modes, every step in eager
             parts: list[list] = [[] for _ in self.variables]  # each variable's gradient from every micro-batch
             total, count = tf.constant(0.0), tf.constant(0.0)
             for batch in micro_batches:  # unrolled: k is fixed per trial
@@ -80,6 +82,7 @@ class TensorFlowEngine(Engine):
             return [_combine(p) / tf.cast(count, p[0].dtype) for p in parts], total / count
 
         def step(micro_batches: list[dict[str, tf.Tensor]]) -> tf.Tensor:
+            self._traces += 1  # Python side effect: once per trace in graph modes, every step in eager
             grads, loss = gradients(micro_batches)
             self.optimizer.apply_gradients(zip(grads, self.variables, strict=True))
             return loss
@@ -87,12 +90,12 @@ class TensorFlowEngine(Engine):
         def outputs(batch: dict[str, tf.Tensor]) -> tf.Tensor:
             return self.impl.outputs(batch)
 
-        self._gradients = gradients
         if spec.execution is Execution.EAGER:
-            self._step, self._outputs = step, outputs
-        else:
+            self._step, self._gradients, self._outputs = step, gradients, outputs
+        else:  # gradients() compiled too: the parity probes check what the compiled step computes
             jit = spec.execution is Execution.XLA
             self._step = tf.function(step, jit_compile=jit)
+            self._gradients = tf.function(gradients, jit_compile=jit)
             self._outputs = tf.function(outputs, jit_compile=jit)
 
     @staticmethod
@@ -107,6 +110,17 @@ class TensorFlowEngine(Engine):
         grads, _ = self._gradients([self._tensors(b) for b in micro_batches])
         scale = float(self.optimizer.dynamic_scale.numpy()) if self.policy == "mixed_float16" else 1.0
         return [g.numpy() / scale for g in grads]
+
+    def canonical_gradients(self, micro_batches: Sequence[Batch]) -> dict[str, np.ndarray]:
+        """:meth:`gradients` under canonical names and layouts, for comparison across frameworks: the model's own
+        weight mapping reads them (loaded into the variables in place of the weights, which are then restored)."""
+        grads, saved = self.gradients(micro_batches), [v.numpy() for v in self.variables]
+        for variable, value in zip(self.variables, grads, strict=True):
+            variable.assign(value)
+        out = self.impl.get_weights()
+        for variable, value in zip(self.variables, saved, strict=True):
+            variable.assign(value)
+        return out
 
     def predict(self, split: Mapping[str, np.ndarray], batch_size: int) -> np.ndarray:
         n = len(next(iter(split.values())))

@@ -1,4 +1,10 @@
-"""PyTorch engine: eager or ``torch.compile`` (graph), on CPU or CUDA."""
+"""PyTorch engine: eager or ``torch.compile`` (graph), on CPU or CUDA.
+
+Graph mode compiles the whole training step, the scope ``tf.function`` compiles in TensorFlow: the forward pass
+and loss (whose backward AOTAutograd compiles with it) and the update — the gradients' division by the example
+count and the Adam step (PyTorch's "compiling the optimizer" recipe). What stays eager between the two graphs is
+the autograd engine adding each micro-batch's gradients into ``.grad``.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,20 @@ from bakeoff.engines.base import Engine, Unsupported
 from bakeoff.measure.memory import MemoryProbe
 from bakeoff.registry import model_class
 from bakeoff.spec import Batch, Device, Execution, Parallelism, Precision
+
+
+def _pin_threads(threads: int) -> None:
+    """``threads`` intra-op and inter-op threads, as TensorFlow is given (both frameworks' defaults: all cores).
+
+    PyTorch sizes its inter-op pool once per process, before the pool starts; a second engine in one process (a
+    bench) keeps the first one's, and :meth:`TorchEngine.environment` reports what is in force.
+    """
+    torch.set_num_threads(threads)
+    if torch.get_num_interop_threads() != threads:
+        try:
+            torch.set_num_interop_threads(threads)
+        except RuntimeError:
+            pass
 
 
 class TorchEngine(Engine):
@@ -34,7 +54,7 @@ class TorchEngine(Engine):
         # Pin numerics: no TF32 (fp32 means fp32 in both frameworks), deterministic thread counts.
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-        torch.set_num_threads(spec.threads or os.cpu_count() or 1)
+        _pin_threads(spec.threads or os.cpu_count() or 1)
         torch.manual_seed(spec.seed)  # dropout masks
 
         self.impl = model_class(spec.workload, "torch")(self.config, str(self.device))
@@ -44,7 +64,8 @@ class TorchEngine(Engine):
         # Mixed precision, PyTorch's own way: autocast around the forward pass (weights stay fp32), and for fp16 a
         # GradScaler that scales the loss and skips steps whose gradients overflow.
         self._amp_dtype = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}.get(spec.precision)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=spec.precision is Precision.FP16)
+        self._loss_scaling = spec.precision is Precision.FP16  # a plain bool: Dynamo does not trace GradScaler
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self._loss_scaling)
 
         def forward(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
             with torch.autocast(self.device.type, dtype=self._amp_dtype or torch.float32,
@@ -52,7 +73,7 @@ class TorchEngine(Engine):
                 summed, count = self.impl.loss(batch, True)
             return summed.float(), count
 
-        self._forward = forward
+        self._forward, self._update = forward, self._apply_gradients
         if spec.execution is Execution.GRAPH:
             # One static graph per input shape, as tf.function traces one per shape: a new shape (variable-length
             # speech) compiles again and is counted as a graph build. Dynamic-shape graphs (dynamic=None) crash in
@@ -65,15 +86,17 @@ class TorchEngine(Engine):
             dynamo.config.accumulated_recompile_limit = max(
                 dynamo.config.accumulated_recompile_limit, 100_000)
             self._forward = torch.compile(forward, dynamic=False)
+            # The update compiles once: its inputs (parameters, gradients, Adam state) never change shape.
+            self._update = torch.compile(self._apply_gradients, dynamic=False)
 
     def _tensors(self, batch: Batch) -> dict[str, torch.Tensor]:
         return {k: torch.from_numpy(v).to(self.device, non_blocking=True) for k, v in batch.items()}
 
-    def _accumulate(self, micro_batches: Sequence[Batch]) -> torch.Tensor:
-        """Gradients of the mean loss over all micro-batches into ``.grad``; returns that mean loss.
+    def _accumulate(self, micro_batches: Sequence[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gradients of the *summed* loss over all micro-batches into ``.grad``; returns (summed loss, count).
 
-        Each micro-batch back-propagates its *summed* loss; the gradients are divided once by the total count,
-        so k micro-batches of b give exactly the gradient of one batch of k·b, padding included.
+        Dividing the gradients once by the total count (:meth:`_divide`) then makes k micro-batches of b give
+        exactly the gradient of one batch of k·b, padding included.
         """
         self.optimizer.zero_grad(set_to_none=True)
         total, count = torch.zeros((), device=self.device), torch.zeros((), device=self.device)
@@ -81,22 +104,50 @@ class TorchEngine(Engine):
             summed, n = self._forward(self._tensors(batch))
             self.scaler.scale(summed).backward()
             total, count = total + summed.detach(), count + n
+        return total, count
+
+    def _divide(self, count: torch.Tensor) -> None:
         for p in self.params:
             if p.grad is not None:
                 p.grad.div_(count)
-        return total / count
+
+    def _apply_gradients(self, count: torch.Tensor) -> None:
+        """Summed-loss gradients → mean-loss gradients → one optimizer step (compiled in graph mode).
+
+        Compiled, this is two graphs: the division, and Adam's update of every parameter (``Optimizer.step``
+        breaks the graph on purpose, to run it without autograd). fp16's GradScaler, which Dynamo does not trace,
+        runs eagerly around the compiled Adam step: it reads the overflow flag on the host to skip a step.
+        """
+        self._divide(count)
+        if self._loss_scaling:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
 
     def train_step(self, micro_batches: Sequence[Batch]) -> float:
-        loss = self._accumulate(micro_batches)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        return loss.item()  # host copy: synchronises CUDA
+        total, count = self._accumulate(micro_batches)
+        self._update(count)
+        return (total / count).item()  # host copy: synchronises CUDA
 
     def gradients(self, micro_batches: Sequence[Batch]) -> list[np.ndarray]:
-        self._accumulate(micro_batches)
+        _, count = self._accumulate(micro_batches)
+        self._divide(count)
         grads = [p.grad.detach().cpu().numpy().copy() for p in self.params]
         self.optimizer.zero_grad(set_to_none=True)
         return grads
+
+    def canonical_gradients(self, micro_batches: Sequence[Batch]) -> dict[str, np.ndarray]:
+        """:meth:`gradients` under canonical names and layouts, for comparison across frameworks: the model's own
+        weight mapping reads them (loaded into the parameters in place of the weights, which are then restored)."""
+        grads, saved = self.gradients(micro_batches), [p.detach().clone() for p in self.params]
+        with torch.no_grad():
+            for param, value in zip(self.params, grads, strict=True):
+                param.copy_(torch.from_numpy(value))
+            out = self.impl.get_weights()
+            for param, value in zip(self.params, saved, strict=True):
+                param.copy_(value)
+        return out
 
     def predict(self, split: Mapping[str, np.ndarray], batch_size: int) -> np.ndarray:
         n = len(next(iter(split.values())))
