@@ -1,22 +1,37 @@
 """Fairness, proven: the PyTorch and TensorFlow CTC acoustic models compute the same function and train alike.
 
-Each framework runs in its own process: this file run as a script is the probe (``python THIS_FILE FRAMEWORK
-OUT.npz``), through the real engine and model code, dropout off, fp32: ``bakeoff.parity.probe`` plus what
-speech needs, the padded-frame check and CTC on its own.
+Each probe is one framework in one mode, in its own process: this file run as a script is the probe (``python
+THIS_FILE FRAMEWORK EXECUTION PRECISION OUT.npz``), through the real engine and model code, dropout off:
+``bakeoff.parity.probe`` plus what speech needs, the padded-frame check and CTC on its own. The cross-framework
+checks and tolerances are tests/parity_checks.py's; the modes compared: eager in both frameworks and
+TensorFlow's tf.function (its production mode), fp32.
 """
 
 from __future__ import annotations
 
-import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from bakeoff import registry
+from parity_checks import (
+    EAGER,
+    Mode,
+    Probes,
+    check_accumulation,
+    check_gradients,
+    check_losses,
+    check_moved,
+    check_outputs,
+    check_weights,
+    pairs,
+)
 
 FRAMEWORKS = ("torch", "tensorflow")
 STEPS = 6
+MODES = (*EAGER, Mode("tensorflow", "graph"))
 pytestmark = pytest.mark.skipif(not all(registry.installed(f) for f in FRAMEWORKS),
                                 reason="parity needs both torch and tensorflow installed")
 
@@ -47,10 +62,12 @@ def _tight(engine, workload, test: dict[str, np.ndarray]) -> dict[str, np.ndarra
     return {"outputs_tight": engine.predict(next(workload.batches(test, 32, 0, 0, shuffle=False)), 32)}
 
 
-def probe(framework: str) -> dict[str, np.ndarray]:
+def probe(framework: str, execution: str = "eager", precision: str = "fp32") -> dict[str, np.ndarray]:
     from bakeoff.parity import probe as common_probe
 
-    out = common_probe("speech_ctc", framework, steps=STEPS, batch_size=16, examples=32, extra=_tight)
+    # 3 accumulating steps: tf.function retraces each one, for its 4 micro-batches' new shapes (~4 s a trace)
+    out = common_probe("speech_ctc", framework, steps=STEPS, batch_size=16, execution=execution,
+                       precision=precision, examples=32, accum_steps=3, extra=_tight)
     rng = np.random.default_rng(3)  # CTC alone, on fixed logits: (4 utterances, 30 frames, 29 classes)
     ctc_case = (rng.normal(0, 2, (4, 30, 29)).astype(np.float32), rng.integers(1, 29, (4, 12)).astype(np.int32),
                 np.array([12, 1, 7, 10], np.int32), np.array([30, 9, 30, 21], np.int32))
@@ -59,17 +76,19 @@ def probe(framework: str) -> dict[str, np.ndarray]:
     return out
 
 
+def _command(workload: str, mode: Mode, out: Path) -> list[str]:
+    return [sys.executable, __file__, mode.framework, mode.execution, mode.precision, str(out)]
+
+
 @pytest.fixture(scope="module")
-def probes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, np.ndarray]]:
-    tmp = tmp_path_factory.mktemp("parity_speech")
-    results = {}
-    for framework in FRAMEWORKS:
-        path = tmp / f"{framework}.npz"
-        run = subprocess.run([sys.executable, __file__, framework, str(path)], capture_output=True, text=True,
-                             timeout=900)
-        assert run.returncode == 0, run.stderr[-3000:]
-        results[framework] = dict(np.load(path))
-    return results
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Probes:
+    return Probes(tmp_path_factory.mktemp("parity_speech"), _command)
+
+
+@pytest.fixture(scope="module")
+def probes(runs: Probes) -> dict[str, dict[str, np.ndarray]]:
+    """The eager fp32 probe of each framework."""
+    return {mode.framework: runs.get("speech_ctc", mode) for mode in EAGER}
 
 
 def test_parameter_counts_equal_and_exact(probes):
@@ -104,17 +123,25 @@ def test_padding_never_changes_real_frames(probes):
         assert np.all(full[:, tight.shape[1]:] == 0.0)
 
 
-def test_gradient_accumulation_exact_across_padding(probes):
-    for fw in FRAMEWORKS:
-        assert float(probes[fw]["grad_accum_max_rel_err"]) <= 1e-5
+@pytest.mark.parametrize("mode", MODES, ids=str)
+def test_gradient_accumulation_exact_across_padding(runs, mode):
+    check_accumulation(runs.get("speech_ctc", mode))
 
 
-def test_training_losses_equal_every_step(probes):
-    a, b = probes["torch"]["losses"], probes["tensorflow"]["losses"]
-    assert a.shape == b.shape == (STEPS,)
-    rel = np.abs(a - b) / np.abs(a)
-    assert rel.max() <= 1e-4, f"per-step relative differences {rel}"
-    assert np.abs(np.diff(a)).max() > 1e-2  # the weights really moved between steps
+@pytest.mark.parametrize(("torch_mode", "tf_mode"), pairs(MODES), ids=str)
+def test_training_equal_every_step_and_tensor(runs, torch_mode, tf_mode):
+    a, b = runs.get("speech_ctc", torch_mode), runs.get("speech_ctc", tf_mode)
+    assert a["losses"].shape == (STEPS,)
+    check_outputs(a, b, "fp32", "outputs")  # log-probabilities; tf.function's predict is compiled
+    check_losses(a["losses"], b["losses"], "fp32")
+    check_losses(a["losses_accum"], b["losses_accum"], "fp32")  # grad_accum = 4, micro-batches padded apart
+    check_gradients(a, b)
+    check_weights(a, b)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+def test_training_moved_every_tensor(runs, mode):
+    check_moved(runs.get("speech_ctc", mode), registry.workload("speech_ctc").config("tiny")["learning_rate"])
 
 
 @pytest.mark.parametrize("tf_labels", ["ctc", "ctc_sparse"])
@@ -126,4 +153,4 @@ def test_ctc_losses_agree_on_the_same_logits(probes, tf_labels):
 
 
 if __name__ == "__main__":
-    np.savez(sys.argv[2], **probe(sys.argv[1]))
+    np.savez(sys.argv[4], **probe(*sys.argv[1:4]))

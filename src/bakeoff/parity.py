@@ -1,29 +1,37 @@
 """Parity probe: what one framework computes from given weights and batches, for cross-framework comparison.
 
-``python -m bakeoff.parity WORKLOAD FRAMEWORK OUT.npz [--preset tiny] [--steps 5] [--execution eager]``
+``python -m bakeoff.parity WORKLOAD FRAMEWORK OUT.npz [--preset tiny] [--steps 5] [--execution eager]
+[--precision fp32] [--accum-steps 0]``
 
-Runs in its own process (frameworks never share one), through the real engine and model code, with dropout
-off and fp32, and saves:
+Runs in its own process (frameworks never share one), through the real engine and model code in the given
+execution mode and precision — the modes trials are timed in — with dropout off, and saves:
   ``num_params``; ``outputs`` — outputs on test examples from the workload's initial weights;
   ``outputs_perturbed`` — outputs after loading perturbed weights (non-zero biases, non-unit LayerNorm), which
   exercises every canonical-name mapping; ``roundtrip_max_err`` — get_weights(set_weights(w)) against w;
-  ``grad_accum_max_rel_err`` — accumulated gradients of 4 micro-batches against the gradient of the batch they
-  make up; ``losses`` — the loss of every training step from the initial weights on the same batches.
-The parity tests run this once per framework and compare.
+  ``grad/NAME`` — each canonical tensor's mean-loss gradient on one batch of ``batch_size``, and
+  ``grad_accum/NAME`` — the same accumulated over the 4 micro-batches that batch is made of;
+  ``init/NAME`` — the initial canonical weights; ``losses`` — the loss of every training step from them on the
+  same batches, and ``weights/NAME`` — the canonical weights after those steps; ``graph_builds`` — the engine's
+  count of graphs built before those steps and after each; with ``accum_steps``,
+  ``losses_accum`` — the losses of that many steps of a fresh engine with ``grad_accum = 4`` (each step 4
+  micro-batches of ``batch_size / 4``).
+The parity tests run this once per framework and mode, and compare.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bakeoff import registry
-from bakeoff.spec import Execution, RunSpec, Weights, Workload
+from bakeoff.spec import Execution, Precision, RunSpec, Weights, Workload
+
+ACCUM = 4  # micro-batches per step in the accumulation checks
 
 
 def perturbed(weights: Weights, seed: int = 1, scale: float = 0.05) -> Weights:
@@ -31,8 +39,38 @@ def perturbed(weights: Weights, seed: int = 1, scale: float = 0.05) -> Weights:
     return {k: (v + rng.normal(0, scale, v.shape)).astype(np.float32) for k, v in sorted(weights.items())}
 
 
+def flatten(prefix: str, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``{prefix/name: tensor}``: canonical tensors as entries of one ``.npz``."""
+    return {f"{prefix}/{name}": np.asarray(value) for name, value in weights.items()}
+
+
+def unflatten(arrays: Mapping[str, np.ndarray], prefix: str) -> Weights:
+    """The canonical tensors :func:`flatten` stored under ``prefix``."""
+    start = f"{prefix}/"
+    return {k[len(start):]: v for k, v in arrays.items() if k.startswith(start)}
+
+
+def per_tensor_errors(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], floor: float) -> dict[str, float]:
+    """Each tensor's max |a − b| relative to its own largest entry in ``b``, or to ``floor`` when that is smaller.
+
+    The floor is absolute (in the tensors' units): a tensor whose entries are all below it — a gradient that is
+    zero in theory, such as an attention key bias's, and holds only rounding noise — is held to an absolute
+    tolerance instead of a relative error of noise against noise.
+    """
+    if sorted(a) != sorted(b):
+        raise ValueError(f"different tensors: {sorted(set(a) ^ set(b))}")
+    return {k: float(np.abs(a[k] - b[k]).max() / max(float(np.abs(b[k]).max()), floor)) for k in sorted(a)}
+
+
+def _engine(workload: Workload, spec: RunSpec, config: dict[str, Any], weights: Weights) -> Any:
+    engine = registry.engine_class(spec.framework)(spec, workload, config)
+    engine.setup(weights)
+    return engine
+
+
 def probe(workload_name: str, framework: str, preset: str = "tiny", steps: int = 5, batch_size: int = 16,
-          execution: str = "eager", seed: int = 0, examples: int = 64,
+          execution: str = "eager", precision: str = "fp32", seed: int = 0, examples: int = 64,
+          accum_steps: int = 0,
           extra: Callable[[Any, Workload, dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
           ) -> dict[str, np.ndarray]:
     """Run the probe in this process and return the arrays described in the module docstring.
@@ -40,14 +78,13 @@ def probe(workload_name: str, framework: str, preset: str = "tiny", steps: int =
     ``extra(engine, workload, test)``, called with the initial weights loaded, adds a workload's own checks.
     """
     spec = RunSpec(workload=workload_name, framework=framework, preset=preset, execution=Execution(execution),
-                   max_steps=steps, batch_size=batch_size, seed=seed, device="cpu")
+                   precision=Precision(precision), max_steps=steps, batch_size=batch_size, seed=seed, device="cpu")
     workload = registry.workload(workload_name)
     data = workload.load_data(spec)
     config = workload.config(preset, spec, data)
     config["dropout"] = 0.0  # dropout masks are framework RNG streams; parity is checked without them
     weights = workload.init_weights(config, seed)
-    engine = registry.engine_class(framework)(spec, workload, config)
-    engine.setup(weights)
+    engine = _engine(workload, spec, config, weights)
     test = {k: v[:examples] for k, v in data.test.items()}
     out: dict[str, np.ndarray] = {"num_params": np.array(engine.num_params())}
     out["outputs"] = engine.predict(test, examples)
@@ -60,17 +97,24 @@ def probe(workload_name: str, framework: str, preset: str = "tiny", steps: int =
     out["roundtrip_same_keys"] = np.array(sorted(back) == sorted(other))
     out["outputs_perturbed"] = engine.predict(test, examples)
     engine.impl.set_weights(weights)
-    # Gradient accumulation is exact: 4 micro-batches of b give the gradient of the one batch of 4·b they make up.
-    micro = list(workload.batches(data.train, batch_size // 4, seed, epoch=0))[:4]
-    whole = workload.merge(micro)
-    accumulated, single = engine.gradients(micro), engine.gradients([whole])
-    # Relative to the largest gradient entry: some gradients are exactly zero in theory (attention key biases)
-    # and hold only rounding noise, which a per-tensor relative error would blow up.
-    scale = max(float(np.abs(b).max()) for b in single)
-    out["grad_accum_max_rel_err"] = np.array(max(float(np.abs(a - b).max())
-                                                 for a, b in zip(accumulated, single, strict=True)) / scale)
+    # Gradient accumulation is exact: 4 micro-batches of b/4 give the gradient of the one batch of b they make up.
+    micro = list(workload.batches(data.train, batch_size // ACCUM, seed, epoch=0))[:ACCUM]
+    out.update(flatten("grad_accum", engine.canonical_gradients(micro)))
+    out.update(flatten("grad", engine.canonical_gradients([workload.merge(micro)])))
+    out.update(flatten("init", weights))
     batches = workload.batches(data.train, batch_size, seed, epoch=0)
-    out["losses"] = np.array([engine.train_step([next(batches)]) for _ in range(steps)])
+    losses, builds = [], [engine.graph_builds()]
+    for _ in range(steps):
+        losses.append(engine.train_step([next(batches)]))
+        builds.append(engine.graph_builds())
+    out["losses"], out["graph_builds"] = np.array(losses), np.array(builds)
+    out.update(flatten("weights", engine.impl.get_weights()))
+    if accum_steps:
+        accum_spec = RunSpec(**{**spec.to_dict(), "batch_size": batch_size // ACCUM, "grad_accum": ACCUM})
+        engine = _engine(workload, accum_spec, config, weights)
+        small = workload.batches(data.train, batch_size // ACCUM, seed, epoch=0)
+        out["losses_accum"] = np.array([engine.train_step([next(small) for _ in range(ACCUM)])
+                                        for _ in range(accum_steps)])
     return out
 
 
@@ -82,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--execution", default="eager")
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--accum-steps", type=int, default=0)
     args = parser.parse_args(argv)
-    result = probe(args.workload, args.framework, args.preset, args.steps, execution=args.execution)
+    result = probe(args.workload, args.framework, args.preset, args.steps, execution=args.execution,
+                   precision=args.precision, accum_steps=args.accum_steps)
     np.savez(args.out, **result)
     return 0
 
