@@ -8,14 +8,17 @@ and each probe with itself (gradient accumulation) and with the initial weights 
 Tolerances, fp32 (measured worst over the four workloads and every mode, eager and compiled, in brackets):
   outputs: max |a − b| ≤ 1e-5 [3e-6]; training losses, plain and accumulated: relative 1e-4 per step [5e-6];
   gradients per tensor: max |a − b| ≤ 1e-4 · max(max |b|, 1e-6) [1.5e-5], the floor 1e-6 being below the
-  smallest real gradient tensor here (attention query/key kernels, ~4e-6);
+  smallest real gradient tensor here (attention query/key kernels, ~4e-6) — across frameworks, and between 4
+  accumulated micro-batches and the batch they make up [1.3e-5]; an accumulating run's losses against the plain
+  run's on the same examples, in one framework: relative 1e-5 [6e-7];
   weights after training, per tensor: ‖Δa − Δb‖ ≤ 5e-3 · ‖Δb‖ for the movement Δ = after − initial [1.1e-3, the
   token embedding, whose rare tokens' tiny gradients sit in Adam's ε regime; every other tensor ≤ 4e-4].
 bf16, u = 2⁻⁸ its unit roundoff (8 significant bits): the frameworks round activations to bf16 in different
 places (autocast: matmul and convolution outputs; Keras' mixed_bfloat16: every layer's output), so one forward
-pass differs by a few u: outputs within 4u of the largest output [0.6u]; the first training loss (same weights,
-forward only) within 1u [0.14u]; every later step within 8u, as each Adam step can add about u of drift (early
-Adam steps are sign-like: a gradient entry whose sign rounding flips moves its weight the other way) [3.9u].
+pass differs by a few u: outputs within 8u of the largest output (a bf16 output alone is rounded to a spacing of
+up to 2u of the largest) [2.6u]; the first training loss (same weights, forward only) within 1u [0.14u]; every
+later step within 8u, as each Adam step can add about u of drift (early Adam steps are sign-like: a gradient
+entry whose sign rounding flips moves its weight the other way) [3.9u].
 bf16 gradients and weights are not compared per tensor: Keras' mixed_bfloat16 reduces bias gradients in bf16
 (measured: 27% apart between 4 micro-batches and the batch they make up), which losses absorb and tensors don't.
 """
@@ -81,7 +84,7 @@ def _real(weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 def check_outputs(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], precision: str, which: str) -> None:
     x, y = a[which], b[which]
     assert x.shape == y.shape
-    tol = 4 * BF16_U * float(np.abs(y).max()) if precision == "bf16" else 1e-5
+    tol = 8 * BF16_U * float(np.abs(y).max()) if precision == "bf16" else 1e-5
     assert np.abs(x - y).max() <= tol, f"{which}: max difference {np.abs(x - y).max():.3g} > {tol:.3g}"
     assert np.ptp(y) > 1e-3  # the outputs really vary across examples: the check is not vacuous
 
