@@ -1,0 +1,70 @@
+"""The parity checks catch what they are for, on hand-made arrays (no framework needed): a gradient wrong in one
+small tensor, a tensor that did not train, weights that moved differently, a bf16 loss outside its tolerance."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bakeoff.parity import flatten, per_tensor_errors, unflatten
+from parity_checks import BF16_U, check_gradients, check_losses, check_moved, check_weights
+
+
+def _grads(**tensors: np.ndarray) -> dict[str, np.ndarray]:
+    return flatten("grad", tensors)
+
+
+def test_per_tensor_errors_are_relative_with_an_absolute_floor():
+    big, small = np.full(3, 10.0), np.full(3, 1e-9)
+    errors = per_tensor_errors({"big": big + 1e-3, "small": small * 3}, {"big": big, "small": small}, floor=1e-6)
+    assert errors["big"] == pytest.approx(1e-4)
+    assert errors["small"] == pytest.approx(2e-9 / 1e-6)  # held to the floor, not to its own noise
+    with pytest.raises(ValueError, match="different tensors"):
+        per_tensor_errors({"a": big}, {"b": big}, floor=1e-6)
+
+
+def test_a_small_tensor_wrong_fails_though_the_largest_entries_agree():
+    rng = np.random.default_rng(0)
+    reference = {"embed": rng.normal(0, 1.0, 100), "q.kernel": rng.normal(0, 1e-5, 10)}
+    same = {k: v * (1 + 1e-6) for k, v in reference.items()}
+    check_gradients(_grads(**same), _grads(**reference))
+    wrong = {**same, "q.kernel": same["q.kernel"] * 1.01}  # 1% off, ~1e-7 absolute: nothing next to the largest entry
+    with pytest.raises(AssertionError, match="q.kernel"):
+        check_gradients(_grads(**wrong), _grads(**reference))
+
+
+def test_a_key_bias_gradient_must_be_noise():
+    ok = _grads(w=np.ones(4), **{"attn.k.bias": np.full(4, 1e-9)})
+    check_gradients(ok, ok)
+    bad = _grads(w=np.ones(4), **{"attn.k.bias": np.full(4, 1e-3)})
+    with pytest.raises(AssertionError, match="not rounding noise"):
+        check_gradients(bad, bad)
+
+
+def _trained(init: dict[str, np.ndarray], moves: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {**flatten("init", init), **flatten("weights", {k: init[k] + moves[k] for k in init})}
+
+
+def test_weights_compared_by_how_far_they_moved():
+    init = {"w": np.ones(50), "b": np.zeros(5)}
+    step = {"w": np.full(50, 1e-3), "b": np.full(5, 1e-3)}
+    a = _trained(init, step)
+    check_moved(a, learning_rate=1e-3)
+    check_weights(a, _trained(init, {k: v * (1 + 1e-4) for k, v in step.items()}))
+    # 1% of the movement apart is 1e-5 of the weight: weights compared to themselves would call this equal
+    with pytest.raises(AssertionError, match="moved differently"):
+        check_weights(a, _trained(init, {**step, "w": step["w"] * 1.01}))
+    with pytest.raises(AssertionError, match="did not move"):
+        check_moved(_trained(init, {**step, "b": np.zeros(5)}), learning_rate=1e-3)
+    assert sorted(unflatten(a, "weights")) == ["b", "w"]
+
+
+def test_bf16_losses_held_to_u_at_first_and_8u_after():
+    fp32 = np.array([0.7, 0.6, 0.5])
+    check_losses(fp32 * (1 + np.array([0.5, 4, 7]) * BF16_U), fp32, "bf16")
+    with pytest.raises(AssertionError, match="first-step"):
+        check_losses(fp32 * (1 + np.array([2, 0, 0]) * BF16_U), fp32, "bf16")
+    with pytest.raises(AssertionError, match="units of u"):
+        check_losses(fp32 * (1 + np.array([0, 9, 0]) * BF16_U), fp32, "bf16")
+    with pytest.raises(AssertionError, match="relative differences"):
+        check_losses(fp32 * (1 + np.array([0, 2e-4, 0])), fp32, "fp32")
