@@ -50,6 +50,10 @@ class Engine(ABC):
     def gradients(self, micro_batches: Sequence[Batch]) -> list[np.ndarray]:
         """The accumulated mean-loss gradients, in ``trainable()`` order, without updating anything."""
 
+    def canonical_gradients(self, micro_batches: Sequence[Batch]) -> dict[str, np.ndarray]:
+        """:meth:`gradients` under canonical weight names and layouts, to compare across frameworks (parity)."""
+        raise NotImplementedError(f"{type(self).__name__} does not map its gradients to canonical names")
+
     @abstractmethod
     def predict(self, split: Mapping[str, np.ndarray], batch_size: int) -> np.ndarray:
         """Model outputs over a whole split, inference mode, as numpy."""

@@ -61,6 +61,13 @@ class TorchEngine(Engine):
         self.impl.build(dict(weights))
         self.params = self.impl.trainable()
         self.optimizer = torch.optim.Adam(self.params, lr=self.config["learning_rate"], betas=(0.9, 0.999), eps=1e-8)
+        # Adam's moments exist from the start, as Keras creates its slots in optimizer.build: in both frameworks
+        # the memory baseline holds the optimizer state and the training increment is what the steps add. The
+        # state is exactly what Adam's first step would create (zero moments, step 0 on the host).
+        for p in self.params:
+            self.optimizer.state[p] = {"step": torch.tensor(0.0, dtype=torch.get_default_dtype()),
+                                       "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                                       "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
         # Mixed precision, PyTorch's own way: autocast around the forward pass (weights stay fp32), and for fp16 a
         # GradScaler that scales the loss and skips steps whose gradients overflow.
         self._amp_dtype = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}.get(spec.precision)
