@@ -307,3 +307,21 @@ def test_a_run_keeps_logs_and_tensorboard_in_the_stores_folder_and_prints_it(tmp
     assert (tmp_path / "res" / "one" / "logs" / f"{key}.log").exists()
     assert "TensorBoard: res/one/tensorboard  (tensorboard --logdir res/one/tensorboard)" in r.stdout
     assert re.search(r"torch/eager seed 0: ok .*\[1 run of 1\]", r.stdout)
+
+
+def test_report_by_suite_name_uses_the_weights_and_scores_recorded_when_it_ran(tmp_path):
+    from bakeoff import cli
+    from bakeoff.store import Store
+    from fake_results import default_results
+
+    with Store(tmp_path / "r.sqlite") as store:
+        for result in default_results():
+            store.put(result, "mine")
+        store.put_suite("mine", "my.toml", {"team_familiarity": 0.5},
+                        {"team_familiarity": {"torch": 1, "tensorflow": 5}})
+        assert store.suite_settings("mine")["weights"] == {"team_familiarity": 0.5}
+        assert store.suite_settings("other") is None
+    assert cli.main(["report", "--store", str(tmp_path / "r.sqlite"), "--suite", "mine",
+                     "--out", str(tmp_path / "rep")]) == 0
+    weights = (tmp_path / "rep" / "report.md").read_text().split("### Weights", 1)[1]
+    assert "| team_familiarity | qualitative |" in weights and "TensorFlow 5, PyTorch 1 | 0.5 |" in weights

@@ -30,6 +30,8 @@ eval_every = 4
 [matrix]
 framework = ["torch"]
 execution = ["eager"]
+[weights]
+team_familiarity = 0.2
 [qualitative.team_familiarity]
 torch = 4
 tensorflow = 2

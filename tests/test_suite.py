@@ -28,6 +28,7 @@ framework = "torch"
 execution = "xla"
 [weights]
 throughput = 0.5
+team_familiarity = 0.1
 [qualitative.team_familiarity]
 torch = 4
 """
@@ -41,7 +42,8 @@ def test_matrix_variants_excludes_and_repeats_expand_in_repeat_major_order():
     assert labels == [(0, 10, x) for x in one_repeat] + [(1, 11, x) for x in one_repeat]
     assert {s.batch_size for s in suite.specs if s.grad_accum == 4} == {8}
     assert len({s.key() for s in suite.specs}) == 12
-    assert suite.weights == {"throughput": 0.5} and suite.qualitative == {"team_familiarity": {"torch": 4.0}}
+    assert suite.weights == {"throughput": 0.5, "team_familiarity": 0.1}
+    assert suite.qualitative == {"team_familiarity": {"torch": 4.0}}
 
 
 def test_a_variant_sets_its_own_repeats_and_data_options():
@@ -90,6 +92,8 @@ CRITERIA = ", ".join(resolve_weights({}, None))  # every measured criterion, as 
     ("[qualitative.team]\npytorch = 3\n", "unknown framework 'pytorch' in \\[qualitative.team\\]; accepted: torch, "
                                           "tensorflow, jax"),
     ("[qualitative]\nteam = 3\n", "line 5: use \\[qualitative.CRITERION\\] tables"),
+    # scores without a weight would count for nothing: refused, saying how to weigh them
+    ("[qualitative.team]\ntorch = 4\n", "line 5: \\[qualitative.team\\] has scores but no weight: add `team = 0.2`"),
 ])
 def test_weights_and_scores_are_checked_when_the_suite_loads(text, message):
     with pytest.raises(SpecError, match=message):

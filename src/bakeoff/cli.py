@@ -204,6 +204,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if suite.auto_batch is not None:
             specs, annotations = _search_batch_sizes(suite, sizes, artifacts_dir(args.store) / "logs", timeout)
         with Store(args.store) as store, RunProgress(len(specs), store) as progress:
+            store.put_suite(suite.name, suite.source, suite.weights, suite.qualitative)
             summary = runner.run(specs, store, suite.name, timeout_s=timeout, fresh=args.fresh,
                                  retry_failed=args.retry_failed, progress=progress, annotations=annotations,
                                  validated=True, order_seed=args.order_seed)
@@ -257,7 +258,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     weights: dict[str, float] = {}
     qualitative: dict = {}
-    if args.suite and (args.suite in shipped_suites() or args.suite.endswith(".toml")):
+    from_file = bool(args.suite and (args.suite in shipped_suites() or args.suite.endswith(".toml")))
+    if from_file:
         suite = load_suite(args.suite)
         weights, qualitative, suite_name = suite.weights, suite.qualitative, suite.name
     else:
@@ -270,6 +272,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not args.store.exists():
         raise SpecError(f"no results store at {args.store}; run `bakeoff run` first (or pass --store)")
     with Store(args.store) as store:
+        recorded = store.suite_settings(suite_name) if suite_name and not from_file else None
+        if recorded:  # a suite known by name only: its weights and scores as they were when it ran
+            qualitative = recorded["qualitative"]
+            weights = check_weights({**recorded["weights"], **given}, qualitative)
         results = store.results(suite=suite_name)
         suites = {row.key: row.suite for row in store.trials(suite=suite_name)}
         if not results:

@@ -35,6 +35,10 @@ CREATE TABLE IF NOT EXISTS trials (
   framework TEXT NOT NULL, label TEXT NOT NULL, seed INTEGER NOT NULL, repeat INTEGER NOT NULL,
   status TEXT NOT NULL, reason TEXT NOT NULL, finished_at TEXT NOT NULL, result TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS suites (
+  name TEXT PRIMARY KEY, source TEXT NOT NULL, weights TEXT NOT NULL, qualitative TEXT NOT NULL,
+  recorded_at TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS samples (
   key TEXT NOT NULL REFERENCES trials(key) ON DELETE CASCADE, kind TEXT NOT NULL, idx INTEGER NOT NULL,
   step INTEGER, train_s REAL, value REAL, PRIMARY KEY (key, kind, idx)
@@ -139,6 +143,24 @@ class Store:
                  spec.repeat, result.status.value, result.reason, datetime.now(UTC).isoformat(timespec="seconds"),
                  json.dumps(result.to_dict())))
             self._db.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)", samples)
+
+    def put_suite(self, name: str, source: str, weights: dict[str, float],
+                  qualitative: dict[str, dict[str, float]]) -> None:
+        """Record a suite's decision weights and qualitative scores, so ``report --suite NAME`` uses them later."""
+        with self._db:
+            self._db.execute("INSERT OR REPLACE INTO suites VALUES (?,?,?,?,?)",
+                             (name, source, json.dumps(weights), json.dumps(qualitative),
+                              datetime.now(UTC).isoformat(timespec="seconds")))
+
+    def suite_settings(self, name: str) -> dict[str, Any] | None:
+        """``{"source", "weights", "qualitative"}`` as :meth:`put_suite` recorded them; ``None`` if never."""
+        try:
+            row = self._db.execute("SELECT source, weights, qualitative FROM suites WHERE name = ?", (name,)).fetchone()
+        except sqlite3.OperationalError:  # a store written before suites were recorded, opened read-only
+            return None
+        if row is None:
+            return None
+        return {"source": row[0], "weights": json.loads(row[1]), "qualitative": json.loads(row[2])}
 
     def statuses(self) -> dict[str, Status]:
         """Status of every recorded trial, by spec key."""

@@ -39,6 +39,7 @@ A suite names default spec fields, a matrix of values to cross, and how many rep
 
     [weights]                   # optional: decision weights, see bakeoff.analysis.decide
     throughput = 0.3
+    team_familiarity = 0.2      # a qualitative criterion needs a weight here, or its scores are refused
 
     [qualitative.team_familiarity]   # optional: scores 0-5 per framework for criteria nobody can measure
     torch = 4
@@ -170,6 +171,12 @@ def _weights_and_scores(raw: dict[str, Any], fail: Callable[[str, str], SpecErro
     weights = raw.get("weights", {})
     if not isinstance(weights, dict):
         raise fail("weights", "[weights] must be a table of criterion = weight")
+    unweighted = [c for c in qualitative if c not in weights]
+    if unweighted:  # scores without a weight would count for nothing, silently
+        first = unweighted[0]
+        raise fail(f"qualitative.{first}", f"[qualitative.{first}] has scores but no weight: add `{first} = 0.2` "
+                                           f"(or any weight; 0 records the scores without counting them) under "
+                                           f"[weights]")
     try:
         return check_weights(weights, qualitative), qualitative
     except SpecError as exc:
