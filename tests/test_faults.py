@@ -16,6 +16,7 @@ import pytest
 
 from bakeoff import registry, runner
 from bakeoff.analysis.decide import resolve_weights
+from bakeoff.launch import process
 from bakeoff.spec import RunSpec, Status
 from bakeoff.suite import parse_suite
 
@@ -132,6 +133,14 @@ def test_each_result_records_its_position_in_the_run(tmp_path):
 
 # --- signals and process groups, without a framework -------------------------------------------------------------
 
+
+def as_from_a_terminal() -> None:
+    """In the child before it starts: SIGINT as a terminal gives it. A test run started in the background of a
+    non-interactive shell (``cmd &``) inherits SIGINT ignored, and bakeoff, like any program, keeps an inherited
+    SIG_IGN: Ctrl-C could not reach such a run, so the SIGINT tests would test nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 STUBBORN = """
 import signal, subprocess, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends it
@@ -141,13 +150,13 @@ time.sleep(600)
 
 OWNER = """
 import sys, time
-from bakeoff import runner
+from bakeoff.launch import process
 marker = sys.argv[1]
 try:
-    with runner.interruptible(), runner.process_group([sys.executable, "-c", sys.argv[2], marker], "stubborn"):
+    with process.interruptible(), process.process_group([sys.executable, "-c", sys.argv[2], marker], "stubborn"):
         print("started", flush=True)
         time.sleep(600)
-except runner.Interrupted as exc:
+except process.Interrupted as exc:
     print("stopped", exc.stopped, exc.signal_name, flush=True)
     sys.exit(exc.exit_code)
 """
@@ -156,7 +165,8 @@ except runner.Interrupted as exc:
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_kills_the_whole_group_even_a_process_that_ignores_sigterm(tmp_path, reaper, sig, code):
     marker = str(tmp_path / "owned")
-    owner = subprocess.Popen([sys.executable, "-c", OWNER, marker, STUBBORN], stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, marker, STUBBORN], stdout=subprocess.PIPE, text=True,
+                             preexec_fn=as_from_a_terminal)
     assert owner.stdout.readline() == "started\n"
     [grandchild] = wait_for(lambda: [pid for pid, c in processes_mentioning(marker).items()
                                      if c.endswith(" grandchild ")], 30, "the grandchild")
@@ -170,14 +180,14 @@ def test_a_signal_kills_the_whole_group_even_a_process_that_ignores_sigterm(tmp_
 
 HOLDER = """
 import os, signal, time
-from bakeoff import runner
-with runner.interruptible():
+from bakeoff.launch import process
+with process.interruptible():
     try:
-        with runner._GATE.hold():  # as while a result row is written
+        with process.hold():  # as while a result row is written
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.2)  # the handler runs here, and holds the signal
             print("written")
-    except runner.Interrupted as exc:
+    except process.Interrupted as exc:
         print("then raised", exc.signal_name, exc.exit_code)
 print("restored", signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)
 """
@@ -191,22 +201,22 @@ def test_a_signal_waits_until_a_result_is_written_then_interrupts():
 # --- SIGKILL is out of memory only with evidence -----------------------------------------------------------------
 
 @pytest.mark.parametrize(("after", "status", "reason"), [
-    (runner.OomKills(3, "/cg/memory.events"), Status.OUT_OF_MEMORY,
+    (process.OomKills(3, "/cg/memory.events"), Status.OUT_OF_MEMORY,
      "out-of-memory killer (oom_kill in /cg/memory.events rose from 2 to 3 during the trial)"),
-    (runner.OomKills(2, "/cg/memory.events"), Status.FAILED,
+    (process.OomKills(2, "/cg/memory.events"), Status.FAILED,
      "killed by SIGKILL (no evidence of out-of-memory: oom_kill in /cg/memory.events stayed at 2 during the trial)"),
-    (runner.OomKills(None, "no cgroup OOM-kill counter is readable"), Status.FAILED,
+    (process.OomKills(None, "no cgroup OOM-kill counter is readable"), Status.FAILED,
      "killed by SIGKILL (no evidence of out-of-memory: no cgroup OOM-kill counter is readable)"),
 ])
 def test_sigkill_is_out_of_memory_only_when_the_kernel_counted_a_kill(monkeypatch, after, status, reason):
     monkeypatch.setattr(runner, "read_oom_kills", lambda: after)
     spec = RunSpec(workload="mnist", framework="torch", max_steps=2)
-    result = runner._sigkill_failure(spec, runner.OomKills(2, "/cg/memory.events"), 12.0, "last words")
+    result = runner._sigkill_failure(spec, process.OomKills(2, "/cg/memory.events"), 12.0, "last words")
     assert result.status is status and reason in result.reason and "last words" in result.reason
 
 
 def test_this_machine_counter_is_read_or_says_why_not():
-    kills = runner.read_oom_kills()
+    kills = process.read_oom_kills()
     assert (kills.count is not None and kills.count >= 0 and Path(kills.source).name in
             ("memory.events", "memory.oom_control")) or (kills.count is None and kills.source)
 
@@ -279,7 +289,8 @@ def start_hanging_run(tmp_path: Path, reaper: list[int], mode: str, *args: str) 
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}", "BAKEOFF_TEST_HANG": mode,
            "BAKEOFF_TEST_MARKER": str(tmp_path)}
     command = [sys.executable, "-m", "bakeoff.cli", *(args or MNIST), "--store", str(tmp_path / "r.sqlite")]
-    run = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=as_from_a_terminal)
     [worker] = wait_for(lambda: [pid for pid, c in processes_mentioning(str(tmp_path)).items()
                                  if c.endswith(" worker ")], what="the hang")
     trial = os.getpgid(worker)

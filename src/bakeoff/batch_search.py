@@ -7,7 +7,7 @@ device's memory, and the framework's own out-of-memory error ends the probe. Siz
 a fixed step when one is given, until a probe fails or the training set is exhausted.
 
 Probes are trials run by :func:`bakeoff.runner.run_one`, so SIGINT or SIGTERM during the search kills the running
-probe's process group and raises :class:`bakeoff.runner.Interrupted`, as during the run itself.
+probe's process group and raises :class:`bakeoff.launch.process.Interrupted`, as during the run itself.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bakeoff import runner
+from bakeoff.launch import process
 from bakeoff.measure.environment import total_memory
 from bakeoff.spec import RunSpec, SpecError, Status
 
@@ -60,7 +61,7 @@ def search(spec: RunSpec, train_size: int, log_dir: Path, memory_cap: int | None
                                     eval_every=10**9, warmup_steps=0, stop_at_target=False, checkpoint_every=0)
         try:
             result = runner.run_one(probe, timeout_s, log_dir, memory_cap=cap)
-        except runner.Interrupted as exc:
+        except process.Interrupted as exc:
             exc.stopped = f"batch-size probe {probe.workload}/{probe.preset} {probe.label()} batch {size}"
             raise
         row = {"batch_size": size, "status": result.status.value, "peak_memory_bytes": result.peak_memory_bytes,
@@ -97,7 +98,7 @@ def resolve(specs: Sequence[RunSpec], train_sizes: dict[tuple, int], log_dir: Pa
     the search record per new spec key."""
     found: dict[RunSpec, SearchResult] = {}
     out, records = [], {}
-    with runner.interruptible():
+    with process.interruptible():
         for spec in specs:
             config = dataclasses.replace(spec, seed=0, repeat=0, batch_size=1)
             if config not in found:

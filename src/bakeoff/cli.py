@@ -188,6 +188,7 @@ def _suite(args: argparse.Namespace):  # -> Suite
 def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff import runner
     from bakeoff.console import RunProgress, console
+    from bakeoff.launch import process
     from bakeoff.store import Store, artifacts_dir
 
     suite = _suite(args)
@@ -200,7 +201,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _dry_run(suite, args)
     sizes = runner.validate(suite.specs)  # bad input fails here, before a store or report is created
     specs, annotations = suite.specs, {}
-    with runner.interruptible():  # SIGINT / SIGTERM: kill the running trial or probe, record nothing of it
+    with process.interruptible():  # SIGINT / SIGTERM: kill the running trial or probe, record nothing of it
         if suite.auto_batch is not None:
             specs, annotations = _search_batch_sizes(suite, sizes, artifacts_dir(args.store) / "logs", timeout)
         with Store(args.store) as store, RunProgress(len(specs), store) as progress:
@@ -565,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _interrupted(command: str, exc: KeyboardInterrupt) -> str:
-    """What an interrupted command tells the user (``exc`` is a :class:`bakeoff.runner.Interrupted` when the
+    """What an interrupted command tells the user (``exc`` is a :class:`bakeoff.launch.process.Interrupted` when the
     run's own signal handling caught it)."""
     name = getattr(exc, "signal_name", "SIGINT")
     if command != "run":

@@ -1,0 +1,241 @@
+"""A trial's process group: started together, given one deadline, killed together, whatever ends the run.
+
+Signals: inside :func:`interruptible` (the runner and the batch-size search enter it), SIGINT and SIGTERM raise
+:class:`Interrupted`. Each trial runs in its own process group, owned by :func:`process_group` while it runs; an
+exception leaving that block kills the whole group (SIGTERM, then SIGKILL after :data:`KILL_GRACE_S`) before it
+propagates. :func:`hold` keeps a signal from interrupting a result while it is written; it is raised after.
+
+:func:`wait` gives a group its deadline and an optional resident-memory cap; :func:`read_oom_kills` reads the
+kernel's OOM-kill counter of this process's memory cgroup, the evidence that a SIGKILL was the kernel's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+KILL_GRACE_S = 3.0
+"""Seconds an interrupted trial's process group gets between SIGTERM and SIGKILL."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM reached an :func:`interruptible` run; the running trial (if any) was killed, unrecorded."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.signal_name = signal.Signals(signum).name
+        self.exit_code = 128 + signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+        self.stopped: str | None = None  # what was running when it came, e.g. "mnist/tiny torch/eager seed 1"
+        super().__init__(self.signal_name)
+
+
+class _SignalGate:
+    """Where SIGINT and SIGTERM go inside :func:`interruptible`: raised at once as :class:`Interrupted`, or held
+    (see :meth:`hold`) while something must not be cut in half."""
+
+    def __init__(self) -> None:
+        self.held = 0
+        self.pending: int | None = None
+
+    def handler(self, signum: int, frame: object) -> None:
+        if self.held:
+            self.pending = self.pending or signum
+            return
+        raise Interrupted(signum)
+
+    def check(self) -> None:
+        """Raise the signal that came while held, if any."""
+        if not self.held and self.pending is not None:
+            signum, self.pending = self.pending, None
+            raise Interrupted(signum)
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Hold signals during the block; one that came meanwhile is raised when the block ends normally (when
+        the block raises, it stays pending for the next :meth:`check`)."""
+        self.held += 1
+        try:
+            yield
+        finally:
+            self.held -= 1
+        self.check()
+
+
+_GATE = _SignalGate()
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """Turn SIGINT and SIGTERM into :class:`Interrupted` during the block (re-entrant; main thread only).
+
+    A signal the process inherited as ignored (``nohup``, a non-interactive shell's ``&``) stays ignored.
+    """
+    if threading.current_thread() is not threading.main_thread() or any(
+            signal.getsignal(s) == _GATE.handler for s in _SIGNALS):
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in _SIGNALS}
+    for s, handler in previous.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(s, _GATE.handler)
+    try:
+        yield
+        _GATE.check()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        _GATE.pending = None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member we may not signal (it changed user): alive, not ours to kill
+        return True
+    return True
+
+
+def kill_group(proc: subprocess.Popen, grace_s: float) -> None:
+    """Kill the process group ``proc`` leads: SIGTERM, then SIGKILL to whatever is left after ``grace_s``
+    (at once when ``grace_s`` is 0). Reaps ``proc``."""
+    if grace_s > 0:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        # Wait for the whole group, not only its leader: a worker the trial started may outlive it.
+        while (proc.poll() is None or _group_alive(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+@contextlib.contextmanager
+def process_group(command: Sequence[str], what: str, **popen: Any) -> Iterator[subprocess.Popen]:
+    """Start ``command`` in a new session (its own process group) and own that group during the block.
+
+    An exception leaving the block (:class:`Interrupted`, Ctrl-C, anything) kills the whole group first
+    (SIGTERM, SIGKILL after :data:`KILL_GRACE_S`); when the block ends normally, whatever is left of the group
+    (a worker the trial started) is killed with SIGKILL. So no trial or probe outlives its turn. ``what`` names
+    the process for the interrupt message.
+    """
+    _GATE.held += 1  # a signal during the start is raised below, once the group is ours to kill
+    try:
+        proc = subprocess.Popen(command, start_new_session=True, **popen)
+    finally:
+        _GATE.held -= 1
+    try:
+        _GATE.check()
+        yield proc
+    except BaseException as exc:
+        with _GATE.hold():
+            kill_group(proc, KILL_GRACE_S)
+            if isinstance(exc, KeyboardInterrupt):
+                _GATE.pending = None  # already stopping: a second Ctrl-C during the grace adds nothing
+        if isinstance(exc, Interrupted) and exc.stopped is None:
+            exc.stopped = what
+        raise
+    with _GATE.hold():
+        kill_group(proc, grace_s=0)
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class OomKills:
+    """The kernel's OOM-kill counter of a memory cgroup: ``count`` read from ``source`` (None: ``source`` says
+    why nothing could be read)."""
+
+    count: int | None
+    source: str
+
+
+def _oom_counter_files() -> list[Path]:
+    """Where this process's memory cgroup keeps its OOM-kill counter: its own cgroup first, then its ancestors
+    (cgroup v2 ``memory.events``, v1 ``memory.oom_control``; both count kills in the cgroups below too)."""
+    paths: dict[str, str] = {}  # "v2" | "v1" -> this process's cgroup path
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        hierarchy, controllers, path = line.split(":", 2)
+        if hierarchy == "0" and not controllers:
+            paths["v2"] = path
+        elif "memory" in controllers.split(","):
+            paths["v1"] = path
+    files: list[Path] = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        tail = fields[fields.index("-") + 1:]  # fstype, source, super options
+        if tail[0] == "cgroup2" and "v2" in paths:
+            version, name = "v2", "memory.events"
+        elif tail[0] == "cgroup" and "v1" in paths and "memory" in tail[2].split(","):
+            version, name = "v1", "memory.oom_control"
+        else:
+            continue
+        root, mount = PurePosixPath(fields[3]), Path(fields[4])
+        path = PurePosixPath(paths[version])
+        directory = mount / path.relative_to(root) if path.is_relative_to(root) else mount
+        while True:
+            files.append(directory / name)
+            if directory == mount:
+                break
+            directory = directory.parent
+    return files
+
+
+def read_oom_kills() -> OomKills:
+    """How many processes the kernel's out-of-memory killer has killed in this process's memory cgroup."""
+    try:
+        files = _oom_counter_files()
+    except (OSError, ValueError, IndexError) as exc:
+        return OomKills(None, f"cannot read this process's cgroup ({exc})")
+    for path in files:
+        try:
+            for line in path.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return OomKills(int(value), str(path))
+        except (OSError, ValueError):
+            continue
+    return OomKills(None, "no cgroup OOM-kill counter is readable (memory.events or memory.oom_control)")
+
+
+def wait(proc: subprocess.Popen, timeout_s: float, memory_cap: int | None) -> tuple[int | None, str]:
+    """Wait for the trial; kill its process group on timeout or when its RSS passes ``memory_cap``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return proc.wait(timeout=0.05 if memory_cap else max(0.0, deadline - time.monotonic())), ""
+        except subprocess.TimeoutExpired:
+            rss = _rss_bytes(proc.pid) if memory_cap else 0
+            if memory_cap and rss > memory_cap:
+                why = f"resident memory {rss / 2**20:.0f} MiB passed the cap of {memory_cap / 2**20:.0f} MiB; killed"
+            elif time.monotonic() >= deadline:
+                why = f"no result after {timeout_s:.0f} s; killed"
+            else:
+                continue
+            kill_group(proc, grace_s=0)
+            return None, why
+
+
+def hold() -> contextlib.AbstractContextManager[None]:
+    """While in this block, SIGINT / SIGTERM wait; they are raised as :class:`Interrupted` when it ends."""
+    return _GATE.hold()
