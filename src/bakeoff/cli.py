@@ -245,9 +245,10 @@ def _write_report(results, out: Path, weights: dict, qualitative: dict, title: s
     from bakeoff.console import console
     from bakeoff.report.render import render_report
 
+    decisions = decide_each(summarise_groups(results), weights or None, qualitative or None)
     paths = render_report(results, out, weights=weights or None, qualitative=qualitative or None, title=title,
-                          suites=suites)
-    for decision in decide_each(summarise_groups(results), weights or None, qualitative or None).values():
+                          suites=suites, decisions=decisions)
+    for decision in decisions.values():
         console.print(f"[bold]verdict[/]: {decision.verdict}")
     console.print(f"report: {paths['html']}  (Markdown: {paths['markdown']})")
 

@@ -403,7 +403,8 @@ def _section(configs: Sequence[ConfigSummary], decision: Decision, qualitative: 
 
 def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mapping[str, float] | None = None,
                   qualitative: Qualitative | None = None, title: str = "bakeoff report",
-                  suites: Mapping[str, str] | None = None) -> dict[str, Path]:
+                  suites: Mapping[str, str] | None = None,
+                  decisions: Mapping[tuple[str, str], Decision] | None = None) -> dict[str, Path]:
     """Write ``report.md``, ``report.html``, ``throughput.png`` and ``quality_vs_time.png`` into ``out_dir``.
 
     Args:
@@ -414,6 +415,8 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
         title: the report's heading.
         suites: trial key -> the suite it was stored under, for the ``bakeoff run --suite NAME`` line of "Reproduce"
             (``extras["suite"]`` is read when a key is missing).
+        decisions: :func:`bakeoff.analysis.decide.decide_each` of these results with these weights, when the caller
+            already has them (the bootstrap is not run twice); computed here otherwise.
 
     Returns:
         ``{"markdown", "html", "throughput", "quality_vs_time"}`` -> the path written.
@@ -422,7 +425,8 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
     out_dir.mkdir(parents=True, exist_ok=True)
     qualitative = qualitative or {}
     summaries = summarise_groups(results)
-    decisions = decide_each(summaries, weights, qualitative)
+    if decisions is None:
+        decisions = decide_each(summaries, weights, qualitative)
     groups = {key: [s for s in summaries if (s.workload, s.preset) == key] for key in decisions}
 
     images = {"throughput": Image("throughput.png", "steady throughput per configuration",
