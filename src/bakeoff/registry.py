@@ -9,7 +9,7 @@ import importlib
 import importlib.util
 from typing import Any
 
-from bakeoff.spec import Execution, Framework, SpecError, Workload
+from bakeoff.spec import Execution, Framework, Parallelism, RunSpec, SpecError, Workload
 
 WORKLOADS: dict[str, str] = {
     "text_classifier": "bakeoff.workloads.text_classifier.workload:TextClassifierWorkload",
@@ -55,6 +55,48 @@ EXECUTIONS: dict[str, tuple[Execution, ...]] = {
     "torch": (Execution.EAGER, Execution.GRAPH),
     "tensorflow": (Execution.EAGER, Execution.GRAPH, Execution.XLA),
 }
+
+
+# Parallelism each framework's engine implements, and the launcher that starts its processes
+# (bakeoff.launch.launchers): "single" (one process: also MirroredStrategy over the devices it sees), "torchrun"
+# (one torchrun agent, N processes), "torchrun_nodes" (one agent per node: multi-worker), "tf_config" (N
+# processes with TF_CONFIG), "tf_parameter_server" (a chief, workers and parameter servers).
+LAUNCHERS: dict[tuple[str, Parallelism], str] = {
+    ("torch", Parallelism.NONE): "single",
+    ("torch", Parallelism.DATA_PARALLEL): "torchrun",
+    ("torch", Parallelism.MULTI_WORKER): "torchrun_nodes",
+    ("tensorflow", Parallelism.NONE): "single",
+    ("tensorflow", Parallelism.DATA_PARALLEL): "single",
+    ("tensorflow", Parallelism.MULTI_WORKER): "tf_config",
+    ("tensorflow", Parallelism.PARAMETER_SERVER): "tf_parameter_server",
+}
+
+# Why a framework lacks a strategy, where it does (recorded as the trial's reason, status unsupported).
+MISSING_STRATEGIES: dict[tuple[str, Parallelism], str] = {
+    ("torch", Parallelism.PARAMETER_SERVER): (
+        "PyTorch has no built-in parameter-server strategy (torch.distributed.rpc's parameter-server example is a "
+        "tutorial, not a maintained strategy); PyTorch trains data-parallel: use data_parallel or multi_worker"),
+}
+
+
+def unsupported(spec: RunSpec) -> str:
+    """Why ``spec`` cannot run here, decided before any process starts ('' when it can)."""
+    framework = spec.framework.value
+    if framework not in ENGINES:
+        return f"bakeoff has no {framework} engine yet"
+    if spec.parallelism is Parallelism.HOROVOD:
+        if importlib.util.find_spec("horovod") is None:
+            return ("Horovod is not installed; its last release (0.28.1) does not build against TensorFlow 2.21 or "
+                    "PyTorch 2.13 here")
+        return "Horovod is installed, but bakeoff has no horovodrun launcher yet"
+    if (framework, spec.parallelism) in MISSING_STRATEGIES:
+        return MISSING_STRATEGIES[framework, spec.parallelism]
+    if (framework, spec.parallelism) not in LAUNCHERS:
+        accepted = ", ".join(p.value for f, p in LAUNCHERS if f == framework)
+        return f"{framework} has no {spec.parallelism.value} mode in bakeoff; accepted: {accepted}"
+    if spec.parallelism is not Parallelism.NONE and spec.checkpoint_every:
+        return "checkpoints are not kept under distributed training yet: drop checkpoint_every"
+    return ""
 
 
 # How each framework's users train, by default: the modes a verdict must include to judge a framework fairly.

@@ -33,8 +33,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -42,9 +40,10 @@ from pathlib import Path, PurePosixPath
 
 from bakeoff import registry
 from bakeoff.identity import identify
-from bakeoff.launch.process import OomKills, interruptible, process_group, read_oom_kills, wait
+from bakeoff.launch import launchers
+from bakeoff.launch.process import Interrupted, OomKills, interruptible, read_oom_kills
 from bakeoff.launch.process import hold as hold_signals
-from bakeoff.spec import RunSpec, SpecError, Status, TrialResult
+from bakeoff.spec import Parallelism, RunSpec, SpecError, Status, TrialResult
 from bakeoff.store import Store
 
 log = logging.getLogger("bakeoff.runner")
@@ -127,50 +126,103 @@ def _sigkill_failure(spec: RunSpec, before: OomKills, elapsed: float, tail: str)
                                          f"{elapsed:.0f} s; last output: {tail[-300:]}")
 
 
+def _log_paths(log_dir: Path, spec: RunSpec, plan: launchers.Plan) -> list[Path]:
+    """``logs/<key>.log`` for the group's first member, ``logs/<key>.<member>.log`` for the others."""
+    key = spec.key()
+    return [log_dir / (f"{key}.log" if i == 0 else f"{key}.{_safe(m.name).replace('_', '')}.log")
+            for i, m in enumerate(plan.members)]
+
+
+def _tail(paths: Sequence[Path], first: str, names: Sequence[str]) -> str:
+    """The last output of the member that failed first (else of the first member)."""
+    path = paths[names.index(first)] if first in names else paths[0]
+    return path.read_text(errors="replace")[-1500:].strip() if path.exists() else ""
+
+
 def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path | None = None,
             tensorboard_dir: Path | None = None, memory_cap: int | None = None) -> TrialResult:
-    """Run one spec in a fresh interpreter; a crash, hang or kill becomes a result, never an exception.
+    """Run one spec as a fresh process group (:mod:`bakeoff.launch.launchers`); a crash, hang or kill of any
+    member becomes a result, never an exception.
 
     A checkpoint left in ``checkpoint_dir`` by an interrupted attempt is resumed from; it is deleted once the
     trial succeeds. ``tensorboard_dir`` receives the trial's TensorBoard event files. With ``memory_cap`` (bytes),
-    the trial is killed and recorded as out of memory when its resident set grows past it.
+    the trial is killed and recorded as out of memory when its group's resident set grows past it. A group whose
+    port was taken before it bound it is started again on new ports (``extras["port_retries"]``).
     """
-    if spec.framework.value not in registry.ENGINES:
-        return _failure(spec, Status.UNSUPPORTED, f"bakeoff has no {spec.framework} engine yet")
+    reason = registry.unsupported(spec)
+    if reason:
+        return _failure(spec, Status.UNSUPPORTED, reason)
     if not registry.installed(spec.framework.value):
         hint = registry.INSTALL_HINTS.get(spec.framework.value, "")
         return _failure(spec, Status.UNSUPPORTED, f"{spec.framework} is not installed; install it with: {hint}")
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{spec.key()}.log"
+    retries = 0
+    while True:
+        result, port_in_use = _run_group(spec, timeout_s, log_dir, checkpoint_dir, tensorboard_dir, memory_cap)
+        if not port_in_use or retries + 1 >= PORT_ATTEMPTS:
+            break
+        retries += 1
+        log.warning("%s: a port was taken before the group bound it; starting again on new ports", spec.label())
+    if retries:
+        result.extras["port_retries"] = retries
+    return result
+
+
+PORT_ATTEMPTS = 3
+"""Starts of a group whose port turns out to be in use (the ports are free when chosen, but not reserved)."""
+
+
+def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path | None,
+               tensorboard_dir: Path | None, memory_cap: int | None) -> tuple[TrialResult, bool]:
+    """One start of the group: its result, and whether it failed because a port was in use."""
     with tempfile.TemporaryDirectory(prefix="bakeoff-trial-") as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(spec.to_json())
         started, oom_before = time.perf_counter(), read_oom_kills()
-        command = [sys.executable, "-m", "bakeoff.trial", str(spec_path), str(result_path),
-                   str(checkpoint_dir or ""), str(tensorboard_dir or "")]
+        args = [str(spec_path), str(result_path), str(checkpoint_dir or ""), str(tensorboard_dir or "")]
+        group = launchers.plan(spec, args, _trial_env(spec, tmp))
+        logs = _log_paths(log_dir, spec, group)
+        names = [m.name for m in group.members]
         what = f"{spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}"
-        with log_path.open("w") as log_file, process_group(command, what, stdout=log_file, stderr=subprocess.STDOUT,
-                                                           env=_trial_env(spec, tmp)) as proc:
-            code, killed = wait(proc, timeout_s, memory_cap)
-            if killed:
-                status = Status.TIMEOUT if killed.startswith("no result") else Status.OUT_OF_MEMORY
-                return _failure(spec, status, f"{killed} (log: {log_path})")
-        if result_path.exists():
-            result = TrialResult.from_dict(json.loads(result_path.read_text()))
-            result.extras["log"] = str(log_path)
+        try:
+            outcome = launchers.run_group(group, logs, timeout_s, memory_cap)
+        except Interrupted as exc:
+            exc.stopped = exc.stopped or what
+            raise
+        if outcome.killed:
+            status = Status.TIMEOUT if outcome.killed.startswith("no result") else Status.OUT_OF_MEMORY
+            return _failure(spec, status, f"{outcome.killed} (log: {logs[0]})"), False
+        results = launchers.rank_results(result_path, group.ranks)
+        tail = _tail(logs, outcome.first_failure, names)
+        if results[0] is not None and not outcome.first_failure:
+            result = launchers.merge(spec, group, results, outcome) if spec.parallelism is not Parallelism.NONE \
+                else results[0]
+            result.extras["log"] = str(logs[0])
             if tensorboard_dir is not None:
                 result.extras["tensorboard"] = str(tensorboard_dir)
             if result.status is Status.OK and checkpoint_dir is not None:
                 shutil.rmtree(checkpoint_dir, ignore_errors=True)
-            return result
-    tail = log_path.read_text(errors="replace")[-1500:].strip()
+            return result, False
     elapsed = time.perf_counter() - started
+    first = outcome.first_failure or names[0]
+    code = outcome.codes.get(first)
+    who = "trial process" if len(names) == 1 else f"{first} of the trial's {len(names)} processes"
+    if len(names) > 1 and any(marker in tail.lower() for marker in launchers.PORT_IN_USE):
+        return _failure(spec, Status.FAILED, f"{who}: a port was in use: {tail[-300:]}"), True
     if code == -signal.SIGKILL:
-        return _sigkill_failure(spec, oom_before, elapsed, tail)
-    if code is not None and code < 0:
-        return _failure(spec, Status.FAILED, f"trial process was killed by {signal.Signals(-code).name} after "
-                                             f"{elapsed:.0f} s and wrote no result: {tail}")
-    return _failure(spec, Status.FAILED, f"trial process exited with code {code} and wrote no result: {tail}")
+        result = _sigkill_failure(spec, oom_before, elapsed, tail)
+    elif code is not None and code < 0:
+        result = _failure(spec, Status.FAILED, f"{who} was killed by {signal.Signals(-code).name} after "
+                                               f"{elapsed:.0f} s and wrote no result: {tail}")
+    elif code == 0:  # a parameter server or worker that stopped serving, or a rank that wrote nothing
+        result = _failure(spec, Status.FAILED, f"{who} exited after {elapsed:.0f} s before the trial ended: {tail}")
+    else:
+        result = _failure(spec, Status.FAILED, f"{who} exited with code {code} and wrote no result: {tail}")
+    if len(names) > 1:
+        result.reason = result.reason.replace("killed by SIGKILL", f"{first} killed by SIGKILL")
+        result.extras["distributed"] = {"launcher": group.launcher, "first_failure": first,
+                                        "exit_codes": outcome.codes, "logs": [str(p) for p in logs]}
+    return result, False
 
 
 def order(specs: Sequence[RunSpec], seed: int = 0) -> list[RunSpec]:

@@ -67,9 +67,15 @@ class Precision(_Choice):
 
 class Parallelism(_Choice):
     NONE = "none"
-    DATA_PARALLEL = "data_parallel"
-    MULTI_WORKER = "multi_worker"
-    PARAMETER_SERVER = "parameter_server"
+    DATA_PARALLEL = "data_parallel"  # one machine, N replicas: DDP under torchrun, MirroredStrategy
+    MULTI_WORKER = "multi_worker"  # N worker processes (hosts): torchrun rendezvous, MultiWorkerMirroredStrategy
+    PARAMETER_SERVER = "parameter_server"  # TF ParameterServerStrategy: chief, workers, parameter servers
+    HOROVOD = "horovod"
+
+    @property
+    def synchronous(self) -> bool:
+        """Whether every replica takes a shard of each global batch and all apply the same update."""
+        return self in (Parallelism.DATA_PARALLEL, Parallelism.MULTI_WORKER, Parallelism.HOROVOD)
 
 
 class Status(_Choice):
@@ -92,6 +98,11 @@ class RunSpec:
 
     Training stops at the first of ``max_steps``, ``max_epochs`` and ``max_seconds`` that is set, or when the
     target is reached if ``stop_at_target``. Evaluation runs every ``eval_every`` steps, off the clock.
+
+    ``batch_size`` is the *global* batch of one micro-step, whatever the parallelism: under synchronous data
+    parallelism each of the ``workers`` replicas takes ``batch_size / workers`` consecutive examples of it
+    (:func:`shard_batch`), so the union of the replicas' shards is exactly the single-device batch. Under
+    ``parameter_server`` training is asynchronous: each step is one global batch, run by whichever worker is free.
     """
 
     workload: str
@@ -140,6 +151,12 @@ class RunSpec:
         for name in ("workers", "batch_size", "grad_accum", "eval_every"):
             if int(getattr(self, name)) < 1:
                 raise SpecError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.parallelism is Parallelism.NONE and self.workers != 1:
+            raise SpecError(f"workers = {self.workers} needs a parallelism (data_parallel, multi_worker, "
+                            "parameter_server or horovod); without one a trial has 1 worker")
+        if self.parallelism.synchronous and self.batch_size % self.workers:
+            raise SpecError(f"batch_size {self.batch_size} is the global batch and must divide evenly over "
+                            f"{self.workers} replicas: use a multiple of {self.workers}")
         if min(self.warmup_steps, self.threads, self.repeat, self.checkpoint_every) < 0:
             raise SpecError("warmup_steps, threads, repeat and checkpoint_every must not be negative")
         if self.max_steps is None and self.max_epochs is None and self.max_seconds is None:
@@ -381,14 +398,15 @@ class Workload(ABC):
         return None
 
     def batches(self, split: Mapping[str, np.ndarray], batch_size: int, seed: int, epoch: int,
-                shuffle: bool = True, drop_last: bool = True) -> Iterator[Batch]:
-        """Batches in a deterministic order per (seed, epoch), identical for every framework."""
+                shuffle: bool = True, drop_last: bool = True, shard: tuple[int, int] = (0, 1)) -> Iterator[Batch]:
+        """Batches of ``batch_size`` (global) in a deterministic order per (seed, epoch), identical for every
+        framework; with ``shard=(rank, world)``, each batch's slice that replica ``rank`` of ``world`` trains on."""
         n = len(next(iter(split.values())))
         order = np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
         stop = n - n % batch_size if drop_last else n
         for start in range(0, stop, batch_size):
             idx = order[start:start + batch_size]
-            yield {k: v[idx] for k, v in split.items()}
+            yield shard_batch({k: v[idx] for k, v in split.items()}, *shard)
 
     def merge(self, batches: Sequence[Batch]) -> Batch:
         """One batch holding the examples of ``batches`` (what k micro-batches stand for, in parity tests).
@@ -397,6 +415,18 @@ class Workload(ABC):
         (speech) pads them to a common length first.
         """
         return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+
+
+def shard_batch(batch: Batch, rank: int, world: int) -> Batch:
+    """Replica ``rank``'s share of a global batch: its ``1/world`` of consecutive examples (every array is batch
+    first; a padded batch keeps its padded length, so every replica's shard has one shape)."""
+    if world == 1:
+        return batch
+    n = len(next(iter(batch.values())))
+    if n % world or not 0 <= rank < world:
+        raise ValueError(f"cannot give replica {rank} of {world} an equal share of a batch of {n}")
+    size = n // world
+    return {k: v[rank * size:(rank + 1) * size] for k, v in batch.items()}
 
 
 class ModelImpl(Protocol):

@@ -18,7 +18,7 @@ from pathlib import Path
 from bakeoff import registry
 from bakeoff.measure.environment import host_environment
 from bakeoff.measure.isolation import foreign_frameworks, loaded_frameworks
-from bakeoff.spec import RunSpec, Status, TrialResult
+from bakeoff.spec import Parallelism, RunSpec, Status, TrialResult
 
 
 def _classify(exc: BaseException) -> Status:
@@ -28,11 +28,27 @@ def _classify(exc: BaseException) -> Status:
     return Status.FAILED
 
 
+def process_rank() -> int:
+    """This process's rank in its trial's group: ``RANK`` (torchrun), ``BAKEOFF_RANK`` (bakeoff's TensorFlow
+    launchers), else 0."""
+    return int(os.environ.get("RANK") or os.environ.get("BAKEOFF_RANK") or 0)
+
+
+def rank_result_path(path: Path, rank: int) -> Path:
+    """Where rank ``rank`` writes its result: rank 0 at ``path``, the others beside it (``result.rank1.json``)."""
+    return path if rank == 0 else path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+
+
 def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir: Path | None = None) -> TrialResult:
     """Run one trial in this process and return its result (never raises for a trial failure)."""
     started = time.perf_counter()
     result = TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.FAILED)
     result.environment = host_environment()
+    launched = os.environ.get("BAKEOFF_LAUNCHED_AT")
+    if launched:  # the launcher's clock when it started the group: process start, torchrun's agent included
+        result.extras["launch_s"] = max(0.0, _MAIN_AT - float(launched))
+    if spec.parallelism is not Parallelism.NONE:
+        result.extras["rank"] = process_rank()
     engine = None
     try:
         workload = registry.workload(spec.workload)
@@ -97,6 +113,9 @@ def write_result(result: TrialResult, path: Path) -> None:
     os.replace(tmp, path)
 
 
+_MAIN_AT = time.time()  # when this interpreter reached bakeoff.trial (wall clock, comparable across processes)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not 2 <= len(argv) <= 4:
@@ -105,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     spec = RunSpec.from_dict(json.loads(Path(argv[0]).read_text()))
     dirs = [Path(a) if a else None for a in argv[2:]] + [None, None]
-    write_result(run_trial(spec, dirs[0], dirs[1]), Path(argv[1]))
+    write_result(run_trial(spec, dirs[0], dirs[1]), rank_result_path(Path(argv[1]), process_rank()))
     return 0
 
 

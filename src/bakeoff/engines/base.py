@@ -8,6 +8,7 @@ for all of them, so no framework is measured differently from another.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -20,11 +21,28 @@ from typing import Any, Protocol
 import numpy as np
 
 from bakeoff.measure.memory import MemoryProbe, RssProbe
-from bakeoff.spec import Batch, Dataset, RunSpec, TrialResult, Workload
+from bakeoff.spec import Batch, Dataset, RunSpec, TrialResult, Weights, Workload, shard_batch
 
 
 class Unsupported(RuntimeError):
     """This engine cannot run the spec's mode here (recorded as status ``unsupported``)."""
+
+
+def threads_for(spec: RunSpec) -> int:
+    """CPU threads this trial process gives its framework: the spec's, else what the launcher allotted to each
+    process of the group (``BAKEOFF_THREADS``: the cores shared out among the processes on this host), else all
+    cores."""
+    return spec.threads or int(os.environ.get("BAKEOFF_THREADS") or 0) or os.cpu_count() or 1
+
+
+def weights_digest(weights: Weights) -> str:
+    """A hash of canonical weights, bit for bit: equal digests mean identical replicas."""
+    h = hashlib.sha256()
+    for name in sorted(weights):
+        array = np.ascontiguousarray(weights[name])
+        h.update(f"{name}:{array.dtype}:{array.shape};".encode())
+        h.update(array.tobytes())
+    return h.hexdigest()[:16]
 
 
 class Engine(ABC):
@@ -78,6 +96,28 @@ class Engine(ABC):
     def graph_builds(self) -> int:
         """Graphs traced or compiled so far for the training step (0 in eager mode)."""
         return 0
+
+    # Distributed training. A process of a distributed trial trains on its shard of every global batch; the
+    # loop slices the shard (:func:`bakeoff.spec.shard_batch`) and passes the engine its local micro-batches.
+
+    def data_shard(self) -> tuple[int, int]:
+        """``(rank, world)``: which share of each global batch this process feeds its replicas. ``(0, 1)`` when
+        the process takes whole batches (one device; MirroredStrategy, which splits them over its replicas)."""
+        return 0, 1
+
+    def is_chief(self) -> bool:
+        """Whether this process writes the trial's TensorBoard events (one process per trial does)."""
+        return True
+
+    def replica_weights(self) -> list[Weights]:
+        """Canonical weights of every replica this process holds (one, unless it mirrors several)."""
+        return [self.impl.get_weights()]  # type: ignore[attr-defined]
+
+    def distributed_figures(self) -> dict[str, Any]:
+        """Called once after training, on every process of the group together (collectives may run here, off
+        the training clock): the strategy in words, its set-up time and gradient-synchronisation figures, kept in
+        ``extras["distributed"]``. Empty when the trial is not distributed."""
+        return {}
 
     @abstractmethod
     def save_checkpoint(self, directory: Path) -> None:
@@ -218,7 +258,8 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
         max_steps = min(max_steps, math.ceil(spec.max_epochs * steps_per_epoch))
     max_seconds = spec.max_seconds if spec.max_seconds is not None else math.inf
     writer = None
-    if tensorboard_dir is not None:
+    shard = engine.data_shard()
+    if tensorboard_dir is not None and engine.is_chief():
         try:
             writer = engine.summary_writer(tensorboard_dir)
         except ImportError as exc:  # TensorBoard logs are a convenience: their absence must not fail a trial
@@ -262,6 +303,7 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     done = state["step"] >= max_steps
     while not done:
         micro: list[Batch] = []
+        # Global batches: examples and units count the whole step, each process trains on its shard of it.
         for index, batch in enumerate(workload.batches(data.train, spec.batch_size, spec.seed, state["epoch"])):
             if index < state["consumed"]:
                 continue  # trained on before the checkpoint
@@ -272,9 +314,10 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
                 result.examples_per_step = sum(len(b[next(iter(b))]) for b in micro)
             for unit, count in _units(workload, micro).items():
                 units.setdefault(unit, []).append(count)
+            local = [shard_batch(b, *shard) for b in micro]
             builds = engine.graph_builds()
             start = time.perf_counter()
-            loss = engine.train_step(micro)
+            loss = engine.train_step(local)
             elapsed = time.perf_counter() - start
             if engine.graph_builds() > builds:  # this step traced / compiled a graph (a new shape, say)
                 result.extras.setdefault("graph_build_steps", []).append(state["step"] + 1)
@@ -305,6 +348,10 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
             state["epoch"], state["consumed"] = state["epoch"] + 1, 0
 
     memory.stop()
+    figures = engine.distributed_figures()
+    if figures:
+        figures["replica_weights_sha256"] = [weights_digest(w) for w in engine.replica_weights()]
+        result.extras["distributed"] = figures
     result.train_s = state["train_s"]
     result.first_step_s = result.step_times_s[0] if result.step_times_s else None
     steady = result.step_times_s[1 + spec.warmup_steps:]

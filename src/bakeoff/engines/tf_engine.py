@@ -20,7 +20,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bakeoff.engines.base import Engine, Unsupported  # noqa: E402
+from bakeoff.engines.base import Engine, Unsupported, threads_for  # noqa: E402
 from bakeoff.engines.tf_optim import Adam  # noqa: E402
 from bakeoff.measure.memory import MemoryProbe  # noqa: E402
 from bakeoff.registry import model_class  # noqa: E402
@@ -34,7 +34,7 @@ class TensorFlowEngine(Engine):
         spec = self.spec
         if spec.parallelism is not Parallelism.NONE:
             raise Unsupported(f"parallelism {spec.parallelism} is not implemented yet for tensorflow")
-        threads = spec.threads or os.cpu_count() or 1
+        threads = threads_for(spec)
         # Intra-op and inter-op pools both get all cores (or spec.threads), as PyTorch's do: both frameworks'
         # own defaults, so each runs as its users run it, and the two are sized alike. Set before the runtime
         # starts (here, before the first op), they are what the runtime uses; environment() reads them back.

@@ -8,7 +8,6 @@ the autograd engine adding each micro-batch's gradients into ``.grad``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bakeoff.engines.base import Engine, Unsupported
+from bakeoff.engines.base import Engine, Unsupported, threads_for
 from bakeoff.measure.memory import MemoryProbe
 from bakeoff.registry import model_class
 from bakeoff.spec import Batch, Device, Execution, Parallelism, Precision
@@ -54,7 +53,7 @@ class TorchEngine(Engine):
         # Pin numerics: no TF32 (fp32 means fp32 in both frameworks), deterministic thread counts.
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-        _pin_threads(spec.threads or os.cpu_count() or 1)
+        _pin_threads(threads_for(spec))
         torch.manual_seed(spec.seed)  # dropout masks
 
         self.impl = model_class(spec.workload, "torch")(self.config, str(self.device))

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bakeoff.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload
+from bakeoff.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload, shard_batch
 
 PRESETS: dict[str, dict[str, Any]] = {
     # CPU demo size: 216,445 parameters.
@@ -203,7 +203,7 @@ class SpeechCTCWorkload(Workload):
         return float(3 * (conv + layers * block + 2 * t2 * d * config["vocab_size"]))
 
     def batches(self, split: Mapping[str, np.ndarray], batch_size: int, seed: int, epoch: int,
-                shuffle: bool = True, drop_last: bool = True) -> Iterator[Batch]:
+                shuffle: bool = True, drop_last: bool = True, shard: tuple[int, int] = (0, 1)) -> Iterator[Batch]:
         """Padded batches in a deterministic order per (seed, epoch), identical for every framework.
 
         ``pad`` (data option ``batching=pad``, the default): random batches, padded to their longest utterance.
@@ -231,7 +231,7 @@ class SpeechCTCWorkload(Workload):
             if shuffle:
                 groups = [groups[i] for i in rng.permutation(len(groups))]
         for idx in groups:
-            yield self._take(split, idx)
+            yield shard_batch(self._take(split, idx), *shard)
 
     def merge(self, batches: Sequence[Batch]) -> Batch:
         """One batch from several padded to different lengths: features and labels zero-padded to the longest."""

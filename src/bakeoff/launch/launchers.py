@@ -1,0 +1,306 @@
+"""How a trial's processes start: one process, torchrun, TF_CONFIG workers, or a parameter-server cluster.
+
+A launcher turns a spec into a :class:`Plan`: the members of the trial's process group (each a command and its
+environment) and how many rank results to expect. :func:`run_group` starts them together, gives the group one
+deadline and kills every member (each in its own session, so a member's children go too) as soon as one fails,
+hangs or the run is interrupted; :func:`merge` folds the ranks' results into one :class:`TrialResult`, keeping
+per-rank figures in ``extras["distributed"]["ranks"]``.
+
+Which launcher a framework's parallelism uses is data (:data:`bakeoff.registry.LAUNCHERS`). The frameworks' own
+engines do the distributing: ``torch.distributed.run`` (torchrun) starts PyTorch's ranks, TensorFlow reads
+``TF_CONFIG``. Nothing here imports a framework.
+
+Ports are free ports on loopback, chosen just before the start (:func:`free_ports`); a group whose log shows one
+was taken meanwhile is started again on new ones (:data:`PORT_IN_USE`).
+
+Threads: on one host, the cores are shared out among the processes that compute (``BAKEOFF_THREADS``, read by
+:func:`bakeoff.engines.base.threads_for`), so N replicas on N cores do not oversubscribe them; more replicas than
+cores is allowed on CPU and recorded as a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO
+
+from bakeoff import registry
+from bakeoff.launch.process import _GATE, KILL_GRACE_S, kill_group
+from bakeoff.spec import Parallelism, RunSpec, Status, TrialResult
+
+HOST = "127.0.0.1"
+PORT_IN_USE = ("address already in use", "eaddrinuse", "errno 98", "address in use")
+"""What a member's log says when its port was taken between :func:`free_ports` and its start."""
+
+TF_SERVER_MODULE = "bakeoff.engines.tf_server"
+"""Run as ``python -m`` by each worker and parameter server of a TensorFlow parameter-server cluster."""
+
+PARAMETER_SERVERS = 1
+"""Parameter-server processes of a ``parameter_server`` trial (``workers`` counts the workers)."""
+
+
+@dataclasses.dataclass
+class Member:
+    """One process of a trial's group."""
+
+    name: str  # "trial", "torchrun", "node 1", "worker 0", "ps 0"
+    command: list[str]
+    env: dict[str, str]
+    writes_result: bool  # the group is done when every such member has exited
+
+
+@dataclasses.dataclass
+class Plan:
+    launcher: str
+    members: list[Member]
+    ranks: int  # rank results expected (result.json, result.rank1.json, ...)
+    processes: int  # trial processes (torchrun's agents not counted; servers counted)
+    threads: int  # CPU threads each computing process is given
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports that nothing listens on at loopback now (the kernel's choice of free ports)."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((HOST, 0))
+            ports.append(sock.getsockname()[1])
+    return ports
+
+
+def _trial(args: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "bakeoff.trial", *args]
+
+
+def _tf_config(cluster: dict[str, list[str]], kind: str, index: int) -> str:
+    return json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}})
+
+
+def plan(spec: RunSpec, args: Sequence[str], env: dict[str, str], ports: Sequence[int] | None = None,
+         cores: int | None = None) -> Plan:
+    """The process group that runs ``spec``: ``args`` are the trial's command-line arguments (spec file, result
+    file, checkpoint and TensorBoard folders), ``env`` the environment every member starts from."""
+    launcher = registry.LAUNCHERS[spec.framework.value, spec.parallelism]
+    cores = cores or os.cpu_count() or 1
+    n = spec.workers
+    computing = 1 if launcher == "single" else n
+    threads = spec.threads or max(1, cores // computing)
+    env = {**env, "BAKEOFF_THREADS": str(threads), "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "BAKEOFF_LAUNCHED_AT": repr(time.time())}
+    warnings = []
+    if spec.parallelism is not Parallelism.NONE and n > cores:
+        warnings.append(f"{n} replicas on {cores} CPU cores: replicas share cores, so throughput measures "
+                        "overhead more than speed-up")
+    needed = {"single": 0, "torchrun": 1, "torchrun_nodes": 1, "tf_config": n,
+              "tf_parameter_server": 1 + n + PARAMETER_SERVERS}[launcher]
+    ports = list(ports) if ports is not None else free_ports(needed)
+    if launcher == "single":
+        members = [Member("trial", _trial(args), env, True)]
+        return Plan(launcher, members, 1, 1, threads, warnings)
+    if launcher == "torchrun":
+        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(n),
+                   "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{HOST}:{ports[0]}", "--max-restarts", "0",
+                   "--monitor-interval", "0.5", "-m", "bakeoff.trial", *args]
+        return Plan(launcher, [Member("torchrun", command, env, True)], n, n, threads, warnings)
+    if launcher == "torchrun_nodes":  # one agent per node, static rendezvous at node 0: the multi-host path
+        members = [Member(f"node {i}", [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(n),
+                                        "--node-rank", str(i), "--nproc-per-node", "1", "--master-addr", HOST,
+                                        "--master-port", str(ports[0]), "--max-restarts", "0",
+                                        "--monitor-interval", "0.5", "-m", "bakeoff.trial", *args], env, True)
+                   for i in range(n)]
+        return Plan(launcher, members, n, n, threads, warnings)
+    if launcher == "tf_config":
+        cluster = {"worker": [f"{HOST}:{p}" for p in ports[:n]]}
+        members = [Member(f"worker {i}", _trial(args),
+                          {**env, "TF_CONFIG": _tf_config(cluster, "worker", i), "BAKEOFF_RANK": str(i)}, True)
+                   for i in range(n)]
+        return Plan(launcher, members, n, n, threads, warnings)
+    # tf_parameter_server: the chief runs the trial (its ClusterCoordinator schedules steps on the workers)
+    cluster = {"chief": [f"{HOST}:{ports[0]}"], "worker": [f"{HOST}:{p}" for p in ports[1:1 + n]],
+               "ps": [f"{HOST}:{p}" for p in ports[1 + n:]]}
+    members = [Member("chief", _trial(args), {**env, "TF_CONFIG": _tf_config(cluster, "chief", 0)}, True)]
+    for kind in ("worker", "ps"):
+        for i in range(len(cluster[kind])):
+            members.append(Member(f"{kind} {i}", [sys.executable, "-m", TF_SERVER_MODULE],
+                                  {**env, "TF_CONFIG": _tf_config(cluster, kind, i)}, False))
+    return Plan(launcher, members, 1, len(members), threads, warnings)
+
+
+@dataclasses.dataclass
+class GroupOutcome:
+    """How a group ended: ``codes`` per member (None: killed by bakeoff), ``killed`` the reason bakeoff killed
+    it ('' when every result-writing member exited by itself), ``first_failure`` the member that failed first,
+    and each member's peak resident memory, read from ``/proc`` while it ran (its own process, not children)."""
+
+    codes: dict[str, int | None]
+    killed: str = ""
+    first_failure: str = ""
+    peak_rss_bytes: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+def _status_value(pid: int, field: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _session_rss(sessions: set[int]) -> int:
+    """Resident memory of every process in these sessions (a member and whatever it started)."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) in sessions:  # field 6 of stat: the session id
+            total += _status_value(int(entry.name), "VmRSS")
+    return total
+
+
+@contextlib.contextmanager
+def started(members: Sequence[Member], logs: Sequence[IO]) -> Iterator[list[subprocess.Popen]]:
+    """Start every member in its own session and own them all during the block: leaving it, normally or by an
+    exception (an interrupt), kills every member's whole session (SIGTERM, SIGKILL after the grace)."""
+    procs: list[subprocess.Popen] = []
+    _GATE.held += 1  # a signal during the start is raised below, once the members are ours to kill
+    try:
+        for member, log in zip(members, logs, strict=True):
+            procs.append(subprocess.Popen(member.command, start_new_session=True, stdout=log,
+                                          stderr=subprocess.STDOUT, env=member.env))
+    except BaseException:
+        for proc in procs:
+            kill_group(proc, grace_s=0)
+        raise
+    finally:
+        _GATE.held -= 1
+    try:
+        _GATE.check()
+        yield procs
+    except BaseException:
+        with _GATE.hold():
+            for proc in procs:  # SIGTERM to all first, then one grace for all
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, 15)
+            deadline = time.monotonic() + KILL_GRACE_S
+            while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            for proc in procs:
+                kill_group(proc, grace_s=0)
+        raise
+    with _GATE.hold():
+        for proc in procs:
+            kill_group(proc, grace_s=0)
+
+
+def run_group(plan: Plan, log_paths: Sequence[Path], timeout_s: float, memory_cap: int | None = None
+              ) -> GroupOutcome:
+    """Run the plan's members to the end: until every result-writing member has exited, or until one member
+    fails (a non-zero exit, or a server exiting at all), the deadline passes or the group's resident memory
+    passes ``memory_cap``; then every member's session is killed. Each member writes to its own log."""
+    deadline = time.monotonic() + timeout_s
+    with contextlib.ExitStack() as stack:
+        logs = [stack.enter_context(path.open("w")) for path in log_paths]
+        with started(plan.members, logs) as procs:
+            outcome = GroupOutcome(codes={m.name: None for m in plan.members})
+            last_sample = 0.0
+            while True:
+                now = time.monotonic()
+                if now - last_sample > 0.25:
+                    last_sample = now
+                    for member, proc in zip(plan.members, procs, strict=True):
+                        if proc.poll() is None:
+                            hwm = _status_value(proc.pid, "VmHWM")
+                            outcome.peak_rss_bytes[member.name] = max(outcome.peak_rss_bytes.get(member.name, 0), hwm)
+                for member, proc in zip(plan.members, procs, strict=True):
+                    code = proc.poll()
+                    if code is None or outcome.codes[member.name] is not None:
+                        continue
+                    outcome.codes[member.name] = code
+                    if (code != 0 or not member.writes_result) and not outcome.first_failure:
+                        outcome.first_failure = member.name
+                if outcome.first_failure:
+                    return outcome
+                if all(outcome.codes[m.name] is not None for m in plan.members if m.writes_result):
+                    return outcome
+                if memory_cap:
+                    rss = _session_rss({p.pid for p in procs})
+                    if rss > memory_cap:
+                        outcome.killed = (f"resident memory {rss / 2**20:.0f} MiB passed the cap of "
+                                          f"{memory_cap / 2**20:.0f} MiB; killed")
+                        return outcome
+                if now >= deadline:
+                    outcome.killed = f"no result after {timeout_s:.0f} s; killed"
+                    return outcome
+                time.sleep(0.05)
+
+
+def rank_results(result_path: Path, ranks: int) -> list[TrialResult | None]:
+    """The results the group's ranks wrote (None for a rank that wrote none)."""
+    from bakeoff.trial import rank_result_path
+
+    out: list[TrialResult | None] = []
+    for rank in range(ranks):
+        path = rank_result_path(result_path, rank)
+        out.append(TrialResult.from_dict(json.loads(path.read_text())) if path.exists() else None)
+    return out
+
+
+def _rank_summary(rank: int, result: TrialResult) -> dict:
+    dist = result.extras.get("distributed", {})
+    return {"rank": rank, "status": result.status.value, "reason": result.reason[:300],
+            "steady_step_s": result.steady_step_s, "peak_memory_bytes": result.peak_memory_bytes,
+            "memory_baseline_bytes": result.memory_baseline_bytes,
+            "memory_increment_bytes": result.memory_increment_bytes, "launch_s": result.extras.get("launch_s"),
+            "import_s": result.import_s, "build_s": result.build_s,
+            "final_loss": result.losses[-1] if result.losses else None,
+            "replica_weights_sha256": dist.get("replica_weights_sha256", [])}
+
+
+def merge(spec: RunSpec, plan: Plan, results: Sequence[TrialResult | None], outcome: GroupOutcome) -> TrialResult:
+    """One result for the group: rank 0's, with every rank's figures in ``extras["distributed"]``, the start-up
+    cost apart from training, and whether all replicas ended with identical weights. A rank that failed makes
+    the trial fail with that rank's reason."""
+    base = results[0]
+    assert base is not None, "merge needs rank 0's result"
+    dist = dict(base.extras.get("distributed", {}))
+    ranks = [_rank_summary(r, res) for r, res in enumerate(results) if res is not None]
+    digests = [d for rank in ranks for d in rank["replica_weights_sha256"]]
+    startups = [sum(x or 0.0 for x in (r["launch_s"], r["import_s"], r["build_s"])) for r in ranks]
+    dist.update(parallelism=spec.parallelism.value, replicas=spec.workers, launcher=plan.launcher,
+                processes=plan.processes, threads_per_process=plan.threads,
+                batch_size={"global": spec.batch_size,
+                            "per_replica": spec.batch_size // spec.workers if spec.parallelism.synchronous
+                            else spec.batch_size},
+                synchronous=spec.parallelism.synchronous, ranks=ranks, warnings=list(plan.warnings),
+                # before the first step: process launch, framework import, rendezvous and strategy and model set-up
+                startup_s=max(startups) if startups else None,
+                launch_s=max((r["launch_s"] or 0.0) for r in ranks) if ranks else None,
+                replicas_identical=(len(set(digests)) == 1) if len(digests) > 1 else None)
+    if outcome.peak_rss_bytes:
+        dist["member_peak_rss_bytes"] = dict(outcome.peak_rss_bytes)
+    base.extras["distributed"] = dist
+    for rank, res in enumerate(results):
+        if res is not None and res.status is not Status.OK and base.status is Status.OK:
+            base.status, base.reason = res.status, f"rank {rank}: {res.reason}"
+    if dist["replicas_identical"] is False and base.status is Status.OK:
+        dist["warnings"].append("replicas ended with different weights: the synchronisation did not keep them "
+                                "identical")
+    return base
