@@ -74,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--framework", type=_csv, help="comma-separated frameworks [torch,tensorflow]")
     grid.add_argument("--execution", type=_csv, help="comma-separated modes: eager, graph, xla [eager,graph]")
     grid.add_argument("--precision", type=_csv, help="comma-separated: fp32, bf16, fp16 [fp32]")
+    grid.add_argument("--parallelism", type=_csv,
+                      help="comma-separated: none, data_parallel (one machine, N replicas: DDP / MirroredStrategy), "
+                           "multi_worker (N worker processes: torchrun / MultiWorkerMirroredStrategy), "
+                           "parameter_server (TensorFlow), horovod [none]")
+    grid.add_argument("--workers", type=_csv, help="comma-separated replica / worker counts, e.g. 1,2; --batch-size "
+                                                   "is the global batch, split evenly over them [1]")
     grid.add_argument("--repeats", type=int, help="repeats per configuration, seeds seed..seed+N-1 [1]")
     grid.add_argument("--batch-size", help="examples per micro-batch, or 'auto': the largest that fits under "
                                            "--memory-cap [32]")
@@ -154,7 +160,8 @@ def _key_values(items: list[str], what: str) -> dict[str, str]:
 
 
 # Flags that describe trials (argparse dest = suite field or override key, see bakeoff.suite.check_overrides).
-TRIAL_FLAGS = ("workload", "preset", "config", "target", "framework", "execution", "precision", "repeats",
+TRIAL_FLAGS = ("workload", "preset", "config", "target", "framework", "execution", "precision", "parallelism",
+               "workers", "repeats",
                "batch_size", "grad_accum", "memory_cap", "batch_step", "checkpoint_every", "max_steps", "max_epochs",
                "max_seconds", "eval_every", "stop_at_target", "seed", "threads", "device", "data")
 
@@ -165,6 +172,8 @@ def _trial_flags(args: argparse.Namespace) -> dict:
     for name, flag in (("data", "--data"), ("config", "--set")):
         if name in given:
             given[name] = _key_values(given[name], flag)
+    if "workers" in given:
+        given["workers"] = [int(w) if w.isdigit() else w for w in given["workers"]]
     size = given.get("batch_size")
     if size is not None and size.strip().isdigit():
         given["batch_size"] = int(size)
@@ -314,7 +323,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         state = "installed" if registry.installed(fw) else f"not installed ({registry.INSTALL_HINTS[fw]})"
         modes = ", ".join(m.value for m in registry.EXECUTIONS.get(fw, ())) or "none yet"
         console.print(f"framework [bold]{fw}[/]: {state}; execution modes: {modes}")
-    console.print("precisions: fp32 (bf16, fp16 planned); parallelism: none (data-parallel, multi-worker planned)")
+    console.print("precisions: fp32, bf16, fp16 (fp16 needs a GPU)")
+    for fw in registry.ENGINES:
+        modes = ", ".join(p.value for f, p in registry.LAUNCHERS if f == fw)
+        console.print(f"parallelism in {fw}: {modes}")
     console.print(f"shipped suites: {', '.join(shipped_suites())}")
     return 0
 
@@ -412,6 +424,7 @@ def _add_store_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _dry_run(suite, args: argparse.Namespace) -> int:  # suite: bakeoff.suite.Suite
+    from bakeoff import registry
     from bakeoff.console import console
     from bakeoff.preview import duration, plan, total
 
@@ -424,8 +437,10 @@ def _dry_run(suite, args: argparse.Namespace) -> int:  # suite: bakeoff.suite.Su
         state = (f"run  (stored: {p.stored.value})" if p.runs and p.stored else "run" if p.runs
                  else f"skip (stored: {p.stored.value})" if p.stored else "skip")
         estimate = f"  ~{duration(p.estimate_s)}" if p.estimate_s is not None else ""
+        why = registry.unsupported(spec)  # recorded as unsupported without starting a process
+        note = f"  (unsupported, no process starts: {why})" if p.runs and why else ""
         console.print(f"{p.position:4d}  {state:<22} {spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}  "
-                      f"key {spec.key()}{estimate}", markup=False, soft_wrap=True)
+                      f"key {spec.key()}{estimate}{note}", markup=False, soft_wrap=True)
     seconds, unknown = total(planned)
     runs = sum(p.runs for p in planned)
     stored = sum(p.stored is not None for p in planned)

@@ -52,7 +52,9 @@ choices), so a typo fails with the line before any trial runs.
 Command-line flags override a suite (:func:`load_suite`'s ``overrides``) as if written into it: the field is set
 in every trial and removed from the matrix and the variants; a list flag (``--framework torch,tensorflow``)
 becomes the matrix's list; a budget flag replaces the whole budget; ``--data`` and ``--set`` merge key by key;
-``--repeats`` sets every variant's repeats. The suite's excludes still apply (``--framework torch`` on a suite
+``--repeats`` sets every variant's repeats. A configuration without parallelism has one worker whatever the
+matrix's ``workers`` (``--parallelism none,data_parallel --workers 2`` is a single-device baseline and 2 replicas).
+The suite's excludes still apply (``--framework torch`` on a suite
 that excludes torch in graph mode runs torch's other trials). ``--workload`` is refused with a
 suite (a suite names its workloads), and so is ``--target`` with a suite of several workloads. An overridden
 suite is stored under its name plus a hash of the overrides (``quick+3f9a1c``), so its trials never mix with the
@@ -86,7 +88,7 @@ SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec) if f.name not in
 """The RunSpec fields a suite (or a flag) may set: ``repeat`` comes from ``repeats``, ``content`` from the runner."""
 
 BUDGET = ("max_steps", "max_epochs", "max_seconds")
-LISTS = ("framework", "execution", "precision")  # fields a flag may give several values of (a matrix list)
+LISTS = ("framework", "execution", "precision", "parallelism", "workers")  # fields a flag may list (a matrix list)
 TABLES = ("data", "config")  # fields that merge key by key
 POSITIVE = ("workers", "batch_size", "grad_accum", "eval_every", "max_steps", "max_epochs", "max_seconds",
             "learning_rate")
@@ -504,6 +506,8 @@ def _expand(defaults: dict[str, Any], matrix: dict[str, list[Any]], variants: li
                 fields[table] = merged
             if any(all(str(fields.get(k)) == str(v) for k, v in e.items()) for e in excludes):
                 continue
+            if str(fields.get("parallelism", "none")) == "none":
+                fields["workers"] = 1  # one process: a matrix's workers apply to its distributed configurations
             fields.update(repeat=repeat, seed=base_seed + repeat)
             if "workload" not in fields or "framework" not in fields:
                 raise fail("defaults", "every configuration needs a workload and a framework")

@@ -137,6 +137,27 @@ def _rate(key: str) -> Callable[[TrialResult, float | None], float | None]:
     return lambda r, _budget: r.throughput.get(key)
 
 
+def _distributed(*path: str) -> Callable[[TrialResult, float | None], float | None]:
+    """A figure of ``extras["distributed"]`` (see :mod:`bakeoff.launch.launchers`), ``None`` when not recorded."""
+    def get(r: TrialResult, _budget: float | None) -> float | None:
+        value: object = r.extras.get("distributed", {})
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return get
+
+
+def _sync_share(r: TrialResult, budget: float | None) -> float | None:
+    sync = _distributed("sync", "per_step_s")(r, budget)
+    return sync / r.steady_step_s if sync is not None and r.steady_step_s else None
+
+
+def _worker_peak(r: TrialResult, _budget: float | None) -> float | None:
+    peaks = [rank.get("peak_memory_bytes") for rank in r.extras.get("distributed", {}).get("ranks", [])]
+    peaks = [p for p in peaks if p]
+    return float(max(peaks)) if peaks else None
+
+
 def _rate_from_steps(key: str) -> Callable[[TrialResult, np.ndarray], np.ndarray]:
     # Units per step vary (valid tokens, audio frames): the trial's rate scaled by its median step time.
     return lambda r, t: r.throughput[key] * r.steady_step_s / t
@@ -170,6 +191,18 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
              "peak during training steps", table=None, shown_unit="MiB", scale=1 / MIB),
     Quantity("peak_memory_bytes", "bytes", False, _field("peak_memory_bytes"), "peak over the whole trial",
              table="memory", shown_unit="MiB", scale=1 / MIB),
+    # Distributed trials (extras["distributed"]): how the gradient synchronisation was timed is in its "method"
+    Quantity("sync_s", "s", False, _distributed("sync", "per_step_s"), "gradient sync per optimizer step",
+             table="distributed", shown_unit="ms", scale=1000, optional=True),
+    Quantity("sync_share", "share", False, _sync_share, "sync share of the steady step", table="distributed",
+             shown_unit="%", scale=100, optional=True),
+    Quantity("startup_s", "s", False, _distributed("startup_s"),
+             "start-up before the first step (launch, import, rendezvous, set-up)", table="distributed",
+             optional=True),
+    Quantity("launch_s", "s", False, _distributed("launch_s"), "process-group launch", table="distributed",
+             optional=True),
+    Quantity("worker_peak_memory_bytes", "bytes", False, _worker_peak, "peak memory of the largest worker",
+             table="distributed", shown_unit="MiB", scale=1 / MIB, optional=True),
     Quantity("train_s", "s", False, _field("train_s"), "training clock", table=None),
     Quantity("wall_s", "s", False, _field("wall_s"), "whole process", table=None),
 )}

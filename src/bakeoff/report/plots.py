@@ -91,3 +91,39 @@ def quality_png(groups: Groups) -> bytes:
         if drawn or target is not None:
             ax.legend(fontsize=8, loc="lower right")
     return _png(fig)
+
+
+def scaling_png(groups: Mapping[tuple[str, str], Sequence[Any]]) -> bytes:
+    """Per (workload, preset): steady throughput (left) and scaling efficiency (right) against replicas, a line
+    per framework, strategy and mode, starting from its one-replica baseline. ``groups`` holds
+    :class:`bakeoff.analysis.scaling.ScalingRow` lists."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 3.6 * max(len(groups), 1)), layout="constrained")
+    axes = fig.subplots(max(len(groups), 1), 2, squeeze=False)
+    for (ax_thr, ax_eff), ((workload, preset), rows) in zip(axes, groups.items(), strict=False):
+        lines: dict[tuple[str, str, str], list] = {}
+        for r in rows:
+            lines.setdefault((r.framework, r.strategy, r.config.execution), []).append(r)
+        for (framework, strategy, execution), members in lines.items():
+            members = sorted(members, key=lambda r: r.workers)
+            base = next((r.baseline for r in members if r.baseline is not None), None)
+            start = base is not None and all(r.workers != 1 for r in members)  # draw from the baseline at 1
+            xs = [1] * start + [r.workers for r in members]
+            thr = ([base.value("examples_per_s")] if start else []) + [r.config.value("examples_per_s")
+                                                                       for r in members]
+            eff = [1.0] * start + [r.efficiency for r in members]
+            style = dict(color=colour(framework), linestyle=LINESTYLES.get(execution, "-"), marker="o",
+                         label=f"{framework} {strategy} ({execution})")
+            ax_thr.plot(xs, [t if t is not None else float("nan") for t in thr], **style)
+            ax_eff.plot(xs, [e if e is not None else float("nan") for e in eff], **style)
+        ax_eff.axhline(1.0, color="#999999", linewidth=0.8, linestyle=":")
+        for ax, what in ((ax_thr, "examples/s (median)"), (ax_eff, "scaling efficiency")):
+            ax.set_xlabel("replicas")
+            ax.set_ylabel(what)
+            ax.grid(alpha=0.3)
+            ax.xaxis.get_major_locator().set_params(integer=True)
+        ax_thr.set_title(f"{workload} / {preset}: throughput", fontsize=11)
+        ax_eff.set_title(f"{workload} / {preset}: efficiency", fontsize=11)
+        ax_eff.legend(fontsize=8)
+    return _png(fig)

@@ -22,6 +22,7 @@ from bakeoff.analysis.conditions import LOAD_GAP_PER_CORE, config_load, display_
 from bakeoff.analysis.decide import MEASURED, Decision, Qualitative, decide_each
 from bakeoff.analysis.mixing import batch_text
 from bakeoff.analysis.quantities import MIB, QUANTITIES, Quantity
+from bakeoff.analysis.scaling import SCALING_COLUMNS, scaling_cells, scaling_rows, scaling_sentence
 from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, fmt, short_reason, summarise_groups
 from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, ratio_text
 from bakeoff.report import plots
@@ -128,6 +129,26 @@ def _memory_table(configs: Sequence[ConfigSummary]) -> Table | None:
         "training steps minus that baseline — what training costs, and what the memory criterion scores. The peak "
         "over the whole trial includes the import and evaluation."]
     return Table(header, rows, footnotes, align="ll" + "r" * len(columns))
+
+
+def _scaling_table(configs: Sequence[ConfigSummary]) -> Table | None:
+    """Distributed configurations against their one-replica baselines (:mod:`bakeoff.analysis.scaling`)."""
+    rows = scaling_rows(configs)
+    if not rows:
+        return None
+    notes = ["Scaling efficiency = throughput(N) / (N × throughput of the baseline), the global batch the same at "
+             "every N (strong scaling; 100% is linear speed-up); baseline: the same strategy with one replica, "
+             "else the single-device run; interval: 95% bootstrap. Start-up: process launch, framework import, "
+             "rendezvous and strategy set-up, before the first step and off the training clock. All-reduces per "
+             "step: gradient all-reduce rounds counted during training (with accumulation, non-final micro-batches "
+             "should not synchronise)."]
+    methods = {f"{r.strategy}: {r.sync_method}" for r in rows if r.sync_method}
+    notes += [f"Gradient sync timed by {m}." for m in sorted(methods)]
+    notes += sorted({w for r in rows for w in r.warnings})
+    if any(r.parallelism == "parameter_server" for r in rows):
+        notes.append("ParameterServerStrategy trains asynchronously: workers apply their own updates, so its losses "
+                     "and quality are not those of synchronous training with the same global batch.")
+    return Table(SCALING_COLUMNS, [scaling_cells(r) for r in rows], notes, align="ll" + "r" * 11)
 
 
 def _conditions_table(configs: Sequence[ConfigSummary]) -> Table | None:
@@ -374,16 +395,19 @@ def environment_line(configs: Sequence[ConfigSummary]) -> str:
 def _section(configs: Sequence[ConfigSummary], decision: Decision, qualitative: Qualitative,
              suites: Mapping[str, str]) -> list[Block]:
     warning = mix_warning(decision.mixes)
+    scaling = scaling_sentence(scaling_rows(configs), configs)
     blocks: list[Block] = [
         Heading(2, f"{decision.workload} / {decision.preset}"),
         Para(decision.verdict, "verdict"),
+        *([Para(scaling, "verdict")] if scaling else []),
         *([warning] if warning else []),
         Para(environment_line(configs), "env"),
         *what_ran_blocks(configs, suites),
         Heading(3, "Configurations"),
         _comparison_table(configs),
     ]
-    for heading, table in (("Memory", _memory_table(configs)), ("Run conditions", _conditions_table(configs)),
+    for heading, table in (("Memory", _memory_table(configs)), ("Scaling", _scaling_table(configs)),
+                           ("Run conditions", _conditions_table(configs)),
                            ("Head to head", _head_to_head_table(decision))):
         if table is not None:
             blocks += [Heading(3, heading), table]
@@ -419,7 +443,8 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
             already has them (the bootstrap is not run twice); computed here otherwise.
 
     Returns:
-        ``{"markdown", "html", "throughput", "quality_vs_time"}`` -> the path written.
+        ``{"markdown", "html", "throughput", "quality_vs_time"}`` (and ``"scaling"`` when distributed trials
+        ran) -> the path written.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -433,13 +458,17 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
                                   plots.throughput_png(groups)),
               "quality_vs_time": Image("quality_vs_time.png", "quality against training time, one line per trial",
                                        plots.quality_png(groups))}
+    scaled = {key: rows for key, configs in groups.items() if (rows := scaling_rows(configs))}
+    if scaled:
+        images["scaling"] = Image("scaling.png", "throughput and scaling efficiency against replicas",
+                                  plots.scaling_png(scaled))
     n_ok = sum(r.status is Status.OK for r in results)
     blocks: list[Block] = [Para(f"{len(results)} trials ({n_ok} successful) in {len(summaries)} configurations "
                                 f"on {len(decisions)} workload/preset pair{'s' if len(decisions) != 1 else ''}.")]
     blocks += [Para(d.verdict, "verdict") for d in decisions.values() if len(decisions) > 1]
     for key, decision in decisions.items():
         blocks += _section(groups[key], decision, qualitative, suites or {})
-    blocks += [Heading(2, "Plots"), images["throughput"], images["quality_vs_time"]]
+    blocks += [Heading(2, "Plots"), *images.values()]
 
     paths = {"markdown": out_dir / "report.md", "html": out_dir / "report.html"}
     paths["markdown"].write_text(to_markdown(title, blocks), encoding="utf-8")

@@ -235,6 +235,8 @@ def _flags(spec: RunSpec) -> tuple[list[str], list[str]]:
     fields no flag sets."""
     flags = ["--workload", spec.workload, "--preset", spec.preset, "--batch-size", str(spec.batch_size)]
     flags += ["--grad-accum", str(spec.grad_accum)] if spec.grad_accum > 1 else []
+    if spec.parallelism is not Parallelism.NONE:
+        flags += ["--parallelism", spec.parallelism.value, "--workers", str(spec.workers)]
     flags += ["--max-steps", str(spec.max_steps)] if spec.max_steps is not None else []
     flags += ["--max-epochs", f"{spec.max_epochs:g}"] if spec.max_epochs is not None else []
     flags += ["--max-seconds", f"{spec.max_seconds:g}"] if spec.max_seconds is not None else []
@@ -249,8 +251,6 @@ def _flags(spec: RunSpec) -> tuple[list[str], list[str]]:
         flags += ["--set", f"{k}={v}"]
     flags += ["--target", f"{spec.target:g}"] if spec.target is not None else []
     unflagged = [f"warmup_steps = {spec.warmup_steps}"] if spec.warmup_steps != 3 else []
-    if spec.parallelism is not Parallelism.NONE:
-        unflagged.append(f"parallelism = {spec.parallelism.value}, workers = {spec.workers}")
     return flags, unflagged
 
 

@@ -1,0 +1,189 @@
+"""Scaling: throughput against the number of replicas, per framework and strategy, and what synchronising costs.
+
+For each distributed configuration, its **baseline** is the same configuration (workload, preset, framework, mode,
+precision, global batch, accumulation, budget, data) with one replica: the same strategy at ``workers = 1`` when
+that ran (the strategy's own overhead is then in both), else the single-device trial (``parallelism = none``).
+
+* **scaling efficiency** = throughput(N) / (N × throughput(baseline)), medians over repeats, with a 95% bootstrap
+  interval from the two configurations' replicates. The global batch is the same at every N (each replica takes
+  ``batch / N``), so this is strong scaling: 1.0 is linear speed-up.
+* **sync share** = gradient synchronisation per optimizer step / the steady step (each engine says how it timed
+  the synchronisation, in ``extras["distributed"]["sync"]["method"]``).
+* **start-up** = process launch + framework import + rendezvous and strategy set-up, before the first step, apart
+  from training.
+
+With more replicas than cores, replicas share cores: the efficiency then measures overhead, not speed-up, and
+:func:`scaling_sentence` says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+
+import numpy as np
+
+from bakeoff.analysis.bootstrap import percentile_interval
+from bakeoff.analysis.conditions import FRAMEWORK_NAMES, cores
+from bakeoff.analysis.quantities import fmt
+from bakeoff.analysis.stats import ConfigSummary
+from bakeoff.spec import Parallelism
+
+STRATEGY_NAMES = {
+    ("torch", "data_parallel"): "DDP",
+    ("torch", "multi_worker"): "DDP multi-worker",
+    ("tensorflow", "data_parallel"): "MirroredStrategy",
+    ("tensorflow", "multi_worker"): "MultiWorkerMirroredStrategy",
+    ("tensorflow", "parameter_server"): "ParameterServerStrategy",
+}
+
+
+def strategy_name(framework: str, parallelism: str) -> str:
+    """What users call the strategy: ``("torch", "data_parallel")`` -> ``"DDP"``."""
+    if parallelism == "none":
+        return "single device"
+    return STRATEGY_NAMES.get((framework, parallelism), parallelism)
+
+
+@dataclasses.dataclass
+class ScalingRow:
+    """One distributed configuration against its one-replica baseline."""
+
+    config: ConfigSummary
+    baseline: ConfigSummary | None
+    framework: str
+    parallelism: str
+    workers: int
+    efficiency: float | None
+    efficiency_interval: tuple[float, float] | None
+    replicas_identical: bool | None  # every run's replicas identical (None: not checked, one replica)
+    allreduces_per_step: float | None
+    sync_method: str
+    warnings: list[str]
+
+    @property
+    def strategy(self) -> str:
+        return strategy_name(self.framework, self.parallelism)
+
+
+def _base_identity(c: ConfigSummary) -> str:
+    """The configuration without its parallelism and worker count (what a baseline shares with it)."""
+    raw = {k: v for k, v in c.trials[0].run_spec.to_dict().items()
+           if k not in ("seed", "repeat", "content", "parallelism", "workers")}
+    raw["content"] = {k: v for k, v in c.trials[0].run_spec.content if k.startswith("data:")}
+    return json.dumps(raw, sort_keys=True, default=str)
+
+
+def _spec_of(c: ConfigSummary) -> tuple[str, int]:
+    spec = c.trials[0].run_spec
+    return spec.parallelism.value, spec.workers
+
+
+def _efficiency(c: ConfigSummary, base: ConfigSummary, workers: int
+                ) -> tuple[float | None, tuple[float, float] | None]:
+    v, b = c.value("examples_per_s"), base.value("examples_per_s")
+    if v is None or not b:
+        return None, None
+    value = v / (workers * b)
+    if c.n_ok and base.n_ok:
+        reps = c.replicates("examples_per_s") / (workers * base.replicates("examples_per_s"))
+        return value, percentile_interval(reps[np.isfinite(reps)])
+    return value, None
+
+
+def _figures(c: ConfigSummary) -> tuple[bool | None, float | None, str, list[str]]:
+    identical, allreduces, methods, warnings = [], [], set(), []
+    for r in c.ok:
+        dist = r.extras.get("distributed", {})
+        if dist.get("replicas_identical") is not None:
+            identical.append(bool(dist["replicas_identical"]))
+        sync = dist.get("sync", {})
+        if isinstance(sync.get("allreduces_per_step"), int | float):
+            allreduces.append(float(sync["allreduces_per_step"]))
+        if sync.get("method"):
+            methods.add(str(sync["method"]))
+        warnings += [w for w in dist.get("warnings", []) if w not in warnings]
+    return (all(identical) if identical else None, float(np.median(allreduces)) if allreduces else None,
+            "; ".join(sorted(methods)), warnings)
+
+
+def scaling_rows(configs: Sequence[ConfigSummary]) -> list[ScalingRow]:
+    """Every distributed configuration of one (workload, preset), with its baseline and efficiency; sorted by
+    framework, strategy, mode and replicas."""
+    by_base: dict[str, dict[tuple[str, int], ConfigSummary]] = {}
+    for c in configs:
+        by_base.setdefault(_base_identity(c), {})[_spec_of(c)] = c
+    rows = []
+    for group in by_base.values():
+        for (parallelism, workers), c in group.items():
+            if parallelism == Parallelism.NONE.value:
+                continue
+            single = group.get((Parallelism.NONE.value, 1))
+            base = single if workers == 1 else group.get((parallelism, 1)) or single
+            eff, interval = _efficiency(c, base, workers) if base is not None else (None, None)
+            identical, allreduces, method, warnings = _figures(c)
+            rows.append(ScalingRow(c, base, c.framework, parallelism, workers, eff, interval, identical,
+                                   allreduces, method, warnings))
+    return sorted(rows, key=lambda r: (r.framework, r.parallelism, r.config.label, r.workers))
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.0f}%"
+
+
+def scaling_sentence(rows: Sequence[ScalingRow], configs: Sequence[ConfigSummary]) -> str | None:
+    """The verdict's line on scaling: each framework's strategies at their largest replica count, with efficiency
+    and sync share, and what shared cores mean for the figures. ``None`` without distributed trials."""
+    measured = [r for r in rows if r.efficiency is not None]
+    if not measured:
+        return None
+    top: dict[tuple[str, str], ScalingRow] = {}
+    for r in measured:
+        key = (r.framework, r.parallelism)
+        if key not in top or (r.workers, r.config.n_ok) > (top[key].workers, top[key].config.n_ok):
+            top[key] = r
+    parts = []
+    for r in top.values():
+        share = r.config.value("sync_share")
+        interval = (f" (95% CI {_pct(r.efficiency_interval[0])}–{_pct(r.efficiency_interval[1])})"
+                    if r.efficiency_interval else "")
+        sync = f", gradient sync {_pct(share)} of the step" if share is not None else ""
+        base = "one replica" if r.baseline and _spec_of(r.baseline)[0] != "none" else "one device"
+        parts.append(f"{FRAMEWORK_NAMES.get(r.framework, r.framework)} {r.strategy} ({r.config.execution}) at "
+                     f"{r.workers} replicas runs at {_pct(r.efficiency)} scaling efficiency against {base}"
+                     f"{interval}{sync}, n = {r.config.n_ok}")
+    sentence = "Scaling: " + "; ".join(parts) + "."
+    n_cores = cores(list(configs))
+    most = max(r.workers for r in measured)
+    if n_cores is not None and most >= n_cores:
+        sentence += (f" On {n_cores} CPU cores shared by {most} replicas, efficiency measures the frameworks' "
+                     "distribution overhead more than speed-up.")
+    if any(r.replicas_identical is False for r in rows):
+        sentence += " Some runs ended with replicas holding different weights (see the scaling table)."
+    return sentence
+
+
+def scaling_cells(r: ScalingRow) -> list[str]:
+    """The scaling table's row for ``r`` (see :data:`SCALING_COLUMNS`)."""
+    c = r.config
+
+    def shown(name: str, scale: float = 1.0, digits: int = 3) -> str:
+        v = c.value(name)
+        return fmt(v * scale, digits) if v is not None else "—"
+
+    thr = c.get("examples_per_s")
+    spread = f" ({fmt(thr.min)}–{fmt(thr.max)})" if thr is not None and thr.n > 1 else ""
+    eff = _pct(r.efficiency) + (f" ({_pct(r.efficiency_interval[0])}–{_pct(r.efficiency_interval[1])})"
+                                if r.efficiency_interval else "")
+    base = r.baseline.label if r.baseline is not None else "— (no one-replica run)"
+    identical = {True: "yes", False: "**no**", None: "—"}[r.replicas_identical]
+    return [c.label, r.strategy, str(r.workers), f"{shown('examples_per_s')}{spread}", eff, base,
+            shown("sync_s", 1000), shown("sync_share", 100, 2),
+            fmt(r.allreduces_per_step) if r.allreduces_per_step is not None else "—", shown("startup_s"),
+            shown("worker_peak_memory_bytes", 1 / 2**20), identical, f"{c.n_ok}/{c.n_total}"]
+
+
+SCALING_COLUMNS = ["configuration", "strategy", "replicas", "examples/s (range)", "scaling efficiency (95% CI)",
+                   "baseline", "sync per step (ms)", "sync share (%)", "all-reduces per step", "start-up (s)",
+                   "largest worker peak (MiB)", "replicas identical", "runs ok"]

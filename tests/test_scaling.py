@@ -1,0 +1,95 @@
+"""Scaling analysis and its report section, from hand-made distributed results (no framework needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bakeoff.analysis.scaling import scaling_rows, scaling_sentence
+from bakeoff.analysis.stats import summarise_groups
+from bakeoff.report.render import render_report
+from fake_results import repeats, respec
+
+
+def _distributed(results, parallelism: str, workers: int, sync_s: float | None = 0.01, cores: int = 16,
+                 identical: bool = True):
+    out = []
+    for r in results:
+        r = respec(r, parallelism=parallelism, workers=workers)
+        r.environment["cores"] = cores
+        r.extras["distributed"] = {
+            "strategy": "DistributedDataParallel (gloo)", "replicas": workers, "startup_s": 6.5, "launch_s": 1.2,
+            "sync": {"method": "a separately timed all-reduce of the gradients", "per_step_s": sync_s,
+                     "allreduces_per_step": 1.0},
+            "replicas_identical": identical if workers > 1 else None,
+            "ranks": [{"rank": i, "peak_memory_bytes": (300 + 10 * i) * 2**20} for i in range(workers)],
+            "warnings": [f"{workers} replicas on {cores} CPU cores: ..."] if workers > cores else []}
+        out.append(r)
+    return out
+
+
+def _torch(examples_per_s, **kwargs):
+    return repeats("torch", "eager", examples_per_s, [None] * len(examples_per_s),
+                   final_metric=[0.8] * len(examples_per_s), **kwargs)
+
+
+def test_efficiency_is_throughput_over_n_times_the_one_replica_run() -> None:
+    results = [*_distributed(_torch([500, 500, 500]), "data_parallel", 1),
+               *_distributed(_torch([800, 800, 800]), "data_parallel", 2),
+               *_torch([600, 600, 600])]
+    rows = scaling_rows(summarise_groups(results))
+    by_workers = {r.workers: r for r in rows}
+    assert sorted(by_workers) == [1, 2]
+    # 2 replicas against the same strategy with 1 replica (not the single-device run): 800 / (2 × 500)
+    assert by_workers[2].efficiency == pytest.approx(0.8)
+    assert by_workers[2].baseline.label == "torch/eager/data_parallelx1"
+    low, high = by_workers[2].efficiency_interval
+    assert low <= 0.8 <= high
+    # 1 replica against the single-device run: what the strategy itself costs
+    assert by_workers[1].efficiency == pytest.approx(500 / 600)
+    assert by_workers[2].replicas_identical is True
+    assert by_workers[2].strategy == "DDP"
+
+
+def test_without_a_one_replica_run_the_single_device_run_is_the_baseline() -> None:
+    results = [*_distributed(_torch([700, 700, 700]), "data_parallel", 2), *_torch([500, 500, 500])]
+    (row,) = scaling_rows(summarise_groups(results))
+    assert row.baseline.label == "torch/eager"
+    assert row.efficiency == pytest.approx(0.7)
+
+
+def test_sentence_names_efficiency_sync_share_and_shared_cores() -> None:
+    results = [*_distributed(_torch([700, 700, 700]), "data_parallel", 2, sync_s=32 / 700 * 0.25, cores=2),
+               *_torch([500, 500, 500])]
+    configs = [c for c in summarise_groups(results)]
+    for c in configs:
+        for r in c.trials:
+            r.environment["cores"] = 2
+    configs = summarise_groups([r for c in configs for r in c.trials])
+    sentence = scaling_sentence(scaling_rows(configs), configs)
+    assert "PyTorch DDP (eager) at 2 replicas runs at 70% scaling efficiency against one device" in sentence
+    assert "gradient sync 25% of the step" in sentence
+    assert "n = 3" in sentence
+    assert "On 2 CPU cores shared by 2 replicas" in sentence
+
+
+def test_no_distributed_trials_no_scaling() -> None:
+    configs = summarise_groups(_torch([500, 510, 520]))
+    assert scaling_rows(configs) == []
+    assert scaling_sentence([], configs) is None
+
+
+def test_report_has_a_scaling_table_and_chart(tmp_path) -> None:
+    results = [*_distributed(_torch([500, 500, 500]), "data_parallel", 1),
+               *_distributed(_torch([800, 800, 800]), "data_parallel", 2, identical=False),
+               *_torch([600, 600, 600]),
+               *repeats("tensorflow", "graph", [400, 410, 420], [None] * 3, final_metric=[0.8] * 3)]
+    paths = render_report(results, tmp_path)
+    text = paths["markdown"].read_text()
+    assert "### Scaling" in text
+    row = next(line for line in text.splitlines() if line.startswith("| torch/eager/data_parallelx2 | DDP"))
+    assert "| 2 |" in row and "80%" in row and "**no**" in row  # replicas differed: shown, not hidden
+    assert "Scaling: PyTorch DDP (eager) at 2 replicas runs at 80% scaling efficiency" in text
+    assert "Gradient sync timed by DDP: a separately timed all-reduce of the gradients." in text
+    assert paths["scaling"].read_bytes()[:4] == b"\x89PNG"
+    plain = render_report(_torch([500, 510, 520]), tmp_path / "plain")
+    assert "scaling" not in plain and "### Scaling" not in plain["markdown"].read_text()
