@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "parameter_server (TensorFlow), horovod [none]")
     grid.add_argument("--workers", type=_csv, help="comma-separated replica / worker counts, e.g. 1,2; --batch-size "
                                                    "is the global batch, split evenly over them [1]")
+    grid.add_argument("--hosts", type=_csv, help="multi_worker across machines: one host per worker, the first the "
+                                                 "rendezvous host; others are reached with ssh and must see the "
+                                                 "store's folder at the same path [all on this machine]")
     grid.add_argument("--repeats", type=int, help="repeats per configuration, seeds seed..seed+N-1 [1]")
     grid.add_argument("--batch-size", help="examples per micro-batch, or 'auto': the largest that fits under "
                                            "--memory-cap [32]")
@@ -161,7 +164,7 @@ def _key_values(items: list[str], what: str) -> dict[str, str]:
 
 # Flags that describe trials (argparse dest = suite field or override key, see bakeoff.suite.check_overrides).
 TRIAL_FLAGS = ("workload", "preset", "config", "target", "framework", "execution", "precision", "parallelism",
-               "workers", "repeats",
+               "workers", "hosts", "repeats",
                "batch_size", "grad_accum", "memory_cap", "batch_step", "checkpoint_every", "max_steps", "max_epochs",
                "max_seconds", "eval_every", "stop_at_target", "seed", "threads", "device", "data")
 

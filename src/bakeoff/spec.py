@@ -112,6 +112,9 @@ class RunSpec:
     precision: Precision = Precision.FP32
     parallelism: Parallelism = Parallelism.NONE
     workers: int = 1
+    # multi_worker across machines: the host of each worker, in rank order (the first is the rendezvous host);
+    # empty: every worker on this machine. A host that is not this machine is reached with ssh (see launchers).
+    hosts: tuple[str, ...] = ()
     batch_size: int = 32
     grad_accum: int = 1
     max_steps: int | None = None
@@ -148,6 +151,13 @@ class RunSpec:
             set_(self, name, tuple(sorted((str(k), str(v)) for k, v in pairs)))
         if self.target is not None:
             set_(self, "target", float(self.target))
+        hosts = (self.hosts,) if isinstance(self.hosts, str) else self.hosts
+        set_(self, "hosts", tuple(str(h).strip() for h in hosts))
+        if self.hosts and (self.parallelism is not Parallelism.MULTI_WORKER or len(self.hosts) != self.workers
+                           or not all(self.hosts)):
+            raise SpecError(f"hosts {', '.join(self.hosts)}: hosts name one machine per worker of a multi_worker "
+                            f"trial ({len(self.hosts)} given for parallelism {self.parallelism.value} with "
+                            f"{self.workers} worker{'s' if self.workers > 1 else ''})")
         for name in ("workers", "batch_size", "grad_accum", "eval_every"):
             if int(getattr(self, name)) < 1:
                 raise SpecError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
@@ -174,6 +184,8 @@ class RunSpec:
                 value = value.value
             elif f.name in ("data", "config", "content"):
                 value = dict(value)
+            elif f.name == "hosts":
+                value = list(value)
             out[f.name] = value
         return out
 

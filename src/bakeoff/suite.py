@@ -221,6 +221,10 @@ def field_problem(name: str, value: Any) -> str:
             if value not in WORKLOADS:
                 return f"unknown workload {value!r}; accepted: {', '.join(WORKLOADS)}"
         return "" if isinstance(value, str) and value else f"{name} must be a non-empty string, got {value!r}"
+    if name == "hosts":
+        if isinstance(value, list) and all(isinstance(h, str) and h.strip() for h in value):
+            return ""
+        return f"hosts must be a list of host names, one per worker, got {value!r}"
     if kind is tuple:  # data / config: a table of KEY = value
         scalar = (str, int, float, bool)
         if isinstance(value, Mapping) and all(

@@ -13,6 +13,13 @@ engines do the distributing: ``torch.distributed.run`` (torchrun) starts PyTorch
 Ports are free ports on loopback, chosen just before the start (:func:`free_ports`); a group whose log shows one
 was taken meanwhile is started again on new ones (:data:`PORT_IN_USE`).
 
+Hosts (``RunSpec.hosts``, multi_worker only): worker ``i`` runs on ``hosts[i]``; the first is the rendezvous host
+(torchrun's master address, TF_CONFIG's worker 0). A host that is this machine (a loopback address such as
+127.0.0.2, or one of this machine's own addresses) is started here; any other is started with
+``ssh -o BatchMode=yes HOST 'cd CWD && env ... python -m ...'``: it needs passwordless ssh, the same Python
+environment at the same path, and the trial's folder (under the store's folder) at the same path (a shared file
+system). Ports are then chosen free here and must be free there too.
+
 Threads: on one host, the cores are shared out among the processes that compute (``BAKEOFF_THREADS``, read by
 :func:`bakeoff.engines.base.threads_for`), so N replicas on N cores do not oversubscribe them; more replicas than
 cores is allowed on CPU and recorded as a warning.
@@ -22,8 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import ipaddress
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -78,6 +87,35 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+def is_local(host: str) -> bool:
+    """Whether ``host`` is this machine: a loopback address, or an address of this machine's own name."""
+    try:
+        address = socket.gethostbyname(host)
+    except OSError:
+        return False
+    if ipaddress.ip_address(address).is_loopback:
+        return True
+    try:
+        own = {socket.gethostbyname(socket.gethostname()), *socket.gethostbyname_ex(socket.getfqdn())[2]}
+    except OSError:
+        own = set()
+    return address in own
+
+
+REMOTE_ENV = ("BAKEOFF_", "TF_", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "KERAS_BACKEND", "PYTHONUNBUFFERED",
+              "CUDA_VISIBLE_DEVICES", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+"""The variables a remote member gets from its plan (the rest of its environment is the remote login's)."""
+
+
+def remote(member: Member, host: str) -> Member:
+    """``member`` started on ``host`` with ssh, in this directory, with the plan's own variables."""
+    extra = {k: v for k, v in member.env.items() if k.startswith(REMOTE_ENV)}
+    script = (f"cd {shlex.quote(os.getcwd())} && env "
+              + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(extra.items())) + " " + shlex.join(member.command))
+    return Member(f"{member.name} on {host}", ["ssh", "-o", "BatchMode=yes", host, script], member.env,
+                  member.writes_result)
+
+
 def _trial(args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "bakeoff.trial", *args]
 
@@ -107,24 +145,28 @@ def plan(spec: RunSpec, args: Sequence[str], env: dict[str, str], ports: Sequenc
     if launcher == "single":
         members = [Member("trial", _trial(args), env, True)]
         return Plan(launcher, members, 1, 1, threads, warnings)
+    hosts = list(spec.hosts) or [HOST] * n
+    if spec.hosts:
+        threads = spec.threads or max(1, cores // max(1, sum(h == hosts[0] for h in hosts)))
+
+    def torchrun(nodes: int, node: int, per_node: int) -> list[str]:
+        # Static rendezvous at the first host: its agent serves the store on the port (a port taken meanwhile
+        # fails with EADDRINUSE, and the group is started again on another).
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node-rank", str(node),
+                "--nproc-per-node", str(per_node), "--master-addr", hosts[0], "--master-port", str(ports[0]),
+                "--max-restarts", "0", "--monitor-interval", "0.5", "-m", "bakeoff.trial", *args]
+
     if launcher == "torchrun":
-        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(n),
-                   "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{HOST}:{ports[0]}", "--max-restarts", "0",
-                   "--monitor-interval", "0.5", "-m", "bakeoff.trial", *args]
-        return Plan(launcher, [Member("torchrun", command, env, True)], n, n, threads, warnings)
-    if launcher == "torchrun_nodes":  # one agent per node, static rendezvous at node 0: the multi-host path
-        members = [Member(f"node {i}", [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(n),
-                                        "--node-rank", str(i), "--nproc-per-node", "1", "--master-addr", HOST,
-                                        "--master-port", str(ports[0]), "--max-restarts", "0",
-                                        "--monitor-interval", "0.5", "-m", "bakeoff.trial", *args], env, True)
-                   for i in range(n)]
-        return Plan(launcher, members, n, n, threads, warnings)
+        return Plan(launcher, [Member("torchrun", torchrun(1, 0, n), env, True)], n, n, threads, warnings)
+    if launcher == "torchrun_nodes":  # one agent per node: the multi-host path, also on one machine
+        members = [Member(f"node {i}", torchrun(n, i, 1), env, True) for i in range(n)]
+        return Plan(launcher, _placed(members, hosts), n, n, threads, warnings)
     if launcher == "tf_config":
-        cluster = {"worker": [f"{HOST}:{p}" for p in ports[:n]]}
+        cluster = {"worker": [f"{h}:{p}" for h, p in zip(hosts, ports[:n], strict=True)]}
         members = [Member(f"worker {i}", _trial(args),
                           {**env, "TF_CONFIG": _tf_config(cluster, "worker", i), "BAKEOFF_RANK": str(i)}, True)
                    for i in range(n)]
-        return Plan(launcher, members, n, n, threads, warnings)
+        return Plan(launcher, _placed(members, hosts), n, n, threads, warnings)
     # tf_parameter_server: the chief runs the trial (its ClusterCoordinator schedules steps on the workers)
     cluster = {"chief": [f"{HOST}:{ports[0]}"], "worker": [f"{HOST}:{p}" for p in ports[1:1 + n]],
                "ps": [f"{HOST}:{p}" for p in ports[1 + n:]]}
@@ -134,6 +176,11 @@ def plan(spec: RunSpec, args: Sequence[str], env: dict[str, str], ports: Sequenc
             members.append(Member(f"{kind} {i}", [sys.executable, "-m", TF_SERVER_MODULE],
                                   {**env, "TF_CONFIG": _tf_config(cluster, kind, i)}, False))
     return Plan(launcher, members, 1, len(members), threads, warnings)
+
+
+def _placed(members: list[Member], hosts: Sequence[str]) -> list[Member]:
+    """Each member on its host: started here when the host is this machine, else with ssh."""
+    return [m if is_local(h) else remote(m, h) for m, h in zip(members, hosts, strict=True)]
 
 
 @dataclasses.dataclass

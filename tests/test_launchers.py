@@ -1,0 +1,205 @@
+"""Launchers: how a trial's process group is planned, run, killed and merged (framework-free, but for the last test,
+which runs a real 2-process PyTorch trial through a port that is taken)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bakeoff import registry, runner
+from bakeoff.launch import launchers
+from bakeoff.launch.launchers import Member, Plan
+from bakeoff.spec import RunSpec, SpecError, Status, TrialResult
+
+ARGS = ["spec.json", "result.json", "", ""]
+
+
+def _spec(framework: str = "torch", parallelism: str = "data_parallel", workers: int = 2, **fields) -> RunSpec:
+    return RunSpec(workload="mnist", framework=framework, parallelism=parallelism, workers=workers, batch_size=32,
+                   max_steps=6, eval_every=100, **fields)
+
+
+def test_single_process_gets_every_core() -> None:
+    plan = launchers.plan(RunSpec(workload="mnist", framework="torch", max_steps=2), ARGS, {}, cores=8)
+    (member,) = plan.members
+    assert plan.launcher == "single" and member.command[1:3] == ["-m", "bakeoff.trial"]
+    assert member.env["BAKEOFF_THREADS"] == "8" and plan.ranks == 1
+    assert float(member.env["BAKEOFF_LAUNCHED_AT"]) <= time.time()
+
+
+def test_replicas_share_the_cores_and_more_replicas_than_cores_is_a_warning() -> None:
+    plan = launchers.plan(_spec(), ARGS, {}, ports=[29555], cores=2)
+    (agent,) = plan.members
+    assert plan.launcher == "torchrun" and plan.ranks == 2 and plan.threads == 1
+    assert agent.command[1:3] == ["-m", "torch.distributed.run"]
+    assert "--nproc-per-node" in agent.command and agent.command[agent.command.index("--nproc-per-node") + 1] == "2"
+    assert agent.command[agent.command.index("--master-port") + 1] == "29555"
+    assert plan.warnings == []
+    crowded = launchers.plan(_spec(workers=4), ARGS, {}, ports=[29555], cores=2)
+    assert crowded.threads == 1
+    assert crowded.warnings == ["4 replicas on 2 CPU cores: replicas share cores, so throughput measures overhead "
+                                "more than speed-up"]
+    # TensorFlow's MirroredStrategy runs its replicas in one process, which keeps every core
+    mirrored = launchers.plan(_spec("tensorflow"), ARGS, {}, cores=2)
+    assert mirrored.launcher == "single" and mirrored.threads == 2
+
+
+def test_multi_worker_is_one_process_per_worker() -> None:
+    torch_plan = launchers.plan(_spec(parallelism="multi_worker"), ARGS, {}, ports=[29600], cores=2)
+    assert [m.name for m in torch_plan.members] == ["node 0", "node 1"]
+    node1 = torch_plan.members[1].command
+    assert node1[node1.index("--node-rank") + 1] == "1" and node1[node1.index("--nnodes") + 1] == "2"
+    tf_plan = launchers.plan(_spec("tensorflow", "multi_worker"), ARGS, {}, ports=[29601, 29602], cores=2)
+    configs = [json.loads(m.env["TF_CONFIG"]) for m in tf_plan.members]
+    assert configs[1] == {"cluster": {"worker": ["127.0.0.1:29601", "127.0.0.1:29602"]},
+                          "task": {"type": "worker", "index": 1}}
+    assert [m.env["BAKEOFF_RANK"] for m in tf_plan.members] == ["0", "1"]
+
+
+def test_parameter_server_cluster_is_a_chief_workers_and_a_ps() -> None:
+    plan = launchers.plan(_spec("tensorflow", "parameter_server"), ARGS, {}, ports=[1, 2, 3, 4], cores=2)
+    assert [m.name for m in plan.members] == ["chief", "worker 0", "worker 1", "ps 0"]
+    assert [m.writes_result for m in plan.members] == [True, False, False, False]
+    cluster = json.loads(plan.members[3].env["TF_CONFIG"])
+    assert cluster == {"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"],
+                                   "ps": ["127.0.0.1:4"]}, "task": {"type": "ps", "index": 0}}
+    assert plan.members[1].command[-2:] == ["-m", launchers.TF_SERVER_MODULE]
+
+
+def test_other_hosts_are_reached_with_ssh_and_loopback_hosts_run_here() -> None:
+    assert launchers.is_local("127.0.0.2") and launchers.is_local("localhost")
+    assert not launchers.is_local("gpu-node-2.invalid")
+    spec = _spec(parallelism="multi_worker", hosts=("127.0.0.1", "gpu-node-2.invalid"))
+    here, there = launchers.plan(spec, ARGS, {"HOME": "/root"}, ports=[29700], cores=2).members
+    assert here.command[0] == sys.executable
+    assert there.name == "node 1 on gpu-node-2.invalid"
+    assert there.command[:4] == ["ssh", "-o", "BatchMode=yes", "gpu-node-2.invalid"]
+    script = there.command[4]
+    assert script.startswith(f"cd {os.getcwd()} && env ") and "BAKEOFF_THREADS=" in script
+    assert "HOME=" not in script  # the remote login's own environment, plus the plan's variables only
+    assert "--master-addr 127.0.0.1" in script and "--node-rank 1" in script
+    tf = launchers.plan(_spec("tensorflow", "multi_worker", hosts=("10.0.0.1", "10.0.0.2")), ARGS, {},
+                        ports=[1, 2], cores=2)
+    assert json.loads(tf.members[0].env["TF_CONFIG"])["cluster"]["worker"] == ["10.0.0.1:1", "10.0.0.2:2"]
+
+
+def test_hosts_name_one_machine_per_worker_of_a_multi_worker_trial() -> None:
+    with pytest.raises(SpecError, match="one machine per worker of a multi_worker trial"):
+        _spec(hosts=("a", "b"))
+    with pytest.raises(SpecError, match="2 given for parallelism multi_worker with 3 workers"):
+        _spec(parallelism="multi_worker", workers=3, hosts=("a", "b"))
+    assert _spec(parallelism="multi_worker", hosts=["a", "b"]).to_dict()["hosts"] == ["a", "b"]
+
+
+def test_free_ports_are_distinct_and_bindable() -> None:
+    ports = launchers.free_ports(4)
+    assert len(set(ports)) == 4
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
+
+
+def test_unsupported_strategies_start_no_process(tmp_path, monkeypatch) -> None:
+    def started(*_args, **_kwargs):
+        raise AssertionError("a process group was started")
+
+    monkeypatch.setattr(launchers, "run_group", started)
+    ps = runner.run_one(_spec("torch", "parameter_server"), 30, tmp_path)
+    assert ps.status is Status.UNSUPPORTED and "no built-in parameter-server strategy" in ps.reason
+    horovod = runner.run_one(_spec("tensorflow", "horovod"), 30, tmp_path)
+    assert horovod.status is Status.UNSUPPORTED and "Horovod is not installed" in horovod.reason
+    assert registry.unsupported(_spec("torch", "data_parallel", checkpoint_every=2)).startswith("checkpoints")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+SLEEPER = ("import os, subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', "
+           "'import time; time.sleep(120)']); open(sys.argv[1], 'w').write(f'{os.getpid()} {child.pid}'); "
+           "time.sleep(120)")
+
+
+def test_a_member_that_stops_kills_the_whole_group(tmp_path) -> None:
+    pids = tmp_path / "pids"
+    members = [Member("worker 0", [sys.executable, "-c", SLEEPER, str(pids)], dict(os.environ), True),
+               Member("ps 0", [sys.executable, "-c", "import time, sys; time.sleep(1.5); sys.exit(3)"],
+                      dict(os.environ), False)]
+    started = time.monotonic()
+    outcome = launchers.run_group(Plan("test", members, 1, 2, 1), [tmp_path / "a.log", tmp_path / "b.log"], 60)
+    assert outcome.first_failure == "ps 0" and outcome.codes["ps 0"] == 3 and not outcome.killed
+    assert time.monotonic() - started < 10
+    for pid in map(int, pids.read_text().split()):  # the sleeping worker and the child it started: both gone
+        assert not _alive(pid)
+    assert outcome.peak_rss_bytes["worker 0"] > 0
+
+
+def test_a_group_past_its_deadline_is_killed(tmp_path) -> None:
+    pids = tmp_path / "pids"
+    members = [Member("node 0", [sys.executable, "-c", SLEEPER, str(pids)], dict(os.environ), True)]
+    outcome = launchers.run_group(Plan("test", members, 1, 1, 1), [tmp_path / "a.log"], 2.0)
+    assert outcome.killed == "no result after 2 s; killed"
+    for pid in map(int, pids.read_text().split()):
+        assert not _alive(pid)
+
+
+def _rank(rank: int, digest: str, status: Status = Status.OK, reason: str = "") -> TrialResult:
+    spec = _spec()
+    return TrialResult(spec=spec.to_dict(), key=spec.key(), status=status, reason=reason, import_s=1.0, build_s=0.5,
+                       steady_step_s=0.1, losses=[0.5], peak_memory_bytes=(300 + rank) * 2**20,
+                       extras={"launch_s": 0.8 + rank, "distributed": {"strategy": "DDP",
+                                                                      "replica_weights_sha256": [digest]}})
+
+
+def test_merge_keeps_every_rank_and_checks_the_replicas() -> None:
+    spec = _spec()
+    plan = launchers.plan(spec, ARGS, {}, ports=[1], cores=2)
+    outcome = launchers.GroupOutcome(codes={"torchrun": 0})
+    merged = launchers.merge(spec, plan, [_rank(0, "aa"), _rank(1, "aa")], outcome)
+    dist = merged.extras["distributed"]
+    assert merged.status is Status.OK and dist["replicas_identical"] is True
+    assert [r["rank"] for r in dist["ranks"]] == [0, 1]
+    assert dist["startup_s"] == pytest.approx(1.8 + 1.5)  # the slower rank: launch 1.8 + import 1 + build 0.5
+    assert dist["batch_size"] == {"global": 32, "per_replica": 16} and dist["synchronous"] is True
+    differ = launchers.merge(spec, plan, [_rank(0, "aa"), _rank(1, "bb")], outcome)
+    assert differ.extras["distributed"]["replicas_identical"] is False
+    assert any("different weights" in w for w in differ.extras["distributed"]["warnings"])
+    failed = launchers.merge(spec, plan, [_rank(0, "aa"), _rank(1, "", Status.FAILED, "RuntimeError: boom")],
+                             outcome)
+    assert failed.status is Status.FAILED and failed.reason == "rank 1: RuntimeError: boom"
+
+
+@pytest.mark.skipif(not registry.installed("torch"), reason="needs PyTorch")
+def test_a_taken_port_is_replaced_by_another(tmp_path, monkeypatch) -> None:
+    """The first port handed out is already listened on: torchrun's store cannot bind it, and the group is started
+    again on a free one."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    handed: list[list[int]] = []
+    real = launchers.free_ports
+
+    def ports(count: int) -> list[int]:
+        handed.append([taken.getsockname()[1]] * count if not handed else real(count))
+        return handed[-1]
+
+    monkeypatch.setattr(launchers, "free_ports", ports)
+    try:
+        result = runner.run_one(_spec(max_steps=3), 300, tmp_path)
+    finally:
+        taken.close()
+    assert len(handed) == 2, handed
+    assert result.status is Status.OK, result.reason
+    assert result.extras["port_retries"] == 1
+    assert Path(result.extras["log"]).exists()
