@@ -119,11 +119,20 @@ def test_unsupported_strategies_start_no_process(tmp_path, monkeypatch) -> None:
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
         return False
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _gone(pid: int, within_s: float = 5.0) -> bool:
+    """Whether ``pid`` has exited within ``within_s`` (a SIGKILLed process takes a moment to be torn down)."""
+    deadline = time.monotonic() + within_s
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 SLEEPER = ("import os, subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', "
@@ -141,7 +150,7 @@ def test_a_member_that_stops_kills_the_whole_group(tmp_path) -> None:
     assert outcome.first_failure == "ps 0" and outcome.codes["ps 0"] == 3 and not outcome.killed
     assert time.monotonic() - started < 10
     for pid in map(int, pids.read_text().split()):  # the sleeping worker and the child it started: both gone
-        assert not _alive(pid)
+        assert _gone(pid)
     assert outcome.peak_rss_bytes["worker 0"] > 0
 
 
@@ -151,7 +160,7 @@ def test_a_group_past_its_deadline_is_killed(tmp_path) -> None:
     outcome = launchers.run_group(Plan("test", members, 1, 1, 1), [tmp_path / "a.log"], 2.0)
     assert outcome.killed == "no result after 2 s; killed"
     for pid in map(int, pids.read_text().split()):
-        assert not _alive(pid)
+        assert _gone(pid)
 
 
 def _rank(rank: int, digest: str, status: Status = Status.OK, reason: str = "") -> TrialResult:

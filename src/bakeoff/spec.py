@@ -210,6 +210,8 @@ class RunSpec:
         raw = self.to_dict()
         content = raw["content"]
         raw["data"] = {k: v for k, v in raw["data"].items() if f"data:{k}" not in content}
+        if not raw["hosts"]:
+            del raw["hosts"]  # a field added later counts only when set, so earlier keys stay valid
         return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:16]
 
     def label(self) -> str:
