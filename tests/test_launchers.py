@@ -212,3 +212,30 @@ def test_a_taken_port_is_replaced_by_another(tmp_path, monkeypatch) -> None:
     assert result.status is Status.OK, result.reason
     assert result.extras["port_retries"] == 1
     assert Path(result.extras["log"]).exists()
+
+
+def test_an_interrupt_kills_every_member(tmp_path) -> None:
+    import signal
+    import threading
+
+    from bakeoff.launch import process
+
+    files = [tmp_path / "pids0", tmp_path / "pids1"]
+    members = [Member(f"worker {i}", [sys.executable, "-c", SLEEPER, str(f)], dict(os.environ), True)
+               for i, f in enumerate(files)]
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a test run may inherit SIGINT ignored
+    try:
+        def interrupt() -> None:  # once both members and their children are up
+            deadline = time.monotonic() + 30
+            while not all(f.exists() for f in files) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        with process.interruptible(), pytest.raises(process.Interrupted):
+            threading.Thread(target=interrupt, daemon=True).start()
+            launchers.run_group(Plan("test", members, 2, 2, 1), [tmp_path / "a.log", tmp_path / "b.log"], 60)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    for f in files:
+        for pid in map(int, f.read_text().split()):
+            assert _gone(pid)

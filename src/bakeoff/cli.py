@@ -253,15 +253,21 @@ def _search_batch_sizes(suite, sizes: dict, log_dir: Path, timeout: float):  # -
 def _write_report(results, out: Path, weights: dict, qualitative: dict, title: str,
                   suites: dict[str, str] | None = None) -> None:
     from bakeoff.analysis.decide import decide_each
+    from bakeoff.analysis.scaling import scaling_rows, scaling_sentence
     from bakeoff.analysis.stats import summarise_groups
     from bakeoff.console import console
     from bakeoff.report.render import render_report
 
-    decisions = decide_each(summarise_groups(results), weights or None, qualitative or None)
+    summaries = summarise_groups(results)
+    decisions = decide_each(summaries, weights or None, qualitative or None)
     paths = render_report(results, out, weights=weights or None, qualitative=qualitative or None, title=title,
                           suites=suites, decisions=decisions)
-    for decision in decisions.values():
+    for (workload, preset), decision in decisions.items():
         console.print(f"[bold]verdict[/]: {decision.verdict}")
+        configs = [s for s in summaries if (s.workload, s.preset) == (workload, preset)]
+        scaling = scaling_sentence(scaling_rows(configs), configs)
+        if scaling:
+            console.print(f"[bold]scaling[/]: {scaling}")
     console.print(f"report: {paths['html']}  (Markdown: {paths['markdown']})")
 
 
