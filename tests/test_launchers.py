@@ -21,8 +21,8 @@ ARGS = ["spec.json", "result.json", "", ""]
 
 
 def _spec(framework: str = "torch", parallelism: str = "data_parallel", workers: int = 2, **fields) -> RunSpec:
-    return RunSpec(workload="mnist", framework=framework, parallelism=parallelism, workers=workers, batch_size=32,
-                   max_steps=6, eval_every=100, **fields)
+    fields = {"max_steps": 6, "eval_every": 100, "batch_size": 32, **fields}
+    return RunSpec(workload="mnist", framework=framework, parallelism=parallelism, workers=workers, **fields)
 
 
 def test_single_process_gets_every_core() -> None:

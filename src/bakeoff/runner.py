@@ -212,7 +212,7 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
     first = outcome.first_failure or names[0]
     code = outcome.codes.get(first)
     who = "trial process" if len(names) == 1 else f"{first} of the trial's {len(names)} processes"
-    if len(names) > 1 and any(marker in tail.lower() for marker in launchers.PORT_IN_USE):
+    if group.launcher != "single" and any(marker in tail.lower() for marker in launchers.PORT_IN_USE):
         return _failure(spec, Status.FAILED, f"{who}: a port was in use: {tail[-300:]}"), True
     if code == -signal.SIGKILL:
         result = _sigkill_failure(spec, oom_before, elapsed, tail)
