@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(PY) bench/accumulation.py
 	$(PY) bench/speech_corpus.py
 	$(PY) bench/trial_footprint.py
+	$(PY) bench/distributed.py
 
 clean:
 	rm -rf $(VENV) results reports

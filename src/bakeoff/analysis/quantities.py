@@ -153,7 +153,11 @@ def _sync_share(r: TrialResult, budget: float | None) -> float | None:
 
 
 def _worker_peak(r: TrialResult, _budget: float | None) -> float | None:
-    peaks = [rank.get("peak_memory_bytes") for rank in r.extras.get("distributed", {}).get("ranks", [])]
+    """The largest peak of the group's training processes: each rank's own figure, and the resident peak the
+    launcher read of each worker and parameter server it started (torchrun's agents, which do not train, left out)."""
+    dist = r.extras.get("distributed", {})
+    peaks = [rank.get("peak_memory_bytes") for rank in dist.get("ranks", [])]
+    peaks += [v for name, v in dist.get("member_peak_rss_bytes", {}).items() if name.startswith(("worker", "ps"))]
     peaks = [p for p in peaks if p]
     return float(max(peaks)) if peaks else None
 
