@@ -4,6 +4,11 @@ Graph mode compiles the whole training step, the scope ``tf.function`` compiles 
 and loss (whose backward AOTAutograd compiles with it) and the update — the gradients' division by the example
 count and the Adam step (PyTorch's "compiling the optimizer" recipe). What stays eager between the two graphs is
 the autograd engine adding each micro-batch's gradients into ``.grad``.
+
+Distribution is a strategy composed from ``spec.parallelism`` (:mod:`bakeoff.engines.torch_distributed`): one
+device, or ``DistributedDataParallel`` under torchrun. The step calls the same strategy hooks either way; under
+DDP in graph mode, Dynamo's DDPOptimizer splits the compiled forward at DDP's bucket boundaries so the
+all-reduces still overlap the backward pass.
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ import numpy as np
 import torch
 
 from bakeoff.engines.base import Engine, Unsupported, threads_for
+from bakeoff.engines.torch_distributed import strategy_for
 from bakeoff.measure.memory import MemoryProbe
 from bakeoff.registry import model_class
-from bakeoff.spec import Batch, Device, Execution, Parallelism, Precision
+from bakeoff.spec import Batch, Device, Execution, Precision
 
 
 def _pin_threads(threads: int) -> None:
@@ -42,22 +48,24 @@ class TorchEngine(Engine):
         spec = self.spec
         if spec.execution is Execution.XLA:
             raise Unsupported("PyTorch has no XLA mode here (torch_xla targets TPUs); use eager or graph")
-        if spec.parallelism is not Parallelism.NONE:
-            raise Unsupported(f"parallelism {spec.parallelism} is not implemented yet for torch")
+        self.strategy = strategy_for(spec)
         cuda = torch.cuda.is_available()
         if spec.device is Device.CUDA and not cuda:
             raise Unsupported("device cuda requested but torch sees no CUDA device")
-        self.device = torch.device("cuda" if cuda and spec.device is not Device.CPU else "cpu")
+        self.device = self.strategy.device("cuda" if cuda and spec.device is not Device.CPU else "cpu")
         if spec.precision is Precision.FP16 and self.device.type != "cuda":
             raise Unsupported("fp16 with loss scaling needs a CUDA device; on CPU use bf16")
         # Pin numerics: no TF32 (fp32 means fp32 in both frameworks), deterministic thread counts.
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         _pin_threads(threads_for(spec))
-        torch.manual_seed(spec.seed)  # dropout masks
+        torch.manual_seed(self.strategy.dropout_seed(spec.seed))  # dropout masks
 
         self.impl = model_class(spec.workload, "torch")(self.config, str(self.device))
         self.impl.build(dict(weights))
+        # What the training forward goes through: the impl, or under DDP a view of it whose module is the DDP
+        # wrapper. Prediction, weights and checkpoints use self.impl, the plain module.
+        self._train_impl = self.strategy.wrap(self.impl)
         self.params = self.impl.trainable()
         self.optimizer = torch.optim.Adam(self.params, lr=self.config["learning_rate"], betas=(0.9, 0.999), eps=1e-8)
         # Adam's moments exist from the start, as Keras creates its slots in optimizer.build: in both frameworks
@@ -76,7 +84,7 @@ class TorchEngine(Engine):
         def forward(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
             with torch.autocast(self.device.type, dtype=self._amp_dtype or torch.float32,
                                 enabled=self._amp_dtype is not None):
-                summed, count = self.impl.loss(batch, True)
+                summed, count = self._train_impl.loss(batch, True)
             return summed.float(), count
 
         self._forward, self._update = forward, self._apply_gradients
@@ -99,32 +107,34 @@ class TorchEngine(Engine):
         return {k: torch.from_numpy(v).to(self.device, non_blocking=True) for k, v in batch.items()}
 
     def _accumulate(self, micro_batches: Sequence[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gradients of the *summed* loss over all micro-batches into ``.grad``; returns (summed loss, count).
+        """Gradients of the *summed* loss over all micro-batches into ``.grad`` (synchronised over the replicas
+        by the strategy, on the last micro-batch only); returns the global batch's (summed loss, count).
 
-        Dividing the gradients once by the total count (:meth:`_divide`) then makes k micro-batches of b give
-        exactly the gradient of one batch of k·b, padding included.
+        Dividing the gradients once by the strategy's divisor of the total count (:meth:`_divide`) then makes k
+        micro-batches of b give exactly the gradient of one batch of k·b, padding included.
         """
         self.optimizer.zero_grad(set_to_none=True)
         total, count = torch.zeros((), device=self.device), torch.zeros((), device=self.device)
-        for batch in micro_batches:
-            summed, n = self._forward(self._tensors(batch))
-            self.scaler.scale(summed).backward()
+        for i, batch in enumerate(micro_batches):
+            with self.strategy.micro_step(last=i == len(micro_batches) - 1):
+                summed, n = self._forward(self._tensors(batch))
+                self.scaler.scale(summed).backward()
             total, count = total + summed.detach(), count + n
-        return total, count
+        return self.strategy.global_totals(total, count)
 
-    def _divide(self, count: torch.Tensor) -> None:
+    def _divide(self, divisor: torch.Tensor) -> None:
         for p in self.params:
             if p.grad is not None:
-                p.grad.div_(count)
+                p.grad.div_(divisor)
 
-    def _apply_gradients(self, count: torch.Tensor) -> None:
+    def _apply_gradients(self, divisor: torch.Tensor) -> None:
         """Summed-loss gradients → mean-loss gradients → one optimizer step (compiled in graph mode).
 
         Compiled, this is two graphs: the division, and Adam's update of every parameter (``Optimizer.step``
         breaks the graph on purpose, to run it without autograd). fp16's GradScaler, which Dynamo does not trace,
         runs eagerly around the compiled Adam step: it reads the overflow flag on the host to skip a step.
         """
-        self._divide(count)
+        self._divide(divisor)
         if self._loss_scaling:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -133,12 +143,12 @@ class TorchEngine(Engine):
 
     def train_step(self, micro_batches: Sequence[Batch]) -> float:
         total, count = self._accumulate(micro_batches)
-        self._update(count)
+        self._update(self.strategy.gradient_divisor(count))
         return (total / count).item()  # host copy: synchronises CUDA
 
     def gradients(self, micro_batches: Sequence[Batch]) -> list[np.ndarray]:
         _, count = self._accumulate(micro_batches)
-        self._divide(count)
+        self._divide(self.strategy.gradient_divisor(count))
         grads = [p.grad.detach().cpu().numpy().copy() for p in self.params]
         self.optimizer.zero_grad(set_to_none=True)
         return grads
@@ -183,7 +193,17 @@ class TorchEngine(Engine):
         }
         if self.device.type == "cuda":
             env["device_name"] = torch.cuda.get_device_name(self.device)
+        env.update(self.strategy.environment())
         return env
+
+    def data_shard(self) -> tuple[int, int]:
+        return self.strategy.rank, self.strategy.world
+
+    def is_chief(self) -> bool:
+        return self.strategy.rank == 0
+
+    def distributed_figures(self) -> dict[str, Any]:
+        return self.strategy.figures()
 
     def save_checkpoint(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,255 @@
+"""How the PyTorch engine distributes a trial: one device, or ``DistributedDataParallel`` under torchrun.
+
+A strategy is picked from ``spec.parallelism`` (:func:`strategy_for`) and composed into
+:class:`bakeoff.engines.torch_engine.TorchEngine`, which calls the same hooks whatever the strategy: which device
+and shard this process takes, the module the forward pass goes through, whether a micro-batch's backward
+synchronises, the global loss totals and what the synchronised gradients are divided by.
+
+``data_parallel`` (one torchrun agent, N ranks) and ``multi_worker`` (one agent per node) differ only in how
+torchrun starts the ranks; in each rank the strategy is the same: a process group from torchrun's environment
+(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``), gloo on CPU, NCCL on CUDA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import statistics
+import time
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel
+
+from bakeoff.engines.base import Unsupported
+from bakeoff.spec import Parallelism, RunSpec
+
+SYNC_REPEATS = 20
+"""Timed repetitions of one step's gradient all-reduces in :meth:`DataParallel.figures` (the median is kept)."""
+
+
+class Strategy(Protocol):
+    """What the engine asks of a distribution strategy."""
+
+    rank: int
+    world: int
+
+    def device(self, kind: str) -> torch.device:
+        """The device this process trains on, given the kind the engine chose (``cpu`` or ``cuda``)."""
+
+    def dropout_seed(self, seed: int) -> int:
+        """The seed of this process's dropout masks."""
+
+    def wrap(self, impl: Any) -> Any:
+        """The model implementation whose ``loss`` the training step calls (``impl`` itself, or a view of it)."""
+
+    def micro_step(self, last: bool) -> contextlib.AbstractContextManager[None]:
+        """Around one micro-batch's forward and backward; ``last``: the step's final micro-batch."""
+
+    def global_totals(self, total: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's summed loss and count over the whole global batch (every rank's shard)."""
+
+    def gradient_divisor(self, count: torch.Tensor) -> torch.Tensor:
+        """What the synchronised gradients are divided by to become the mean-loss gradient of the global batch,
+        given the global count."""
+
+    def figures(self) -> dict[str, Any]:
+        """``extras["distributed"]``: the strategy, its set-up and synchronisation figures ({} on one device)."""
+
+    def environment(self) -> dict[str, Any]:
+        """What the trial's environment records of the strategy."""
+
+
+class SingleDevice:
+    """``parallelism = "none"``: the whole global batch on one device, nothing to synchronise."""
+
+    rank, world = 0, 1
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+
+    def device(self, kind: str) -> torch.device:
+        return torch.device(kind)
+
+    def dropout_seed(self, seed: int) -> int:
+        return seed
+
+    def wrap(self, impl: Any) -> Any:
+        return impl
+
+    def micro_step(self, last: bool) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def global_totals(self, total: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return total, count
+
+    def gradient_divisor(self, count: torch.Tensor) -> torch.Tensor:
+        return count
+
+    def figures(self) -> dict[str, Any]:
+        return {}
+
+    def environment(self) -> dict[str, Any]:
+        return {}
+
+
+def _env_int(name: str) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        raise Unsupported(f"distributed training needs torchrun's environment, and {name} is not set: start the "
+                          "trial through bakeoff's runner (it launches torch.distributed.run)")
+    return int(value)
+
+
+class DataParallel:
+    """``DistributedDataParallel``: every rank holds a replica, trains on its shard of each global batch, and
+    DDP all-reduces the gradients in buckets, overlapped with the backward pass.
+
+    Exactness. Each rank's loss is a *sum* over its shard, ``S_r``, never a mean. DDP's all-reduce averages the
+    gradients over the world: every rank ends the backward with ``g = (1/W) · Σ_r ∇S_r``. The gradient of the
+    single-device step over the same global batch is ``Σ_r ∇S_r / N``, with ``N = Σ_r n_r`` the global count,
+    which needs an all-reduce of its own (speech counts valid frames, which differ by shard). So the engine
+    divides ``g`` by ``N / W`` (:meth:`gradient_divisor`): ``(1/W) · Σ_r ∇S_r / (N/W) = Σ_r ∇S_r / N``. For W a
+    power of two both divisions by W are exact in binary floating point; what differs from one device is only
+    the order of the additions (shard sums, then the all-reduce).
+
+    Gradient accumulation: every micro-batch but the last runs forward and backward under ``ddp.no_sync()``, so
+    its gradients accumulate locally in ``.grad`` and the last backward all-reduces the sum once — one round of
+    bucket all-reduces per optimizer step whatever ``grad_accum`` is. A communication hook wrapping DDP's default
+    all-reduce (:func:`default_hooks.allreduce_hook`, which DDP runs without a hook too) counts the rounds.
+    """
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+        self.rank, self.world = _env_int("RANK"), _env_int("WORLD_SIZE")
+        self.local_rank = _env_int("LOCAL_RANK")
+        if self.world != spec.workers:
+            raise Unsupported(f"torchrun started {self.world} ranks but the spec asks for {spec.workers} workers")
+        self.ddp: DistributedDataParallel | None = None
+        self.setup_s = 0.0
+        self.steps = 0  # optimizer steps (global_totals calls) so far
+        self.allreduces = 0  # bucket all-reduces DDP launched through the hook
+        self.sync_rounds = 0  # backward passes that all-reduced every bucket (the hook saw the last one)
+        self.bytes = 0
+        self.last_round: list[tuple[int, torch.dtype]] = []  # (elements, dtype) of each bucket, latest round
+        self._round: list[tuple[int, torch.dtype]] = []
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self._device.type == "cuda" else "gloo"
+
+    def device(self, kind: str) -> torch.device:
+        self._device = torch.device("cuda", self.local_rank) if kind == "cuda" else torch.device("cpu")
+        if kind == "cuda":
+            torch.cuda.set_device(self._device)
+        return self._device
+
+    def dropout_seed(self, seed: int) -> int:
+        # Each replica draws its own masks (the same seed everywhere would give examples i and i + B/W the same
+        # mask); rank 0 keeps the spec's seed. No rank's masks equal a single device's on the same examples, so
+        # losses match one device exactly only without dropout.
+        return seed if self.rank == 0 else int(np.random.SeedSequence([seed, self.rank]).generate_state(1)[0])
+
+    def wrap(self, impl: Any) -> Any:
+        """Join the process group (torchrun's rendezvous store) and wrap the module in DDP, timed together as
+        ``setup_s``; returns a shallow copy of ``impl`` whose ``module`` is the DDP wrapper, so every training
+        forward goes through it (its reducer hooks fire), while ``impl`` itself keeps the plain module for
+        prediction and weights."""
+        start = time.perf_counter()
+        dist.init_process_group(self.backend, device_id=self._device if self._device.type == "cuda" else None)
+        ids = [self._device.index] if self._device.type == "cuda" else None
+        self.ddp = DistributedDataParallel(impl.module, device_ids=ids)  # broadcasts rank 0's weights
+        self.ddp.register_comm_hook(None, self._counting_allreduce)
+        self.setup_s = time.perf_counter() - start
+        view = copy.copy(impl)
+        view.module = self.ddp
+        return view
+
+    # Not annotated: register_comm_hook checks the hook's annotations are the very objects dist.GradBucket and
+    # Future[Tensor], or absent, and under ``from __future__ import annotations`` they would be strings.
+    def _counting_allreduce(self, state, bucket):  # noqa: ANN001, ANN202
+        buffer = bucket.buffer()
+        self.allreduces += 1
+        self.bytes += buffer.numel() * buffer.element_size()
+        self._round.append((buffer.numel(), buffer.dtype))
+        if bucket.is_last():
+            self.sync_rounds += 1
+            self.last_round, self._round = self._round, []
+        return default_hooks.allreduce_hook(state, bucket)
+
+    def micro_step(self, last: bool) -> contextlib.AbstractContextManager[None]:
+        assert self.ddp is not None, "wrap() first"
+        return contextlib.nullcontext() if last else self.ddp.no_sync()
+
+    def global_totals(self, total: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # One all-reduce of (loss sum, count): the count for the gradient divisor, the sum so every rank reports
+        # the global batch's loss (the same number a single device reports, and the same on every rank).
+        self.steps += 1
+        both = torch.stack([total.float(), count.float()])
+        dist.all_reduce(both)
+        return both[0], both[1]
+
+    def gradient_divisor(self, count: torch.Tensor) -> torch.Tensor:
+        return count / self.world  # see the class docstring: DDP's mean over W, then N / W
+
+    def environment(self) -> dict[str, Any]:
+        return {"distributed": f"{self.backend}, rank {self.rank} of {self.world}"}
+
+    def _sync_samples(self) -> list[float]:
+        """Seconds one step's gradient all-reduces take, blocking, on buffers shaped as DDP's buckets were in the
+        last step, every repetition started from a barrier."""
+        buffers = [torch.zeros(n, dtype=dtype, device=self._device) for n, dtype in self.last_round]
+        samples = []
+        for _ in range(SYNC_REPEATS):
+            dist.barrier()
+            if self._device.type == "cuda":
+                torch.cuda.synchronize(self._device)
+            start = time.perf_counter()
+            for buffer in buffers:
+                dist.all_reduce(buffer)
+            if self._device.type == "cuda":
+                torch.cuda.synchronize(self._device)
+            samples.append(time.perf_counter() - start)
+        return samples
+
+    def figures(self) -> dict[str, Any]:
+        """Set-up and synchronisation figures, then the process group is destroyed (training is over)."""
+        samples = self._sync_samples()
+        steps = max(self.steps, 1)
+        figures = {
+            "strategy": f"DistributedDataParallel ({self.backend}), {self.world} ranks",
+            "backend": self.backend,
+            "setup_s": self.setup_s,
+            "sync": {
+                "method": (f"after training, all ranks together: the all-reduces of one step's gradient buckets "
+                           f"(as DDP bucketed them in the last step: {len(self.last_round)} of "
+                           f"{[n for n, _ in self.last_round]} elements), run one after another and blocking, "
+                           f"timed from a barrier, median of {SYNC_REPEATS}; in training DDP overlaps them with "
+                           "the backward pass, so this is what synchronisation costs when nothing hides it"),
+                "per_step_s": statistics.median(samples),
+                "samples_s": samples,
+                "allreduces_per_step": self.allreduces / steps,  # one per bucket per round
+                "buckets": len(self.last_round),
+                "rounds_per_step": self.sync_rounds / steps,  # 1 with accumulation too: no_sync
+                "bytes_per_step": round(self.bytes / steps),
+                "loss_allreduces_per_step": 1,  # global_totals: the loss sum and count, 8 bytes
+            },
+        }
+        dist.destroy_process_group()
+        return figures
+
+
+STRATEGIES = {Parallelism.NONE: SingleDevice, Parallelism.DATA_PARALLEL: DataParallel,
+              Parallelism.MULTI_WORKER: DataParallel}
+
+
+def strategy_for(spec: RunSpec) -> Strategy:
+    """The strategy ``spec.parallelism`` names; :class:`Unsupported` for one PyTorch has none of here."""
+    if spec.parallelism not in STRATEGIES:
+        accepted = ", ".join(p.value for p in STRATEGIES)
+        raise Unsupported(f"parallelism {spec.parallelism.value} is not implemented for torch; accepted: {accepted}")
+    return STRATEGIES[spec.parallelism](spec)
