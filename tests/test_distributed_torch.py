@@ -1,0 +1,180 @@
+"""PyTorch DistributedDataParallel trials, end to end: real process groups started by torchrun through the runner.
+
+Every trial is the tiny text classifier, global batch 16, 12 steps, on gloo (CPU). Exactness against one device
+needs dropout 0: each replica draws its own dropout masks, which no single device draws for the same examples.
+
+Tolerances are the project's training-loss ones (tests/parity_checks.py, ``check_losses``): fp32 losses within 1e-4
+relative per step of one device's; bf16 within u = 2^-8 at the first step and 8u after. Two shards summed and then
+all-reduced add in a different order than one batch, so the first loss already differs in its last bits, and 12
+Adam steps carry that rounding on. Measured worst: fp32 3.5e-6 (with accumulation; 1.1e-7 between compiled and
+eager under DDP), bf16 1.3e-3 (0.33u): autocast's bf16 roundings are not all the same on a shard as in the batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bakeoff import registry, runner
+from bakeoff.spec import RunSpec, Status, TrialResult
+from parity_checks import check_losses
+
+pytestmark = pytest.mark.skipif(not registry.installed("torch"), reason="needs torch")
+
+TIMEOUT_S = 300
+BASE = dict(workload="text_classifier", framework="torch", preset="tiny", batch_size=16, max_steps=12,
+            eval_every=1000, config={"dropout": "0"})
+DDP2 = dict(parallelism="data_parallel", workers=2)
+
+
+@pytest.fixture(scope="module")
+def trials(tmp_path_factory):
+    """Runs each spec once per module (the eager two-replica trial serves three tests)."""
+    logs = tmp_path_factory.mktemp("logs")
+    done: dict[RunSpec, TrialResult] = {}
+
+    def run(**fields) -> TrialResult:
+        spec = RunSpec(**{**BASE, **fields})
+        if spec not in done:
+            done[spec] = runner.run_one(spec, TIMEOUT_S, logs)
+            assert done[spec].status is Status.OK, f"{spec.label()}: {done[spec].reason}"
+        return done[spec]
+
+    return run
+
+
+def assert_losses_close(got: TrialResult, want: TrialResult) -> None:
+    assert len(got.losses) == len(want.losses) == BASE["max_steps"]
+    assert got.spec["precision"] == want.spec["precision"]
+    check_losses(np.asarray(got.losses), np.asarray(want.losses), got.spec["precision"])
+
+
+def test_two_replicas_complete_identical_with_their_figures(trials):
+    result = trials(**DDP2)
+    dist = result.extras["distributed"]
+    assert dist["replicas_identical"] is True  # gloo sums the same two numbers on both ranks: bitwise equal
+    assert [r["rank"] for r in dist["ranks"]] == [0, 1]
+    assert all(r["status"] == "ok" for r in dist["ranks"])
+    assert dist["ranks"][0]["final_loss"] == dist["ranks"][1]["final_loss"]  # every rank reports the global loss
+    assert dist["launcher"] == "torchrun" and dist["batch_size"] == {"global": 16, "per_replica": 8}
+    assert dist["warnings"] == []  # 2 replicas on 2 cores, one thread each
+    assert dist["strategy"].startswith("DistributedDataParallel (gloo)")
+    assert 0 < dist["setup_s"] < dist["startup_s"]
+    sync = dist["sync"]
+    assert len(sync["samples_s"]) == 20 and sync["per_step_s"] == float(np.median(sync["samples_s"]))
+    assert 0 < sync["per_step_s"] < result.steady_step_s
+    # One round of DDP's buckets per step; the buffers hold every gradient (fp32) once.
+    assert sync["rounds_per_step"] == 1 and sync["allreduces_per_step"] == sync["buckets"]
+    assert sync["bytes_per_step"] == 4 * result.num_params
+    assert result.environment["distributed"] == "gloo, rank 0 of 2"
+    assert result.examples_per_step == 16
+
+
+def test_two_replicas_train_as_one_device(trials):
+    assert_losses_close(trials(**DDP2), trials())
+
+
+def test_accumulation_allreduces_once_per_step(trials):
+    result = trials(grad_accum=2, **DDP2)
+    assert_losses_close(result, trials(grad_accum=2))
+    sync = result.extras["distributed"]["sync"]
+    # Without no_sync on the first micro-batch, this would be 2 rounds (and 2 all-reduces) per step.
+    assert sync["allreduces_per_step"] == 1 and sync["rounds_per_step"] == 1 and sync["buckets"] == 1
+    assert result.extras["distributed"]["replicas_identical"] is True
+
+
+def test_bf16_autocast_under_ddp(trials):
+    result = trials(precision="bf16", **DDP2)
+    assert result.environment["mixed_precision"] == "torch.autocast(torch.bfloat16)"
+    assert result.extras["distributed"]["replicas_identical"] is True
+    assert_losses_close(result, trials(precision="bf16"))
+    fp32 = np.asarray(trials(**DDP2).losses)
+    assert np.abs(np.asarray(result.losses) - fp32).max() > 1e-5  # it really ran in bf16
+
+
+def test_multi_worker_two_torchrun_agents(trials):
+    result = trials(parallelism="multi_worker", workers=2)
+    dist = result.extras["distributed"]
+    assert dist["launcher"] == "torchrun_nodes" and set(dist["member_peak_rss_bytes"]) == {"node 0", "node 1"}
+    assert dist["replicas_identical"] is True
+    assert_losses_close(result, trials())
+
+
+def test_compiled_under_ddp_matches_eager(trials):
+    result = trials(execution="graph", **DDP2)
+    assert result.extras["graph_builds"] > 0 and result.extras["distributed"]["replicas_identical"] is True
+    assert result.extras["distributed"]["sync"]["rounds_per_step"] == 1
+    assert_losses_close(result, trials(**DDP2))
+
+
+def _rank_process(rank: int, mentions: str) -> int | None:
+    """The live trial process with ``RANK=rank`` in its environment whose command line mentions ``mentions``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            if (b"bakeoff.trial" in cmdline and f"RANK={rank}".encode() in environ
+                    and any(mentions.encode() in arg for arg in cmdline)):
+                return int(entry.name)
+    return None
+
+
+def _mentioning(text: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+    return pids
+
+
+def test_rank_killed_mid_training_fails_the_trial_and_ends_the_group(tmp_path, monkeypatch):
+    # The runner's temporary folder (spec file included) goes under tmp_path, so this trial's processes are the
+    # ones whose command line mentions it.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    spec = RunSpec(**{**BASE, **DDP2, "max_steps": 5000})  # far more steps than run before the kill
+    events = tmp_path / "tb"
+    killed: dict[str, object] = {}
+
+    def kill_rank_1() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            # The chief's event file is buffered: bytes on disk mean dozens of training steps have been logged.
+            if any(f.stat().st_size > 0 for f in events.glob("events.*")):
+                pid = _rank_process(1, str(tmp_path))
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.update(pid=pid)
+                    return
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_rank_1, daemon=True)
+    killer.start()
+    try:
+        result = runner.run_one(spec, 150, tmp_path / "logs", tensorboard_dir=events)
+        killer.join(timeout=5)
+        assert killed, "rank 1 was never found training"
+        assert result.status is Status.FAILED
+        # torchrun's own account of the root cause: rank 1, exit code -9, SIGKILL
+        assert re.search(r"Root Cause.*rank\s*:\s*1\b.*exitcode\s*:\s*-9.*SIGKILL", result.reason, re.S), \
+            result.reason
+        deadline = time.monotonic() + 5
+        while _mentioning(str(tmp_path)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _mentioning(str(tmp_path)) == [], "processes of the killed trial's group remain"
+    finally:
+        for pid in _mentioning(str(tmp_path)):  # whatever a failing test left behind
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
