@@ -69,6 +69,8 @@ def test_two_replicas_complete_identical_with_their_figures(trials):
     assert dist["warnings"] == []  # 2 replicas on 2 cores, one thread each
     assert dist["strategy"].startswith("DistributedDataParallel (gloo)")
     assert 0 < dist["setup_s"] < dist["startup_s"]
+    parts = dist["setup_parts_s"]  # joining the process group, then wrapping the module in DDP
+    assert set(parts) == {"process_group_s", "ddp_wrap_s"} and sum(parts.values()) == pytest.approx(dist["setup_s"])
     sync = dist["sync"]
     assert len(sync["samples_s"]) == 20 and sync["per_step_s"] == float(np.median(sync["samples_s"]))
     assert 0 < sync["per_step_s"] < result.steady_step_s

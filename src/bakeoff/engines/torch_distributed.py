@@ -131,6 +131,7 @@ class DataParallel:
             raise Unsupported(f"torchrun started {self.world} ranks but the spec asks for {spec.workers} workers")
         self.ddp: DistributedDataParallel | None = None
         self.setup_s = 0.0
+        self.setup_parts: dict[str, float] = {}
         self.steps = 0  # optimizer steps (global_totals calls) so far
         self.allreduces = 0  # bucket all-reduces DDP launched through the hook
         self.sync_rounds = 0  # backward passes that all-reduced every bucket (the hook saw the last one)
@@ -161,10 +162,13 @@ class DataParallel:
         prediction and weights."""
         start = time.perf_counter()
         dist.init_process_group(self.backend, device_id=self._device if self._device.type == "cuda" else None)
+        joined = time.perf_counter()
         ids = [self._device.index] if self._device.type == "cuda" else None
-        self.ddp = DistributedDataParallel(impl.module, device_ids=ids)  # broadcasts rank 0's weights
+        # Broadcasts rank 0's weights; the first DDP of a process also imports torch._dynamo (~1.3 s on 2 CPUs).
+        self.ddp = DistributedDataParallel(impl.module, device_ids=ids)
         self.ddp.register_comm_hook(None, self._counting_allreduce)
         self.setup_s = time.perf_counter() - start
+        self.setup_parts = {"process_group_s": joined - start, "ddp_wrap_s": self.setup_s - (joined - start)}
         view = copy.copy(impl)
         view.module = self.ddp
         return view
@@ -224,6 +228,7 @@ class DataParallel:
             "strategy": f"DistributedDataParallel ({self.backend}), {self.world} ranks",
             "backend": self.backend,
             "setup_s": self.setup_s,
+            "setup_parts_s": self.setup_parts,  # process group (rendezvous) and DDP wrap
             "sync": {
                 "method": (f"after training, all ranks together: the all-reduces of one step's gradient buckets "
                            f"(as DDP bucketed them in the last step: {len(self.last_round)} of "
