@@ -129,6 +129,7 @@ class DataParallel:
         self.local_rank = _env_int("LOCAL_RANK")
         if self.world != spec.workers:
             raise Unsupported(f"torchrun started {self.world} ranks but the spec asks for {spec.workers} workers")
+        self._device = torch.device("cpu")  # until the engine picks one (device())
         self.ddp: DistributedDataParallel | None = None
         self.setup_s = 0.0
         self.setup_parts: dict[str, float] = {}
