@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import signal
 import tempfile
@@ -133,6 +134,13 @@ def _log_paths(log_dir: Path, spec: RunSpec, plan: launchers.Plan) -> list[Path]
             for i, m in enumerate(plan.members)]
 
 
+def _torchrun_root_cause(log: str) -> tuple[int, int] | None:
+    """(rank, exit code) of the failure torchrun reports as the root cause of ending its group, if it says."""
+    match = re.search(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", log,
+                      re.DOTALL)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
 def _tail(paths: Sequence[Path], first: str, names: Sequence[str]) -> str:
     """The last output of the member that failed first (else of the first member)."""
     path = paths[names.index(first)] if first in names else paths[0]
@@ -214,8 +222,13 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
     who = "trial process" if len(names) == 1 else f"{first} of the trial's {len(names)} processes"
     if group.launcher != "single" and any(marker in tail.lower() for marker in launchers.PORT_IN_USE):
         return _failure(spec, Status.FAILED, f"{who}: a port was in use: {tail[-300:]}"), True
+    cause = _torchrun_root_cause(tail) if group.launcher.startswith("torchrun") else None
+    if cause is not None:  # torchrun ended the group for a rank that failed: the rank is the first failure
+        rank, code = cause
+        who = f"rank {rank} of {spec.workers} (torchrun's first observed failure)"
     if code == -signal.SIGKILL:
         result = _sigkill_failure(spec, oom_before, elapsed, tail)
+        result.reason = f"{who} " + result.reason if who != "trial process" else result.reason
     elif code is not None and code < 0:
         result = _failure(spec, Status.FAILED, f"{who} was killed by {signal.Signals(-code).name} after "
                                                f"{elapsed:.0f} s and wrote no result: {tail}")
@@ -223,10 +236,9 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         result = _failure(spec, Status.FAILED, f"{who} exited after {elapsed:.0f} s before the trial ended: {tail}")
     else:
         result = _failure(spec, Status.FAILED, f"{who} exited with code {code} and wrote no result: {tail}")
-    if len(names) > 1:
-        result.reason = result.reason.replace("killed by SIGKILL", f"{first} killed by SIGKILL")
-        result.extras["distributed"] = {"launcher": group.launcher, "first_failure": first,
-                                        "exit_codes": outcome.codes, "logs": [str(p) for p in logs]}
+    if group.launcher != "single":
+        result.extras["distributed"] = {"launcher": group.launcher, "first_failure": who, "exit_codes": outcome.codes,
+                                        "logs": [str(p) for p in logs]}
     return result, False
 
 
