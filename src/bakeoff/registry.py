@@ -79,6 +79,19 @@ MISSING_STRATEGIES: dict[tuple[str, Parallelism], str] = {
 }
 
 
+# Execution modes a framework's strategy cannot run, and why (measured: TensorFlow 2.21 on CPU).
+MISSING_EXECUTIONS: dict[tuple[str, Parallelism, Execution], str] = {
+    ("tensorflow", Parallelism.PARAMETER_SERVER, Execution.EAGER): (
+        "ParameterServerStrategy trains through ClusterCoordinator.schedule, which accepts only a tf.function "
+        "(eager ops would run on the chief, not on the workers): use execution graph"),
+    ("tensorflow", Parallelism.PARAMETER_SERVER, Execution.XLA): (
+        "XLA cannot compile a parameter-server step: an XLA cluster runs on one device and the variables live on "
+        "the parameter server (measured, TF 2.21: the whole step fails with 'KernelAndDeviceOp does not support "
+        "EagerFunctionParams', the gradients alone with 'Trying to access resource ... located in device "
+        "/job:ps/... from device /job:worker/...'): use execution graph"),
+}
+
+
 def unsupported(spec: RunSpec) -> str:
     """Why ``spec`` cannot run here, decided before any process starts ('' when it can)."""
     framework = spec.framework.value
@@ -94,6 +107,8 @@ def unsupported(spec: RunSpec) -> str:
     if (framework, spec.parallelism) not in LAUNCHERS:
         accepted = ", ".join(p.value for f, p in LAUNCHERS if f == framework)
         return f"{framework} has no {spec.parallelism.value} mode in bakeoff; accepted: {accepted}"
+    if (framework, spec.parallelism, spec.execution) in MISSING_EXECUTIONS:
+        return MISSING_EXECUTIONS[framework, spec.parallelism, spec.execution]
     if spec.parallelism is not Parallelism.NONE and spec.checkpoint_every:
         return "checkpoints are not kept under distributed training yet: drop checkpoint_every"
     return ""

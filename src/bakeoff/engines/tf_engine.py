@@ -1,9 +1,18 @@
-"""TensorFlow engine: eager, ``tf.function`` (graph) or ``tf.function(jit_compile=True)`` (XLA).
+"""TensorFlow engine: eager, ``tf.function`` (graph) or ``tf.function(jit_compile=True)`` (XLA), on one device or
+under a ``tf.distribute`` strategy (:mod:`bakeoff.engines.tf_distributed`).
 
 The loop is a custom ``GradientTape`` step, the same shape as the PyTorch step, with Keras' Adam running the
 same update as ``torch.optim.Adam`` (see :mod:`bakeoff.engines.tf_optim`; epsilon pinned to PyTorch's 1e-8).
 Embedding gradients arrive as ``tf.IndexedSlices``; they are densified before the update, because Adam on
 slices squares each repeated token's gradient separately (a different second moment from PyTorch's dense one).
+
+The step is written once, per replica (``replica_step``), and composed with the spec's distribution: on one
+device it is the whole step; under a strategy each replica runs it on its shard and the distribution sums counts
+and gradients across replicas (the arithmetic is in :mod:`bakeoff.engines.tf_distributed`). XLA compiles the
+whole step on one device; under a strategy only each replica's forward and backward (``local_sums``), because
+XLA on CPU compiles no collectives (measured, TF 2.21: "Collectives are not yet implemented for CPU devices when
+compiling with XLA") and one XLA cluster cannot reach the other replicas' variables (MirroredStrategy: "Trying
+to access resource ... located in device CPU:1 from device CPU:0").
 """
 
 from __future__ import annotations
@@ -20,11 +29,12 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from bakeoff import registry  # noqa: E402
+from bakeoff.engines import tf_distributed  # noqa: E402
 from bakeoff.engines.base import Engine, Unsupported, threads_for  # noqa: E402
 from bakeoff.engines.tf_optim import Adam  # noqa: E402
 from bakeoff.measure.memory import MemoryProbe  # noqa: E402
-from bakeoff.registry import model_class  # noqa: E402
-from bakeoff.spec import Batch, Device, Execution, Parallelism, Precision  # noqa: E402
+from bakeoff.spec import Batch, Device, Execution, Precision, Weights  # noqa: E402
 
 
 class TensorFlowEngine(Engine):
@@ -32,8 +42,9 @@ class TensorFlowEngine(Engine):
 
     def setup(self, weights: Mapping[str, np.ndarray]) -> None:
         spec = self.spec
-        if spec.parallelism is not Parallelism.NONE:
-            raise Unsupported(f"parallelism {spec.parallelism} is not implemented yet for tensorflow")
+        reason = registry.unsupported(spec)  # what no process could run (the runner asks before starting any)
+        if reason:
+            raise Unsupported(reason)
         threads = threads_for(spec)
         # Intra-op and inter-op pools both get all cores (or spec.threads), as PyTorch's do: both frameworks'
         # own defaults, so each runs as its users run it, and the two are sized alike. Set before the runtime
@@ -49,6 +60,8 @@ class TensorFlowEngine(Engine):
         self.device = "GPU:0" if gpus else "CPU:0"
         if spec.precision is Precision.FP16 and not gpus:
             raise Unsupported("fp16 with loss scaling needs a GPU; on CPU use bf16")
+        # The strategy first: it configures devices (logical CPUs) and the cluster before the runtime starts.
+        self.dist = tf_distributed.distribution(spec, gpus)
         tf.config.experimental.enable_tensor_float_32_execution(False)  # fp32 means fp32, as in torch
         keras.utils.set_random_seed(spec.seed)  # dropout masks
         # Mixed precision, Keras' own way: a global dtype policy (variables fp32, compute bf16/fp16) set before
@@ -57,18 +70,22 @@ class TensorFlowEngine(Engine):
                                                                                             "float32")
         keras.mixed_precision.set_dtype_policy(self.policy)
 
-        self.impl = model_class(spec.workload, "tensorflow")(self.config, self.device)
-        self.impl.build(dict(weights))
-        self.variables = self.impl.trainable()
-        optimizer = Adam(learning_rate=self.config["learning_rate"], beta_1=0.9, beta_2=0.999, epsilon=1e-8)
-        if spec.precision is Precision.FP16:
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        self.optimizer = optimizer
-        self.optimizer.build(self.variables)
+        dist = self.dist
+        with dist.scope():  # variables and optimizer state: mirrored, or on the parameter server
+            self.impl = registry.model_class(spec.workload, "tensorflow")(self.config, self.device)
+            self.impl.build(dict(weights))
+            self.variables = self.impl.trainable()
+            optimizer = Adam(learning_rate=self.config["learning_rate"], beta_1=0.9, beta_2=0.999, epsilon=1e-8)
+            if spec.precision is Precision.FP16:
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            self.optimizer = optimizer
+            self.optimizer.build(self.variables)
         self._traces = 0
+        self._last_args = None
 
-        def gradients(micro_batches: list[dict[str, tf.Tensor]]) -> tuple[list[tf.Tensor], tf.Tensor]:
-            """Mean-loss gradients over all micro-batches: summed-loss gradients divided once by the total count."""
+        def local_sums(micro_batches: list[dict[str, tf.Tensor]]) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
+            """This replica's summed-loss gradients, summed loss and count over its micro-batches (nothing
+            divided yet: accumulation and padding stay exact)."""
             parts: list[list] = [[] for _ in self.variables]  # each variable's gradient from every micro-batch
             total, count = tf.constant(0.0), tf.constant(0.0)
             for batch in micro_batches:  # unrolled: k is fixed per trial
@@ -79,13 +96,27 @@ class TensorFlowEngine(Engine):
                 for part, grad in zip(parts, tape.gradient(scaled, self.variables), strict=True):
                     part.append(grad)
                 total, count = total + summed, count + tf.cast(n, tf.float32)
-            return [_combine(p) / tf.cast(count, p[0].dtype) for p in parts], total / count
+            return [_combine(p) for p in parts], total, count
 
-        def step(micro_batches: list[dict[str, tf.Tensor]]) -> tf.Tensor:
+        def gradients(micro_batches: list[dict[str, tf.Tensor]]) -> tuple[list[tf.Tensor], tf.Tensor]:
+            """Mean-loss gradients over all micro-batches: summed-loss gradients divided once by the total count."""
+            grads, total, count = local_sums(micro_batches)
+            return [g / tf.cast(count, g.dtype) for g in grads], total / count
+
+        jit = spec.execution is Execution.XLA
+        replica_sums = tf.function(local_sums, jit_compile=True) if jit and not dist.whole_step_xla else local_sums
+
+        def replica_step(micro_batches: list[dict[str, tf.Tensor]]) -> tf.Tensor:
+            """One replica's part of the step; the whole step on one device."""
+            grads, total, count = replica_sums(micro_batches)
+            total, count = dist.sum_over_replicas([total, count])  # the step's global count and summed loss
+            # Under a strategy Keras' optimizer sums these across replicas: the one gradient reduction per step.
+            self.optimizer.apply([g / tf.cast(count, g.dtype) for g in grads], self.variables)
+            return total / count
+
+        def step(args: object) -> tf.Tensor:
             self._traces += 1  # Python side effect: once per trace in graph modes, every step in eager
-            grads, loss = gradients(micro_batches)
-            self.optimizer.apply_gradients(zip(grads, self.variables, strict=True))
-            return loss
+            return dist.run(replica_step, args)
 
         def outputs(batch: dict[str, tf.Tensor]) -> tf.Tensor:
             return self.impl.outputs(batch)
@@ -93,8 +124,8 @@ class TensorFlowEngine(Engine):
         if spec.execution is Execution.EAGER:
             self._step, self._gradients, self._outputs = step, gradients, outputs
         else:  # gradients() compiled too: the parity probes check what the compiled step computes
-            jit = spec.execution is Execution.XLA
-            self._step = tf.function(step, jit_compile=jit)
+            whole = jit and dist.whole_step_xla
+            self._step = tf.function(step, jit_compile=whole)
             self._gradients = tf.function(gradients, jit_compile=jit)
             self._outputs = tf.function(outputs, jit_compile=jit)
 
@@ -103,10 +134,13 @@ class TensorFlowEngine(Engine):
         return {k: tf.convert_to_tensor(v) for k, v in batch.items()}
 
     def train_step(self, micro_batches: Sequence[Batch]) -> float:
-        loss = self._step([self._tensors(b) for b in micro_batches])
-        return float(loss.numpy())  # host copy: waits for the device
+        self._last_args = self.dist.place(micro_batches)
+        return self.dist.execute(self._step, self._last_args)  # host copy: waits for the device
 
     def gradients(self, micro_batches: Sequence[Batch]) -> list[np.ndarray]:
+        if self.dist.replicas > 1:
+            raise NotImplementedError("gradients() probes one device (parity); this engine runs "
+                                      f"{self.dist.words}")
         grads, _ = self._gradients([self._tensors(b) for b in micro_batches])
         scale = float(self.optimizer.dynamic_scale.numpy()) if self.policy == "mixed_float16" else 1.0
         return [g.numpy() / scale for g in grads]
@@ -123,6 +157,9 @@ class TensorFlowEngine(Engine):
         return out
 
     def predict(self, split: Mapping[str, np.ndarray], batch_size: int) -> np.ndarray:
+        # Every process evaluates (MultiWorkerMirroredStrategy's workers stay in step; each reads its own copy);
+        # under a parameter server only the chief, once the steps in flight have finished.
+        self.dist.finish()
         n = len(next(iter(split.values())))
         parts = []
         for start in range(0, n, batch_size):
@@ -132,6 +169,24 @@ class TensorFlowEngine(Engine):
 
     def num_params(self) -> int:
         return self.impl.num_params()
+
+    def data_shard(self) -> tuple[int, int]:
+        return self.dist.data_shard()
+
+    def is_chief(self) -> bool:
+        return self.dist.is_chief()
+
+    def replica_weights(self) -> list[Weights]:
+        return self.dist.replica_weights(self.impl)
+
+    def distributed_figures(self) -> dict[str, Any]:
+        eager = self.spec.execution is Execution.EAGER
+        figures = self.dist.figures(self.variables, None if eager else self._step, self._last_args, eager)
+        if figures and self.spec.execution is Execution.XLA:
+            figures["xla_scope"] = ("whole step" if self.dist.whole_step_xla else
+                                    "each replica's forward and backward (local_sums); the cross-replica "
+                                    "reductions and the Adam update run in the surrounding tf.function")
+        return figures
 
     def memory_probe(self) -> MemoryProbe:
         return _GpuProbe(self.device) if self.device.startswith("GPU") else super().memory_probe()
@@ -146,6 +201,7 @@ class TensorFlowEngine(Engine):
             "tf32": False,
             "mixed_precision": self.policy,
             "loss_scaling": "LossScaleOptimizer" if self.policy == "mixed_float16" else "off",
+            "distribution": self.dist.words,
         }
 
     def _checkpoint(self) -> tf.train.Checkpoint:
