@@ -46,7 +46,7 @@ def readme_commands() -> list[str]:
 def test_readme_lists_the_commands_we_run():
     commands = readme_commands()
     assert commands[0] == "bakeoff list" and commands[1] == "bakeoff run" and commands[-1] == "bakeoff env"
-    assert len(commands) == 9
+    assert len(commands) == 10
 
 
 @pytest.mark.skipif(shutil.which("bakeoff", path=str(BIN)) is None or not registry.installed("tensorflow")
@@ -67,6 +67,8 @@ def test_every_readme_command_runs(tmp_path):
     assert outputs["bakeoff --version"].startswith("bakeoff 0.1.0+")
     assert outputs["bakeoff show --suite quick"].count("text_classifier/tiny") == 6
     assert "verdict" in outputs["bakeoff run"]
+    distributed = next(c for c in outputs if "--parallelism" in c)
+    assert "Scaling: PyTorch DDP (eager) at 2 replicas" in " ".join(outputs[distributed].split())
     db = sqlite3.connect(tmp_path / "results" / "bakeoff.sqlite")
     quick = db.execute("SELECT workload, label, status, result FROM trials WHERE suite = 'quick' "
                        "ORDER BY workload, label").fetchall()
@@ -77,7 +79,7 @@ def test_every_readme_command_runs(tmp_path):
     for workload, label, _, result in quick:
         assert '"time_to_target_s": null' not in result, f"{workload} {label} did not reach the target"
     suites = {s for (s,) in db.execute("SELECT DISTINCT suite FROM trials")}
-    assert suites == {"quick", "mine", "adhoc-text_classifier"}
+    assert suites == {"quick", "mine", "adhoc-text_classifier", "adhoc-mnist"}
     assert (tmp_path / "reports" / "quick" / "report.html").stat().st_size > 10_000
     assert (tmp_path / "results" / "quick.csv").read_text().count("\n") == 19
     assert '"cores"' in outputs["bakeoff env"]
