@@ -53,6 +53,12 @@ _COLLECTIVE_OPS = ("CollectiveReduce", "CollectiveReduceV2", "CollectiveReduceV3
 SUM = tf.distribute.ReduceOp.SUM
 
 
+def _count(n: int, thing: str) -> str:
+    """``2 worker processes``, ``1 logical CPU device``."""
+    plural = thing + ("es" if thing.endswith("s") else "s")
+    return f"{n} {thing if n == 1 else plural}"
+
+
 class Distribution:
     """One device: no strategy. The base of the strategies, whose methods the engine calls in this order:
     :meth:`scope` around building the model and optimizer, :meth:`place` then :meth:`execute` every step (the
@@ -247,17 +253,17 @@ class Mirrored(_Synchronous):
                 raise Unsupported(f"data_parallel over {n} replicas on GPU needs {n} GPUs; TensorFlow sees "
                                   f"{len(gpus)} (replicas sharing a GPU would measure contention, not scaling)")
             devices = [f"/gpu:{i}" for i in range(n)]
-            kind = "GPUs"
+            kind = "GPU"
         else:
             # N logical CPU devices sharing the process's thread pools: set before the runtime initialises.
             cpu = tf.config.list_physical_devices("CPU")[0]
             tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
             devices = [d.name for d in tf.config.list_logical_devices("CPU")][:n]
-            kind = "logical CPU devices"
+            kind = "logical CPU device"
         self.strategy = tf.distribute.MirroredStrategy(devices)
         self.replicas = self.local_replicas = self.strategy.num_replicas_in_sync
         ops = type(getattr(self.strategy.extended, "_cross_device_ops", None)).__name__
-        self.words = f"MirroredStrategy over {n} {kind} ({ops})"
+        self.words = f"MirroredStrategy over {_count(n, kind)} ({ops})"
         self._barrier()
         self.setup_s = time.perf_counter() - start
 
@@ -282,8 +288,8 @@ class MultiWorker(_Synchronous):
         self.replicas = self.strategy.num_replicas_in_sync
         self.local_replicas = len(self.strategy.extended.worker_devices)
         kind = "GPU" if gpus else "CPU"
-        self.words = (f"MultiWorkerMirroredStrategy over {self.world} worker processes ({self.local_replicas} "
-                      f"{kind} replica each, collective all-reduce over gRPC)")
+        self.words = (f"MultiWorkerMirroredStrategy over {_count(self.world, 'worker process')} "
+                      f"({self.local_replicas} {kind} replica each, collective all-reduce over gRPC)")
         self._barrier()
         self.setup_s = time.perf_counter() - start
 
@@ -341,8 +347,9 @@ class ParameterServer(Distribution):
         self.strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
         self.setup_s = time.perf_counter() - start
-        self.words = (f"ParameterServerStrategy: chief with ClusterCoordinator, {self.workers} worker processes, "
-                      f"{self.servers} parameter server (asynchronous)")
+        self.words = (f"ParameterServerStrategy: chief with ClusterCoordinator, "
+                      f"{_count(self.workers, 'worker process')}, {_count(self.servers, 'parameter server')} "
+                      "(asynchronous)")
         self._in_flight: collections.deque = collections.deque()
         self._scheduled = 0
         self.step_losses: list[float] = []
