@@ -120,6 +120,9 @@ def test_parameter_server_trains_asynchronously(tmp_path):
     assert sorted(dist["member_peak_rss_bytes"]) == ["chief", "ps 0", "worker 0", "worker 1"]
     async_ = dist["asynchronous"]
     assert async_["in_flight"] == 2 and "not comparable" in async_["losses"]
+    # the time per completed step, averaged over the steady calls: their total over the steps they completed
+    steady_calls = ps.step_times_s[1 + ps.run_spec.warmup_steps:]
+    assert async_["steady_mean_step_s"] == pytest.approx(sum(steady_calls) / len(steady_calls), rel=0.05)
     losses = async_["step_losses"]
     assert len(losses) == steps and len(ps.losses) == steps  # every scheduled step completed on the clock
     # It learns: the last 20 steps' mean loss is below the first 20 steps' (measured: 0.79 -> 0.66; one-device

@@ -352,6 +352,7 @@ class ParameterServer(Distribution):
                       "(asynchronous)")
         self._in_flight: collections.deque = collections.deque()
         self._scheduled = 0
+        self._steady_s, self._steady_completed = 0.0, 0  # time in steady calls, steps completed in them
         self.step_losses: list[float] = []
 
     def scope(self) -> contextlib.AbstractContextManager:
@@ -361,6 +362,7 @@ class ParameterServer(Distribution):
         return self.strategy.run(replica_step, args=(args,))  # one replica: the worker the step is scheduled on
 
     def execute(self, step: Callable[[Any], tf.Tensor], args: Any) -> float:
+        start = time.perf_counter()
         self._in_flight.append(self.coordinator.schedule(step, args=(args,)))
         self._scheduled += 1
         spec = self.spec
@@ -369,6 +371,9 @@ class ParameterServer(Distribution):
         while self._in_flight and (drain or len(self._in_flight) >= self.workers or not self.step_losses):
             completed.append(float(self._in_flight.popleft().fetch()))
             self.step_losses.append(completed[-1])
+        if self._scheduled > 1 + spec.warmup_steps:  # the steady calls, as the loop counts them
+            self._steady_s += time.perf_counter() - start
+            self._steady_completed += len(completed)
         return float(np.mean(completed)) if completed else self.step_losses[-1]
 
     def finish(self) -> None:
@@ -428,6 +433,9 @@ class ParameterServer(Distribution):
             "asynchronous": {
                 "in_flight": self.workers,
                 "timing": "steady step time is the time per completed step, up to `workers` steps in flight",
+                # Completions of independent workers bunch up, so a call's time varies widely (one returns at once
+                # after another waited): the mean over steady calls is the time per completed step, exactly.
+                "steady_mean_step_s": self._steady_s / self._steady_completed if self._steady_completed else None,
                 "losses": ("result.losses[i] is the mean loss of the steps that completed during call i (lagging "
                            "by up to workers - 1 steps, each computed from variables as its worker read them): not "
                            "comparable step by step with single-device losses"),
