@@ -22,7 +22,7 @@ from bakeoff.identity import identify
 from bakeoff.spec import RunSpec, TrialResult
 
 MODES = {"torch": "eager", "tensorflow": "graph"}  # each framework as its users train
-SETUPS = [("none", 1), ("data_parallel", 1), ("data_parallel", 2), ("multi_worker", 2)]
+SETUPS = [("none", 1), ("data_parallel", 1), ("data_parallel", 2), ("multi_worker", 2), ("parameter_server", 2)]
 
 
 def _span(values: list[float], digits: int = 3) -> str:
@@ -40,7 +40,9 @@ def main() -> None:
     results: dict[tuple[str, str, int], list[TrialResult]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(rounds):
-            order = [(f, p, w) for p, w in SETUPS for f in frameworks]
+            order = [(f, p, w) for p, w in SETUPS for f in frameworks if not registry.unsupported(
+                RunSpec(workload="text_classifier", framework=f, execution=MODES[f], parallelism=p, workers=w,
+                        max_steps=1))]
             for framework, parallelism, workers in order if round_ % 2 == 0 else order[::-1]:
                 [spec] = identify([RunSpec(workload="text_classifier", framework=framework,
                                            execution=MODES[framework], parallelism=parallelism, workers=workers,
@@ -55,17 +57,20 @@ def main() -> None:
     for framework in frameworks:
         single = statistics.median(r.throughput["examples_per_s"] for r in results[framework, "none", 1])
         for parallelism, workers in SETUPS:
+            if (framework, parallelism, workers) not in results:
+                out.write(f"{framework} {parallelism} x{workers}: unsupported\n")
+                continue
             rs = results[framework, parallelism, workers]
             thr = [r.throughput["examples_per_s"] for r in rs]
             line = f"{framework} {MODES[framework]} {parallelism} x{workers}: {_span(thr)} examples/s"
             if parallelism != "none":
-                base = statistics.median(r.throughput["examples_per_s"]
-                                         for r in results[framework, parallelism, 1]) if workers > 1 else single
+                one = results.get((framework, parallelism, 1)) if workers > 1 else None
+                base = statistics.median(r.throughput["examples_per_s"] for r in one) if one else single
                 dist = [r.extras["distributed"] for r in rs]
                 sync = [d["sync"]["per_step_s"] for d in dist if d.get("sync", {}).get("per_step_s") is not None]
                 share = [s / r.steady_step_s for s, r in zip(sync, rs, strict=False)]
                 line += (f"; efficiency {_span([t / (workers * base) for t in thr], 2)}"
-                         f" (vs {'1 replica' if workers > 1 else 'one device'})"
+                         f" (vs {'1 replica' if one else 'one device'})"
                          f"; sync/step {_span([1000 * s for s in sync])} ms = {_span([100 * s for s in share], 2)}%"
                          f"; start-up {_span([d['startup_s'] for d in dist])} s"
                          f" (launch {_span([d['launch_s'] for d in dist])} s)"

@@ -123,6 +123,10 @@ def test_parameter_server_trains_asynchronously(tmp_path):
     # the time per completed step, averaged over the steady calls: their total over the steps they completed
     steady_calls = ps.step_times_s[1 + ps.run_spec.warmup_steps:]
     assert async_["steady_mean_step_s"] == pytest.approx(sum(steady_calls) / len(steady_calls), rel=0.05)
+    # ...which is the trial's steady step (not the median of bunched completions), and its throughput's basis
+    assert ps.extras["steady_statistic"] == "mean"
+    assert ps.steady_step_s == pytest.approx(np.mean(steady_calls))
+    assert ps.throughput["examples_per_s"] == pytest.approx(ps.examples_per_step / np.mean(steady_calls))
     losses = async_["step_losses"]
     assert len(losses) == steps and len(ps.losses) == steps  # every scheduled step completed on the clock
     # It learns: the last 20 steps' mean loss is below the first 20 steps' (measured: 0.79 -> 0.66; one-device

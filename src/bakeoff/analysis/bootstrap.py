@@ -118,13 +118,19 @@ class Resampler:
         self._medians: np.ndarray | None = None
 
     def _step_medians(self) -> np.ndarray:
-        """(resamples, n) median steady step of each run drawn; NaN for runs without steady steps."""
+        """(resamples, n) median steady step of each run drawn (the mean, for a trial whose steady step is the mean:
+        asynchronous training); NaN for runs without steady steps."""
         if self._medians is None:
             assert self._idx is not None
             medians = np.full(self._idx.shape, np.nan)
             for i, trial in enumerate(self.trials):
                 steps, drawn = steady_steps(trial), self._idx == i
-                if steps.size and drawn.any():
+                if not (steps.size and drawn.any()):
+                    continue
+                if trial.extras.get("steady_statistic") == "mean":  # asynchronous: its steady step is the mean
+                    picks = self._rng.integers(steps.size, size=(int(drawn.sum()), steps.size))
+                    medians[drawn] = steps[picks].mean(axis=1)
+                else:
                     medians[drawn] = resampled_medians(steps, int(drawn.sum()), self._rng)
             self._medians = medians
         return self._medians

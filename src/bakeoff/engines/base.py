@@ -356,14 +356,22 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     result.first_step_s = result.step_times_s[0] if result.step_times_s else None
     steady = result.step_times_s[1 + spec.warmup_steps:]
     first_steady = 1 + spec.warmup_steps
+    # Asynchronous training (parameter servers) returns from a step when the oldest one in flight completes, and
+    # completions of independent workers bunch up: there the mean call time is the time per completed step, and
+    # the median of such calls is not. Every other trial's steady step is the median (robust to stragglers).
+    asynchronous = bool(figures.get("asynchronous"))
+    if asynchronous:
+        result.extras["steady_statistic"] = "mean"
     if steady:
-        median = float(np.median(steady))
-        result.steady_step_s = median
-        result.throughput["examples_per_s"] = result.examples_per_step / median
+        typical = float(np.mean(steady) if asynchronous else np.median(steady))
+        result.steady_step_s = typical
+        result.throughput["examples_per_s"] = result.examples_per_step / typical
         for unit, counts in units.items():
-            # Units per batch vary (valid tokens): the median of per-step rates.
-            rates = np.asarray(counts[first_steady:]) / np.asarray(steady)
-            result.throughput[f"{unit}_per_s"] = float(np.median(rates))
+            # Units per batch vary (valid tokens): the median of per-step rates (the overall rate, asynchronous).
+            counted = np.asarray(counts[first_steady:])
+            rates = counted / np.asarray(steady)
+            rate = counted.sum() / np.sum(steady) if asynchronous else np.median(rates)
+            result.throughput[f"{unit}_per_s"] = float(rate)
     result.units_per_step = {unit: float(np.mean(counts)) for unit, counts in units.items()}
     build_steps = result.extras.get("graph_build_steps", [])
     result.extras["graph_builds"] = engine.graph_builds()
