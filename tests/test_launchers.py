@@ -239,3 +239,16 @@ def test_an_interrupt_kills_every_member(tmp_path) -> None:
     for f in files:
         for pid in map(int, f.read_text().split()):
             assert _gone(pid)
+
+
+def test_flags_cross_a_single_device_baseline_with_distributed_trials() -> None:
+    from bakeoff.suite import adhoc_suite
+
+    suite = adhoc_suite({"workload": "mnist", "framework": ["torch"], "execution": ["eager"],
+                         "parallelism": ["none", "multi_worker"], "workers": [2], "hosts": ["127.0.0.1", "h2"],
+                         "max_steps": 4})
+    by_mode = {(s.parallelism.value, s.workers, s.hosts) for s in suite.specs}
+    # without parallelism a trial has one worker and no hosts; the matrix's workers and hosts go to the others
+    assert by_mode == {("none", 1, ()), ("multi_worker", 2, ("127.0.0.1", "h2"))}
+    with pytest.raises(SpecError, match="hosts must be a list of host names"):
+        adhoc_suite({"workload": "mnist", "hosts": "a", "max_steps": 4})

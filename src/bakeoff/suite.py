@@ -196,6 +196,10 @@ def field_problem(name: str, value: Any) -> str:
     Types follow the RunSpec annotations (``int | None`` takes an integer, ``float`` any number, an enum one of
     its values); sizes and budgets must be positive, counts and seeds not negative.
     """
+    if name == "hosts":
+        if isinstance(value, list) and all(isinstance(h, str) and h.strip() for h in value):
+            return ""
+        return f"hosts must be a list of host names, one per worker, got {value!r}"
     hint = _HINTS[name]
     kind = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
     kind = typing.get_origin(kind) or kind
@@ -221,10 +225,6 @@ def field_problem(name: str, value: Any) -> str:
             if value not in WORKLOADS:
                 return f"unknown workload {value!r}; accepted: {', '.join(WORKLOADS)}"
         return "" if isinstance(value, str) and value else f"{name} must be a non-empty string, got {value!r}"
-    if name == "hosts":
-        if isinstance(value, list) and all(isinstance(h, str) and h.strip() for h in value):
-            return ""
-        return f"hosts must be a list of host names, one per worker, got {value!r}"
     if kind is tuple:  # data / config: a table of KEY = value
         scalar = (str, int, float, bool)
         if isinstance(value, Mapping) and all(
@@ -512,6 +512,7 @@ def _expand(defaults: dict[str, Any], matrix: dict[str, list[Any]], variants: li
                 continue
             if str(fields.get("parallelism", "none")) == "none":
                 fields["workers"] = 1  # one process: a matrix's workers apply to its distributed configurations
+                fields.pop("hosts", None)
             fields.update(repeat=repeat, seed=base_seed + repeat)
             if "workload" not in fields or "framework" not in fields:
                 raise fail("defaults", "every configuration needs a workload and a framework")

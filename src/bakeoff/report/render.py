@@ -140,8 +140,10 @@ def _scaling_table(configs: Sequence[ConfigSummary]) -> Table | None:
              "every N (strong scaling; 100% is linear speed-up); baseline: the same strategy with one replica, "
              "else the single-device run; interval: 95% bootstrap. Start-up: process launch, framework import, "
              "rendezvous and strategy set-up, before the first step and off the training clock. All-reduces per "
-             "step: gradient all-reduce rounds counted during training (with accumulation, non-final micro-batches "
-             "should not synchronise)."]
+             "step, counted during training (with accumulation, non-final micro-batches do not synchronise): "
+             "PyTorch counts DDP's gradient-bucket all-reduces (the loss sum and count add one more); TensorFlow "
+             "counts the all-reduce ops of its traced step (graph mode packs the gradients into one, plus one for "
+             "the loss sum and count; eager mode reduces each tensor on its own)."]
     methods = {f"{r.strategy}: {r.sync_method}" for r in rows if r.sync_method}
     notes += [f"Gradient sync timed by {m}." for m in sorted(methods)]
     notes += sorted({w for r in rows for w in r.warnings})
