@@ -166,7 +166,9 @@ execution = "eager"
 def test_run_isolates_failures_stores_everything_and_resumes(tmp_path):
     (tmp_path / "mini.toml").write_text(SUITE)
     r = bakeoff("run", "--suite", "mini.toml", "--store", "r.sqlite", "--out", "rep", cwd=tmp_path)
-    assert r.returncode == 1, r.stderr  # not every trial succeeded, and the run said so
+    # Only unsupported trials did not succeed: results with reasons, not failures, so the run exits 0 and says so
+    assert r.returncode == 0, r.stderr
+    assert "3 trials recorded as unsupported" in " ".join(r.stdout.split())
     rows = {label: (status, reason) for label, status, reason, _ in trials(tmp_path / "r.sqlite")}
     assert set(rows) == {"torch/eager", "torch/xla", "tensorflow/xla", "jax/eager", "jax/xla"}
     assert rows["torch/eager"][0] == "ok" and rows["tensorflow/xla"][0] == "ok"

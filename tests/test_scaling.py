@@ -93,3 +93,17 @@ def test_report_has_a_scaling_table_and_chart(tmp_path) -> None:
     assert paths["scaling"].read_bytes()[:4] == b"\x89PNG"
     plain = render_report(_torch([500, 510, 520]), tmp_path / "plain")
     assert "scaling" not in plain and "### Scaling" not in plain["markdown"].read_text()
+
+
+def test_accumulation_is_compared_with_one_micro_batch_per_step() -> None:
+    step = 32 / 700
+    results = [*_distributed(_torch([700, 700, 700]), "data_parallel", 2, sync_s=0.2 * step),
+               *[respec(r, grad_accum=2) for r in _distributed(_torch([700, 700, 700]), "data_parallel", 2,
+                                                                sync_s=0.1 * step)],
+               *_torch([500, 500, 500])]
+    for r in results[3:6]:
+        r.extras["distributed"]["sync"]["per_step_s"] = 0.1 * r.steady_step_s
+    configs = summarise_groups(results)
+    sentence = scaling_sentence(scaling_rows(configs), configs)
+    assert ("Gradient sync's share of the step, accumulating micro-batches: PyTorch DDP at 2 replicas: 20% with 1 "
+            "micro-batch per step, 10% with 2, 1 all-reduce per step.") in sentence

@@ -227,7 +227,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         title = f"bakeoff: {suite.name}" + (f" (overridden from the command line: {said})" if said else "")
         _write_report(results, args.out or DEFAULT_REPORTS / suite.name, suite.weights, suite.qualitative, title,
                       {r.key: suite.name for r in results})
-    return 0 if all(r.status.value == "ok" for r in results) else 1
+    # Unsupported trials (a mode or strategy a framework lacks, a framework not installed) are results, decided
+    # before any process started, with their reasons; the exit code says whether anything else went wrong.
+    unsupported = [r for r in results if r.status.value == "unsupported"]
+    if unsupported:
+        console.print(f"{len(unsupported)} trial{'s' if len(unsupported) > 1 else ''} recorded as unsupported "
+                      f"(see the report's 'Trials that did not succeed'), e.g. {unsupported[0].run_spec.label()}: "
+                      f"{unsupported[0].reason}")
+    return 0 if all(r.status.value in ("ok", "unsupported") for r in results) else 1
 
 
 def _search_batch_sizes(suite, sizes: dict, log_dir: Path, timeout: float):  # -> (specs, annotations)

@@ -75,6 +75,42 @@ def _base_identity(c: ConfigSummary) -> str:
     return json.dumps(raw, sort_keys=True, default=str)
 
 
+def _without_accumulation(c: ConfigSummary) -> str:
+    """The configuration with one micro-batch per step (what an accumulating configuration is compared with)."""
+    raw = json.loads(_base_identity(c))
+    raw["grad_accum"] = 1
+    spec = c.trials[0].run_spec
+    return json.dumps({**raw, "parallelism": spec.parallelism.value, "workers": spec.workers}, sort_keys=True)
+
+
+def _identity_of(c: ConfigSummary) -> str:
+    spec = c.trials[0].run_spec
+    return json.dumps({**json.loads(_base_identity(c)), "parallelism": spec.parallelism.value,
+                       "workers": spec.workers}, sort_keys=True)
+
+
+def accumulation_sentence(rows: Sequence[ScalingRow]) -> str | None:
+    """How accumulating k micro-batches per optimizer step changes the share of the step spent synchronising
+    gradients, for each distributed configuration that ran with and without accumulation."""
+    plain = {_identity_of(r.config): r for r in rows if r.config.trials[0].run_spec.grad_accum == 1}
+    parts = []
+    for r in rows:
+        k = r.config.trials[0].run_spec.grad_accum
+        other = plain.get(_without_accumulation(r.config)) if k > 1 else None
+        if other is None:
+            continue
+        a, b = other.config.value("sync_share"), r.config.value("sync_share")
+        if a is None or b is None:
+            continue
+        n = r.allreduces_per_step
+        rounds = f", {fmt(n)} all-reduce{'' if n == 1 else 's'} per step" if n is not None else ""
+        parts.append(f"{FRAMEWORK_NAMES.get(r.framework, r.framework)} {r.strategy} at {r.workers} replicas: "
+                     f"{_pct(a)} with 1 micro-batch per step, {_pct(b)} with {k}{rounds}")
+    if not parts:
+        return None
+    return "Gradient sync's share of the step, accumulating micro-batches: " + "; ".join(parts) + "."
+
+
 def _spec_of(c: ConfigSummary) -> tuple[str, int]:
     spec = c.trials[0].run_spec
     return spec.parallelism.value, spec.workers
@@ -129,7 +165,7 @@ def scaling_rows(configs: Sequence[ConfigSummary]) -> list[ScalingRow]:
 
 
 def _pct(x: float | None) -> str:
-    return "—" if x is None else f"{100 * x:.0f}%"
+    return "—" if x is None else f"{100 * x:.0f}%" if abs(x) >= 0.1 else f"{fmt(100 * x, 2)}%"
 
 
 def scaling_sentence(rows: Sequence[ScalingRow], configs: Sequence[ConfigSummary]) -> str | None:
@@ -159,6 +195,9 @@ def scaling_sentence(rows: Sequence[ScalingRow], configs: Sequence[ConfigSummary
     if n_cores is not None and most >= n_cores:
         sentence += (f" On {n_cores} CPU cores shared by {most} replicas, efficiency measures the frameworks' "
                      "distribution overhead more than speed-up.")
+    accumulation = accumulation_sentence(rows)
+    if accumulation:
+        sentence += " " + accumulation
     if any(r.replicas_identical is False for r in rows):
         sentence += " Some runs ended with replicas holding different weights (see the scaling table)."
     return sentence
