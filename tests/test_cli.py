@@ -45,7 +45,7 @@ def test_help_is_fast_path_and_imports_no_framework():
     (["run", "--workload", "text_classifier", "--framework", "mxnet"], "accepted: torch, tensorflow, jax"),
     (["run", "--workload", "text_classifier", "--execution", "jit"], "accepted: eager, graph, xla"),
     (["run", "--workload", "text_classifier", "--preset", "huge"], "unknown preset 'huge'.*tiny, small, paper"),
-    (["run", "--suite", "nope"], "unknown suite 'nope'; shipped suites: modes, quick"),
+    (["run", "--suite", "nope"], "unknown suite 'nope'; shipped suites: distributed, modes, quick"),
     (["run", "--workload", "text_classifier", "--data", "train=missing.csv"], "missing.csv"),
     # every flag checked before any trial, naming the flag, the value and what is accepted
     (["run", "--workload", "mnist", "--batch-size", "sixteen"],

@@ -68,7 +68,9 @@ def test_every_readme_command_runs(tmp_path):
     assert outputs["bakeoff show --suite quick"].count("text_classifier/tiny") == 6
     assert "verdict" in outputs["bakeoff run"]
     distributed = next(c for c in outputs if "--parallelism" in c)
-    assert "Scaling: PyTorch DDP (eager) at 2 replicas" in " ".join(outputs[distributed].split())
+    said = " ".join(outputs[distributed].split())
+    assert "PyTorch DDP (eager) at 2 replicas runs at" in said and "scaling efficiency against one device" in said
+    assert "TensorFlow MirroredStrategy (eager) at 2 replicas runs at" in said
     db = sqlite3.connect(tmp_path / "results" / "bakeoff.sqlite")
     quick = db.execute("SELECT workload, label, status, result FROM trials WHERE suite = 'quick' "
                        "ORDER BY workload, label").fetchall()
