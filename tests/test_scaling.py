@@ -107,3 +107,19 @@ def test_accumulation_is_compared_with_one_micro_batch_per_step() -> None:
     sentence = scaling_sentence(scaling_rows(configs), configs)
     assert ("Gradient sync's share of the step, accumulating micro-batches: PyTorch DDP at 2 replicas: 20% with 1 "
             "micro-batch per step, 10% with 2, 1 all-reduce per step.") in sentence
+
+
+def test_xla_under_a_strategy_that_compiles_less_than_the_step_is_named(tmp_path) -> None:
+    results = [*_distributed(repeats("tensorflow", "xla", [500] * 3, [None] * 3, final_metric=[0.8] * 3),
+                             "data_parallel", 2),
+               *repeats("tensorflow", "xla", [400] * 3, [None] * 3, final_metric=[0.8] * 3)]
+    for r in results[:3]:
+        r.extras["distributed"]["xla_scope"] = "each replica's forward and backward (local_sums)"
+    configs = summarise_groups(results)
+    (row,) = scaling_rows(configs)
+    assert row.xla_scope == "each replica's forward and backward (local_sums)"
+    sentence = scaling_sentence([row], configs)
+    assert "XLA compiled less than the whole step in tensorflow/xla/data_parallelx2" in sentence
+    text = render_report(results, tmp_path)["markdown"].read_text()
+    assert ("tensorflow/xla/data_parallelx2: XLA compiled each replica's forward and backward (local_sums), not the "
+            "whole step as on one device.") in text

@@ -61,6 +61,7 @@ class ScalingRow:
     allreduces_per_step: float | None
     sync_method: str
     warnings: list[str]
+    xla_scope: str = ""  # what XLA compiled under the strategy, when less than the whole step
 
     @property
     def strategy(self) -> str:
@@ -128,6 +129,12 @@ def _efficiency(c: ConfigSummary, base: ConfigSummary, workers: int
     return value, None
 
 
+def _xla_scope(c: ConfigSummary) -> str:
+    """What XLA compiled in this configuration's trials when it was not the whole step ('' otherwise)."""
+    scopes = {str(r.extras.get("distributed", {}).get("xla_scope", "")) for r in c.ok}
+    return "; ".join(sorted(s for s in scopes if s and s != "whole step"))
+
+
 def _figures(c: ConfigSummary) -> tuple[bool | None, float | None, str, list[str]]:
     identical, allreduces, methods, warnings = [], [], set(), []
     for r in c.ok:
@@ -160,7 +167,7 @@ def scaling_rows(configs: Sequence[ConfigSummary]) -> list[ScalingRow]:
             eff, interval = _efficiency(c, base, workers) if base is not None else (None, None)
             identical, allreduces, method, warnings = _figures(c)
             rows.append(ScalingRow(c, base, c.framework, parallelism, workers, eff, interval, identical,
-                                   allreduces, method, warnings))
+                                   allreduces, method, warnings, _xla_scope(c)))
     return sorted(rows, key=lambda r: (r.framework, r.parallelism, r.config.label, r.workers))
 
 
@@ -198,6 +205,10 @@ def scaling_sentence(rows: Sequence[ScalingRow], configs: Sequence[ConfigSummary
     accumulation = accumulation_sentence(rows)
     if accumulation:
         sentence += " " + accumulation
+    partial = sorted({r.config.label for r in rows if r.xla_scope})
+    if partial:
+        sentence += (f" XLA compiled less than the whole step in {', '.join(partial)} (see the scaling table), "
+                     "unlike XLA on one device: not the same compiled scope.")
     if any(r.replicas_identical is False for r in rows):
         sentence += " Some runs ended with replicas holding different weights (see the scaling table)."
     return sentence

@@ -147,6 +147,8 @@ def _scaling_table(configs: Sequence[ConfigSummary]) -> Table | None:
     methods = {f"{r.strategy}: {r.sync_method}" for r in rows if r.sync_method}
     notes += [f"Gradient sync timed by {m}." for m in sorted(methods)]
     notes += sorted({w for r in rows for w in r.warnings})
+    notes += sorted({f"{r.config.label}: XLA compiled {r.xla_scope}, not the whole step as on one device."
+                     for r in rows if r.xla_scope})
     if any(r.parallelism == "parameter_server" for r in rows):
         notes.append("ParameterServerStrategy trains asynchronously: workers apply their own updates, so its losses "
                      "and quality are not those of synchronous training with the same global batch.")
