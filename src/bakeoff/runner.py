@@ -42,7 +42,7 @@ from pathlib import Path, PurePosixPath
 from bakeoff import registry
 from bakeoff.identity import identify
 from bakeoff.launch import launchers
-from bakeoff.launch.process import Interrupted, OomKills, interruptible, read_oom_kills
+from bakeoff.launch.process import OomKills, interruptible, read_oom_kills
 from bakeoff.launch.process import hold as hold_signals
 from bakeoff.spec import Parallelism, RunSpec, SpecError, Status, TrialResult
 from bakeoff.store import Store
@@ -197,11 +197,7 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         logs = _log_paths(log_dir, spec, group)
         names = [m.name for m in group.members]
         what = f"{spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}"
-        try:
-            outcome = launchers.run_group(group, logs, timeout_s, memory_cap)
-        except Interrupted as exc:
-            exc.stopped = exc.stopped or what
-            raise
+        outcome = launchers.run_group(group, logs, timeout_s, memory_cap, what)
         if outcome.killed:
             status = Status.TIMEOUT if outcome.killed.startswith("no result") else Status.OUT_OF_MEMORY
             return _failure(spec, status, f"{outcome.killed} (log: {logs[0]})"), False

@@ -37,12 +37,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
 
 from bakeoff import registry
-from bakeoff.launch.process import _GATE, KILL_GRACE_S, kill_group
+from bakeoff.launch.process import proc_status, process_groups
 from bakeoff.spec import Parallelism, RunSpec, Status, TrialResult
 
 HOST = "127.0.0.1"
@@ -195,17 +194,6 @@ class GroupOutcome:
     peak_rss_bytes: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
-def _status_value(pid: int, field: str) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
 def _session_rss(sessions: set[int]) -> int:
     """Resident memory of every process in these sessions (a member and whatever it started)."""
     total = 0
@@ -218,54 +206,22 @@ def _session_rss(sessions: set[int]) -> int:
         except OSError:
             continue
         if int(fields[3]) in sessions:  # field 6 of stat: the session id
-            total += _status_value(int(entry.name), "VmRSS")
+            total += proc_status(int(entry.name), "VmRSS")
     return total
 
 
-@contextlib.contextmanager
-def started(members: Sequence[Member], logs: Sequence[IO]) -> Iterator[list[subprocess.Popen]]:
-    """Start every member in its own session and own them all during the block: leaving it, normally or by an
-    exception (an interrupt), kills every member's whole session (SIGTERM, SIGKILL after the grace)."""
-    procs: list[subprocess.Popen] = []
-    _GATE.held += 1  # a signal during the start is raised below, once the members are ours to kill
-    try:
-        for member, log in zip(members, logs, strict=True):
-            procs.append(subprocess.Popen(member.command, start_new_session=True, stdout=log,
-                                          stderr=subprocess.STDOUT, env=member.env))
-    except BaseException:
-        for proc in procs:
-            kill_group(proc, grace_s=0)
-        raise
-    finally:
-        _GATE.held -= 1
-    try:
-        _GATE.check()
-        yield procs
-    except BaseException:
-        with _GATE.hold():
-            for proc in procs:  # SIGTERM to all first, then one grace for all
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, 15)
-            deadline = time.monotonic() + KILL_GRACE_S
-            while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            for proc in procs:
-                kill_group(proc, grace_s=0)
-        raise
-    with _GATE.hold():
-        for proc in procs:
-            kill_group(proc, grace_s=0)
-
-
-def run_group(plan: Plan, log_paths: Sequence[Path], timeout_s: float, memory_cap: int | None = None
-              ) -> GroupOutcome:
+def run_group(plan: Plan, log_paths: Sequence[Path], timeout_s: float, memory_cap: int | None = None,
+              what: str = "trial") -> GroupOutcome:
     """Run the plan's members to the end: until every result-writing member has exited, or until one member
     fails (a non-zero exit, or a server exiting at all), the deadline passes or the group's resident memory
-    passes ``memory_cap``; then every member's session is killed. Each member writes to its own log."""
+    passes ``memory_cap``; then every member's session is killed (:func:`bakeoff.launch.process.process_groups`,
+    which also kills them all on an interrupt, naming ``what``). Each member writes to its own log."""
     deadline = time.monotonic() + timeout_s
     with contextlib.ExitStack() as stack:
         logs = [stack.enter_context(path.open("w")) for path in log_paths]
-        with started(plan.members, logs) as procs:
+        commands = [(m.command, {"stdout": log, "stderr": subprocess.STDOUT, "env": m.env})
+                    for m, log in zip(plan.members, logs, strict=True)]
+        with process_groups(commands, what) as procs:
             outcome = GroupOutcome(codes={m.name: None for m in plan.members})
             last_sample = 0.0
             while True:
@@ -274,7 +230,7 @@ def run_group(plan: Plan, log_paths: Sequence[Path], timeout_s: float, memory_ca
                     last_sample = now
                     for member, proc in zip(plan.members, procs, strict=True):
                         if proc.poll() is None:
-                            hwm = _status_value(proc.pid, "VmHWM")
+                            hwm = proc_status(proc.pid, "VmHWM")
                             outcome.peak_rss_bytes[member.name] = max(outcome.peak_rss_bytes.get(member.name, 0), hwm)
                 for member, proc in zip(plan.members, procs, strict=True):
                     code = proc.poll()

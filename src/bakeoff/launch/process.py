@@ -1,12 +1,13 @@
 """A trial's process group: started together, given one deadline, killed together, whatever ends the run.
 
 Signals: inside :func:`interruptible` (the runner and the batch-size search enter it), SIGINT and SIGTERM raise
-:class:`Interrupted`. Each trial runs in its own process group, owned by :func:`process_group` while it runs; an
-exception leaving that block kills the whole group (SIGTERM, then SIGKILL after :data:`KILL_GRACE_S`) before it
-propagates. :func:`hold` keeps a signal from interrupting a result while it is written; it is raised after.
+:class:`Interrupted`. Each process of a trial runs in its own session (process group), owned by
+:func:`process_groups` while it runs; an exception leaving that block kills every group (SIGTERM, then SIGKILL
+after :data:`KILL_GRACE_S`) before it propagates. :func:`hold` keeps a signal from interrupting a result while it
+is written; it is raised after.
 
-:func:`wait` gives a group its deadline and an optional resident-memory cap; :func:`read_oom_kills` reads the
-kernel's OOM-kill counter of this process's memory cgroup, the evidence that a SIGKILL was the kernel's.
+The deadline and memory cap of a trial are :func:`bakeoff.launch.launchers.run_group`'s; :func:`read_oom_kills`
+reads the kernel's OOM-kill counter of this process's memory cgroup, the evidence that a SIGKILL was the kernel's.
 """
 
 from __future__ import annotations
@@ -106,57 +107,74 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def kill_group(proc: subprocess.Popen, grace_s: float) -> None:
-    """Kill the process group ``proc`` leads: SIGTERM, then SIGKILL to whatever is left after ``grace_s``
-    (at once when ``grace_s`` is 0). Reaps ``proc``."""
+def kill_groups(procs: Sequence[subprocess.Popen], grace_s: float) -> None:
+    """Kill the process groups ``procs`` lead: SIGTERM to all, then SIGKILL to whatever is left after ``grace_s``
+    (at once when ``grace_s`` is 0). Reaps ``procs``."""
     if grace_s > 0:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        # Wait for the whole group, not only its leader: a worker the trial started may outlive it.
-        while (proc.poll() is None or _group_alive(proc.pid)) and time.monotonic() < deadline:
+        # Wait for the whole groups, not only their leaders: a worker a trial started may outlive it.
+        while any(p.poll() is None or _group_alive(p.pid) for p in procs) and time.monotonic() < deadline:
             time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 @contextlib.contextmanager
-def process_group(command: Sequence[str], what: str, **popen: Any) -> Iterator[subprocess.Popen]:
-    """Start ``command`` in a new session (its own process group) and own that group during the block.
+def process_groups(commands: Sequence[tuple[Sequence[str], dict[str, Any]]], what: str
+                   ) -> Iterator[list[subprocess.Popen]]:
+    """Start each ``(command, Popen keyword arguments)`` in a new session (its own process group) and own every
+    group during the block.
 
-    An exception leaving the block (:class:`Interrupted`, Ctrl-C, anything) kills the whole group first
-    (SIGTERM, SIGKILL after :data:`KILL_GRACE_S`); when the block ends normally, whatever is left of the group
-    (a worker the trial started) is killed with SIGKILL. So no trial or probe outlives its turn. ``what`` names
-    the process for the interrupt message.
+    An exception leaving the block (:class:`Interrupted`, Ctrl-C, anything) kills every group first (SIGTERM,
+    SIGKILL after :data:`KILL_GRACE_S`); when the block ends normally, whatever is left of them (a worker a trial
+    started, a server) is killed with SIGKILL. So no trial, probe or server outlives its turn. ``what`` names the
+    trial for the interrupt message.
     """
-    _GATE.held += 1  # a signal during the start is raised below, once the group is ours to kill
+    procs: list[subprocess.Popen] = []
+    _GATE.held += 1  # a signal during the start is raised below, once the groups are ours to kill
     try:
-        proc = subprocess.Popen(command, start_new_session=True, **popen)
+        for command, popen in commands:
+            procs.append(subprocess.Popen(command, start_new_session=True, **popen))
+    except BaseException:
+        kill_groups(procs, grace_s=0)
+        raise
     finally:
         _GATE.held -= 1
     try:
         _GATE.check()
-        yield proc
+        yield procs
     except BaseException as exc:
         with _GATE.hold():
-            kill_group(proc, KILL_GRACE_S)
+            kill_groups(procs, KILL_GRACE_S)
             if isinstance(exc, KeyboardInterrupt):
                 _GATE.pending = None  # already stopping: a second Ctrl-C during the grace adds nothing
         if isinstance(exc, Interrupted) and exc.stopped is None:
             exc.stopped = what
         raise
     with _GATE.hold():
-        kill_group(proc, grace_s=0)
+        kill_groups(procs, grace_s=0)
 
 
-def _rss_bytes(pid: int) -> int:
+@contextlib.contextmanager
+def process_group(command: Sequence[str], what: str, **popen: Any) -> Iterator[subprocess.Popen]:
+    """:func:`process_groups` of one command."""
+    with process_groups([(command, popen)], what) as (proc,):
+        yield proc
+
+
+def proc_status(pid: int, field: str) -> int:
+    """A size field of ``/proc/PID/status`` in bytes (``VmRSS``, ``VmHWM``); 0 when it cannot be read."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
-    except OSError:
+    except (OSError, ValueError, IndexError):
         pass
     return 0
 
@@ -216,24 +234,6 @@ def read_oom_kills() -> OomKills:
         except (OSError, ValueError):
             continue
     return OomKills(None, "no cgroup OOM-kill counter is readable (memory.events or memory.oom_control)")
-
-
-def wait(proc: subprocess.Popen, timeout_s: float, memory_cap: int | None) -> tuple[int | None, str]:
-    """Wait for the trial; kill its process group on timeout or when its RSS passes ``memory_cap``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return proc.wait(timeout=0.05 if memory_cap else max(0.0, deadline - time.monotonic())), ""
-        except subprocess.TimeoutExpired:
-            rss = _rss_bytes(proc.pid) if memory_cap else 0
-            if memory_cap and rss > memory_cap:
-                why = f"resident memory {rss / 2**20:.0f} MiB passed the cap of {memory_cap / 2**20:.0f} MiB; killed"
-            elif time.monotonic() >= deadline:
-                why = f"no result after {timeout_s:.0f} s; killed"
-            else:
-                continue
-            kill_group(proc, grace_s=0)
-            return None, why
 
 
 def hold() -> contextlib.AbstractContextManager[None]:
