@@ -60,15 +60,15 @@ def test_without_a_one_replica_run_the_single_device_run_is_the_baseline() -> No
 def test_sentence_names_efficiency_sync_share_and_shared_cores() -> None:
     results = [*_distributed(_torch([700, 700, 700]), "data_parallel", 2, sync_s=32 / 700 * 0.25, cores=2),
                *_torch([500, 500, 500])]
-    configs = [c for c in summarise_groups(results)]
-    for c in configs:
-        for r in c.trials:
-            r.environment["cores"] = 2
-    configs = summarise_groups([r for c in configs for r in c.trials])
+    for r in results:
+        r.environment["cores"] = 2  # the single-device runs too: one machine
+    configs = summarise_groups(results)
     sentence = scaling_sentence(scaling_rows(configs), configs)
     assert "PyTorch DDP (eager) at 2 replicas runs at 70% scaling efficiency against one device" in sentence
     assert "gradient sync 25% of the step" in sentence
-    assert "n = 3" in sentence
+    assert "n = 3 vs 3." in sentence
+    one = summarise_groups([*_distributed(_torch([700]), "data_parallel", 2), *_torch([500, 500, 500])])
+    assert "provisional (n = 1 vs 3; 3 runs per side needed)" in scaling_sentence(scaling_rows(one), one)
     assert "On 2 CPU cores shared by 2 replicas" in sentence
 
 

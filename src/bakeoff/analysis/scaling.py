@@ -28,6 +28,7 @@ from bakeoff.analysis.bootstrap import percentile_interval
 from bakeoff.analysis.conditions import FRAMEWORK_NAMES, cores
 from bakeoff.analysis.quantities import fmt
 from bakeoff.analysis.stats import ConfigSummary
+from bakeoff.analysis.verdict import MIN_RUNS
 from bakeoff.spec import Parallelism
 
 STRATEGY_NAMES = {
@@ -68,36 +69,23 @@ class ScalingRow:
         return strategy_name(self.framework, self.parallelism)
 
 
-def _base_identity(c: ConfigSummary) -> str:
-    """The configuration without its parallelism and worker count (what a baseline shares with it)."""
-    raw = {k: v for k, v in c.trials[0].run_spec.to_dict().items()
-           if k not in ("seed", "repeat", "content", "parallelism", "workers")}
-    raw["content"] = {k: v for k, v in c.trials[0].run_spec.content if k.startswith("data:")}
-    return json.dumps(raw, sort_keys=True, default=str)
-
-
-def _without_accumulation(c: ConfigSummary) -> str:
-    """The configuration with one micro-batch per step (what an accumulating configuration is compared with)."""
-    raw = json.loads(_base_identity(c))
-    raw["grad_accum"] = 1
+def _identity(c: ConfigSummary, *, drop: tuple[str, ...] = ("parallelism", "workers"), **fixed: object) -> str:
+    """The configuration without the ``drop``ped fields (a baseline shares everything else with it), with
+    ``fixed`` fields set (``grad_accum=1``: the configuration an accumulating one is compared with)."""
     spec = c.trials[0].run_spec
-    return json.dumps({**raw, "parallelism": spec.parallelism.value, "workers": spec.workers}, sort_keys=True)
-
-
-def _identity_of(c: ConfigSummary) -> str:
-    spec = c.trials[0].run_spec
-    return json.dumps({**json.loads(_base_identity(c)), "parallelism": spec.parallelism.value,
-                       "workers": spec.workers}, sort_keys=True)
+    raw = {k: v for k, v in spec.to_dict().items() if k not in ("seed", "repeat", "content", *drop)}
+    raw["content"] = {k: v for k, v in spec.content if k.startswith("data:")}
+    return json.dumps({**raw, **fixed}, sort_keys=True, default=str)
 
 
 def accumulation_sentence(rows: Sequence[ScalingRow]) -> str | None:
     """How accumulating k micro-batches per optimizer step changes the share of the step spent synchronising
     gradients, for each distributed configuration that ran with and without accumulation."""
-    plain = {_identity_of(r.config): r for r in rows if r.config.trials[0].run_spec.grad_accum == 1}
+    plain = {_identity(r.config, drop=()): r for r in rows if r.config.trials[0].run_spec.grad_accum == 1}
     parts = []
     for r in rows:
         k = r.config.trials[0].run_spec.grad_accum
-        other = plain.get(_without_accumulation(r.config)) if k > 1 else None
+        other = plain.get(_identity(r.config, drop=(), grad_accum=1)) if k > 1 else None
         if other is None:
             continue
         a, b = other.config.value("sync_share"), r.config.value("sync_share")
@@ -156,7 +144,7 @@ def scaling_rows(configs: Sequence[ConfigSummary]) -> list[ScalingRow]:
     framework, strategy, mode and replicas."""
     by_base: dict[str, dict[tuple[str, int], ConfigSummary]] = {}
     for c in configs:
-        by_base.setdefault(_base_identity(c), {})[_spec_of(c)] = c
+        by_base.setdefault(_identity(c), {})[_spec_of(c)] = c
     rows = []
     for group in by_base.values():
         for (parallelism, workers), c in group.items():
@@ -173,6 +161,13 @@ def scaling_rows(configs: Sequence[ConfigSummary]) -> list[ScalingRow]:
 
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.0f}%" if abs(x) >= 0.1 else f"{fmt(100 * x, 2)}%"
+
+
+def _runs(r: ScalingRow) -> str:
+    """``n = 3 vs 3`` (the configuration's runs and its baseline's), provisional below the verdict's minimum."""
+    n = (r.config.n_ok, r.baseline.n_ok if r.baseline is not None else 0)
+    text = f"n = {n[0]} vs {n[1]}"
+    return f"provisional ({text}; {MIN_RUNS} runs per side needed)" if min(n) < MIN_RUNS else text
 
 
 def scaling_sentence(rows: Sequence[ScalingRow], configs: Sequence[ConfigSummary]) -> str | None:
@@ -195,7 +190,7 @@ def scaling_sentence(rows: Sequence[ScalingRow], configs: Sequence[ConfigSummary
         base = "one replica" if r.baseline and _spec_of(r.baseline)[0] != "none" else "one device"
         parts.append(f"{FRAMEWORK_NAMES.get(r.framework, r.framework)} {r.strategy} ({r.config.execution}) at "
                      f"{r.workers} replicas runs at {_pct(r.efficiency)} scaling efficiency against {base}"
-                     f"{interval}{sync}, n = {r.config.n_ok}")
+                     f"{interval}{sync}, {_runs(r)}")
     sentence = "Scaling: " + "; ".join(parts) + "."
     n_cores = cores(list(configs))
     most = max(r.workers for r in measured)
