@@ -28,11 +28,20 @@ MODELS: dict[tuple[str, str], str] = {
     ("autoencoder", "tensorflow"): "bakeoff.workloads.autoencoder.tf_model:TransformerAutoencoder",
     ("mnist", "torch"): "bakeoff.workloads.mnist.torch_model:MnistCNN",
     ("mnist", "tensorflow"): "bakeoff.workloads.mnist.tf_model:MnistCNN",
+    ("text_classifier", "jax"): "bakeoff.workloads.text_classifier.jax_model:TextClassifier",
+    ("speech_ctc", "jax"): "bakeoff.workloads.speech_ctc.jax_model:SpeechCTC",
+    ("autoencoder", "jax"): "bakeoff.workloads.autoencoder.jax_model:TransformerAutoencoder",
+    ("mnist", "jax"): "bakeoff.workloads.mnist.jax_model:MnistCNN",
+    **{(w, f"keras-{b}"): f"bakeoff.workloads.{w}.keras_model:{c}"
+       for w, c in (("text_classifier", "TextClassifier"), ("mnist", "MnistCNN"))
+       for b in ("jax", "torch", "tensorflow")},
 }
 
 ENGINES: dict[str, str] = {
     "torch": "bakeoff.engines.torch_engine:TorchEngine",
     "tensorflow": "bakeoff.engines.tf_engine:TensorFlowEngine",
+    "jax": "bakeoff.engines.jax_engine:JaxEngine",
+    **{f"keras-{b}": "bakeoff.engines.keras_engine:KerasEngine" for b in ("jax", "torch", "tensorflow")},
 }
 
 # The package each framework is imported as, and how a user installs it.

@@ -51,12 +51,17 @@ class Framework(_Choice):
     TORCH = "torch"
     TENSORFLOW = "tensorflow"
     JAX = "jax"
+    # The same Keras 3 model code on each backend (text classifier and MNIST): "should our Keras team move to JAX
+    # or PyTorch underneath?"
+    KERAS_JAX = "keras-jax"
+    KERAS_TORCH = "keras-torch"
+    KERAS_TENSORFLOW = "keras-tensorflow"
 
 
 class Execution(_Choice):
     EAGER = "eager"  # op by op: PyTorch eager, TF eager
     GRAPH = "graph"  # compiled graph: torch.compile, tf.function
-    XLA = "xla"  # tf.function(jit_compile=True); JAX's only mode
+    XLA = "xla"  # tf.function(jit_compile=True)
 
 
 class Precision(_Choice):
