@@ -1,0 +1,439 @@
+"""Keras 3 engine: the same Keras model code trained by Keras' own train step on JAX, PyTorch or TensorFlow.
+
+A Keras team trains with ``model.fit``; one bakeoff step is ``Model.train_on_batch`` per micro-batch, the same
+``train_step`` and compiled function ``fit`` runs, without ``fit``'s epoch loop and callbacks (the base loop owns
+those). What Keras 3.15 compiles, by backend (``trainer.py`` of each, checked on this install):
+
+  ============  =====================================  ======================================================
+  execution     compile(...)                           what runs
+  ============  =====================================  ======================================================
+  eager         ``run_eagerly=True``                   op by op, Python every step (all backends)
+  graph         jax: ``jit_compile=True``              ``jax.jit`` of the whole stateless step (XLA)
+                torch: ``jit_compile=True``            ``torch.compile`` of the step (Keras' default, "auto",
+                                                       is eager on torch: compiling is opt-in, as in PyTorch)
+                tensorflow: ``jit_compile=False``      ``tf.function`` of the step
+  xla           tensorflow: ``jit_compile=True``       ``tf.function(jit_compile=True)``; jax's graph is XLA
+                                                       already, torch has no XLA mode here
+  ============  =====================================  ======================================================
+
+Gradient accumulation is Keras' own (``Optimizer(gradient_accumulation_steps=k)``): it averages the k micro-batches'
+mean-loss gradients, which is the gradient of the whole batch exactly when the micro-batches are the same size
+(checked per step). Adam is :class:`bakeoff.engines.tf_optim.Adam`: PyTorch's update, in ``keras.ops`` only (on
+TensorFlow with embedding gradients densified first: :func:`_adam_class` says why).
+
+``gradients()`` (the parity probe, never on the training clock) cannot go through ``train_on_batch``, which
+updates the weights; Keras 3 has no backend-agnostic autodiff, so it is the one place with a branch per
+backend: ``jax.value_and_grad`` over ``Model.stateless_call``, ``backward()`` into ``.grad`` on torch, a
+``GradientTape`` on TensorFlow — each on the model's own ``summed_loss``, the loss its ``compute_loss`` trains.
+
+Importing Keras 3.15 imports JAX whatever the backend, when JAX is installed: ``keras.callbacks`` imports
+``orbax_checkpoint``, which runs ``try: import jax`` at import time (keras-team/keras#21762). :func:`_import_keras`
+makes that optional import fail, as it would where JAX is not installed, so a keras-torch or keras-tensorflow
+process holds its own backend only (measured, 2 cores: JAX's import adds ~0.8 s and ~120 MB RSS, 292 modules,
+21 jaxlib shared libraries). Likewise ``keras.utils.set_random_seed`` imports TensorFlow on any backend (to seed
+``tf.data``): it runs with TensorFlow blocked on the jax and torch backends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bakeoff.engines.base import Engine, Unsupported, threads_for
+from bakeoff.measure.memory import MemoryProbe
+from bakeoff.registry import model_class
+from bakeoff.spec import Batch, Device, Execution, Parallelism, Precision
+
+BACKENDS = {"keras-jax": "jax", "keras-torch": "torch", "keras-tensorflow": "tensorflow"}
+
+# What each execution mode is on each backend (see the module docstring), and why a mode is missing.
+COMPILED_PATH = {
+    ("jax", Execution.GRAPH): "jax.jit", ("torch", Execution.GRAPH): "torch.compile",
+    ("tensorflow", Execution.GRAPH): "tf.function", ("tensorflow", Execution.XLA): "tf.function(jit_compile=True)",
+}
+MISSING_XLA = {
+    "jax": "Keras on JAX compiles its step with jax.jit, which is XLA already: use execution graph",
+    "torch": "Keras on PyTorch has no XLA mode (jit_compile means torch.compile): use execution graph",
+}
+
+
+@contextlib.contextmanager
+def _blocked(*names: str) -> Iterator[None]:
+    """Make ``import NAME`` fail inside the block, as if NAME were not installed (``sys.modules[NAME] = None`` is
+    Python's documented way), for optional imports Keras makes whatever the backend (module docstring). The
+    sentinels go at the end, so anything that really needs NAME later imports it (and the trial's isolation check
+    sees it). A module already imported is left alone."""
+    added = [n for n in names if n not in sys.modules]
+    for name in added:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for name in added:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+
+
+def _foreign(backend: str) -> tuple[str, ...]:
+    """The frameworks Keras imports optionally that a process on ``backend`` should not load."""
+    return tuple(f for f in ("jax", "tensorflow") if f != backend)
+
+
+def _import_keras() -> Any:
+    """``import keras`` without the JAX import Keras 3.15 makes on every backend (module docstring)."""
+    if "keras" in sys.modules:
+        return sys.modules["keras"]
+    with _blocked(*_foreign(os.environ.get("KERAS_BACKEND", "tensorflow"))):
+        import keras
+    return keras
+
+
+keras = _import_keras()
+
+
+class KerasEngine(Engine):
+    framework = "keras"
+
+    def setup(self, weights: Mapping[str, np.ndarray]) -> None:
+        spec = self.spec
+        self.backend = BACKENDS[spec.framework.value]
+        actual = keras.backend.backend()
+        if actual != self.backend:
+            raise RuntimeError(f"framework {spec.framework.value} runs Keras on {self.backend}, but this process's "
+                               f"Keras runs on {actual!r} (KERAS_BACKEND={os.environ.get('KERAS_BACKEND')!r}): "
+                               f"set KERAS_BACKEND={self.backend} before keras is imported")
+        self._reject_unsupported()
+        self.device = _pin_device_and_threads(self.backend, spec.device, threads_for(spec))
+        # Dropout masks: each Dropout's SeedGenerator draws its seed from Python's random, seeded here. Keras'
+        # set_random_seed also seeds TensorFlow when it can import it: not on the other backends.
+        with _blocked(*_foreign(self.backend)):
+            keras.utils.set_random_seed(spec.seed)
+        # Mixed precision, Keras' own way: a global dtype policy (variables fp32, compute bf16) before the build.
+        self.policy = "mixed_bfloat16" if spec.precision is Precision.BF16 else "float32"
+        keras.mixed_precision.set_dtype_policy(self.policy)
+
+        self.impl = model_class(spec.workload, spec.framework)(self.config, self.device)
+        self.impl.build(dict(weights))
+        self.module = self.impl.module
+        accum = spec.grad_accum if spec.grad_accum > 1 else None
+        adam = _adam_class(self.backend)
+        self.optimizer = adam(learning_rate=self.config["learning_rate"], beta_1=0.9, beta_2=0.999, epsilon=1e-8,
+                              gradient_accumulation_steps=accum)
+        self.optimizer.build(self.module.trainable_variables)  # Adam's moments in the memory baseline, as torch's
+        eager = spec.execution is Execution.EAGER
+        jit = spec.execution is Execution.XLA or (spec.execution is Execution.GRAPH and self.backend != "tensorflow")
+        self.module.compile(optimizer=self.optimizer, run_eagerly=eager, jit_compile=jit)
+        self.compiled = "eager (run_eagerly=True)" if eager else COMPILED_PATH[self.backend, spec.execution]
+        if self.backend == "torch" and spec.execution is Execution.GRAPH:
+            _lift_recompile_limits()
+        # Compiled like the step on jax and tensorflow (the probes check what the compiled code computes); eager
+        # on torch (Keras compiles torch's step, not a gradient function).
+        self._gradient_fn = _GRADIENTS[self.backend](self.impl, spec.execution)
+
+    def _reject_unsupported(self) -> None:
+        spec = self.spec
+        if spec.parallelism is not Parallelism.NONE:
+            raise Unsupported(f"the Keras rows train on one device here; accepted parallelism: none "
+                              f"(got {spec.parallelism.value})")
+        if spec.execution is Execution.XLA and self.backend in MISSING_XLA:
+            raise Unsupported(MISSING_XLA[self.backend])
+        if spec.precision not in (Precision.FP32, Precision.BF16):
+            raise Unsupported(f"precision {spec.precision.value} is not wired for the Keras rows (fp16 needs a GPU "
+                              "and a LossScaleOptimizer); accepted: fp32, bf16")
+
+    def _xy(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        return batch[self.impl.input_key], batch["labels"]
+
+    def train_step(self, micro_batches: Sequence[Batch]) -> float:
+        if len(micro_batches) != self.spec.grad_accum:
+            raise ValueError(f"{len(micro_batches)} micro-batches for an optimizer that accumulates "
+                             f"{self.spec.grad_accum} (spec.grad_accum)")
+        sizes = [len(b["labels"]) for b in micro_batches]
+        if len(set(sizes)) > 1:  # Keras averages micro-batch means: the batch's mean only for equal sizes
+            raise ValueError(f"Keras' gradient accumulation needs micro-batches of one size; got {sizes}")
+        losses = [self.module.train_on_batch(*self._xy(b), return_dict=True)["loss"] for b in micro_batches]
+        return float(np.mean(losses))  # train_on_batch returns host floats: the device is synchronised
+
+    def gradients(self, micro_batches: Sequence[Batch]) -> list[np.ndarray]:
+        totals: list[np.ndarray] | None = None
+        count = 0.0
+        for batch in micro_batches:  # summed-loss gradients, added up; divided once by the total count
+            grads, n = self._gradient_fn(*self._xy(batch))
+            totals = grads if totals is None else [t + g for t, g in zip(totals, grads, strict=True)]
+            count += n
+        return [t / np.float32(count) for t in totals]
+
+    def canonical_gradients(self, micro_batches: Sequence[Batch]) -> dict[str, np.ndarray]:
+        """:meth:`gradients` under canonical names: loaded into the variables in place of the weights, read back
+        through the model's own weight mapping, and the weights restored."""
+        variables = self.module.trainable_variables
+        grads, saved = self.gradients(micro_batches), [v.numpy() for v in variables]
+        for variable, value in zip(variables, grads, strict=True):
+            variable.assign(value)
+        out = self.impl.get_weights()
+        for variable, value in zip(variables, saved, strict=True):
+            variable.assign(value)
+        return out
+
+    def predict(self, split: Mapping[str, np.ndarray], batch_size: int) -> np.ndarray:
+        """Keras' own predict step (``predict_on_batch``: compiled as the train step is) for the logits, then the
+        model's probabilities; eager mode calls the model directly."""
+        n = len(next(iter(split.values())))
+        parts = []
+        for start in range(0, n, batch_size):
+            batch = {k: v[start:start + batch_size] for k, v in split.items()}
+            if self.spec.execution is Execution.EAGER:
+                out = self.impl.outputs(batch)
+            else:
+                out = self.impl.probabilities(self.module.predict_on_batch(batch[self.impl.input_key]))
+            parts.append(np.asarray(keras.ops.convert_to_numpy(out), np.float32))
+        return np.concatenate(parts)
+
+    def num_params(self) -> int:
+        return self.impl.num_params()
+
+    def environment(self) -> dict[str, Any]:
+        return {**_backend_environment(self.backend), "keras_version": keras.__version__,
+                "keras_backend": keras.backend.backend(), "device": self.device, "tf32": False,
+                "mixed_precision": self.policy, "loss_scaling": "off", "compiled": self.compiled,
+                "training_api": "keras.Model.train_on_batch",
+                "optional_imports_blocked": list(_foreign(self.backend))}
+
+    def memory_probe(self) -> MemoryProbe:
+        if self.device.startswith("cpu"):
+            return super().memory_probe()
+        if self.backend == "torch":
+            import torch
+
+            from bakeoff.engines.torch_engine import _CudaProbe
+
+            return _CudaProbe(torch.device(self.device))
+        if self.backend == "tensorflow":
+            from bakeoff.engines.tf_engine import _GpuProbe
+
+            return _GpuProbe("GPU:0")
+        return _JaxDeviceProbe()
+
+    # --- checkpoints: every model and optimizer variable (weights, Adam moments and step, gradient accumulators,
+    # the Dropout layers' SeedGenerator states), by position, as one .npz: exact, and the same on every backend.
+
+    def _state(self) -> list[Any]:
+        return [*self.module.variables, *self.optimizer.variables]
+
+    def save_checkpoint(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / "state.npz.tmp"
+        with open(tmp, "wb") as f:
+            np.savez(f, **{f"v{i:05d}": np.asarray(v.numpy()) for i, v in enumerate(self._state())})
+        tmp.replace(directory / "state.npz")
+
+    def load_checkpoint(self, directory: Path) -> None:
+        with np.load(directory / "state.npz") as saved:
+            state = self._state()
+            if len(saved.files) != len(state):
+                raise ValueError(f"checkpoint in {directory} holds {len(saved.files)} variables, the model and "
+                                 f"optimizer have {len(state)}")
+            for i, variable in enumerate(state):
+                variable.assign(saved[f"v{i:05d}"])
+
+    def graph_builds(self) -> int:
+        if self.spec.execution is Execution.EAGER:
+            return 0
+        if self.backend == "torch":
+            from torch._dynamo.utils import counters
+
+            return int(counters["stats"]["unique_graphs"])
+        return self.module.loss_traces  # compute_loss runs in Python once per jax.jit / tf.function trace
+
+    def extras(self) -> dict[str, Any]:
+        if self.spec.execution is Execution.EAGER:
+            return {}
+        if self.backend == "torch":
+            from torch._dynamo.utils import counters
+
+            return {"dynamo_frames_compiled": int(counters["stats"]["unique_graphs"]),
+                    "dynamo_graph_breaks": int(sum(counters["graph_break"].values()))}
+        return {"train_step_traces": self.module.loss_traces}
+
+
+# --- the per-backend parts: device and threads, versions, the gradient probe ---------------------------------
+
+GradientFn = Callable[[np.ndarray, np.ndarray], tuple[list[np.ndarray], float]]
+"""(x, y) -> (summed-loss gradients in trainable_variables order, example count)."""
+
+
+def _lift_recompile_limits() -> None:
+    """As the torch engine does: no frame silently falls back to eager after Dynamo's 8th recompilation."""
+    import torch._dynamo as dynamo
+
+    dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 100_000)
+    dynamo.config.accumulated_recompile_limit = max(dynamo.config.accumulated_recompile_limit, 100_000)
+
+
+def _pin_device_and_threads(backend: str, device: Device, threads: int) -> str:
+    """Pin threads and fp32 numerics (no TF32), check the device Keras will use against the spec's; returns it."""
+    if backend == "torch":
+        import torch
+
+        from bakeoff.engines.torch_engine import _pin_threads
+
+        _pin_threads(threads)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        from keras.src.backend.torch.core import get_device  # Keras' torch device: cuda if available
+
+        actual = str(get_device())
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+        gpus = tf.config.list_physical_devices("GPU")
+        if device is Device.CPU and gpus:
+            tf.config.set_visible_devices([], "GPU")
+            gpus = []
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+        actual = "gpu:0" if gpus else "cpu:0"
+    else:
+        import jax
+
+        jax.config.update("jax_default_matmul_precision", "highest")  # fp32 matmuls in fp32 on GPU (no TF32)
+        actual = str(jax.devices()[0].platform) + ":0"
+    on_gpu = not actual.startswith("cpu")
+    if device is Device.CUDA and not on_gpu:
+        raise Unsupported(f"device cuda requested but Keras on {backend} sees no GPU")
+    if device is Device.CPU and on_gpu:
+        how = {"torch": "KERAS_TORCH_DEVICE=cpu", "jax": "JAX_PLATFORMS=cpu"}[backend]
+        raise Unsupported(f"device cpu requested but Keras on {backend} runs on {actual}: set {how}")
+    return actual
+
+
+def _adam_class(backend: str) -> type:
+    """PyTorch's Adam in Keras (:mod:`bakeoff.engines.tf_optim`, ``keras.ops`` only); on TensorFlow with the
+    embedding's gradient densified first.
+
+    On the TensorFlow backend an Embedding's gradient is a ``tf.IndexedSlices`` with one row per token occurrence,
+    and Keras' Adam arithmetic (``ops.square(gradient)``) squares each occurrence's row before they are summed into
+    the dense second moment: a token seen twice in a batch gets g₁² + g₂², not (g₁ + g₂)² as on jax and torch
+    (measured on the text classifier: the second training loss 1.2002 against 1.1781 on every other row). Keras'
+    own ``keras.optimizers.Adam`` has the same arithmetic, so this is what an unmodified Keras-on-TF model computes;
+    bakeoff densifies, as its TensorFlow engine does, so that the rows train the same algorithm.
+    """
+    from bakeoff.engines.tf_optim import Adam
+
+    if backend != "tensorflow":
+        return Adam
+    import tensorflow as tf
+
+    class DenseGradientAdam(Adam):
+        def apply(self, grads, trainable_variables=None):  # noqa: ANN001, ANN201 - Keras' signature
+            grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+            return super().apply(grads, trainable_variables)
+
+    return DenseGradientAdam
+
+
+def _backend_environment(backend: str) -> dict[str, Any]:
+    if backend == "torch":
+        import torch
+
+        return {"framework_version": torch.__version__, "intra_op_threads": torch.get_num_threads(),
+                "inter_op_threads": torch.get_num_interop_threads()}
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return {"framework_version": tf.__version__,
+                "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+                "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
+    import jax
+
+    # XLA's CPU client sizes its thread pool itself (all cores); it is fixed before bakeoff can set it.
+    return {"framework_version": jax.__version__, "intra_op_threads": f"XLA default ({os.cpu_count()} cores)"}
+
+
+def _jax_gradients(impl: Any, execution: Execution) -> GradientFn:
+    import jax
+
+    module = impl.module
+
+    def summed(trainable: list, frozen: list, x: Any, y: Any) -> tuple[Any, Any]:
+        logits, _ = module.stateless_call(trainable, frozen, x, training=True)
+        return module.summed_loss(y, logits)
+
+    grad = jax.value_and_grad(summed, has_aux=True)
+    if execution is not Execution.EAGER:
+        grad = jax.jit(grad)
+
+    def fn(x: np.ndarray, y: np.ndarray) -> tuple[list[np.ndarray], float]:
+        (_, count), grads = grad([v.value for v in module.trainable_variables],
+                                 [v.value for v in module.non_trainable_variables], x, y)
+        return [np.asarray(g, np.float32) for g in grads], float(count)
+
+    return fn
+
+
+def _torch_gradients(impl: Any, execution: Execution) -> GradientFn:
+    import torch
+
+    def fn(x: np.ndarray, y: np.ndarray) -> tuple[list[np.ndarray], float]:  # eager in every mode
+        params = [v.value for v in impl.module.trainable_variables]
+        for p in params:
+            p.grad = None
+        summed, count = impl.loss({impl.input_key: x, "labels": y}, training=True)
+        summed.backward()
+        grads = [p.grad.detach().float().cpu().numpy().copy() for p in params]
+        with torch.no_grad():
+            for p in params:
+                p.grad = None
+        return grads, float(count)
+
+    return fn
+
+
+def _tf_gradients(impl: Any, execution: Execution) -> GradientFn:
+    import tensorflow as tf
+
+    def grad(x: Any, y: Any) -> tuple[list, Any]:
+        variables = [v.value for v in impl.module.trainable_variables]
+        with tf.GradientTape() as tape:
+            summed, count = impl.loss({impl.input_key: x, "labels": y}, training=True)
+        # The embedding's gradient arrives as IndexedSlices: densified (summing repeated rows).
+        return [tf.convert_to_tensor(g) for g in tape.gradient(summed, variables)], count
+
+    if execution is not Execution.EAGER:
+        grad = tf.function(grad, jit_compile=execution is Execution.XLA)
+
+    def fn(x: np.ndarray, y: np.ndarray) -> tuple[list[np.ndarray], float]:
+        grads, count = grad(tf.convert_to_tensor(x), tf.convert_to_tensor(y))
+        return [np.asarray(g.numpy(), np.float32) for g in grads], float(count)
+
+    return fn
+
+
+_GRADIENTS = {"jax": _jax_gradients, "torch": _torch_gradients, "tensorflow": _tf_gradients}
+
+
+class _JaxDeviceProbe:
+    """JAX's device allocator (``Device.memory_stats``): bytes in use and at peak; the peak cannot be reset."""
+
+    kind = "jax memory_stats"
+
+    def _stats(self) -> dict[str, int]:
+        import jax
+
+        return jax.devices()[0].memory_stats() or {}
+
+    def current(self) -> int | None:
+        return self._stats().get("bytes_in_use")
+
+    def peak(self) -> int | None:
+        return self._stats().get("peak_bytes_in_use")
+
+    def reset_peak(self) -> bool:
+        return False
