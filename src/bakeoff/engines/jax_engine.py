@@ -1,0 +1,313 @@
+"""JAX engine: ``jax.jit`` of the whole training step (graph) or the same step op by op (eager), on CPU or one
+GPU, with Flax Linen models (:mod:`bakeoff.workloads.common.jax_encoder`) and optax's Adam.
+
+The step is one pure function, ``(state, micro_batches) -> (state, loss)``: each micro-batch's forward pass and
+summed-loss gradient, their sum, one division by the total count, and Adam's update. Graph mode jits all of it —
+the scope ``tf.function`` compiles, and what ``torch.compile`` compiles in two graphs — into one XLA program; the
+micro-batches are a tuple, so the accumulation loop is unrolled for the trial's fixed ``grad_accum``, and a new
+combination of micro-batch shapes (variable-length speech) traces and compiles the step again, counted as a graph
+build, as ``tf.function`` retraces. Eager mode calls the same function without ``jax.jit``: every primitive is
+dispatched on its own (each one a small XLA computation, cached after its first use, as PyTorch eager calls one
+kernel per op), with Python between them — slow, and honestly so: that is JAX without its compiler. JAX has no
+separate XLA mode: ``jax.jit`` *is* XLA compilation.
+
+Mixed precision is Flax's: the models compute in bf16 (``dtype``) while params, gradients, Adam's moments and the
+loss stay fp32, as under ``torch.autocast`` and Keras' ``mixed_bfloat16``.
+
+Distribution is a strategy object composed into the engine (only one device so far). In JAX a data-parallel
+strategy changes where arrays live — params replicated, batches sharded over a mesh — and ``jax.jit`` compiles
+the same step into an SPMD program whose sums over the batch are global: the step code does not change, only the
+strategy's ``place_*`` hooks do.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import flax.serialization
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from bakeoff.engines.base import Engine, Unsupported, threads_for
+from bakeoff.measure.memory import MemoryProbe
+from bakeoff.registry import model_class
+from bakeoff.spec import Batch, Device, Execution, Parallelism, Precision, RunSpec, Weights
+
+State = dict[str, Any]  # {"params", "opt_state", "rng"}: everything the step reads and replaces
+
+
+class _SingleDevice:
+    """``parallelism = "none"``: the whole global batch on one device.
+
+    The hooks a data-parallel strategy would implement differently: which device(s), how params and batches are
+    placed (a ``NamedSharding`` over a mesh: replicated params, batch split on its leading axis), and which share
+    of each global batch this process feeds (``jax.distributed``, one process per host).
+    """
+
+    rank, world = 0, 1
+
+    def __init__(self, device: jax.Device) -> None:
+        self.device = device
+
+    def place_state(self, state: State) -> State:
+        return jax.device_put(state, self.device)
+
+    def place_batch(self, batch: Batch) -> dict[str, jax.Array]:
+        return jax.device_put(dict(batch), self.device)
+
+    def figures(self) -> dict[str, Any]:
+        return {}
+
+    def environment(self) -> dict[str, Any]:
+        return {"distribution": f"one device ({self.device.platform})"}
+
+
+def _strategy_for(spec: RunSpec, device: jax.Device) -> _SingleDevice:
+    if spec.parallelism is not Parallelism.NONE:
+        raise Unsupported(f"the JAX engine has no {spec.parallelism.value} strategy yet; accepted: none")
+    return _SingleDevice(device)
+
+
+class _CompileLog:
+    """Tallies JAX's own compilation events (``jax.monitoring``) for the whole process: tracing to a jaxpr,
+    lowering to StableHLO, XLA's backend compile. Registered once per process, at the first engine's setup."""
+
+    EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
+              "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+              "/jax/core/compile/backend_compile_duration": "xla_compile"}
+    counts: dict[str, int] = {}
+    seconds: dict[str, float] = {}
+    _registered = False
+
+    @classmethod
+    def start(cls) -> None:
+        if not cls._registered:
+            jax.monitoring.register_event_duration_secs_listener(cls._listen)
+            cls._registered = True
+
+    @classmethod
+    def _listen(cls, event: str, duration: float, **_: Any) -> None:
+        name = cls.EVENTS.get(event)
+        if name is not None:
+            cls.counts[name] = cls.counts.get(name, 0) + 1
+            cls.seconds[name] = cls.seconds.get(name, 0.0) + duration
+
+
+class _BoundModel:
+    """The engine's current params seen as the stateful ModelImpl that framework-free code expects (the parity
+    probe's ``set_weights`` / ``get_weights``, the loop's replica weights). JAX models are pure functions of a
+    params pytree (:class:`bakeoff.workloads.common.jax_encoder.FlaxModel`); this view reads and replaces the
+    engine's params, nothing else."""
+
+    def __init__(self, engine: JaxEngine) -> None:
+        self._engine = engine
+
+    def get_weights(self) -> Weights:
+        return self._engine.model.get_weights(self._engine.state["params"])
+
+    def set_weights(self, weights: Weights) -> None:
+        engine = self._engine
+        params = engine.strategy.place_state({"params": engine.model.init(weights)})["params"]
+        engine.state = {**engine.state, "params": params}
+
+    def num_params(self) -> int:
+        return self._engine.model.num_params(self._engine.state["params"])
+
+
+def _pick_device(spec: RunSpec) -> jax.Device:
+    """The device the spec allows: CPU, a GPU when asked for (``cuda``) or seen (``auto``).
+
+    For ``cpu`` the platform is pinned before JAX starts its backends, so a GPU on the machine is not initialised
+    (JAX would otherwise reserve most of its memory).
+    """
+    if spec.device is Device.CPU:
+        jax.config.update("jax_platforms", "cpu")
+        return jax.devices("cpu")[0]
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:
+        gpus = []
+    if spec.device is Device.CUDA and not gpus:
+        raise Unsupported("device cuda requested but JAX sees no GPU (install jax[cuda12])")
+    return gpus[0] if gpus else jax.devices("cpu")[0]
+
+
+class JaxEngine(Engine):
+    framework = "jax"
+
+    def setup(self, weights: Mapping[str, np.ndarray]) -> None:
+        spec = self.spec
+        if spec.execution is Execution.XLA:
+            raise Unsupported("jax.jit is XLA compilation: use graph (accepted executions: eager, graph)")
+        if spec.precision is Precision.FP16:
+            raise Unsupported("fp16 needs loss scaling, not built for JAX; use bf16 (accepted precisions: fp32, "
+                              "bf16)")
+        self.device = _pick_device(spec)
+        # fp32 means fp32, as in the other engines: JAX's default on a GPU runs fp32 matmuls and convolutions in
+        # TF32 (bf16 passes on newer chips); "highest" keeps them fp32 (no effect on CPU).
+        jax.config.update("jax_default_matmul_precision", "highest")
+        self.strategy = _strategy_for(spec, self.device)
+        _CompileLog.start()
+        self.compute_dtype = jnp.bfloat16 if spec.precision is Precision.BF16 else jnp.float32
+        self.model = model_class(spec.workload, "jax")(self.config)
+        self.impl = _BoundModel(self)
+        # torch.optim.Adam's update: optax divides the bias-corrected first moment by √(bias-corrected second
+        # moment) + ε, PyTorch by √v / √(1 − β₂ᵗ) + ε — the same expression (tests/test_jax_engine.py checks it).
+        self.optimizer = optax.adam(self.config["learning_rate"], b1=0.9, b2=0.999, eps=1e-8)
+        params = self.model.init(dict(weights))
+        # Adam's moments exist from the start (zeros), as in the other engines: the memory baseline holds them.
+        self.state: State = self.strategy.place_state({"params": params, "opt_state": self.optimizer.init(params),
+                                                       "rng": jax.random.PRNGKey(spec.seed)})  # dropout masks
+        self.steps_done = 0
+        self._traces = 0
+
+        graph = spec.execution is Execution.GRAPH
+        compile_: Callable = jax.jit if graph else (lambda f, **_: f)
+        # The state is donated: XLA updates params and Adam's moments in place instead of holding two copies.
+        self._step = compile_(self._train_step, donate_argnums=0)
+        self._gradients = compile_(self._mean_gradients)  # parity checks what the compiled step computes
+        self._outputs = compile_(lambda params, batch: self.model.outputs(params, batch, self.compute_dtype))
+
+    # --- the step: pure functions of the state ---------------------------------------------------------------
+
+    def _accumulate(self, params: Any, micro_batches: tuple[dict[str, jax.Array], ...], rng: jax.Array,
+                    ) -> tuple[Any, jax.Array, jax.Array]:
+        """Summed-loss gradients over the micro-batches, added, with the summed loss and the count: nothing is
+        divided yet, so dividing once by the total count makes k micro-batches of b exactly one batch of k·b."""
+        grad = jax.value_and_grad(self.model.loss, has_aux=True)
+        total = count = jnp.zeros((), jnp.float32)
+        grads = None
+        for i, batch in enumerate(micro_batches):  # unrolled under jit: k is fixed per trial
+            (summed, n), g = grad(params, batch, True, jax.random.fold_in(rng, i), self.compute_dtype)
+            grads = g if grads is None else jax.tree.map(jnp.add, grads, g)
+            total, count = total + summed, count + n
+        return grads, total, count
+
+    def _mean_gradients(self, params: Any, micro_batches: tuple[dict[str, jax.Array], ...], rng: jax.Array,
+                        ) -> tuple[Any, jax.Array]:
+        grads, total, count = self._accumulate(params, micro_batches, rng)
+        return jax.tree.map(lambda g: g / count, grads), total / count
+
+    def _train_step(self, state: State, micro_batches: tuple[dict[str, jax.Array], ...]) -> tuple[State, jax.Array]:
+        self._traces += 1  # Python side effect: once per trace under jit (a new shape), every step in eager
+        rng, step_rng = jax.random.split(state["rng"])
+        grads, loss = self._mean_gradients(state["params"], micro_batches, step_rng)
+        updates, opt_state = self.optimizer.update(grads, state["opt_state"], state["params"])
+        return {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state, "rng": rng}, loss
+
+    # --- the Engine interface ---------------------------------------------------------------------------------
+
+    def _place(self, micro_batches: Sequence[Batch]) -> tuple[dict[str, jax.Array], ...]:
+        return tuple(self.strategy.place_batch(b) for b in micro_batches)
+
+    def train_step(self, micro_batches: Sequence[Batch]) -> float:
+        self.state, loss = self._step(self.state, self._place(micro_batches))
+        self.steps_done += 1
+        return float(loss)  # host copy: waits for the device
+
+    def gradients(self, micro_batches: Sequence[Batch]) -> list[np.ndarray]:
+        grads, _ = self._gradients(self.state["params"], self._place(micro_batches), self.state["rng"])
+        return [np.asarray(g) for g in jax.tree.leaves(grads)]
+
+    def canonical_gradients(self, micro_batches: Sequence[Batch]) -> dict[str, np.ndarray]:
+        """:meth:`gradients` under canonical names: a gradient pytree has the params' structure, so the model's own
+        mapping reads it as it reads params."""
+        grads, _ = self._gradients(self.state["params"], self._place(micro_batches), self.state["rng"])
+        return self.model.get_weights(grads)
+
+    def predict(self, split: Mapping[str, np.ndarray], batch_size: int) -> np.ndarray:
+        n = len(next(iter(split.values())))
+        parts = []
+        for start in range(0, n, batch_size):
+            batch = self.strategy.place_batch({k: v[start:start + batch_size] for k, v in split.items()})
+            parts.append(np.asarray(self._outputs(self.state["params"], batch), np.float32))
+        return np.concatenate(parts)
+
+    def num_params(self) -> int:
+        return self.model.num_params(self.state["params"])
+
+    def memory_probe(self) -> MemoryProbe:
+        return _DeviceProbe(self.device) if self.device.platform != "cpu" else super().memory_probe()
+
+    def environment(self) -> dict[str, Any]:
+        env: dict[str, Any] = {
+            "framework_version": jax.__version__,
+            "jaxlib_version": metadata.version("jaxlib"),
+            "flax_version": metadata.version("flax"),
+            "optax_version": metadata.version("optax"),
+            "device": f"{self.device.platform}:{self.device.id}",
+            "device_kind": self.device.device_kind,
+            "jax_device_count": jax.device_count(),
+            # XLA's CPU runtime sizes its thread pool to the cores it sees when the backend starts; there is no
+            # setting for a count (XLA_FLAGS can only make it single-threaded), so spec.threads is not applied.
+            "intra_op_threads": os.cpu_count(),
+            "threads_requested": threads_for(self.spec),
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "tf32": False,
+            "matmul_precision": jax.config.jax_default_matmul_precision,
+            "mixed_precision": ("flax dtype=bfloat16 (params, gradients, Adam state and loss fp32)"
+                                if self.compute_dtype == jnp.bfloat16 else "off"),
+            "loss_scaling": "off",
+            "execution": "jax.jit (whole step)" if self.spec.execution is Execution.GRAPH else "op by op (no jit)",
+        }
+        env.update(self.strategy.environment())
+        return env
+
+    def distributed_figures(self) -> dict[str, Any]:
+        return self.strategy.figures()
+
+    # Checkpoints: Flax's own serialisation (msgpack of the state pytree), one file written atomically. Orbax is
+    # JAX's checkpoint library for sharded, asynchronous, multi-host saves; one process's state needs none of it,
+    # and a single file makes the checkpoint as atomic as the loop's own state file.
+
+    def _saved(self) -> dict[str, Any]:
+        return {**self.state, "step": self.steps_done}
+
+    def save_checkpoint(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / "state.msgpack.tmp"
+        tmp.write_bytes(flax.serialization.to_bytes(jax.device_get(self._saved())))
+        tmp.replace(directory / "state.msgpack")
+
+    def load_checkpoint(self, directory: Path) -> None:
+        restored = flax.serialization.from_bytes(self._saved(), (directory / "state.msgpack").read_bytes())
+        self.steps_done = int(restored.pop("step"))
+        self.state = self.strategy.place_state(restored)
+
+    def graph_builds(self) -> int:
+        return self._traces if self.spec.execution is Execution.GRAPH else 0
+
+    def extras(self) -> dict[str, Any]:
+        """Compile counters: the step's traces (graph mode), and JAX's compilation events in this process —
+        in eager mode these are the single primitives' small XLA computations, compiled on first use."""
+        out: dict[str, Any] = {f"jax_{k}_count": v for k, v in _CompileLog.counts.items()}
+        out.update({f"jax_{k}_s": round(v, 4) for k, v in _CompileLog.seconds.items()})
+        if self.spec.execution is Execution.GRAPH:
+            out["train_step_traces"] = self._traces
+        return out
+
+
+class _DeviceProbe:
+    """XLA's device allocator: bytes in use now and at peak (``Device.memory_stats``). It cannot reset its peak,
+    so the loop reports the whole trial's peak and leaves training's own increment missing, with the reason."""
+
+    kind = "jax memory_stats peak_bytes_in_use"
+
+    def __init__(self, device: jax.Device) -> None:
+        self.device = device
+
+    def current(self) -> int:
+        return int((self.device.memory_stats() or {}).get("bytes_in_use", 0))
+
+    def peak(self) -> int | None:
+        stats = self.device.memory_stats()
+        return int(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None
+
+    def reset_peak(self) -> bool:
+        return False
