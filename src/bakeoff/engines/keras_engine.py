@@ -222,25 +222,41 @@ class KerasEngine(Engine):
 
     # --- checkpoints: every model and optimizer variable (weights, Adam moments and step, gradient accumulators,
     # the Dropout layers' SeedGenerator states), by position, as one .npz: exact, and the same on every backend.
+    # On torch, an unseeded Dropout draws from torch's global generator (keras.src.backend.torch.random.dropout
+    # calls F.dropout), so its state is kept too.
 
     def _state(self) -> list[Any]:
         return [*self.module.variables, *self.optimizer.variables]
 
     def save_checkpoint(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
+        arrays = {f"v{i:05d}": np.asarray(v.numpy()) for i, v in enumerate(self._state())}
+        if self.backend == "torch":
+            import torch
+
+            arrays["torch_cpu_rng"] = torch.get_rng_state().numpy()
+            if torch.cuda.is_available():
+                arrays["torch_cuda_rng"] = torch.cuda.get_rng_state().numpy()
         tmp = directory / "state.npz.tmp"
         with open(tmp, "wb") as f:
-            np.savez(f, **{f"v{i:05d}": np.asarray(v.numpy()) for i, v in enumerate(self._state())})
+            np.savez(f, **arrays)
         tmp.replace(directory / "state.npz")
 
     def load_checkpoint(self, directory: Path) -> None:
         with np.load(directory / "state.npz") as saved:
             state = self._state()
-            if len(saved.files) != len(state):
-                raise ValueError(f"checkpoint in {directory} holds {len(saved.files)} variables, the model and "
+            held = [name for name in saved.files if name.startswith("v")]
+            if len(held) != len(state):
+                raise ValueError(f"checkpoint in {directory} holds {len(held)} variables, the model and "
                                  f"optimizer have {len(state)}")
             for i, variable in enumerate(state):
                 variable.assign(saved[f"v{i:05d}"])
+            if self.backend == "torch":
+                import torch
+
+                torch.set_rng_state(torch.from_numpy(saved["torch_cpu_rng"]))
+                if "torch_cuda_rng" in saved.files:
+                    torch.cuda.set_rng_state(torch.from_numpy(saved["torch_cuda_rng"]))
 
     def graph_builds(self) -> int:
         if self.spec.execution is Execution.EAGER:
