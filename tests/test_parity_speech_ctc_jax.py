@@ -1,0 +1,167 @@
+"""Fairness, proven, for JAX on speech: the Flax CTC acoustic model computes the same function as the PyTorch and
+TensorFlow ones and trains alike, eagerly and under ``jax.jit``, with tests/parity_checks.py's checks and tolerances.
+
+The checks are test_parity_speech_ctc.py's: parameter counts; the canonical weights' round trip; per-frame
+log-probabilities with copied weights; padding never changing a real frame; gradient accumulation exact across
+micro-batches padded to different lengths; every training loss, gradient and trained tensor; every tensor moved;
+CTC alone on fixed logits. Each JAX probe (eager, jit) is compared with PyTorch's and TensorFlow's eager probe.
+Each probe is one framework in one mode, in its own process, through the real engine, dropout off: this file run
+as a script (``python THIS_FILE FRAMEWORK EXECUTION PRECISION OUT.npz``), test_parity_speech_ctc.py's probe with
+fewer steps, so PyTorch and TensorFlow are probed again here with the same steps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bakeoff import registry
+from parity_checks import (
+    EAGER,
+    Mode,
+    Probes,
+    check_accumulation,
+    check_gradients,
+    check_losses,
+    check_moved,
+    check_outputs,
+    check_weights,
+)
+
+# Fewer steps than test_parity_speech_ctc.py's 6 and 3: eager JAX compiles each primitive again for every new
+# batch shape (~120 small XLA computations, ~7 s here), and speech batches change length every step.
+STEPS, ACCUM_STEPS = 4, 2
+JAX = (Mode("jax"), Mode("jax", "graph"))
+MODES = (*JAX, *EAGER)  # the slow probes first: two run at a time
+PAIRS = [(j, o) for j in JAX for o in EAGER]  # every JAX probe against each other framework's eager probe
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not all(registry.installed(f) for f in ("jax", "torch", "tensorflow")),
+                                 reason="JAX speech parity needs jax, torch and tensorflow installed")]
+
+
+def probe(framework: str, execution: str = "eager", precision: str = "fp32") -> dict[str, np.ndarray]:
+    """test_parity_speech_ctc.probe, with fewer steps (below) and JAX's CTC for the CTC-alone case."""
+    from bakeoff.parity import probe as common_probe
+    from test_parity_speech_ctc import _ctc_losses, _tight
+
+    out = common_probe("speech_ctc", framework, steps=STEPS, batch_size=16, execution=execution,
+                       precision=precision, examples=32, accum_steps=ACCUM_STEPS, extra=_tight)
+    rng = np.random.default_rng(3)  # the same fixed logits and labels as test_parity_speech_ctc.probe
+    ctc_case = (rng.normal(0, 2, (4, 30, 29)).astype(np.float32), rng.integers(1, 29, (4, 12)).astype(np.int32),
+                np.array([12, 1, 7, 10], np.int32), np.array([30, 9, 30, 21], np.int32))
+    if framework == "jax":
+        import jax.numpy as jnp
+
+        from bakeoff.workloads.speech_ctc.jax_model import ctc_losses
+
+        logits, labels, label_lengths, logit_lengths = map(jnp.asarray, ctc_case)
+        out["ctc"] = np.asarray(ctc_losses(logits, logit_lengths, labels, label_lengths))
+    else:
+        out["ctc"] = _ctc_losses(framework, *ctc_case, sparse=framework == "tensorflow")  # as the models call it
+    return out
+
+
+def _train_batches() -> list[dict[str, np.ndarray]]:
+    """The probe's training batches (bakeoff.parity.probe: batch 16, seed 0, epoch 0), framework-free."""
+    from bakeoff.spec import RunSpec
+
+    wl = registry.workload("speech_ctc")
+    data = wl.load_data(RunSpec(workload="speech_ctc", framework="jax", preset="tiny", max_steps=STEPS))
+    return list(itertools.islice(wl.batches(data.train, 16, 0, 0), STEPS))
+
+
+def _command(workload: str, mode: Mode, out: Path) -> list[str]:
+    return [sys.executable, __file__, mode.framework, mode.execution, mode.precision, str(out)]
+
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory: pytest.TempPathFactory) -> dict[Mode, dict[str, np.ndarray]]:
+    found = Probes(tmp_path_factory.mktemp("parity_speech_jax"), _command)
+    with ThreadPoolExecutor(2) as pool:  # two probes at a time: 2 cores
+        return dict(zip(MODES, pool.map(lambda m: found.get("speech_ctc", m), MODES), strict=True))
+
+
+def _ids(value: object) -> str:
+    return str(value)
+
+
+def test_parameter_counts_equal_and_exact(probes):
+    counts = {str(m): int(p["num_params"]) for m, p in probes.items()}
+    assert set(counts.values()) == {216_445}, counts  # test_parity_speech_ctc's count, term by term
+
+
+@pytest.mark.parametrize("mode", JAX, ids=_ids)
+def test_canonical_weights_round_trip_exactly(probes, mode):
+    assert bool(probes[mode]["roundtrip_same_keys"]) and float(probes[mode]["roundtrip_max_err"]) == 0.0
+
+
+@pytest.mark.parametrize(("jax_mode", "other"), PAIRS, ids=_ids)
+def test_forward_log_probs_equal_with_copied_weights(probes, jax_mode, other):
+    a, b = probes[jax_mode], probes[other]
+    assert a["outputs"].shape[0] == 32 and a["outputs"].shape[2] == 29
+    for which in ("outputs", "outputs_perturbed"):  # perturbed: non-zero biases, non-unit LayerNorm
+        check_outputs(a, b, "fp32", which)
+
+
+@pytest.mark.parametrize("mode", JAX, ids=_ids)
+def test_padding_never_changes_real_frames(probes, mode):
+    full, tight = probes[mode]["outputs"], probes[mode]["outputs_tight"]
+    assert tight.shape[1] < full.shape[1]  # the test split's padding is longer than this batch's
+    assert np.abs(full[:, : tight.shape[1]] - tight).max() <= 1e-5
+    assert np.all(full[:, tight.shape[1]:] == 0.0)
+
+
+@pytest.mark.parametrize("mode", JAX, ids=_ids)
+def test_gradient_accumulation_exact_across_padding(probes, mode):
+    check_accumulation(probes[mode])
+
+
+@pytest.mark.parametrize(("jax_mode", "other"), PAIRS, ids=_ids)
+def test_training_equal_every_step_and_tensor(probes, jax_mode, other):
+    a, b = probes[jax_mode], probes[other]
+    assert a["losses"].shape == b["losses"].shape == (STEPS,)
+    check_losses(a["losses"], b["losses"], "fp32")
+    check_losses(a["losses_accum"], b["losses_accum"], "fp32")  # grad_accum = 4, micro-batches padded apart
+    check_gradients(a, b)
+    check_gradients(a, b, "grad_accum")
+    check_weights(a, b)
+
+
+@pytest.mark.parametrize("mode", JAX, ids=_ids)
+def test_training_moved_every_tensor(probes, mode):
+    check_moved(probes[mode], registry.workload("speech_ctc").config("tiny")["learning_rate"])
+
+
+@pytest.mark.parametrize("other", EAGER, ids=_ids)
+def test_ctc_losses_agree_on_the_same_logits(probes, other):
+    a, b = probes[Mode("jax")]["ctc"], probes[other]["ctc"]
+    assert a.shape == b.shape == (4,)
+    assert np.all(np.isfinite(a)) and np.all(a > 0)
+    assert np.abs(a - b).max() / np.abs(b).max() <= 1e-5, (a, b)
+
+
+def test_jitted_step_builds_once_per_batch_shape(probes):
+    # Speech batches are padded to their own longest utterance: jax.jit traces and compiles the step again for
+    # each new length, as tf.function retraces, and reuses it for a length it has seen (the gradient checks
+    # before training ran a separately jitted function).
+    graph = probes[Mode("jax", "graph")]
+    frames, builds = [b["features"].shape[1] for b in _train_batches()], graph["graph_builds"]
+    new = [frames[i] not in frames[:i] for i in range(STEPS)]
+    assert builds[0] == 0 and np.array_equal(np.diff(builds), new), (builds, frames)
+    assert np.all(probes[Mode("jax")]["graph_builds"] == 0)  # eager: no step graph
+
+
+def test_eager_and_jitted_jax_agree(probes):
+    eager, graph = probes[Mode("jax")], probes[Mode("jax", "graph")]
+    check_outputs(graph, eager, "fp32", "outputs_perturbed")
+    check_losses(graph["losses"], eager["losses"], "fp32")
+    check_gradients(graph, eager)
+
+
+if __name__ == "__main__":
+    np.savez(sys.argv[4], **probe(*sys.argv[1:4]))
