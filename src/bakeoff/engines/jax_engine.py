@@ -244,9 +244,10 @@ class JaxEngine(Engine):
             "device": f"{self.device.platform}:{self.device.id}",
             "device_kind": self.device.device_kind,
             "jax_device_count": jax.device_count(),
-            # XLA's CPU runtime sizes its thread pool to the cores it sees when the backend starts; there is no
-            # setting for a count (XLA_FLAGS can only make it single-threaded), so spec.threads is not applied.
-            "intra_op_threads": os.cpu_count(),
+            # XLA's CPU runtime sizes its thread pool to the cores this process may run on when the backend
+            # starts; there is no setting for a count (XLA_FLAGS can only make it single-threaded), so
+            # spec.threads is recorded, not applied.
+            "intra_op_threads": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
             "threads_requested": threads_for(self.spec),
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "tf32": False,
@@ -256,6 +257,9 @@ class JaxEngine(Engine):
             "loss_scaling": "off",
             "execution": "jax.jit (whole step)" if self.spec.execution is Execution.GRAPH else "op by op (no jit)",
         }
+        if self.device.platform != "cpu":  # JAX reserves most of a GPU's memory up front unless told otherwise
+            env["xla_python_client_preallocate"] = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
+            env["xla_python_client_mem_fraction"] = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.75")
         env.update(self.strategy.environment())
         return env
 
