@@ -3,6 +3,7 @@ TensorBoard writer that keeps TensorFlow out of PyTorch trials, and real trials 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -36,8 +37,11 @@ def test_another_framework_in_the_process_is_named_with_its_evidence():
     assert foreign_frameworks("tensorflow", loaded_frameworks(modules=["tensorflow"], mapped=TF_LIBS)) == ""
 
 
-def test_every_framework_has_markers():
-    assert set(registry.LOADED_MARKERS) == set(registry.FRAMEWORK_MODULES)
+def test_a_keras_row_may_load_its_backend_and_nothing_else():
+    torch_loaded = loaded_frameworks(modules=["torch", "keras"], mapped=TORCH_LIBS)
+    assert foreign_frameworks("keras-torch", torch_loaded) == ""
+    assert foreign_frameworks("keras-jax", torch_loaded).startswith(
+        "another framework was loaded in this keras-jax trial's process: torch (modules torch;")
 
 
 def test_crc32c_matches_the_standard_check_value():
@@ -86,3 +90,24 @@ def test_a_real_trial_loads_only_its_own_framework(framework, tmp_path: Path):
     assert result.memory_increment_bytes == result.memory_train_peak_bytes - result.memory_baseline_bytes
     assert result.memory_increment_bytes < result.peak_memory_bytes
     assert "load_average_1m_at_end" in result.environment
+
+
+def test_a_trial_refuses_the_frameworks_its_row_does_not_load():
+    # import tensorflow imports jax when JAX is installed (tf.lite tries `from jax import jit`): refused, it is not
+    script = textwrap.dedent("""
+        from bakeoff.measure.isolation import loaded_frameworks, refuse_foreign
+        refused = refuse_foreign("tensorflow")
+        try:
+            import jax
+        except ImportError as exc:
+            print("refused:", exc)
+        import tensorflow
+        print(refused, sorted(loaded_frameworks()))
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.strip().splitlines()
+    if registry.installed("jax"):
+        assert lines[0] == "refused: import of jax halted; None in sys.modules"
+    assert lines[-1] == "['jax', 'jaxlib', 'torch'] ['tensorflow']"

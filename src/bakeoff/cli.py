@@ -71,8 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
                            "names each workload's fields)")
     grid.add_argument("--target", type=float, help="quality target on the test split [the workload's for the preset, "
                                                    "measured on the shipped data; derived from user data]")
-    grid.add_argument("--framework", type=_csv, help="comma-separated frameworks [torch,tensorflow]")
-    grid.add_argument("--execution", type=_csv, help="comma-separated modes: eager, graph, xla [eager,graph]")
+    from bakeoff import frameworks  # framework-free records (no framework imported)
+    from bakeoff.suite import ADHOC_MATRIX
+
+    grid.add_argument("--framework", type=_csv, help=f"comma-separated frameworks: {', '.join(frameworks.names())} "
+                                                     f"(`bakeoff list` says what each runs) "
+                                                     f"[{','.join(ADHOC_MATRIX['framework'])}]")
+    grid.add_argument("--execution", type=_csv, help="comma-separated modes: eager, graph (compiled: torch.compile, "
+                                                     "tf.function, jax.jit), xla (TensorFlow) "
+                                                     f"[{','.join(ADHOC_MATRIX['execution'])}]")
     grid.add_argument("--precision", type=_csv, help="comma-separated: fp32, bf16, fp16 [fp32]")
     grid.add_argument("--parallelism", type=_csv,
                       help="comma-separated: none, data_parallel (one machine, N replicas: DDP / MirroredStrategy), "
@@ -324,7 +331,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from bakeoff import registry
+    from bakeoff import frameworks, registry
     from bakeoff.console import console
     from bakeoff.suite import shipped_suites
 
@@ -332,17 +339,16 @@ def cmd_list(args: argparse.Namespace) -> int:
         return _list_presets(args)
     for name in registry.WORKLOADS:
         wl = registry.workload(name)
-        frameworks = sorted(f for w, f in registry.MODELS if w == name)
+        rows = [f for w, f in registry.MODELS if w == name]
         console.print(f"workload [bold]{name}[/]: presets {', '.join(wl.presets)}; metric {wl.metric_name}; "
-                      f"implemented in {', '.join(frameworks)}")
-    for fw in registry.FRAMEWORK_MODULES:
-        state = "installed" if registry.installed(fw) else f"not installed ({registry.INSTALL_HINTS[fw]})"
-        modes = ", ".join(m.value for m in registry.EXECUTIONS.get(fw, ())) or "none yet"
-        console.print(f"framework [bold]{fw}[/]: {state}; execution modes: {modes}")
-    console.print("precisions: fp32, bf16, fp16 (fp16 needs a GPU)")
-    for fw in registry.ENGINES:
-        modes = ", ".join(p.value for f, p in registry.LAUNCHERS if f == fw)
-        console.print(f"parallelism in {fw}: {modes}")
+                      f"implemented in {', '.join(rows)}", soft_wrap=True)
+    for fw, info in frameworks.FRAMEWORKS.items():
+        state = "installed" if registry.installed(fw) else f"not installed ({info.install_hint})"
+        modes = ", ".join(f"{m.value} ({info.execution_notes[m]})" for m in info.executions)
+        console.print(f"framework [bold]{fw}[/] ({info.display}): {state}; execution modes: {modes}; precisions: "
+                      f"{', '.join(p.value for p in info.precisions)}; parallelism: "
+                      f"{', '.join(p.value for p in info.launchers)}", soft_wrap=True)
+    console.print("fp16 needs a GPU (loss scaling); on CPU use bf16")
     console.print(f"shipped suites: {', '.join(shipped_suites())}")
     return 0
 
@@ -398,12 +404,12 @@ class _Version(argparse.Action):
                  option_string: str | None = None) -> None:
         import platform
 
-        from bakeoff import registry
+        from bakeoff import frameworks
         from bakeoff.console import console
         from bakeoff.identity import bakeoff_version, framework_version
 
         found = [framework_version(fw) if framework_version(fw) != "not installed" else f"{fw} not installed"
-                 for fw in registry.FRAMEWORK_MODULES]
+                 for fw in frameworks.markers()]  # frameworks of their own (the Keras rows use these)
         console.print(f"bakeoff {bakeoff_version()} (version+package hash); {'; '.join(found)}; "
                       f"Python {platform.python_version()}", soft_wrap=True)
         parser.exit()

@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 
 import bakeoff
-from bakeoff import registry
+from bakeoff import frameworks, registry
 from bakeoff.spec import RunSpec
 
 DIGEST_CHARS = 16
@@ -71,7 +71,8 @@ def bakeoff_version() -> str:
 def framework_version(framework: str) -> str:
     """``"torch 2.13.0+cpu"``: the installed distributions the framework's trials depend on."""
     found = []
-    for dist in registry.FRAMEWORK_DISTS.get(framework, (framework,)):
+    info = frameworks.FRAMEWORKS.get(framework)
+    for dist in info.dists if info else (framework,):
         try:
             found.append(f"{dist} {metadata.version(dist)}")
         except metadata.PackageNotFoundError:

@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 
-from bakeoff import registry
+from bakeoff import frameworks, registry
 from bakeoff.identity import identify
 from bakeoff.launch import launchers
 from bakeoff.launch.process import OomKills, interruptible, read_oom_kills
@@ -98,8 +98,8 @@ def _trial_env(spec: RunSpec, tmp: str) -> dict[str, str]:
     # way on every run, rather than whatever an earlier trial left on disk.
     env.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"), TRITON_CACHE_DIR=os.path.join(tmp, "triton"))
     threads = str(spec.threads or os.cpu_count() or 1)
-    env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, TF_CPP_MIN_LOG_LEVEL="2",
-               KERAS_BACKEND="tensorflow", PYTHONUNBUFFERED="1")
+    env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONUNBUFFERED="1")
+    env.update(frameworks.get(spec.framework.value).env)  # its record's settings (KERAS_BACKEND, XLA's allocator)
     if spec.device.value == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     return env
@@ -160,9 +160,9 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
     reason = registry.unsupported(spec)
     if reason:
         return _failure(spec, Status.UNSUPPORTED, reason)
-    if not registry.installed(spec.framework.value):
-        hint = registry.INSTALL_HINTS.get(spec.framework.value, "")
-        return _failure(spec, Status.UNSUPPORTED, f"{spec.framework} is not installed; install it with: {hint}")
+    missing = registry.not_installed(spec.framework.value)
+    if missing:
+        return _failure(spec, Status.UNSUPPORTED, missing)
     log_dir.mkdir(parents=True, exist_ok=True)
     retries = 0
     while True:

@@ -363,7 +363,7 @@ ADHOC_DEFAULTS: dict[str, Any] = {
     "preset": "tiny", "batch_size": 32, "grad_accum": 1, "max_epochs": 1.0, "eval_every": 25,
     "stop_at_target": False, "checkpoint_every": 0, "seed": 0, "threads": 0, "device": "auto",
 }
-ADHOC_MATRIX: dict[str, list[str]] = {"framework": ["torch", "tensorflow"], "execution": ["eager", "graph"],
+ADHOC_MATRIX: dict[str, list[str]] = {"framework": ["torch", "tensorflow", "jax"], "execution": ["eager", "graph"],
                                       "precision": ["fp32"]}
 """Ad-hoc trials (``bakeoff run --workload ...``) when a flag is not given: what ``bakeoff run --help`` states."""
 

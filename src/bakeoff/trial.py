@@ -15,17 +15,20 @@ import time
 import traceback
 from pathlib import Path
 
-from bakeoff import registry
+from bakeoff import frameworks, registry
 from bakeoff.measure.environment import host_environment
-from bakeoff.measure.isolation import foreign_frameworks, loaded_frameworks
+from bakeoff.measure.isolation import foreign_frameworks, loaded_frameworks, refuse_foreign
 from bakeoff.spec import Parallelism, RunSpec, Status, TrialResult
 
 
-def _classify(exc: BaseException) -> Status:
-    name = type(exc).__name__
-    if isinstance(exc, MemoryError) or "OutOfMemory" in name or "ResourceExhausted" in name:
+def _classify(exc: BaseException, framework: str) -> Status:
+    """Out of memory when the exception is Python's MemoryError or carries one of the framework's out-of-memory
+    markers (its record's ``oom_markers``) in its type name or message; failed otherwise."""
+    if isinstance(exc, MemoryError):
         return Status.OUT_OF_MEMORY
-    return Status.FAILED
+    text = f"{type(exc).__name__}: {str(exc)[:2000]}"
+    markers = frameworks.FRAMEWORKS[framework].oom_markers if framework in frameworks.FRAMEWORKS else ()
+    return Status.OUT_OF_MEMORY if any(m in text for m in markers) else Status.FAILED
 
 
 def process_rank() -> int:
@@ -63,7 +66,7 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
             engine_cls = registry.engine_class(spec.framework)  # imports the framework
         except ImportError as exc:
             result.status = Status.UNSUPPORTED
-            hint = registry.INSTALL_HINTS.get(spec.framework.value, "")
+            hint = frameworks.get(spec.framework.value).install_hint
             result.reason = f"{spec.framework} is not installed ({exc}); install it with: {hint}"
             return result
         result.import_s = time.perf_counter() - t0
@@ -86,7 +89,7 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
     except Exception as exc:  # a trial failure is data, not a crash of the run
         from bakeoff.engines.base import Unsupported
 
-        result.status = Status.UNSUPPORTED if isinstance(exc, Unsupported) else _classify(exc)
+        result.status = Status.UNSUPPORTED if isinstance(exc, Unsupported) else _classify(exc, spec.framework.value)
         result.reason = f"{type(exc).__name__}: {exc}"
         if result.status is Status.FAILED:
             result.extras["traceback"] = traceback.format_exc()[-4000:]
@@ -123,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.WARNING)
     spec = RunSpec.from_dict(json.loads(Path(argv[0]).read_text()))
+    refused = refuse_foreign(spec.framework.value)
     dirs = [Path(a) if a else None for a in argv[2:]] + [None, None]
-    write_result(run_trial(spec, dirs[0], dirs[1]), rank_result_path(Path(argv[1]), process_rank()))
+    result = run_trial(spec, dirs[0], dirs[1])
+    result.environment["imports_refused"] = refused
+    write_result(result, rank_result_path(Path(argv[1]), process_rank()))
     return 0
 
 

@@ -1,7 +1,8 @@
 """Like with like: whether each framework ran as its users train it, with which threads, under what machine load.
 
-* **Modes.** A framework judged without any of its :data:`~bakeoff.registry.PRODUCTION_EXECUTIONS` (TensorFlow in
-  eager mode only) or without its compiled mode is not judged as it is used; the verdict says so.
+* **Modes.** A framework judged without any of its production modes (its record's ``production``,
+  :mod:`bakeoff.frameworks`: TensorFlow in eager mode only) or without its compiled mode is not judged as it is
+  used; the verdict says so.
 * **Threads.** Intra-/inter-op thread pools per configuration, as the engines recorded them.
 * **Load.** The 1-minute load average at a trial's start and end; a run's load is the larger of the two. Two
   configurations ran under clearly different load when their median run loads differ by more than
@@ -16,12 +17,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bakeoff import frameworks as records
 from bakeoff.analysis.quantities import fmt
 from bakeoff.analysis.stats import ConfigSummary
-from bakeoff.registry import COMPILED_EXECUTIONS, PRODUCTION_EXECUTIONS
 from bakeoff.spec import Execution
 
-FRAMEWORK_NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX"}
+FRAMEWORK_NAMES = {name: info.display for name, info in records.FRAMEWORKS.items()}
 
 LOAD_GAP_PER_CORE = 0.5
 """Median run loads further apart than this many load units per core flag a comparison (module docstring)."""
@@ -50,8 +51,9 @@ def mode_notes(summaries: Sequence[ConfigSummary], frameworks: Sequence[str]) ->
         mine = [s for s in summaries if s.framework == fw]
         ran = sorted({s.execution for s in mine if s.n_ok}, key=_MODE_ORDER.index)
         failed = sorted({s.execution for s in mine if not s.n_ok} - set(ran), key=_MODE_ORDER.index)
-        production = [e.value for e in PRODUCTION_EXECUTIONS.get(fw, ())]
-        compiled = [e.value for e in COMPILED_EXECUTIONS.get(fw, ())]
+        info = records.FRAMEWORKS.get(fw)
+        production = [e.value for e in info.production] if info else []
+        compiled = [e.value for e in info.compiled] if info else []
         name = FRAMEWORK_NAMES.get(fw, fw)
         why = f" ({', '.join(failed)} failed)" if failed else ""
         if production and not set(ran) & set(production):

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bakeoff import frameworks
 from bakeoff.analysis.bootstrap import percentile_interval
 from bakeoff.analysis.conditions import FRAMEWORK_NAMES, cores
 from bakeoff.analysis.quantities import fmt
@@ -31,13 +32,8 @@ from bakeoff.analysis.stats import ConfigSummary
 from bakeoff.analysis.verdict import MIN_RUNS
 from bakeoff.spec import Parallelism
 
-STRATEGY_NAMES = {
-    ("torch", "data_parallel"): "DDP",
-    ("torch", "multi_worker"): "DDP multi-worker",
-    ("tensorflow", "data_parallel"): "MirroredStrategy",
-    ("tensorflow", "multi_worker"): "MultiWorkerMirroredStrategy",
-    ("tensorflow", "parameter_server"): "ParameterServerStrategy",
-}
+STRATEGY_NAMES = {(name, parallelism.value): strategy for name, info in frameworks.FRAMEWORKS.items()
+                  for parallelism, strategy in info.strategies.items()}
 
 
 def strategy_name(framework: str, parallelism: str) -> str:

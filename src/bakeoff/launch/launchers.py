@@ -1,4 +1,5 @@
-"""How a trial's processes start: one process, torchrun, TF_CONFIG workers, or a parameter-server cluster.
+"""How a trial's processes start: one process, torchrun, TF_CONFIG workers, a parameter-server cluster, or
+``jax.distributed`` processes.
 
 A launcher turns a spec into a :class:`Plan`: the members of the trial's process group (each a command and its
 environment) and how many rank results to expect. :func:`run_group` starts them together, gives the group one
@@ -6,9 +7,9 @@ deadline and kills every member (each in its own session, so a member's children
 hangs or the run is interrupted; :func:`merge` folds the ranks' results into one :class:`TrialResult`, keeping
 per-rank figures in ``extras["distributed"]["ranks"]``.
 
-Which launcher a framework's parallelism uses is data (:data:`bakeoff.registry.LAUNCHERS`). The frameworks' own
-engines do the distributing: ``torch.distributed.run`` (torchrun) starts PyTorch's ranks, TensorFlow reads
-``TF_CONFIG``. Nothing here imports a framework.
+Which launcher a framework's parallelism uses is data: its record's ``launchers`` (:mod:`bakeoff.frameworks`).
+The frameworks' own engines do the distributing: ``torch.distributed.run`` (torchrun) starts PyTorch's ranks,
+TensorFlow reads ``TF_CONFIG``. Nothing here imports a framework.
 
 Ports are free ports on loopback, chosen just before the start (:func:`free_ports`); a group whose log shows one
 was taken meanwhile is started again on new ones (:data:`PORT_IN_USE`).
@@ -127,7 +128,7 @@ def plan(spec: RunSpec, args: Sequence[str], env: dict[str, str], ports: Sequenc
          cores: int | None = None) -> Plan:
     """The process group that runs ``spec``: ``args`` are the trial's command-line arguments (spec file, result
     file, checkpoint and TensorBoard folders), ``env`` the environment every member starts from."""
-    launcher = registry.LAUNCHERS[spec.framework.value, spec.parallelism]
+    launcher = registry.launcher(spec)
     cores = cores or os.cpu_count() or 1
     n = spec.workers
     computing = 1 if launcher == "single" else n
@@ -138,7 +139,7 @@ def plan(spec: RunSpec, args: Sequence[str], env: dict[str, str], ports: Sequenc
     if spec.parallelism is not Parallelism.NONE and n > cores:
         warnings.append(f"{n} replicas on {cores} CPU cores: replicas share cores, so throughput measures "
                         "overhead more than speed-up")
-    needed = {"single": 0, "torchrun": 1, "torchrun_nodes": 1, "tf_config": n,
+    needed = {"single": 0, "torchrun": 1, "torchrun_nodes": 1, "tf_config": n, "jax_distributed": 1,
               "tf_parameter_server": 1 + n + PARAMETER_SERVERS}[launcher]
     ports = list(ports) if ports is not None else free_ports(needed)
     if launcher == "single":
@@ -164,6 +165,13 @@ def plan(spec: RunSpec, args: Sequence[str], env: dict[str, str], ports: Sequenc
         cluster = {"worker": [f"{h}:{p}" for h, p in zip(hosts, ports[:n], strict=True)]}
         members = [Member(f"worker {i}", _trial(args),
                           {**env, "TF_CONFIG": _tf_config(cluster, "worker", i), "BAKEOFF_RANK": str(i)}, True)
+                   for i in range(n)]
+        return Plan(launcher, _placed(members, hosts), n, n, threads, warnings)
+    if launcher == "jax_distributed":
+        # jax.distributed.initialize() reads these: process 0 serves the coordinator on the first host's port.
+        coordinator = {"JAX_COORDINATOR_ADDRESS": f"{hosts[0]}:{ports[0]}", "JAX_NUM_PROCESSES": str(n)}
+        members = [Member(f"process {i}", _trial(args),
+                          {**env, **coordinator, "JAX_PROCESS_ID": str(i), "BAKEOFF_RANK": str(i)}, True)
                    for i in range(n)]
         return Plan(launcher, _placed(members, hosts), n, n, threads, warnings)
     # tf_parameter_server: the chief runs the trial (its ClusterCoordinator schedules steps on the workers)

@@ -8,6 +8,8 @@ import shutil
 from importlib import metadata
 from typing import Any
 
+from bakeoff import frameworks
+
 
 def cpu_model() -> str:
     try:
@@ -39,7 +41,8 @@ def host_environment() -> dict[str, Any]:
     """CPU, cores, memory, OS, Python, and the versions of the frameworks installed (read from metadata)."""
     mem = total_memory()
     versions = {}
-    for dist in ("torch", "tensorflow", "tensorflow-cpu", "keras", "jax", "numpy"):
+    dists = dict.fromkeys(d for info in frameworks.FRAMEWORKS.values() for d in info.dists)
+    for dist in (*dists, "numpy"):
         if (v := package_version(dist)) is not None:
             versions[dist] = v
     return {

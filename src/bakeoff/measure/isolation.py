@@ -3,6 +3,12 @@
 A framework counts as loaded when one of its top-level Python packages is in ``sys.modules`` or one of its shared
 libraries is mapped into the process (``/proc/self/maps`` on Linux). Both are checked because a package can load
 another framework's native library without importing its Python package, and the reverse.
+
+Some frameworks import another one merely because it is installed: ``import tensorflow`` imports ``jax`` when JAX
+is installed (``tensorflow/lite/python/util.py`` tries ``from jax import jit``), and so does Keras 3 on the PyTorch
+backend. A trial therefore refuses, from its first line, to import the Python packages of every framework its row
+does not load (:func:`refuse_foreign`); such optional imports fail as if the package were absent, as they would in
+an environment with only the framework under test, and the refused packages are recorded with the result.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Mapping
 
-from bakeoff.registry import LOADED_MARKERS
+from bakeoff import frameworks as records
 
 
 def _mapped_paths() -> list[str]:
@@ -29,22 +35,27 @@ def loaded_frameworks(modules: Iterable[str] | None = None,
         modules: names of imported modules (default: this process's ``sys.modules``).
         mapped: paths of files mapped into the process (default: this process's ``/proc/self/maps``).
     """
-    tops = {name.partition(".")[0] for name in (sys.modules if modules is None else modules)}
+    if modules is None:  # a refused package is None in sys.modules (refuse_foreign): not loaded
+        modules = [name for name, module in list(sys.modules.items()) if module is not None]
+    tops = {name.partition(".")[0] for name in modules}
     paths = _mapped_paths() if mapped is None else list(mapped)
     found: dict[str, dict[str, list[str]]] = {}
-    for framework, (packages, libraries) in LOADED_MARKERS.items():
-        hit_modules = sorted(p for p in packages if p in tops)
-        hit_libs = sorted({path.rsplit("/", 1)[-1] for path in paths if any(lib in path for lib in libraries)})
+    for framework, marks in records.markers().items():
+        hit_modules = sorted(p for p in marks.packages if p in tops)
+        hit_libs = sorted({path.rsplit("/", 1)[-1] for path in paths if any(lib in path for lib in marks.libraries)})
         if hit_modules or hit_libs:
             found[framework] = {"modules": hit_modules, "libraries": hit_libs}
     return found
 
 
 def foreign_frameworks(framework: str, loaded: Mapping[str, Mapping[str, list[str]]]) -> str:
-    """A reason naming every framework other than ``framework`` in ``loaded``; empty when there is none."""
+    """A reason naming every framework in ``loaded`` that ``framework``'s trials do not load by design (its record's
+    ``loads``: a Keras row loads its backend); empty when there is none."""
+    info = records.FRAMEWORKS.get(framework)
+    own = set(info.loads) if info else {framework}
     parts = []
     for other, what in sorted(loaded.items()):
-        if other == framework:
+        if other in own:
             continue
         evidence = [f"modules {', '.join(what['modules'])}" if what["modules"] else "",
                     f"libraries {', '.join(what['libraries'][:4])}" if what["libraries"] else ""]
@@ -53,3 +64,16 @@ def foreign_frameworks(framework: str, loaded: Mapping[str, Mapping[str, list[st
         return ""
     return (f"another framework was loaded in this {framework} trial's process: {', '.join(parts)}; its import "
             "time, memory and threads would be charged to the framework under test")
+
+
+def refuse_foreign(framework: str) -> list[str]:
+    """From now on, importing another framework's Python packages in this process fails as if they were absent
+    (Python's own way: ``None`` in ``sys.modules``, so ``import`` raises ModuleNotFoundError and
+    ``importlib.util.find_spec`` answers None); returns the refused packages (module docstring)."""
+    info = records.FRAMEWORKS.get(framework)
+    own = set(info.loads) if info else {framework}
+    packages = sorted(p for name, marks in records.markers().items() if name not in own for p in marks.packages
+                      if p not in sys.modules)
+    for package in packages:
+        sys.modules[package] = None  # type: ignore[assignment]
+    return packages

@@ -10,10 +10,11 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bakeoff import frameworks
 from bakeoff.analysis.stats import ConfigSummary
 from bakeoff.spec import Status
 
-COLOURS = {"torch": "#ee4c2c", "tensorflow": "#2c7fb8", "jax": "#41ab5d"}
+COLOURS = {name: info.colour for name, info in frameworks.FRAMEWORKS.items()}
 LINESTYLES = {"eager": (0, (1, 1.5)), "graph": "-", "xla": "-."}
 
 Groups = Mapping[tuple[str, str], Sequence[ConfigSummary]]
