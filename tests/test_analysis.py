@@ -399,3 +399,17 @@ def test_memory_increments_below_the_probe_resolution_are_not_a_difference():
     memory = d.head_to_head["memory"]
     assert memory.equivalent and {memory.a, memory.b} == {0, 3 * MIB}  # the measured values, shown as measured
     assert d.tie and d.verdict.startswith("tie on")
+
+
+def test_three_frameworks_are_ranked_and_judged_alike():
+    # JAX (graph = jax.jit) between PyTorch and TensorFlow; JAX eager is not how its users train, graph is
+    results = [*default_results(),
+               *repeats("jax", "graph", [760, 770, 780], [2.5, 2.6, 2.7], final_metric=[0.80, 0.81, 0.80],
+                        first_step_s=2.0, baseline_mib=280, increment_mib=150, import_s=1.2, build_s=0.1)]
+    d = decide(summarise_groups(results))
+    assert d.winner == "torch" and [f.framework for f in d.ranking] == ["torch", "jax", "tensorflow"]
+    assert set(d.win_share) == {"torch", "jax", "tensorflow"} and sum(d.win_share.values()) == pytest.approx(1)
+    assert d.verdict.startswith("PyTorch (graph) wins text_classifier/tiny over JAX (graph) on ")
+    assert d.caveats == []
+    eager_jax = [*default_results(), *repeats("jax", "eager", [90] * 3, [None] * 3, final_metric=[0.8] * 3)]
+    assert "JAX ran only in eager mode, not as its users train (graph)" in decide(summarise_groups(eager_jax)).caveats

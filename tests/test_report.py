@@ -280,3 +280,15 @@ def test_a_new_quantity_is_one_entry_frames_per_s_shows_up(tmp_path):
     summary = {s.label: s for s in summarise_groups(results)}
     lo, hi = summary["tensorflow/graph"].interval("frames_per_s")
     assert lo < 40_000 < hi
+
+
+def test_a_third_framework_gets_its_rows_colour_and_place_in_the_verdict(tmp_path):
+    results = [*default_results(),
+               *repeats("jax", "graph", [760, 770, 780], [2.5, 2.6, 2.7], final_metric=[0.80, 0.81, 0.80])]
+    files = render_report(results, tmp_path)
+    md = files["markdown"].read_text()
+    rows = {row[0] for row in table_rows(section(md, "Configurations"))}
+    assert rows == {*LABELS, "jax/graph"}
+    assert "over JAX (graph)" in md
+    html = files["html"].read_text()
+    assert "jax/graph" in html and "data:image/png;base64," in html
