@@ -37,6 +37,7 @@ process holds its own backend only (measured, 2 cores: JAX's import adds ~0.8 s 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -129,12 +130,26 @@ class KerasEngine(Engine):
         eager = spec.execution is Execution.EAGER
         jit = spec.execution is Execution.XLA or (spec.execution is Execution.GRAPH and self.backend != "tensorflow")
         self.module.compile(optimizer=self.optimizer, run_eagerly=eager, jit_compile=jit)
+        self._traces = 0
+        if self.backend != "torch":  # torch.compile: Dynamo's own counters (a Python counter would be a guard)
+            self._count_traces()
         self.compiled = "eager (run_eagerly=True)" if eager else COMPILED_PATH[self.backend, spec.execution]
         if self.backend == "torch" and spec.execution is Execution.GRAPH:
             _lift_recompile_limits()
         # Compiled like the step on jax and tensorflow (the probes check what the compiled code computes); eager
         # on torch (Keras compiles torch's step, not a gradient function).
         self._gradient_fn = _GRADIENTS[self.backend](self.impl, spec.execution)
+
+    def _count_traces(self) -> None:
+        """Count Python calls of the model's compute_loss: once per jax.jit / tf.function trace of the step."""
+        compute_loss = self.module.compute_loss
+
+        @functools.wraps(compute_loss)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self._traces += 1
+            return compute_loss(*args, **kwargs)
+
+        self.module.compute_loss = counted
 
     def _reject_unsupported(self) -> None:
         spec = self.spec
@@ -147,8 +162,11 @@ class KerasEngine(Engine):
             raise Unsupported(f"precision {spec.precision.value} is not wired for the Keras rows (fp16 needs a GPU "
                               "and a LossScaleOptimizer); accepted: fp32, bf16")
 
-    def _xy(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-        return batch[self.impl.input_key], batch["labels"]
+    def _xy(self, batch: Batch) -> tuple[Any, Any]:
+        """The batch as backend tensors: numpy arrays handed to Keras' torch.compile'd step break its graph
+        (Dynamo cannot trace Keras' ``ndarray.dtype`` check, measured), so the host→device copy happens here."""
+        return (keras.ops.convert_to_tensor(batch[self.impl.input_key]),
+                keras.ops.convert_to_tensor(batch["labels"]))
 
     def train_step(self, micro_batches: Sequence[Batch]) -> float:
         if len(micro_batches) != self.spec.grad_accum:
@@ -191,7 +209,8 @@ class KerasEngine(Engine):
             if self.spec.execution is Execution.EAGER:
                 out = self.impl.outputs(batch)
             else:
-                out = self.impl.probabilities(self.module.predict_on_batch(batch[self.impl.input_key]))
+                x = keras.ops.convert_to_tensor(batch[self.impl.input_key])  # numpy breaks torch.compile's graph
+                out = self.impl.probabilities(self.module.predict_on_batch(x))
             parts.append(np.asarray(keras.ops.convert_to_numpy(out), np.float32))
         return np.concatenate(parts)
 
@@ -265,7 +284,7 @@ class KerasEngine(Engine):
             from torch._dynamo.utils import counters
 
             return int(counters["stats"]["unique_graphs"])
-        return self.module.loss_traces  # compute_loss runs in Python once per jax.jit / tf.function trace
+        return self._traces
 
     def extras(self) -> dict[str, Any]:
         if self.spec.execution is Execution.EAGER:
@@ -275,12 +294,12 @@ class KerasEngine(Engine):
 
             return {"dynamo_frames_compiled": int(counters["stats"]["unique_graphs"]),
                     "dynamo_graph_breaks": int(sum(counters["graph_break"].values()))}
-        return {"train_step_traces": self.module.loss_traces}
+        return {"train_step_traces": self._traces}
 
 
 # --- the per-backend parts: device and threads, versions, the gradient probe ---------------------------------
 
-GradientFn = Callable[[np.ndarray, np.ndarray], tuple[list[np.ndarray], float]]
+GradientFn = Callable[[Any, Any], tuple[list[np.ndarray], float]]
 """(x, y) -> (summed-loss gradients in trainable_variables order, example count)."""
 
 
@@ -386,7 +405,7 @@ def _jax_gradients(impl: Any, execution: Execution) -> GradientFn:
     if execution is not Execution.EAGER:
         grad = jax.jit(grad)
 
-    def fn(x: np.ndarray, y: np.ndarray) -> tuple[list[np.ndarray], float]:
+    def fn(x: Any, y: Any) -> tuple[list[np.ndarray], float]:
         (_, count), grads = grad([v.value for v in module.trainable_variables],
                                  [v.value for v in module.non_trainable_variables], x, y)
         return [np.asarray(g, np.float32) for g in grads], float(count)
@@ -397,7 +416,7 @@ def _jax_gradients(impl: Any, execution: Execution) -> GradientFn:
 def _torch_gradients(impl: Any, execution: Execution) -> GradientFn:
     import torch
 
-    def fn(x: np.ndarray, y: np.ndarray) -> tuple[list[np.ndarray], float]:  # eager in every mode
+    def fn(x: Any, y: Any) -> tuple[list[np.ndarray], float]:  # eager in every mode
         params = [v.value for v in impl.module.trainable_variables]
         for p in params:
             p.grad = None
@@ -425,7 +444,7 @@ def _tf_gradients(impl: Any, execution: Execution) -> GradientFn:
     if execution is not Execution.EAGER:
         grad = tf.function(grad, jit_compile=execution is Execution.XLA)
 
-    def fn(x: np.ndarray, y: np.ndarray) -> tuple[list[np.ndarray], float]:
+    def fn(x: Any, y: Any) -> tuple[list[np.ndarray], float]:
         grads, count = grad(tf.convert_to_tensor(x), tf.convert_to_tensor(y))
         return [np.asarray(g.numpy(), np.float32) for g in grads], float(count)
 

@@ -28,7 +28,6 @@ class MnistCNNNet(keras.Model):
         self.flatten = keras.layers.Flatten()
         self.drop = keras.layers.Dropout(cfg["dropout"])
         self.dense = keras.layers.Dense(cfg["num_classes"])
-        self.loss_traces = 0  # Python calls of compute_loss: once per trace under jax.jit / tf.function
 
     def call(self, images: Any, training: bool = False) -> Any:
         x = ops.expand_dims(images, -1)  # (B, 28, 28, 1)
@@ -44,7 +43,6 @@ class MnistCNNNet(keras.Model):
     def compute_loss(self, x: Any = None, y: Any = None, y_pred: Any = None, sample_weight: Any = None,
                      training: bool = True) -> Any:
         """What Keras' train step minimises: the mean of :meth:`summed_loss` over the batch."""
-        self.loss_traces += 1
         summed, count = self.summed_loss(y, y_pred)
         return summed / count
 

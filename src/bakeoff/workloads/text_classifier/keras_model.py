@@ -60,7 +60,6 @@ class TextClassifierNet(keras.Model):
                        for _ in range(cfg["num_layers"])]
         self.drop = keras.layers.Dropout(cfg["dropout"])
         self.head = keras.layers.Dense(out_units)
-        self.loss_traces = 0  # Python calls of compute_loss: once per trace under jax.jit / tf.function
 
     def call(self, tokens: Any, training: bool = False) -> Any:
         valid = ops.not_equal(tokens, 0)  # (B, T) True for real tokens
@@ -84,7 +83,6 @@ class TextClassifierNet(keras.Model):
     def compute_loss(self, x: Any = None, y: Any = None, y_pred: Any = None, sample_weight: Any = None,
                      training: bool = True) -> Any:
         """What Keras' train step minimises: the mean of :meth:`summed_loss` over the batch."""
-        self.loss_traces += 1
         summed, count = self.summed_loss(y, y_pred)
         return summed / count
 
