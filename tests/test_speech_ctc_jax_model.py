@@ -71,7 +71,7 @@ def test_canonical_weights_round_trip_exactly(setup):
 
 def test_init_rejects_wrong_names_and_shapes(setup):
     _, _, weights, impl, _, _ = setup
-    with pytest.raises(ValueError, match="missing.*head.bias"):
+    with pytest.raises(ValueError, match="differ from the model.s.*head.bias"):
         impl.init({k: v for k, v in weights.items() if k != "head.bias"})
     with pytest.raises(ValueError, match=r"frontend.conv1.kernel: expected shape \(3, 40, 96\)"):
         impl.init({**weights, "frontend.conv1.kernel": weights["frontend.conv1.kernel"].transpose(2, 1, 0)})

@@ -4,9 +4,9 @@ The same computation as :mod:`.torch_model`: two stride-2 convolutions (kernel 3
 side, as PyTorch's ``padding=1``) with the frames at or past each utterance's length zeroed after each, fixed
 sinusoidal positions, post-norm Transformer blocks with padded frames masked out of attention as keys, a dense head.
 
-Parameters are a plain pytree whose leaves already have the canonical layouts: Flax's ``Conv`` kernel is
-(width, in, out) and ``Dense``'s (in, out), so canonical weights only change names (``blocks.0.attn.q.kernel`` ⇄
-``blocks_0/attn/q/kernel``; LayerNorm ``gamma``/``beta`` ⇄ ``scale``/``bias``), never values or shapes.
+The Transformer block and the canonical-weights mapping are :mod:`bakeoff.workloads.common.jax_encoder`'s: a
+parameter's path is its canonical name (Flax's ``Conv`` kernel is (width, in, out), the canonical layout, as
+``Dense``'s (in, out) is), so weights move unchanged.
 
 CTC is ``optax.ctc_loss``, matched to ``F.ctc_loss(blank=0, reduction="sum", zero_infinity=False)``:
   * optax takes logits (it applies log_softmax itself) batch-major, with paddings (1.0 = padded) instead of
@@ -29,13 +29,10 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
-from bakeoff.spec import Weights
+from bakeoff.workloads.common.jax_encoder import FlaxModel, Params, TransformerBlock
 from bakeoff.workloads.speech_ctc.workload import sinusoids
-
-Params = Any  # the Flax parameter pytree: nested dicts of fp32 jax arrays
 
 BLANK = 0
 
@@ -48,58 +45,6 @@ def _valid(lengths: jax.Array, frames: int) -> jax.Array:
 def _mask_past(x: jax.Array, lengths: jax.Array) -> jax.Array:
     """Zero the frames of ``x`` (B, T, C) at or past each utterance's length."""
     return x * _valid(lengths, x.shape[1])[..., None].astype(x.dtype)
-
-
-class Attention(nn.Module):
-    """Multi-head self-attention with q, k, v, o as separate (d, d) dense layers, padded keys masked out."""
-
-    d: int
-    heads: int
-    dropout: float
-    dtype: Any
-
-    @nn.compact
-    def __call__(self, x: jax.Array, key_valid: jax.Array, deterministic: bool) -> jax.Array:
-        b, t, _ = x.shape
-        hd = self.d // self.heads
-
-        def project(name: str) -> jax.Array:
-            return nn.Dense(self.d, dtype=self.dtype, name=name)(x).reshape(b, t, self.heads, hd)  # (B, T, H, hd)
-
-        q, k, v = project("q"), project("k"), project("v")
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) * hd**-0.5  # (B, H, T, T)
-        # The smallest finite float rather than -inf: identical weights (exp underflows to 0) for any row with a
-        # real key, and no NaN from a row without one.
-        scores = jnp.where(key_valid[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
-        weights = nn.Dropout(self.dropout)(jax.nn.softmax(scores, -1), deterministic).astype(self.dtype)
-        out = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, t, self.d)
-        return nn.Dense(self.d, dtype=self.dtype, name="o")(out)
-
-
-class TransformerBlock(nn.Module):
-    """Post-norm encoder block, ``torch.nn.TransformerEncoderLayer(norm_first=False, activation="relu")``."""
-
-    d: int
-    heads: int
-    ff: int
-    dropout: float
-    eps: float
-    dtype: Any
-
-    @nn.compact
-    def __call__(self, x: jax.Array, key_valid: jax.Array, deterministic: bool) -> jax.Array:
-        def norm(name: str) -> nn.LayerNorm:
-            # two-pass variance, as PyTorch and Keras compute it (Flax's default is E[x²] − E[x]²)
-            return nn.LayerNorm(epsilon=self.eps, use_fast_variance=False, dtype=self.dtype, name=name)
-
-        def drop(y: jax.Array) -> jax.Array:
-            return nn.Dropout(self.dropout)(y, deterministic)
-
-        a = Attention(self.d, self.heads, self.dropout, self.dtype, name="attn")(x, key_valid, deterministic)
-        x = norm("norm1")(x + drop(a))
-        f = nn.relu(nn.Dense(self.ff, dtype=self.dtype, name="ffn_in")(x))
-        f = nn.Dense(self.d, dtype=self.dtype, name="ffn_out")(drop(f))
-        return norm("norm2")(x + drop(f))
 
 
 class Frontend(nn.Module):
@@ -119,46 +64,28 @@ class Frontend(nn.Module):
 
 
 class SpeechCTCNet(nn.Module):
-    cfg: Mapping[str, Any]
+    channels: int
+    d: int
+    heads: int
+    ff: int
+    layers: int
+    rate: float
+    eps: float
+    vocab: int
     dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, features: jax.Array, lengths: jax.Array, deterministic: bool = True,
                  ) -> tuple[jax.Array, jax.Array]:
-        c = self.cfg
-        x, lengths = Frontend(c["conv_channels"], c["d_model"], self.dtype, name="frontend")(
-            features.astype(self.dtype), lengths)  # (B, T', d)
-        positions = jnp.asarray(sinusoids(x.shape[1], c["d_model"]))  # the first T' rows of the fixed table
-        x = nn.Dropout(c["dropout"])(x + positions.astype(self.dtype), deterministic)
-        key_valid = _valid(lengths, x.shape[1])  # (B, T')
-        for i in range(c["num_layers"]):
-            x = TransformerBlock(c["d_model"], c["num_heads"], c["d_ff"], c["dropout"], c["layer_norm_eps"],
-                                 self.dtype, name=f"blocks_{i}")(x, key_valid, deterministic)
-        return nn.Dense(c["vocab_size"], dtype=self.dtype, name="head")(x), lengths  # (B, T', vocab) logits
-
-
-def _path(name: str) -> tuple[str, ...]:
-    """Canonical name → path in the Flax parameter tree: ``blocks.0.norm1.gamma`` → blocks_0/norm1/scale."""
-    parts = name.replace("blocks.", "blocks_").replace("ffn.in", "ffn_in").replace("ffn.out", "ffn_out").split(".")
-    return (*parts[:-1], {"gamma": "scale", "beta": "bias"}.get(parts[-1], parts[-1]))
-
-
-def _name(path: tuple[str, ...]) -> str:
-    """Path in the Flax parameter tree → canonical name, the inverse of :func:`_path`."""
-    *layers, leaf = path
-    if layers[-1].startswith("norm"):
-        leaf = {"scale": "gamma", "bias": "beta"}[leaf]
-    return ".".join([*layers, leaf]).replace("blocks_", "blocks.").replace("ffn_", "ffn.")
-
-
-def _flat(tree: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
-    out: dict[tuple[str, ...], Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            out.update(_flat(value, (*prefix, key)))
-        else:
-            out[(*prefix, key)] = value
-    return out
+        x, lengths = Frontend(self.channels, self.d, self.dtype, name="frontend")(features.astype(self.dtype),
+                                                                                   lengths)  # (B, T', d)
+        positions = jnp.asarray(sinusoids(x.shape[1], self.d))  # the fixed table's first T' rows, a constant
+        x = nn.Dropout(self.rate)(x + positions.astype(self.dtype), deterministic=deterministic)
+        mask = _valid(lengths, x.shape[1])[:, None, None, :]  # (B, 1, 1, T'): attend to real frames only
+        for i in range(self.layers):
+            x = TransformerBlock(self.d, self.heads, self.ff, self.rate, self.eps, self.dtype,
+                                 name=f"blocks.{i}")(x, mask, deterministic)
+        return nn.Dense(self.vocab, dtype=self.dtype, name="head")(x), lengths  # (B, T', vocab) logits, (B,)
 
 
 # One compiled op, as PyTorch's and TensorFlow's CTC are one fused kernel each. Un-jitted, eager JAX traces and
@@ -179,55 +106,24 @@ def ctc_losses(logits: jax.Array, logit_lengths: jax.Array, labels: jax.Array,
     return jnp.where(logit_lengths < label_lengths + repeats, jnp.inf, per)
 
 
-class SpeechCTC:
-    """ModelImpl for JAX: a functional Flax module; parameters live outside it, with the engine."""
-
-    def __init__(self, config: Mapping[str, Any]) -> None:
-        self.config = dict(config)
-        self._nets: dict[Any, SpeechCTCNet] = {}
+class SpeechCTC(FlaxModel):
+    """ModelImpl for JAX."""
 
     def net(self, dtype: Any = jnp.float32) -> SpeechCTCNet:
-        """The module computing in ``dtype`` (parameters stay fp32: Flax casts them per layer)."""
-        key = jnp.dtype(dtype)
-        if key not in self._nets:
-            self._nets[key] = SpeechCTCNet(self.config, dtype)
-        return self._nets[key]
+        c = self.config
+        return SpeechCTCNet(c["conv_channels"], c["d_model"], c["num_heads"], c["d_ff"], c["num_layers"],
+                            c["dropout"], c["layer_norm_eps"], c["vocab_size"], dtype)
 
-    def _shapes(self) -> dict[tuple[str, ...], tuple[int, ...]]:
-        frames, mels = 8, self.config["n_mels"]
-        tree = jax.eval_shape(self.net().init, jax.random.key(0), jnp.zeros((1, frames, mels)),
-                              jnp.array([frames]))["params"]
-        return {path: tuple(leaf.shape) for path, leaf in _flat(tree).items()}
-
-    def init(self, weights: Weights) -> Params:
-        """Canonical weights → the Flax parameter tree (fp32 jax arrays); names and shapes must match exactly."""
-        shapes = self._shapes()
-        by_path = {_path(name): name for name in weights}
-        if set(by_path) != set(shapes):
-            missing = sorted(".".join(p) for p in set(shapes) - set(by_path))
-            extra = sorted(by_path[p] for p in set(by_path) - set(shapes))
-            raise ValueError(f"canonical weights for speech_ctc: missing {missing}, unexpected {extra}")
-        params: dict[str, Any] = {}
-        for path, name in sorted(by_path.items()):
-            value = np.asarray(weights[name], np.float32)
-            if value.shape != shapes[path]:
-                raise ValueError(f"weight {name}: expected shape {shapes[path]}, got {value.shape}")
-            node = params
-            for key in path[:-1]:
-                node = node.setdefault(key, {})
-            node[path[-1]] = jnp.asarray(value)
-        return params
-
-    def get_weights(self, params: Params) -> Weights:
-        return {_name(path): np.array(leaf, np.float32) for path, leaf in _flat(params).items()}
+    def example(self) -> tuple[jax.Array, ...]:
+        return jnp.zeros((1, 8, self.config["n_mels"])), jnp.array([8], jnp.int32)
 
     def logits(self, params: Params, batch: Mapping[str, jax.Array], training: bool, rng: jax.Array | None,
                dtype: Any = jnp.float32) -> tuple[jax.Array, jax.Array]:
         """(B, T', vocab) logits in ``dtype`` and the (B,) encoder lengths; dropout only when training with ``rng``."""
-        deterministic = not training or rng is None
-        rngs = None if deterministic else {"dropout": rng}
+        dropout = training and rng is not None
         return self.net(dtype).apply({"params": params}, batch["features"],
-                                     jnp.asarray(batch["feature_lengths"], jnp.int32), deterministic, rngs=rngs)
+                                     jnp.asarray(batch["feature_lengths"], jnp.int32), not dropout,
+                                     rngs={"dropout": rng} if dropout else {})
 
     def loss(self, params: Params, batch: Mapping[str, jax.Array], training: bool, rng: jax.Array | None,
              dtype: Any = jnp.float32) -> tuple[jax.Array, jax.Array]:
@@ -241,6 +137,3 @@ class SpeechCTC:
         """(B, T', vocab) fp32 log-probabilities, zero at and past each utterance's encoder length."""
         logits, lengths = self.logits(params, batch, training=False, rng=None, dtype=dtype)
         return jax.nn.log_softmax(logits.astype(jnp.float32), -1) * _valid(lengths, logits.shape[1])[..., None]
-
-    def num_params(self, params: Params) -> int:
-        return int(sum(leaf.size for leaf in jax.tree_util.tree_leaves(params)))
