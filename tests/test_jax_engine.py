@@ -152,9 +152,9 @@ def _engine(workload: str = "mnist", **kw):
     return engine, wl, data
 
 
-@pytest.mark.parametrize("execution", ["eager", "graph"])
-def test_accumulation_over_micro_batches_of_different_shapes_is_exact(execution):
-    engine, wl, data = _engine(execution=execution)
+def test_accumulation_over_micro_batches_of_different_shapes_is_exact():
+    # Under jit (eager accumulation: the MNIST parity probe and the eager trial; op by op, 3 new shapes cost 30 s)
+    engine, wl, data = _engine(execution="graph")
     batch = next(wl.batches(data.train, 8, 0, 0))
     parts = [{k: v[:3] for k, v in batch.items()}, {k: v[3:] for k, v in batch.items()}]  # 3 and 5 examples
     whole, accumulated = engine.canonical_gradients([batch]), engine.canonical_gradients(parts)
@@ -163,7 +163,7 @@ def test_accumulation_over_micro_batches_of_different_shapes_is_exact(execution)
     builds = engine.graph_builds()
     engine.train_step(parts)
     engine.train_step(parts)  # the same shapes again: nothing new to compile
-    assert engine.graph_builds() - builds == (1 if execution == "graph" else 0)
+    assert engine.graph_builds() - builds == 1  # the step for this pair of shapes, compiled once
 
 
 def test_optax_adam_is_torch_adam():
