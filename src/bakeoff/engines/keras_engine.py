@@ -16,6 +16,10 @@ those). What Keras 3.15 compiles, by backend (``trainer.py`` of each, checked on
                                                        already, torch has no XLA mode here
   ============  =====================================  ======================================================
 
+torch.compile of Keras' torch step breaks where Keras calls ``loss.backward()`` (Dynamo does not trace it): a
+forward-and-loss graph whose backward AOTAutograd compiles, then the optimizer update — the split the native torch
+engine has (measured on MNIST: 7 frames compiled, graph breaks 3 in the step, the rest in predict).
+
 Gradient accumulation is Keras' own (``Optimizer(gradient_accumulation_steps=k)``): it averages the k micro-batches'
 mean-loss gradients, which is the gradient of the whole batch exactly when the micro-batches are the same size
 (checked per step). Adam is :class:`bakeoff.engines.tf_optim.Adam`: PyTorch's update, in ``keras.ops`` only (on
