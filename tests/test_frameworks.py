@@ -37,7 +37,7 @@ def test_the_keras_rows_run_keras_on_their_backend_and_load_only_it():
     (_spec("jax", execution="xla"), "jax.jit is XLA compilation: use graph; accepted: graph, eager"),
     (_spec("torch", execution="xla"), "PyTorch has no XLA mode here (torch_xla targets TPUs); accepted: eager, graph"),
     (_spec("jax", precision="fp16"), "JAX has no fp16 precision in bakeoff; accepted: fp32, bf16"),
-    (_spec("jax", parallelism="parameter_server", workers=2), "JAX has no parameter_server mode in bakeoff"),
+    (_spec("jax", parallelism="parameter_server", workers=2), "JAX has no parameter-server strategy: it trains SPMD"),
     (_spec("keras-torch", workload="speech_ctc"),
      "Keras 3 on PyTorch has no speech_ctc implementation; it implements text_classifier, mnist"),
     (_spec("torch", parallelism="parameter_server", workers=2), "PyTorch has no built-in parameter-server strategy"),

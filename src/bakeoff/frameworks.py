@@ -140,8 +140,14 @@ _JAX = FrameworkInfo(
     production=(Execution.GRAPH,), compiled=(Execution.GRAPH,),
     precisions=(Precision.FP32, Precision.BF16),
     missing_modes=_frozen({Execution.XLA: "jax.jit is XLA compilation: use graph"}),
-    launchers=_frozen(_ONE),
-    strategies=_frozen({}),
+    # data_parallel: one process, its devices in a mesh (N CPU devices on a CPU machine); multi_worker: N
+    # processes joined by jax.distributed.
+    launchers=_frozen({**_ONE, Parallelism.DATA_PARALLEL: "single", Parallelism.MULTI_WORKER: "jax_distributed"}),
+    strategies=_frozen({Parallelism.DATA_PARALLEL: "jax.jit on a device mesh",
+                        Parallelism.MULTI_WORKER: "jax.distributed"}),
+    missing_strategies=_frozen({Parallelism.PARAMETER_SERVER: (
+        "JAX has no parameter-server strategy: it trains SPMD, params replicated or sharded over a device mesh; "
+        "use data_parallel or multi_worker")}),
     loads=("jax",), markers=LoadMarkers(("jax", "jaxlib"), ("/jaxlib/",)),
     # Device memory is taken as used, not 75% of it up front, so peak bytes mean what the model needs.
     env=_frozen({"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_CPP_MIN_LOG_LEVEL": "2"}),

@@ -36,44 +36,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bakeoff.engines import jax_distributed
 from bakeoff.engines.base import Engine, Unsupported, threads_for
 from bakeoff.measure.memory import MemoryProbe
 from bakeoff.registry import model_class
-from bakeoff.spec import Batch, Device, Execution, Parallelism, Precision, RunSpec, Weights
+from bakeoff.spec import Batch, Device, Execution, Precision, RunSpec, Weights
 
 State = dict[str, Any]  # {"params", "opt_state", "rng"}: everything the step reads and replaces
-
-
-class _SingleDevice:
-    """``parallelism = "none"``: the whole global batch on one device.
-
-    The hooks a data-parallel strategy would implement differently: which device(s), how params and batches are
-    placed (a ``NamedSharding`` over a mesh: replicated params, batch split on its leading axis), and which share
-    of each global batch this process feeds (``jax.distributed``, one process per host).
-    """
-
-    rank, world = 0, 1
-
-    def __init__(self, device: jax.Device) -> None:
-        self.device = device
-
-    def place_state(self, state: State) -> State:
-        return jax.device_put(state, self.device)
-
-    def place_batch(self, batch: Batch) -> dict[str, jax.Array]:
-        return jax.device_put(dict(batch), self.device)
-
-    def figures(self) -> dict[str, Any]:
-        return {}
-
-    def environment(self) -> dict[str, Any]:
-        return {"distribution": f"one device ({self.device.platform})"}
-
-
-def _strategy_for(spec: RunSpec, device: jax.Device) -> _SingleDevice:
-    if spec.parallelism is not Parallelism.NONE:
-        raise Unsupported(f"the JAX engine has no {spec.parallelism.value} strategy yet; accepted: none")
-    return _SingleDevice(device)
 
 
 class _CompileLog:
@@ -111,7 +80,7 @@ class _BoundModel:
         self._engine = engine
 
     def get_weights(self) -> Weights:
-        return self._engine.model.get_weights(self._engine.state["params"])
+        return self._engine.model.get_weights(self._engine.strategy.host(self._engine.state["params"]))
 
     def set_weights(self, weights: Weights) -> None:
         engine = self._engine
@@ -119,7 +88,7 @@ class _BoundModel:
         engine.state = {**engine.state, "params": params}
 
     def num_params(self) -> int:
-        return self._engine.model.num_params(self._engine.state["params"])
+        return self._engine.model.num_params(self._engine.strategy.host(self._engine.state["params"]))
 
 
 def _pick_device(spec: RunSpec) -> jax.Device:
@@ -150,11 +119,12 @@ class JaxEngine(Engine):
         if spec.precision is Precision.FP16:
             raise Unsupported("fp16 needs loss scaling, not built for JAX; use bf16 (accepted precisions: fp32, "
                               "bf16)")
+        rendezvous_s = jax_distributed.configure(spec)  # before JAX starts its backends
         self.device = _pick_device(spec)
         # fp32 means fp32, as in the other engines: JAX's default on a GPU runs fp32 matmuls and convolutions in
         # TF32 (bf16 passes on newer chips); "highest" keeps them fp32 (no effect on CPU).
         jax.config.update("jax_default_matmul_precision", "highest")
-        self.strategy = _strategy_for(spec, self.device)
+        self.strategy = jax_distributed.strategy_for(spec, self.device, rendezvous_s)
         _CompileLog.start()
         self.compute_dtype = jnp.bfloat16 if spec.precision is Precision.BF16 else jnp.float32
         self.model = model_class(spec.workload, "jax")(self.config)
@@ -209,30 +179,32 @@ class JaxEngine(Engine):
         return tuple(self.strategy.place_batch(b) for b in micro_batches)
 
     def train_step(self, micro_batches: Sequence[Batch]) -> float:
-        self.state, loss = self._step(self.state, self._place(micro_batches))
+        placed = self._place(micro_batches)
+        self.state, loss = self._step(self.state, placed)
         self.steps_done += 1
-        return float(loss)  # host copy: waits for the device
+        self._last_placed = placed
+        return float(self.strategy.host(loss))  # host copy: waits for the device
 
     def gradients(self, micro_batches: Sequence[Batch]) -> list[np.ndarray]:
         grads, _ = self._gradients(self.state["params"], self._place(micro_batches), self.state["rng"])
-        return [np.asarray(g) for g in jax.tree.leaves(grads)]
+        return [np.asarray(g) for g in jax.tree.leaves(self.strategy.host(grads))]
 
     def canonical_gradients(self, micro_batches: Sequence[Batch]) -> dict[str, np.ndarray]:
         """:meth:`gradients` under canonical names: a gradient pytree has the params' structure, so the model's own
         mapping reads it as it reads params."""
         grads, _ = self._gradients(self.state["params"], self._place(micro_batches), self.state["rng"])
-        return self.model.get_weights(grads)
+        return self.model.get_weights(self.strategy.host(grads))
 
     def predict(self, split: Mapping[str, np.ndarray], batch_size: int) -> np.ndarray:
         n = len(next(iter(split.values())))
         parts = []
         for start in range(0, n, batch_size):
-            batch = self.strategy.place_batch({k: v[start:start + batch_size] for k, v in split.items()})
-            parts.append(np.asarray(self._outputs(self.state["params"], batch), np.float32))
+            batch = self.strategy.place_eval({k: v[start:start + batch_size] for k, v in split.items()})
+            parts.append(np.asarray(self.strategy.host(self._outputs(self.state["params"], batch)), np.float32))
         return np.concatenate(parts)
 
     def num_params(self) -> int:
-        return self.model.num_params(self.state["params"])
+        return self.impl.num_params()
 
     def memory_probe(self) -> MemoryProbe:
         return _DeviceProbe(self.device) if self.device.platform != "cpu" else super().memory_probe()
@@ -265,8 +237,26 @@ class JaxEngine(Engine):
         env.update(self.strategy.environment())
         return env
 
+    def data_shard(self) -> tuple[int, int]:
+        return self.strategy.rank, self.strategy.world
+
+    def is_chief(self) -> bool:
+        return self.strategy.rank == 0
+
+    def replica_weights(self) -> list[Weights]:
+        return jax_distributed.replica_weights(self.model, self.strategy, self.state["params"])
+
     def distributed_figures(self) -> dict[str, Any]:
-        return self.strategy.figures()
+        """The strategy's figures, with the collectives XLA compiled the training step to (read from the
+        optimised HLO of the step as last called: one more compile, off the training clock)."""
+        if isinstance(self.strategy, jax_distributed.Sharded):
+            if self.spec.execution is Execution.GRAPH and getattr(self, "_last_placed", None) is not None:
+                traces = self._traces  # this trace is not a graph build of training
+                text = jax.jit(self._train_step).lower(self.state, self._last_placed).compile().as_text()
+                self._traces = traces
+                self.strategy.compiled_collectives(text)
+            return self.strategy.figures(self.state["params"])
+        return {}
 
     # Checkpoints: Flax's own serialisation (msgpack of the state pytree), one file written atomically. Orbax is
     # JAX's checkpoint library for sharded, asynchronous, multi-host saves; one process's state needs none of it,
@@ -278,7 +268,7 @@ class JaxEngine(Engine):
     def save_checkpoint(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         tmp = directory / "state.msgpack.tmp"
-        tmp.write_bytes(flax.serialization.to_bytes(jax.device_get(self._saved())))
+        tmp.write_bytes(flax.serialization.to_bytes({**self.strategy.host(self.state), "step": self.steps_done}))
         tmp.replace(directory / "state.msgpack")
 
     def load_checkpoint(self, directory: Path) -> None:

@@ -1,0 +1,207 @@
+"""How the JAX engine distributes a trial: one device, or data parallel over a mesh of devices — the devices of
+one process (``data_parallel``: N GPUs, or N CPU devices made with ``jax_num_cpu_devices``) or of N processes
+joined by ``jax.distributed`` (``multi_worker``, started by bakeoff's ``jax_distributed`` launcher, one process
+per worker, gloo collectives on CPU).
+
+JAX distributes by *where arrays live*, not by wrapping the model: params and Adam's state are replicated over a
+one-axis mesh (``NamedSharding(mesh, P())``), each global batch is split on its leading axis
+(``NamedSharding(mesh, P("data"))``), and ``jax.jit`` compiles the engine's unchanged step into one SPMD program.
+Its sums over the batch — the summed loss, the count and the summed-loss gradients — are global, so XLA inserts
+the all-reduces, and dividing once by the global count gives exactly the single-device mean gradient. Gradient
+accumulation sums the micro-batches' gradients on each device and all-reduces them once per step when XLA
+schedules the reduction after the sum (it may, since the sum is linear); the compiled program decides, not
+bakeoff, and the figures say which collectives the step compiled to.
+
+Under ``multi_worker`` each process feeds its shard of each global batch
+(``jax.make_array_from_process_local_data``), and reads replicated values from its own device
+(``addressable_data(0)``): no value leaves the device it lives on except through the compiled collectives.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from bakeoff.engines.base import Unsupported
+from bakeoff.spec import Parallelism, RunSpec, Weights
+
+State = dict[str, Any]
+
+SYNC_REPEATS = 20
+"""Timed repetitions of one step's gradient all-reduce in :meth:`Sharded.figures` (the median is kept)."""
+
+
+def configure(spec: RunSpec) -> float:
+    """What must happen before JAX starts its backends: join the ``jax.distributed`` cluster (multi_worker; the
+    launcher's ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``), or make N CPU devices in
+    this process (data_parallel on CPU). Returns the seconds it took (the rendezvous)."""
+    start = time.perf_counter()
+    if spec.parallelism is Parallelism.MULTI_WORKER:
+        missing = [k for k in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID") if k not in os.environ]
+        if missing:
+            raise Unsupported(f"multi_worker JAX needs the jax_distributed launcher's environment ({', '.join(missing)}"
+                              " not set): start the trial through bakeoff's runner")
+        if spec.device.value == "cpu":
+            jax.config.update("jax_platforms", "cpu")
+        jax.distributed.initialize(coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+                                   num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
+                                   process_id=int(os.environ["JAX_PROCESS_ID"]), initialization_timeout=120)
+    elif spec.parallelism is Parallelism.DATA_PARALLEL and spec.device.value != "cuda":
+        # On a CPU machine: N logical CPU devices in this process (on GPU machines, the GPUs are the devices).
+        # Taken only when no GPU is used: the option does not touch GPU backends.
+        jax.config.update("jax_num_cpu_devices", spec.workers)
+    return time.perf_counter() - start
+
+
+class SingleDevice:
+    """``parallelism = "none"``: the whole global batch on one device."""
+
+    rank, world = 0, 1
+
+    def __init__(self, device: jax.Device) -> None:
+        self.device = device
+
+    def place_state(self, state: State) -> State:
+        return jax.device_put(state, self.device)
+
+    def place_batch(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+        return jax.device_put(dict(batch), self.device)
+
+    place_eval = place_batch
+
+    def host(self, tree: Any) -> Any:
+        return jax.device_get(tree)
+
+    def replicas(self, tree: Any) -> list[Any]:
+        return [jax.device_get(tree)]
+
+    def figures(self, step: Any = None) -> dict[str, Any]:
+        return {}
+
+    def environment(self) -> dict[str, Any]:
+        return {"distribution": f"one device ({self.device.platform})"}
+
+
+class Sharded:
+    """Data parallel over a mesh of every device of the trial (module docstring)."""
+
+    def __init__(self, spec: RunSpec, platform: str, rendezvous_s: float) -> None:
+        start = time.perf_counter()
+        devices = jax.devices(platform)
+        if len(devices) != spec.workers:
+            raise Unsupported(f"data parallel over {spec.workers} replicas needs {spec.workers} {platform} devices; "
+                              f"JAX sees {len(devices)}")
+        self.spec = spec
+        self.multi_process = spec.parallelism is Parallelism.MULTI_WORKER
+        self.rank, self.world = (jax.process_index(), jax.process_count()) if self.multi_process else (0, 1)
+        self.mesh = Mesh(np.array(devices), ("data",))
+        self.replicated = NamedSharding(self.mesh, P())
+        self.split = NamedSharding(self.mesh, P("data"))
+        self.device = jax.local_devices(backend=platform)[0]
+        self.setup_parts = {"rendezvous_s": rendezvous_s, "mesh_s": time.perf_counter() - start}
+        self._hlo_collectives: dict[str, int] | None = None
+
+    @property
+    def backend(self) -> str:
+        """What carries the collectives: gloo between CPU processes, XLA's own within a process or on GPUs."""
+        if self.device.platform == "cpu":
+            return "gloo" if self.multi_process else "XLA CPU (one process)"
+        return "NCCL" if self.multi_process else f"XLA {self.device.platform}"
+
+    def _global(self, sharding: NamedSharding, value: Any) -> jax.Array:
+        return jax.make_array_from_process_local_data(sharding, np.asarray(value))
+
+    def place_state(self, state: State) -> State:
+        return jax.tree.map(lambda x: self._global(self.replicated, x), jax.device_get(state))
+
+    def place_batch(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+        """This process's shard of a global batch (all of it in one process) -> the global batch, split over the
+        mesh."""
+        return {k: self._global(self.split, v) for k, v in batch.items()}
+
+    def place_eval(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+        """An evaluation batch, whole on every device (its size need not divide by the replicas)."""
+        return {k: self._global(self.replicated, v) for k, v in batch.items()}
+
+    def host(self, tree: Any) -> Any:
+        """A replicated pytree read from this process's first device."""
+        return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), tree)
+
+    def replicas(self, tree: Any) -> list[Any]:
+        """Every replica this process holds (one per local device), to check they are bit for bit the same."""
+        n = len(jax.tree.leaves(tree)[0].addressable_shards)
+        return [jax.tree.map(lambda x, i=i: np.asarray(x.addressable_shards[i].data), tree) for i in range(n)]
+
+    def compiled_collectives(self, compiled_text: str) -> None:
+        """Record which collectives the compiled step holds (read from its optimised HLO)."""
+        ops = re.findall(r"\b(all-reduce|all-gather|reduce-scatter|collective-permute|all-to-all)(?:-start)?\(",
+                         compiled_text)
+        self._hlo_collectives = {op: ops.count(op) for op in sorted(set(ops))}
+
+    def _sync_samples(self, params: Any) -> tuple[list[float], int]:
+        """Seconds one all-reduce of a gradient-sized pytree takes over the mesh, blocking: each device holds its
+        own copy of the gradients' shapes, summed by a compiled ``psum``."""
+        n = self.spec.workers
+        stacked = jax.tree.map(lambda x: self._global(self.split, np.zeros((self._local_rows(n), *x.shape),
+                                                                             np.float32)), params)
+        reduce = jax.jit(lambda t: jax.tree.map(lambda x: jnp.sum(x, axis=0), t), out_shardings=self.replicated)
+        jax.block_until_ready(reduce(stacked))  # compile off the clock
+        samples = []
+        for _ in range(SYNC_REPEATS):
+            start = time.perf_counter()
+            jax.block_until_ready(reduce(stacked))
+            samples.append(time.perf_counter() - start)
+        nbytes = sum(int(np.prod(x.shape)) * 4 for x in jax.tree.leaves(params))
+        return samples, nbytes
+
+    def _local_rows(self, n: int) -> int:
+        return n // self.world
+
+    def figures(self, params: Any = None) -> dict[str, Any]:
+        samples, nbytes = self._sync_samples(params) if params is not None else ([], 0)
+        kind = "jax.distributed" if self.multi_process else "one process"
+        figures: dict[str, Any] = {
+            "strategy": f"SPMD data parallel over a {self.spec.workers}-device mesh ({kind}, {self.backend})",
+            "backend": self.backend,
+            "setup_s": sum(self.setup_parts.values()),
+            "setup_parts_s": self.setup_parts,
+        }
+        if samples:
+            figures["sync"] = {
+                "method": (f"after training, all replicas together: one compiled all-reduce (a sum over the mesh) of "
+                           f"a pytree shaped as the gradients ({nbytes} bytes), blocking, median of "
+                           f"{SYNC_REPEATS}; in training XLA schedules the step's all-reduces inside the compiled "
+                           "program, where they may overlap other work"),
+                "per_step_s": statistics.median(samples),
+                "samples_s": samples,
+                "bytes_per_step": nbytes,
+            }
+            if self._hlo_collectives is not None:
+                figures["sync"]["compiled_collectives_per_step"] = self._hlo_collectives
+        return figures
+
+    def environment(self) -> dict[str, Any]:
+        where = f"process {self.rank} of {self.world}" if self.multi_process else "one process"
+        return {"distribution": f"data parallel over {self.spec.workers} {self.device.platform} devices ({where})"}
+
+
+def strategy_for(spec: RunSpec, device: jax.Device, rendezvous_s: float) -> SingleDevice | Sharded:
+    if spec.parallelism is Parallelism.NONE:
+        return SingleDevice(device)
+    if spec.parallelism in (Parallelism.DATA_PARALLEL, Parallelism.MULTI_WORKER):
+        return Sharded(spec, device.platform, rendezvous_s)
+    raise Unsupported(f"the JAX engine has no {spec.parallelism.value} strategy; accepted: none, data_parallel, "
+                      "multi_worker")
+
+
+def replica_weights(model: Any, strategy: SingleDevice | Sharded, params: Any) -> list[Weights]:
+    return [model.get_weights(p) for p in strategy.replicas(params)]
