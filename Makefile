@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(PY) bench/speech_corpus.py
 	$(PY) bench/trial_footprint.py
 	$(PY) bench/distributed.py
+	$(PY) bench/compile_time.py
 
 clean:
 	rm -rf $(VENV) results reports

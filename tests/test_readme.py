@@ -46,11 +46,12 @@ def readme_commands() -> list[str]:
 def test_readme_lists_the_commands_we_run():
     commands = readme_commands()
     assert commands[0] == "bakeoff list" and commands[1] == "bakeoff run" and commands[-1] == "bakeoff env"
-    assert len(commands) == 10
+    assert len(commands) == 11
 
 
 @pytest.mark.skipif(shutil.which("bakeoff", path=str(BIN)) is None or not registry.installed("tensorflow")
-                    or not registry.installed("torch"), reason="needs the installed console script and both frameworks")
+                    or not registry.installed("torch") or not registry.installed("jax"),
+                    reason="needs the installed console script and the three frameworks")
 def test_every_readme_command_runs(tmp_path):
     (tmp_path / "my_suite.toml").write_text(MY_SUITE)
     rows = ["body,stars"] + [f"{'great tasty lovely' if i % 2 else 'stale awful bland'} snack {i},{i % 2 + 4}"
@@ -65,23 +66,26 @@ def test_every_readme_command_runs(tmp_path):
     assert "framework torch: installed" in outputs["bakeoff list"]
     assert "nothing was run or written" in outputs["bakeoff run --dry-run --suite seeds"].lower()
     assert outputs["bakeoff --version"].startswith("bakeoff 0.1.0+")
-    assert outputs["bakeoff show --suite quick"].count("text_classifier/tiny") == 6
+    assert outputs["bakeoff show --suite quick"].count("text_classifier/tiny") == 9
     assert "verdict" in outputs["bakeoff run"]
-    distributed = next(c for c in outputs if "--parallelism" in c)
+    distributed, jax_distributed = (c for c in outputs if "--parallelism" in c)
+    jax_said = " ".join(outputs[jax_distributed].split())
+    assert "scaling: JAX sharded over a device mesh (graph) at 2 replicas runs at" in jax_said
+    assert "JAX jax.distributed (graph) at 2 replicas runs at" in jax_said
     said = " ".join(outputs[distributed].split())
     assert "PyTorch DDP (eager) at 2 replicas runs at" in said and "scaling efficiency against one device" in said
     assert "TensorFlow MirroredStrategy (eager) at 2 replicas runs at" in said
     db = sqlite3.connect(tmp_path / "results" / "bakeoff.sqlite")
     quick = db.execute("SELECT workload, label, status, result FROM trials WHERE suite = 'quick' "
                        "ORDER BY workload, label").fetchall()
-    # Each framework in the mode its users train in (TensorFlow graph, PyTorch eager), 3 repeats each.
+    # Each framework in the mode its users train in (TensorFlow graph, PyTorch eager, JAX jit), 3 repeats each.
     assert [(workload, label, status) for workload, label, status, _ in quick] == [
         (workload, label, "ok") for workload in ("autoencoder", "mnist", "text_classifier")
-        for label in ("tensorflow/graph", "torch/eager") for _ in range(3)]
+        for label in ("jax/graph", "tensorflow/graph", "torch/eager") for _ in range(3)]
     for workload, label, _, result in quick:
         assert '"time_to_target_s": null' not in result, f"{workload} {label} did not reach the target"
     suites = {s for (s,) in db.execute("SELECT DISTINCT suite FROM trials")}
     assert suites == {"quick", "mine", "adhoc-text_classifier", "adhoc-mnist"}
     assert (tmp_path / "reports" / "quick" / "report.html").stat().st_size > 10_000
-    assert (tmp_path / "results" / "quick.csv").read_text().count("\n") == 19
+    assert (tmp_path / "results" / "quick.csv").read_text().count("\n") == 28
     assert '"cores"' in outputs["bakeoff env"]

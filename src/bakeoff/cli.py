@@ -281,7 +281,7 @@ def _write_report(results, out: Path, weights: dict, qualitative: dict, title: s
         configs = [s for s in summaries if (s.workload, s.preset) == (workload, preset)]
         scaling = scaling_sentence(scaling_rows(configs), configs)
         if scaling:
-            console.print(f"[bold]scaling[/]: {scaling}")
+            console.print(f"[bold]scaling[/]: {scaling.removeprefix('Scaling: ')}")
     console.print(f"report: {paths['html']}  (Markdown: {paths['markdown']})")
 
 
@@ -345,7 +345,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for fw, info in frameworks.FRAMEWORKS.items():
         state = "installed" if registry.installed(fw) else f"not installed ({info.install_hint})"
         modes = ", ".join(f"{m.value} ({info.execution_notes[m]})" for m in info.executions)
-        console.print(f"framework [bold]{fw}[/] ({info.display}): {state}; execution modes: {modes}; precisions: "
+        console.print(f"framework [bold]{fw}[/]: {state} ({info.display}); execution modes: {modes}; precisions: "
                       f"{', '.join(p.value for p in info.precisions)}; parallelism: "
                       f"{', '.join(p.value for p in info.launchers)}", soft_wrap=True)
     console.print("fp16 needs a GPU (loss scaling); on CPU use bf16")
