@@ -66,7 +66,7 @@ def test_every_readme_command_runs(tmp_path):
     assert "framework torch: installed" in outputs["bakeoff list"]
     assert "nothing was run or written" in outputs["bakeoff run --dry-run --suite seeds"].lower()
     assert outputs["bakeoff --version"].startswith("bakeoff 0.1.0+")
-    assert outputs["bakeoff show --suite quick"].count("text_classifier/tiny") == 9
+    assert outputs["bakeoff show --suite quick"].count("text_classifier/tiny") == 6
     assert "verdict" in outputs["bakeoff run"]
     distributed, jax_distributed = (c for c in outputs if "--parallelism" in c)
     jax_said = " ".join(outputs[jax_distributed].split())
@@ -81,11 +81,12 @@ def test_every_readme_command_runs(tmp_path):
     # Each framework in the mode its users train in (TensorFlow graph, PyTorch eager, JAX jit), 3 repeats each.
     assert [(workload, label, status) for workload, label, status, _ in quick] == [
         (workload, label, "ok") for workload in ("autoencoder", "mnist", "text_classifier")
-        for label in ("jax/graph", "tensorflow/graph", "torch/eager") for _ in range(3)]
+        for label in ("jax/graph", "tensorflow/graph", "torch/eager")[workload == "text_classifier":]
+        for _ in range(3)]
     for workload, label, _, result in quick:
         assert '"time_to_target_s": null' not in result, f"{workload} {label} did not reach the target"
     suites = {s for (s,) in db.execute("SELECT DISTINCT suite FROM trials")}
     assert suites == {"quick", "mine", "adhoc-text_classifier", "adhoc-mnist"}
     assert (tmp_path / "reports" / "quick" / "report.html").stat().st_size > 10_000
-    assert (tmp_path / "results" / "quick.csv").read_text().count("\n") == 28
+    assert (tmp_path / "results" / "quick.csv").read_text().count("\n") == 25
     assert '"cores"' in outputs["bakeoff env"]
