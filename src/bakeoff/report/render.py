@@ -110,9 +110,9 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
                          "and trials that trained on are compared at an equal budget.")
     if builds:
         footnotes.append("Graph builds: training steps that traced (tf.function) or compiled (torch.compile, "
-                         "jax.jit) a graph, each new input shape adding one; \"×3 graphs\": each build made 3 graphs, the pieces "
-                         "between graph breaks; their extra seconds are what those steps took beyond a steady step, "
-                         "the first step included.")
+                         "jax.jit) a graph, each new input shape adding one; \"×3 graphs\": each build made 3 "
+                         "graphs, the pieces between graph breaks; their extra seconds are what those steps took "
+                         "beyond a steady step, the first step included.")
     return Table(header, rows, footnotes)
 
 
