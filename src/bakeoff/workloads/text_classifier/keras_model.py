@@ -8,7 +8,7 @@ the ``(summed, count)`` loss the parity probes compare.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import keras
@@ -16,37 +16,8 @@ import numpy as np
 from keras import ops
 
 from bakeoff.spec import Weights
-
-Rows = Sequence[tuple[str, keras.layers.Layer, Sequence[str]]]
-"""(canonical prefix, Keras layer, canonical names of ``layer.get_weights()`` in order)."""
-
-
-class TransformerBlock(keras.layers.Layer):
-    """Post-norm encoder block, the computation of ``torch.nn.TransformerEncoderLayer`` (see common.encoder)."""
-
-    def __init__(self, d: int, heads: int, ff: int, rate: float, eps: float, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.attn = keras.layers.MultiHeadAttention(heads, key_dim=d // heads, dropout=rate)
-        self.ffn_in = keras.layers.Dense(ff, activation="relu")
-        self.ffn_out = keras.layers.Dense(d)
-        self.norm1 = keras.layers.LayerNormalization(epsilon=eps)
-        self.norm2 = keras.layers.LayerNormalization(epsilon=eps)
-        self.drop_attn, self.drop_ffn, self.drop_out = (keras.layers.Dropout(rate) for _ in range(3))
-
-    def call(self, x: Any, attention_mask: Any = None, training: bool = False) -> Any:
-        a = self.attn(x, x, attention_mask=attention_mask, training=training)  # (B, T, d)
-        x = self.norm1(x + self.drop_attn(a, training=training))
-        f = self.ffn_out(self.drop_ffn(self.ffn_in(x), training=training))
-        return self.norm2(x + self.drop_out(f, training=training))
-
-    def rows(self, prefix: str) -> Rows:
-        return [
-            (prefix + "attn.", self.attn, [f"{n}.{k}" for n in "qkvo" for k in ("kernel", "bias")]),
-            (prefix + "norm1.", self.norm1, ["gamma", "beta"]),
-            (prefix + "ffn.in.", self.ffn_in, ["kernel", "bias"]),
-            (prefix + "ffn.out.", self.ffn_out, ["kernel", "bias"]),
-            (prefix + "norm2.", self.norm2, ["gamma", "beta"]),
-        ]
+from bakeoff.workloads.common import keras_encoder
+from bakeoff.workloads.common.keras_encoder import Rows, TransformerBlock
 
 
 class TextClassifierNet(keras.Model):
@@ -120,7 +91,7 @@ class TextClassifier:
     def num_params(self) -> int:
         return int(sum(np.prod(v.shape) for v in self.module.trainable_variables))
 
-    # --- canonical weights: the same mapping as tf_encoder's, on numpy arrays (Layer.get_weights) ---------------
+    # --- canonical weights: the shared Keras mapping (common.keras_encoder) ------------------------------------
 
     def _rows(self) -> Rows:
         m = self.module
@@ -131,17 +102,7 @@ class TextClassifier:
 
     def get_weights(self) -> Weights:
         w: Weights = {"embed.positions": np.asarray(self.module.positions.numpy(), np.float32).copy()}
-        for prefix, layer, names in self._rows():
-            attention = prefix.endswith("attn.")  # only attention kernels are per-head
-            for name, value in zip(names, layer.get_weights(), strict=True):
-                if attention and name == "o.kernel":  # (heads, head_dim, d) -> (d, d)
-                    value = value.reshape(-1, value.shape[-1])
-                elif attention and name.endswith("kernel"):  # q/k/v (d, heads, head_dim) -> (d, d)
-                    value = value.reshape(value.shape[0], -1)
-                elif name.endswith("bias"):  # (heads, head_dim) or (out,) -> (out,)
-                    value = value.reshape(-1)
-                w[prefix + name] = np.asarray(value, np.float32).copy()
-        return w
+        return {**w, **keras_encoder.get_weights(self._rows())}
 
     def set_weights(self, weights: Weights) -> None:
         positions = np.asarray(weights["embed.positions"], np.float32)
@@ -149,11 +110,4 @@ class TextClassifier:
             raise ValueError(f"weight embed.positions: expected shape {tuple(self.module.positions.shape)}, "
                              f"got {positions.shape}")
         self.module.positions.assign(positions)
-        for prefix, layer, names in self._rows():
-            new = []
-            for name, current in zip(names, layer.get_weights(), strict=True):
-                value = np.asarray(weights[prefix + name], np.float32)
-                if value.size != current.size:
-                    raise ValueError(f"weight {prefix + name}: expected {current.size} values, got {value.shape}")
-                new.append(value.reshape(current.shape))
-            layer.set_weights(new)
+        keras_encoder.set_weights(self._rows(), weights)
