@@ -53,7 +53,7 @@ def _csv(value: str) -> list[str]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bakeoff", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
-        description="Train the same workloads in PyTorch and TensorFlow, measure them fairly, and decide.")
+        description="Train the same workloads in PyTorch, TensorFlow and JAX, measure them fairly, and decide.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each trial's outcome")
     parser.add_argument("--version", action=_Version, nargs=0, help="bakeoff's version and package hash, and the "
                                                                     "installed frameworks' versions")
@@ -62,7 +62,56 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a suite of trials (default: the quick suite)",
                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     run.add_argument("--suite", help="shipped suite name (quick, modes, speech, seeds) or path to a .toml file")
-    grid = run.add_argument_group("trial options", OVERRIDE_RULES)
+    _add_trial_options(run)
+    run.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"results database (default: {DEFAULT_STORE})")
+    run.add_argument("--timeout", type=float, help="seconds per trial before it is killed (default: suite's, or 900)")
+    run.add_argument("--fresh", action="store_true", help="re-run trials already in the store")
+    run.add_argument("--retry-failed", action="store_true", help="re-run recorded trials that did not succeed")
+    run.add_argument("--no-report", action="store_true", help="do not write the report after the run")
+    run.add_argument("--out", type=Path, help="report directory (default: reports/<suite>)")
+    run.add_argument("--order-seed", type=int, default=0,
+                     help="seed of the trial order: within each repeat frameworks take turns and configurations "
+                          "are shuffled with it (default: 0)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="list the trials in run order, which are already stored, and the time the rest should "
+                          "take (from stored results of the same configurations); run and write nothing")
+
+    report = sub.add_parser("report", help="write the decision report (Markdown + self-contained HTML)")
+    report.add_argument("--store", type=Path, default=DEFAULT_STORE)
+    report.add_argument("--suite", help="report only this suite's trials (a name recorded in the store); "
+                                        "its weights and qualitative scores are used when it is a suite file")
+    report.add_argument("--out", type=Path, help="report directory (default: reports/<suite or all>)")
+    report.add_argument("--weight", action="append", default=[], metavar="CRITERION=W",
+                        help="decision weight, repeatable: throughput, time_to_target, first_step, "
+                             "memory (the training increment), quality, or a qualitative criterion")
+    report.add_argument("--export", type=Path, help="also export the trials as .json or .csv")
+    report.add_argument("--format", choices=("html", "json"), default="html",
+                        help="html (default): Markdown + HTML report; json: OUT/decision.json (verdict, winner, "
+                             "scores, intervals per configuration), the same JSON on stdout, messages on stderr")
+    report.add_argument("--fail-if-slower-than", action="append", default=[], metavar="NAME=RATIO",
+                        help="CI gate, repeatable: exit 1 when NAME (a framework: its fastest configuration; or a "
+                             "label like torch/graph) is surely slower than RATIO x the fastest configuration of "
+                             "its workload and preset: the whole 95%% interval of its throughput ratio is below "
+                             "RATIO (noise alone never fails)")
+
+    listing = sub.add_parser("list", help="workloads, presets, frameworks (installed or not) and execution modes")
+    listing.add_argument("--presets", action="store_true",
+                         help="every preset's resolved configuration, parameter count and target")
+    listing.add_argument("--workload", help="with --presets: only this workload's")
+    listing.add_argument("--set", dest="config", action="append", metavar="KEY=VALUE",
+                         help="with --presets and --workload: the presets with these fields overridden, as "
+                              "`bakeoff run --set` would train them")
+    sub.add_parser("env", help="this machine's fingerprint, as stored with every result")
+    _add_store_commands(sub)
+    from bakeoff.deploy.commands import add_commands
+
+    add_commands(sub, _add_trial_options, DEFAULT_STORE)
+    return parser
+
+
+def _add_trial_options(parser: argparse.ArgumentParser, rules: str = "") -> None:
+    """The flags that describe trials, shared by run, train and deploy."""
+    grid = parser.add_argument_group("trial options", rules or OVERRIDE_RULES)
     grid.add_argument("--workload", help="workload name, see `bakeoff list` (ad hoc only)")
     grid.add_argument("--preset", help="size preset, see `bakeoff list --presets` [tiny]")
     grid.add_argument("--set", dest="config", action="append", metavar="KEY=VALUE",
@@ -114,47 +163,6 @@ def build_parser() -> argparse.ArgumentParser:
                            "test=MANIFEST (test alone: train on the embedded corpus; test=cards: 5 real shipped "
                            "recordings) batching=pad|bucket pad_multiple=N; mnist: dir=FOLDER (the four MNIST "
                            "IDX files); autoencoder: seed=N")
-    run.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"results database (default: {DEFAULT_STORE})")
-    run.add_argument("--timeout", type=float, help="seconds per trial before it is killed (default: suite's, or 900)")
-    run.add_argument("--fresh", action="store_true", help="re-run trials already in the store")
-    run.add_argument("--retry-failed", action="store_true", help="re-run recorded trials that did not succeed")
-    run.add_argument("--no-report", action="store_true", help="do not write the report after the run")
-    run.add_argument("--out", type=Path, help="report directory (default: reports/<suite>)")
-    run.add_argument("--order-seed", type=int, default=0,
-                     help="seed of the trial order: within each repeat frameworks take turns and configurations "
-                          "are shuffled with it (default: 0)")
-    run.add_argument("--dry-run", action="store_true",
-                     help="list the trials in run order, which are already stored, and the time the rest should "
-                          "take (from stored results of the same configurations); run and write nothing")
-
-    report = sub.add_parser("report", help="write the decision report (Markdown + self-contained HTML)")
-    report.add_argument("--store", type=Path, default=DEFAULT_STORE)
-    report.add_argument("--suite", help="report only this suite's trials (a name recorded in the store); "
-                                        "its weights and qualitative scores are used when it is a suite file")
-    report.add_argument("--out", type=Path, help="report directory (default: reports/<suite or all>)")
-    report.add_argument("--weight", action="append", default=[], metavar="CRITERION=W",
-                        help="decision weight, repeatable: throughput, time_to_target, first_step, "
-                             "memory (the training increment), quality, or a qualitative criterion")
-    report.add_argument("--export", type=Path, help="also export the trials as .json or .csv")
-    report.add_argument("--format", choices=("html", "json"), default="html",
-                        help="html (default): Markdown + HTML report; json: OUT/decision.json (verdict, winner, "
-                             "scores, intervals per configuration), the same JSON on stdout, messages on stderr")
-    report.add_argument("--fail-if-slower-than", action="append", default=[], metavar="NAME=RATIO",
-                        help="CI gate, repeatable: exit 1 when NAME (a framework: its fastest configuration; or a "
-                             "label like torch/graph) is surely slower than RATIO x the fastest configuration of "
-                             "its workload and preset: the whole 95%% interval of its throughput ratio is below "
-                             "RATIO (noise alone never fails)")
-
-    listing = sub.add_parser("list", help="workloads, presets, frameworks (installed or not) and execution modes")
-    listing.add_argument("--presets", action="store_true",
-                         help="every preset's resolved configuration, parameter count and target")
-    listing.add_argument("--workload", help="with --presets: only this workload's")
-    listing.add_argument("--set", dest="config", action="append", metavar="KEY=VALUE",
-                         help="with --presets and --workload: the presets with these fields overridden, as "
-                              "`bakeoff run --set` would train them")
-    sub.add_parser("env", help="this machine's fingerprint, as stored with every result")
-    _add_store_commands(sub)
-    return parser
 
 
 def _key_values(items: list[str], what: str) -> dict[str, str]:
@@ -265,7 +273,7 @@ def _search_batch_sizes(suite, sizes: dict, log_dir: Path, timeout: float):  # -
 
 
 def _write_report(results, out: Path, weights: dict, qualitative: dict, title: str,
-                  suites: dict[str, str] | None = None) -> None:
+                  suites: dict[str, str] | None = None, deployments: list | tuple = ()) -> None:
     from bakeoff.analysis.decide import decide_each
     from bakeoff.analysis.scaling import scaling_rows, scaling_sentence
     from bakeoff.analysis.stats import summarise_groups
@@ -275,7 +283,7 @@ def _write_report(results, out: Path, weights: dict, qualitative: dict, title: s
     summaries = summarise_groups(results)
     decisions = decide_each(summaries, weights or None, qualitative or None)
     paths = render_report(results, out, weights=weights or None, qualitative=qualitative or None, title=title,
-                          suites=suites, decisions=decisions)
+                          suites=suites, decisions=decisions, deployments=deployments)
     for (workload, preset), decision in decisions.items():
         console.print(f"[bold]verdict[/]: {decision.verdict}")
         configs = [s for s in summaries if (s.workload, s.preset) == (workload, preset)]
@@ -312,6 +320,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             weights = check_weights({**recorded["weights"], **given}, qualitative)
         results = store.results(suite=suite_name)
         suites = {row.key: row.suite for row in store.trials(suite=suite_name)}
+        workloads = {r.run_spec.workload for r in results}
+        deployments = [d for d in store.deployments() if d["workload"] in workloads]
         if not results:
             have = ", ".join(store.suites()) or "none"
             raise SpecError(f"no trials for suite {suite_name!r} in {args.store}; suites recorded: {have}")
@@ -320,7 +330,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = args.out or DEFAULT_REPORTS / (suite_name or "all")
     if args.format == "json":
         return _report_json(results, out, weights, qualitative, args, suite_name)
-    _write_report(results, out, weights, qualitative, f"bakeoff: {suite_name or 'all trials'}", suites)
+    _write_report(results, out, weights, qualitative, f"bakeoff: {suite_name or 'all trials'}", suites, deployments)
     from bakeoff.analysis.stats import summarise_groups
     from bakeoff.console import console
 
@@ -579,8 +589,17 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _deploy_command(name: str):  # the deployment commands live in bakeoff.deploy.commands
+    def command(args: argparse.Namespace) -> int:
+        from bakeoff.deploy import commands
+
+        return getattr(commands, f"cmd_{name}")(args)
+    return command
+
+
 COMMANDS = {"run": cmd_run, "report": cmd_report, "list": cmd_list, "env": cmd_env, "show": cmd_show,
-            "compare": cmd_compare, "prune": cmd_prune}
+            "compare": cmd_compare, "prune": cmd_prune, "train": _deploy_command("train"),
+            "export": _deploy_command("export"), "deploy": _deploy_command("deploy")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,6 +40,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 
 from bakeoff import frameworks, registry
+from bakeoff.deploy import model_dir
+from bakeoff.deploy.model_dir import KEEP_MODEL_ENV
 from bakeoff.identity import identify
 from bakeoff.launch import launchers
 from bakeoff.launch.process import OomKills, interruptible, read_oom_kills
@@ -92,8 +94,11 @@ def validate(specs: Sequence[RunSpec]) -> dict[tuple, int]:
     return train_sizes
 
 
-def _trial_env(spec: RunSpec, tmp: str) -> dict[str, str]:
+def _trial_env(spec: RunSpec, tmp: str, keep_dir: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    env.pop(KEEP_MODEL_ENV, None)  # only a trial asked to keep its model keeps one
+    if keep_dir is not None:
+        env[KEEP_MODEL_ENV] = str(keep_dir)
     # Compile caches start empty in every trial, so graph-mode compile time is the cold cost, measured the same
     # way on every run, rather than whatever an earlier trial left on disk.
     env.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"), TRITON_CACHE_DIR=os.path.join(tmp, "triton"))
@@ -148,14 +153,16 @@ def _tail(paths: Sequence[Path], first: str, names: Sequence[str]) -> str:
 
 
 def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path | None = None,
-            tensorboard_dir: Path | None = None, memory_cap: int | None = None) -> TrialResult:
+            tensorboard_dir: Path | None = None, memory_cap: int | None = None,
+            keep_dir: Path | None = None) -> TrialResult:
     """Run one spec as a fresh process group (:mod:`bakeoff.launch.launchers`); a crash, hang or kill of any
     member becomes a result, never an exception.
 
     A checkpoint left in ``checkpoint_dir`` by an interrupted attempt is resumed from; it is deleted once the
     trial succeeds. ``tensorboard_dir`` receives the trial's TensorBoard event files. With ``memory_cap`` (bytes),
     the trial is killed and recorded as out of memory when its group's resident set grows past it. A group whose
-    port was taken before it bound it is started again on new ports (``extras["port_retries"]``).
+    port was taken before it bound it is started again on new ports (``extras["port_retries"]``). With
+    ``keep_dir``, a trial that succeeds keeps its trained model there (:mod:`bakeoff.deploy.model_dir`).
     """
     reason = registry.unsupported(spec)
     if reason:
@@ -166,7 +173,8 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
     log_dir.mkdir(parents=True, exist_ok=True)
     retries = 0
     while True:
-        result, port_in_use = _run_group(spec, timeout_s, log_dir, checkpoint_dir, tensorboard_dir, memory_cap)
+        result, port_in_use = _run_group(spec, timeout_s, log_dir, checkpoint_dir, tensorboard_dir, memory_cap,
+                                         keep_dir)
         if not port_in_use or retries + 1 >= PORT_ATTEMPTS:
             break
         retries += 1
@@ -181,7 +189,8 @@ PORT_ATTEMPTS = 3
 
 
 def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path | None,
-               tensorboard_dir: Path | None, memory_cap: int | None) -> tuple[TrialResult, bool]:
+               tensorboard_dir: Path | None, memory_cap: int | None,
+               keep_dir: Path | None = None) -> tuple[TrialResult, bool]:
     """One start of the group: its result, and whether it failed because a port was in use."""
     # Workers on other machines read the spec and write their results here: under the store's folder, which they
     # see at the same path (a shared file system), rather than in this machine's /tmp.
@@ -193,7 +202,7 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         spec_path.write_text(spec.to_json())
         started, oom_before = time.perf_counter(), read_oom_kills()
         args = [str(spec_path), str(result_path), str(checkpoint_dir or ""), str(tensorboard_dir or "")]
-        group = launchers.plan(spec, args, _trial_env(spec, tmp))
+        group = launchers.plan(spec, args, _trial_env(spec, tmp, keep_dir))
         logs = _log_paths(log_dir, spec, group)
         names = [m.name for m in group.members]
         what = f"{spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}"
@@ -262,12 +271,14 @@ def order(specs: Sequence[RunSpec], seed: int = 0) -> list[RunSpec]:
 def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 900,
         fresh: bool = False, retry_failed: bool = False, log_dir: Path | None = None,
         progress: Progress | None = None, annotations: dict[str, dict] | None = None,
-        validated: bool = False, order_seed: int = 0) -> RunSummary:
+        validated: bool = False, order_seed: int = 0, keep_models: Path | None = None) -> RunSummary:
     """Run every spec not already recorded, in :func:`order`, storing each result as it finishes.
 
     ``annotations`` maps spec keys to extras recorded with that trial's result (e.g. its batch-size search).
     ``validated``: the caller already ran :func:`validate` on these specs (it loads every data set once).
     SIGINT or SIGTERM raises :class:`Interrupted` after killing the running trial, which is not recorded.
+    With ``keep_models``, each trial that succeeds keeps its model in a folder of it named by
+    :func:`bakeoff.deploy.model_dir.directory_name`.
     """
     if not validated:
         validate(specs)
@@ -277,7 +288,7 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
                                                                                            strict=True)}
     with interruptible():
         summary = _run(order(identified, order_seed), store, suite, timeout_s, fresh, retry_failed,
-                       log_dir or store.artifacts / "logs", progress, annotations, order_seed)
+                       log_dir or store.artifacts / "logs", progress, annotations, order_seed, keep_models)
     summary.specs = identified
     return summary
 
@@ -332,7 +343,8 @@ def _claim(folder: Path, spec: RunSpec) -> None:
 
 
 def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh: bool, retry_failed: bool,
-         log_dir: Path, progress: Progress | None, annotations: dict[str, dict], order_seed: int) -> RunSummary:
+         log_dir: Path, progress: Progress | None, annotations: dict[str, dict], order_seed: int,
+         keep_models: Path | None = None) -> RunSummary:
     recorded = store.statuses()
     summary = RunSummary(ran=[], skipped=[])
     queued = [spec for spec in specs if to_run(spec, recorded, fresh, retry_failed)]
@@ -349,8 +361,9 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
         if progress:
             progress("start", spec, None)
         _claim(tensorboard[spec.key()], spec)
+        keep_dir = keep_models / model_dir.directory_name(spec) if keep_models is not None else None
         result = run_one(spec, timeout_s, log_dir, store.artifacts / "checkpoints" / spec.key(),
-                         tensorboard[spec.key()])
+                         tensorboard[spec.key()], keep_dir=keep_dir)
         result.extras.update(annotations.get(spec.key(), {}))
         result.extras["order"] = {"position": position, "of": len(specs), "seed": order_seed}
         with hold_signals():  # the row is written whole; a signal meanwhile is raised after it

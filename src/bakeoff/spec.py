@@ -238,6 +238,9 @@ class Dataset:
     train: dict[str, np.ndarray]
     test: dict[str, np.ndarray]
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # What a kept model needs to take raw input the way it was trained (a tokenizer's vocabulary, the feature or
+    # pixel scaling), written into its model directory's manifest; not stored with trial results.
+    serving: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def num_train(self) -> int:
@@ -313,6 +316,9 @@ class Workload(ABC):
     higher_is_better: ClassVar[bool] = True
     metric_bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)  # the metric's range; a target outside is refused
     presets: ClassVar[tuple[str, ...]]
+    # The model's inference inputs as the deployment formats take them: name -> one entry per axis, the axis's
+    # name where its size varies ("batch", "seq", "frames") and None where the model fixes it.
+    serving_inputs: ClassVar[dict[str, tuple[str | None, ...]]] = {}
     preset_configs: ClassVar[Mapping[str, Mapping[str, Any]]]  # preset -> the fields a spec's config may override
     targets: ClassVar[Mapping[str, float]]  # preset -> target measured on the shipped data
 

@@ -39,6 +39,11 @@ CREATE TABLE IF NOT EXISTS suites (
   name TEXT PRIMARY KEY, source TEXT NOT NULL, weights TEXT NOT NULL, qualitative TEXT NOT NULL,
   recorded_at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS deployments (
+  key TEXT PRIMARY KEY, model_key TEXT NOT NULL, workload TEXT NOT NULL, preset TEXT NOT NULL,
+  framework TEXT NOT NULL, format TEXT NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL,
+  finished_at TEXT NOT NULL, result TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS samples (
   key TEXT NOT NULL REFERENCES trials(key) ON DELETE CASCADE, kind TEXT NOT NULL, idx INTEGER NOT NULL,
   step INTEGER, train_s REAL, value REAL, PRIMARY KEY (key, kind, idx)
@@ -161,6 +166,32 @@ class Store:
         if row is None:
             return None
         return {"source": row[0], "weights": json.loads(row[1]), "qualitative": json.loads(row[2])}
+
+    def put_deployment(self, row: dict[str, Any]) -> None:
+        """Insert or replace one format's export and inference measurement (:mod:`bakeoff.deploy.pipeline`)."""
+        with self._db:
+            self._db.execute(
+                "INSERT OR REPLACE INTO deployments VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (row["key"], row["model_key"], row["workload"], row["preset"], row["framework"], row["format"],
+                 row["status"], row.get("reason", ""), datetime.now(UTC).isoformat(timespec="seconds"),
+                 json.dumps(row, default=str)))
+
+    def deployments(self, workload: str | None = None, model_keys: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Stored deployment rows, oldest first, optionally of one workload or of these kept models."""
+        query, args = "SELECT result, finished_at FROM deployments", []
+        if workload is not None:
+            query, args = query + " WHERE workload = ?", [workload]
+        try:
+            rows = list(self._db.execute(query + " ORDER BY finished_at, rowid", args))
+        except sqlite3.OperationalError:  # a store written before deployments were recorded, opened read-only
+            return []
+        wanted = set(model_keys) if model_keys is not None else None
+        out = []
+        for raw, finished in rows:
+            row = json.loads(raw)
+            if wanted is None or row.get("model_key") in wanted:
+                out.append({**row, "finished_at": finished})
+        return out
 
     def statuses(self) -> dict[str, Status]:
         """Status of every recorded trial, by spec key."""

@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 
 from bakeoff import frameworks, registry
+from bakeoff.deploy.model_dir import KEEP_MODEL_ENV
 from bakeoff.measure.environment import host_environment
 from bakeoff.measure.isolation import foreign_frameworks, loaded_frameworks, refuse_foreign
 from bakeoff.spec import Parallelism, RunSpec, Status, TrialResult
@@ -86,6 +87,9 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
         result.environment["frameworks_loaded"] = loaded
         foreign = foreign_frameworks(spec.framework.value, loaded)
         result.status, result.reason = (Status.FAILED, foreign) if foreign else (Status.OK, "")
+        keep_dir = os.environ.get(KEEP_MODEL_ENV)
+        if keep_dir and result.status is Status.OK and engine.is_chief():
+            _keep(spec, config, engine, data.serving, result, Path(keep_dir))
     except Exception as exc:  # a trial failure is data, not a crash of the run
         from bakeoff.engines.base import Unsupported
 
@@ -107,6 +111,21 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
         result.environment["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
         result.wall_s = time.perf_counter() - started
     return result
+
+
+def _keep(spec: RunSpec, config: dict, engine, serving: dict, result: TrialResult, directory: Path) -> None:
+    """Keep the trained model (:mod:`bakeoff.deploy.model_dir`); a trial asked to keep one fails when it cannot."""
+    from bakeoff.deploy.model_dir import keep
+
+    t0 = time.perf_counter()
+    try:
+        keep(spec, config, engine.impl.get_weights(), serving, result, directory)
+    except Exception as exc:  # noqa: BLE001 - recorded as the trial's failure, with the message
+        result.status = Status.FAILED
+        result.reason = f"trained, but the model could not be kept in {directory}: {type(exc).__name__}: {exc}"
+        result.extras["traceback"] = traceback.format_exc()[-4000:]
+        return
+    result.extras["kept_model"] = {"directory": str(directory), "keep_s": time.perf_counter() - t0}
 
 
 def write_result(result: TrialResult, path: Path) -> None:

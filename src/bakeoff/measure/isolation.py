@@ -71,7 +71,13 @@ def refuse_foreign(framework: str) -> list[str]:
     (Python's own way: ``None`` in ``sys.modules``, so ``import`` raises ModuleNotFoundError and
     ``importlib.util.find_spec`` answers None); returns the refused packages (module docstring)."""
     info = records.FRAMEWORKS.get(framework)
-    own = set(info.loads) if info else {framework}
+    return refuse_all_but(set(info.loads) if info else {framework})
+
+
+def refuse_all_but(allowed: Iterable[str]) -> list[str]:
+    """:func:`refuse_foreign` for a process that may load exactly the frameworks ``allowed`` (none at all for an
+    ONNX Runtime or LiteRT inference process)."""
+    own = set(allowed)
     packages = sorted(p for name, marks in records.markers().items() if name not in own for p in marks.packages
                       if p not in sys.modules)
     for package in packages:

@@ -25,7 +25,7 @@ from bakeoff.analysis.quantities import MIB, QUANTITIES, Quantity
 from bakeoff.analysis.scaling import SCALING_COLUMNS, scaling_cells, scaling_rows, scaling_sentence
 from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, fmt, short_reason, summarise_groups
 from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, ratio_text
-from bakeoff.report import plots
+from bakeoff.report import deployment, plots
 from bakeoff.report.templates import Block, Heading, Image, Para, Table, to_html, to_markdown
 from bakeoff.report.what_ran import mix_warning, what_ran_blocks
 from bakeoff.spec import Status, TrialResult
@@ -432,7 +432,8 @@ def _section(configs: Sequence[ConfigSummary], decision: Decision, qualitative: 
 def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mapping[str, float] | None = None,
                   qualitative: Qualitative | None = None, title: str = "bakeoff report",
                   suites: Mapping[str, str] | None = None,
-                  decisions: Mapping[tuple[str, str], Decision] | None = None) -> dict[str, Path]:
+                  decisions: Mapping[tuple[str, str], Decision] | None = None,
+                  deployments: Sequence[Mapping[str, Any]] = ()) -> dict[str, Path]:
     """Write ``report.md``, ``report.html``, ``throughput.png`` and ``quality_vs_time.png`` into ``out_dir``.
 
     Args:
@@ -445,6 +446,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
             (``extras["suite"]`` is read when a key is missing).
         decisions: :func:`bakeoff.analysis.decide.decide_each` of these results with these weights, when the caller
             already has them (the bootstrap is not run twice); computed here otherwise.
+        deployments: stored deployment rows (:meth:`bakeoff.store.Store.deployments`) for the Deployment section.
 
     Returns:
         ``{"markdown", "html", "throughput", "quality_vs_time"}`` (and ``"scaling"`` when distributed trials
@@ -472,6 +474,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
     blocks += [Para(d.verdict, "verdict") for d in decisions.values() if len(decisions) > 1]
     for key, decision in decisions.items():
         blocks += _section(groups[key], decision, qualitative, suites or {})
+    blocks += deployment.blocks(deployments)
     blocks += [Heading(2, "Plots"), *images.values()]
 
     paths = {"markdown": out_dir / "report.md", "html": out_dir / "report.html"}

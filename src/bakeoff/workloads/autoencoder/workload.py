@@ -73,6 +73,7 @@ class AutoencoderWorkload(Workload):
     """Sequence reconstruction with a 2-block Transformer encoder and a linear head, MSE loss."""
 
     name: ClassVar[str] = "autoencoder"
+    serving_inputs: ClassVar[dict[str, tuple[str | None, ...]]] = {"inputs": ("batch", "seq", None)}
     metric_name: ClassVar[str] = "mse"
     higher_is_better: ClassVar[bool] = False
     presets: ClassVar[tuple[str, ...]] = tuple(PRESETS)

@@ -57,6 +57,7 @@ class MnistWorkload(Workload):
     """Ten-class handwritten-digit classification with a two-convolution CNN."""
 
     name: ClassVar[str] = "mnist"
+    serving_inputs: ClassVar[dict[str, tuple[str | None, ...]]] = {"images": ("batch", None, None)}
     metric_name: ClassVar[str] = "accuracy"
     presets: ClassVar[tuple[str, ...]] = tuple(PRESETS)
     preset_configs: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
@@ -89,7 +90,8 @@ class MnistWorkload(Workload):
         if spec.data_options.get("dir"):  # the user's files: the shipped subset's measured target says nothing
             info["target"] = halfway_from_majority(majority)
         return Dataset(train=split(raw.train_images, raw.train_labels), test=split(raw.test_images, raw.test_labels),
-                       info=info)
+                       info=info,
+                       serving={"input": "(B, 28, 28) float32 pixels / 255", "output": "probability per class 0-9"})
 
     def init_weights(self, config: Mapping[str, Any], seed: int) -> Weights:
         # Glorot-uniform kernels (Keras' default; a conv's fans are kh·kw·in and kh·kw·out); biases 0.

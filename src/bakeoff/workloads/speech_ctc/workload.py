@@ -79,6 +79,7 @@ class SpeechCTCWorkload(Workload):
     """Character-level speech recognition with a convolution + Transformer encoder trained with CTC."""
 
     name: ClassVar[str] = "speech_ctc"
+    serving_inputs: ClassVar[dict[str, tuple[str | None, ...]]] = {"features": ("batch", "frames", None), "feature_lengths": ("batch",)}
     metric_name: ClassVar[str] = "cer"
     higher_is_better: ClassVar[bool] = False
     presets: ClassVar[tuple[str, ...]] = tuple(PRESETS)
@@ -114,7 +115,7 @@ class SpeechCTCWorkload(Workload):
 
     def load_data(self, spec: RunSpec) -> Dataset:
         from bakeoff.data import DataError
-        from bakeoff.data.speech import load_speech_dataset, output_frames, to_arrays
+        from bakeoff.data.speech import ALPHABET, N_MELS, load_speech_dataset, output_frames, to_arrays
 
         self.config(spec.preset, spec)
         options = spec.data_options
@@ -144,7 +145,10 @@ class SpeechCTCWorkload(Workload):
         if "train" in options or "test" in options:  # not the split the preset's target was measured on
             info["target"] = {"value": 0.5, "rule": "derived for data other than the embedded corpus' test split: "
                                                     "half-way from the CER of an empty transcript (1.0) to 0 = 0.5"}
-        return Dataset(train=train, test=test, info=info)
+        serving = {"features": f"bakeoff.data.speech.log_mel at {speech.sample_rate} Hz, {N_MELS} mel bands",
+                   "alphabet": ALPHABET.chars, "blank": 0,
+                   "output": "log-probabilities (B, frames after the front end, alphabet), zero past each length"}
+        return Dataset(train=train, test=test, info=info, serving=serving)
 
     def init_weights(self, config: Mapping[str, Any], seed: int) -> Weights:
         # Glorot-uniform kernels (Keras' default; fans of a convolution include its width), zero biases, LN 1/0.

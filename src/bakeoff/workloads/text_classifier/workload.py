@@ -45,6 +45,7 @@ class TextClassifierWorkload(Workload):
     """Binary or multi-class text classification with a small Transformer encoder."""
 
     name: ClassVar[str] = "text_classifier"
+    serving_inputs: ClassVar[dict[str, tuple[str | None, ...]]] = {"tokens": ("batch", "seq")}
     metric_name: ClassVar[str] = "accuracy"
     presets: ClassVar[tuple[str, ...]] = tuple(PRESETS)
     preset_configs: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
@@ -78,7 +79,9 @@ class TextClassifierWorkload(Workload):
         }
         if spec.data_options:  # the user's file: the shipped data's measured target says nothing about it
             info["target"] = halfway_from_majority(majority)
-        return Dataset(train=train, test=test, info=info)
+        serving = {"tokenizer": "bakeoff.data.text.WordTokenizer: lowercase words, [PAD] = 0, [UNK] = 1, the first seq_len tokens, padded with 0 at the end", "seq_len": cfg["seq_len"], "vocabulary": tokenizer.vocab,
+                   "classes": list(text.classes), "output": "probability of classes[1]" if len(text.classes) == 2 else "probability per class"}
+        return Dataset(train=train, test=test, info=info, serving=serving)
 
     def output_units(self, config: Mapping[str, Any]) -> int:
         """One sigmoid unit for two classes, one softmax unit per class otherwise."""

@@ -1,0 +1,40 @@
+"""The deployment half: keep a trained model, export it to each framework's deployment formats, and measure
+inference in a fresh process per format with that format's own runtime.
+
+The flow::
+
+    trial (BAKEOFF_KEEP_MODEL=DIR) ──► model directory: manifest.json + weights.npz (canonical) + native file
+    python -m bakeoff.deploy.exporting MODEL_DIR --reference  ──► eval inputs + the framework model's outputs
+    python -m bakeoff.deploy.exporting MODEL_DIR FORMAT ...   ──► one format, one process, the source framework
+    python -m bakeoff.deploy.infer REQUEST.json RESULT.json    ──► one format, one process, its runtime only
+
+Framework adapters (``<framework>_deploy.py``) and runtimes (``<runtime>_runtime.py``) are the only modules here
+that import a framework; :mod:`bakeoff.deploy.formats` names which module serves which format.
+
+**Adapter contract** (module ``bakeoff.deploy.<framework>_deploy``)::
+
+    NATIVE_FILE: str                                                   # e.g. "model.pt"
+    save_model(workload: str, config: dict, weights: Weights, directory: Path) -> list[str]
+    load_model(workload: str, config: dict, directory: Path) -> Any    # the framework model, ready to predict
+    predict(model: Any, inputs: dict[str, np.ndarray]) -> np.ndarray   # inference mode, fp32, host numpy
+    export(model: Any, fmt: str, out: Path, example: dict[str, np.ndarray],
+           axes: dict[str, tuple[str | None, ...]]) -> dict[str, Any]  # writes ``out``; returns info (below)
+
+``export`` returns ``{"files": [...], "dynamic": {axis: "yes" | "no: <why>"}, "converter": "<tool and version>",
+"notes": "..."}`` and raises :class:`Unsupported` for a format that cannot be made here (TensorRT without CUDA),
+any other exception for a converter failure (recorded ``failed`` with its message).
+
+**Runtime contract** (module ``bakeoff.deploy.<runtime>_runtime``)::
+
+    load_runtime(fmt: str, path: Path, threads: int) -> Callable[[dict[str, np.ndarray]], np.ndarray]
+    runtime_version() -> str
+
+The callable takes the model's inputs as numpy arrays and returns its output as host numpy (synchronised), so the
+caller's clock measures the whole inference.
+"""
+
+from __future__ import annotations
+
+
+class Unsupported(RuntimeError):
+    """This format cannot be made or run here (recorded as ``unsupported`` with the reason)."""
