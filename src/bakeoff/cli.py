@@ -278,10 +278,13 @@ def _write_report(results, out: Path, weights: dict, qualitative: dict, title: s
     from bakeoff.analysis.scaling import scaling_rows, scaling_sentence
     from bakeoff.analysis.stats import summarise_groups
     from bakeoff.console import console
+    from bakeoff.report import deployment
     from bakeoff.report.render import render_report
 
     summaries = summarise_groups(results)
     decisions = decide_each(summaries, weights or None, qualitative or None)
+    if any((weights or {}).get(c) for c in deployment.CRITERIA):  # scored per workload from its deployments
+        decisions = _with_deployment(summaries, decisions, weights, qualitative, deployments)
     paths = render_report(results, out, weights=weights or None, qualitative=qualitative or None, title=title,
                           suites=suites, decisions=decisions, deployments=deployments)
     for (workload, preset), decision in decisions.items():
@@ -291,6 +294,25 @@ def _write_report(results, out: Path, weights: dict, qualitative: dict, title: s
         if scaling:
             console.print(f"[bold]scaling[/]: {scaling.removeprefix('Scaling: ')}")
     console.print(f"report: {paths['html']}  (Markdown: {paths['markdown']})")
+
+
+def _with_deployment(summaries, decisions: dict, weights: dict, qualitative: dict, deployments) -> dict:
+    """Decisions again, each with the deployment criteria of its workload scored from its stored deployments."""
+    from bakeoff.analysis.decide import decide
+    from bakeoff.report import deployment
+    from bakeoff.spec import SpecError
+
+    rows = deployment.latest(deployments)
+    out = {}
+    for key in decisions:
+        mine = [r for r in rows if (r["workload"], r["preset"]) == key]
+        if not mine:
+            raise SpecError(f"a deployment criterion is weighted, but no deployment of {key[0]} / {key[1]} is "
+                            f"stored: run `bakeoff deploy --workload {key[0]} --preset {key[1]}` first")
+        configs = [s for s in summaries if (s.workload, s.preset) == key]
+        scores = deployment.criteria(mine, {s.framework for s in configs})
+        out[key] = decide(configs, weights, {**qualitative, **scores})
+    return out
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -307,8 +329,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         suite_name = args.suite
     given = _key_values(args.weight, "--weight")
+    from bakeoff.report.deployment import CRITERIA
+
+    deploy_criteria = dict.fromkeys(CRITERIA, {})  # accepted by name; scored from the stored deployments
     try:
-        weights = check_weights({**weights, **given}, qualitative)
+        weights = check_weights({**weights, **given}, {**qualitative, **deploy_criteria})
     except SpecError as exc:
         raise SpecError(f"--weight {' '.join(args.weight)}: {exc}") from None
     if not args.store.exists():
@@ -317,7 +342,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         recorded = store.suite_settings(suite_name) if suite_name and not from_file else None
         if recorded:  # a suite known by name only: its weights and scores as they were when it ran
             qualitative = recorded["qualitative"]
-            weights = check_weights({**recorded["weights"], **given}, qualitative)
+            weights = check_weights({**recorded["weights"], **given}, {**qualitative, **deploy_criteria})
         results = store.results(suite=suite_name)
         suites = {row.key: row.suite for row in store.trials(suite=suite_name)}
         workloads = {r.run_spec.workload for r in results}
@@ -329,7 +354,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         export(results, args.export)
     out = args.out or DEFAULT_REPORTS / (suite_name or "all")
     if args.format == "json":
-        return _report_json(results, out, weights, qualitative, args, suite_name)
+        return _report_json(results, out, weights, qualitative, args, suite_name, deployments)
     _write_report(results, out, weights, qualitative, f"bakeoff: {suite_name or 'all trials'}", suites, deployments)
     from bakeoff.analysis.stats import summarise_groups
     from bakeoff.console import console
@@ -495,7 +520,7 @@ def _fail_if_slower(summaries, items: list[str]) -> list:  # -> list[bakeoff.ci.
 
 
 def _report_json(results, out: Path, weights: dict, qualitative: dict, args: argparse.Namespace,
-                 suite_name: str | None) -> int:
+                 suite_name: str | None, deployments: list | tuple = ()) -> int:
     import json
 
     from bakeoff.analysis.decide import decide_each
@@ -503,11 +528,14 @@ def _report_json(results, out: Path, weights: dict, qualitative: dict, args: arg
     from bakeoff.ci import decisions_json
     from bakeoff.console import console, errors
     from bakeoff.identity import bakeoff_version
+    from bakeoff.report.deployment import CRITERIA
 
     summaries = summarise_groups(results)
     checks = _fail_if_slower(summaries, args.fail_if_slower_than)
-    data = decisions_json(decide_each(summaries, weights or None, qualitative or None), summaries,
-                          store=str(args.store), suite=suite_name, bakeoff=bakeoff_version())
+    decisions = decide_each(summaries, weights or None, qualitative or None)
+    if any((weights or {}).get(c) for c in CRITERIA):
+        decisions = _with_deployment(summaries, decisions, weights, qualitative, deployments)
+    data = decisions_json(decisions, summaries, store=str(args.store), suite=suite_name, bakeoff=bakeoff_version())
     data["checks"] = [{**vars(c), "failed": c.failed} for c in checks]
     out.mkdir(parents=True, exist_ok=True)
     text = json.dumps(data, indent=1, allow_nan=False, ensure_ascii=False)

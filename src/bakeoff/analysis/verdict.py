@@ -101,6 +101,11 @@ def _robust_clause(decision: Decision, leader: str) -> str:
     return f"not robust: {joint}" + (f"; {flip}" if flip else "")
 
 
+DEPLOY_PREFIX = "deploy_"
+"""Criteria scored from measured deployments (:data:`bakeoff.report.deployment.CRITERIA`), passed to the decision
+beside the qualitative scores."""
+
+
 def _lead_phrases(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapping[str, float | None],
                   r_parts: Mapping[str, float | None], qualitative: Qualitative) -> tuple[list[str], list[str]]:
     """What the leader is better on, and what the runner-up is better on, most weighty first (no ties)."""
@@ -117,9 +122,10 @@ def _lead_phrases(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapp
                 theirs.append(difference_phrase(diff.swapped(), r, w))
         elif c in qualitative:
             sw, sr = qualitative[c][w.framework], qualitative[c][r.framework]
+            whose = "measured, 5 = the best" if c.startswith(DEPLOY_PREFIX) else "your score"
             if sw != sr:
-                (ours if sw > sr else theirs).append(f"{c}: {sw:g} vs {sr:g} (your score)" if sw > sr
-                                                     else f"{c}: {sr:g} vs {sw:g} (your score)")
+                (ours if sw > sr else theirs).append(f"{c}: {sw:.2g} vs {sr:.2g} ({whose})" if sw > sr
+                                                     else f"{c}: {sr:.2g} vs {sw:.2g} ({whose})")
     return ours, theirs
 
 

@@ -338,11 +338,6 @@ class WordTokenizer:
         self._vocab = list(vocab)
         self._ids = {token: i for i, token in enumerate(self._vocab)}
 
-    @property
-    def vocab(self) -> list[str]:
-        """The vocabulary: a token's id is its index."""
-        return list(self._vocab)
-
     @staticmethod
     def tokenize(text: str) -> list[str]:
         """Split one text into lowercase word tokens."""

@@ -303,6 +303,10 @@ def _weights_table(decision: Decision, qualitative: Qualitative) -> Table:
     for c, given in decision.given.items():
         if c in MEASURED:
             kind, what = "measured", MEASURED[c].description
+        elif c in deployment.CRITERIA:
+            scores = {cfg.framework: cfg.parts.get(c) for cfg in decision.configs}
+            kind, what = "measured (deployment)", f"{deployment.CRITERIA[c]}, 5 x best/v, /5: " + ", ".join(
+                f"{display_name(fw)} {5 * v:.2g}" for fw, v in sorted(scores.items()) if v is not None)
         else:
             kind, what = "qualitative", "your score 0..5 per framework, /5: " + ", ".join(
                 f"{display_name(fw)} {v:g}" for fw, v in sorted(qualitative.get(c, {}).items()))

@@ -72,6 +72,7 @@ class SpeechCTCNet(nn.Module):
     rate: float
     eps: float
     vocab: int
+    max_positions: int
     dtype: Any = jnp.float32
 
     @nn.compact
@@ -79,7 +80,9 @@ class SpeechCTCNet(nn.Module):
                  ) -> tuple[jax.Array, jax.Array]:
         x, lengths = Frontend(self.channels, self.d, self.dtype, name="frontend")(features.astype(self.dtype),
                                                                                    lengths)  # (B, T', d)
-        positions = jnp.asarray(sinusoids(x.shape[1], self.d))  # the fixed table's first T' rows, a constant
+        # The fixed table's first T' rows, a constant: sliced from the whole table, as the other frameworks do, so
+        # that T' may be a symbolic size (jax.export with dynamic frames).
+        positions = jnp.asarray(sinusoids(self.max_positions, self.d))[: x.shape[1]]
         x = nn.Dropout(self.rate)(x + positions.astype(self.dtype), deterministic=deterministic)
         mask = _valid(lengths, x.shape[1])[:, None, None, :]  # (B, 1, 1, T'): attend to real frames only
         for i in range(self.layers):
@@ -112,7 +115,7 @@ class SpeechCTC(FlaxModel):
     def net(self, dtype: Any = jnp.float32) -> SpeechCTCNet:
         c = self.config
         return SpeechCTCNet(c["conv_channels"], c["d_model"], c["num_heads"], c["d_ff"], c["num_layers"],
-                            c["dropout"], c["layer_norm_eps"], c["vocab_size"], dtype)
+                            c["dropout"], c["layer_norm_eps"], c["vocab_size"], c["max_positions"], dtype)
 
     def example(self) -> tuple[jax.Array, ...]:
         return jnp.zeros((1, 8, self.config["n_mels"])), jnp.array([8], jnp.int32)

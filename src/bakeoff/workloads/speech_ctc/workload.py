@@ -79,7 +79,8 @@ class SpeechCTCWorkload(Workload):
     """Character-level speech recognition with a convolution + Transformer encoder trained with CTC."""
 
     name: ClassVar[str] = "speech_ctc"
-    serving_inputs: ClassVar[dict[str, tuple[str | None, ...]]] = {"features": ("batch", "frames", None), "feature_lengths": ("batch",)}
+    serving_inputs: ClassVar[dict[str, tuple[str | None, ...]]] = {"features": ("batch", "frames", None),
+                                                                   "feature_lengths": ("batch",)}
     metric_name: ClassVar[str] = "cer"
     higher_is_better: ClassVar[bool] = False
     presets: ClassVar[tuple[str, ...]] = tuple(PRESETS)

@@ -79,8 +79,11 @@ class TextClassifierWorkload(Workload):
         }
         if spec.data_options:  # the user's file: the shipped data's measured target says nothing about it
             info["target"] = halfway_from_majority(majority)
-        serving = {"tokenizer": "bakeoff.data.text.WordTokenizer: lowercase words, [PAD] = 0, [UNK] = 1, the first seq_len tokens, padded with 0 at the end", "seq_len": cfg["seq_len"], "vocabulary": tokenizer.vocab,
-                   "classes": list(text.classes), "output": "probability of classes[1]" if len(text.classes) == 2 else "probability per class"}
+        serving = {  # what a kept model needs to read raw text as it was trained
+            "tokenizer": "bakeoff.data.text.WordTokenizer: lowercase words, [PAD] = 0, [UNK] = 1, the first "
+                         "seq_len tokens, padded with 0 at the end",
+            "seq_len": cfg["seq_len"], "vocabulary": tokenizer.vocab, "classes": list(text.classes),
+            "output": "probability of classes[1]" if len(text.classes) == 2 else "probability per class"}
         return Dataset(train=train, test=test, info=info, serving=serving)
 
     def output_units(self, config: Mapping[str, Any]) -> int:
