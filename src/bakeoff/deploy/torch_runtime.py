@@ -1,0 +1,81 @@
+"""The runtime for PyTorch's own formats: TorchScript (``torch.jit.load``), torch.export (``torch.export.load``),
+AOTInductor (``aoti_load_package``) and Torch-TensorRT (a TorchScript module holding TensorRT engines).
+
+Each artifact carries ``bakeoff.json`` (the input names and dtypes it was exported with), and inputs are cast to
+those dtypes: the compiled formats take no other. The float formats run on the CPU they were exported for;
+Torch-TensorRT on CUDA.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+META = "bakeoff.json"  # as torch_deploy writes it
+
+Run = Callable[[dict[str, np.ndarray]], np.ndarray]
+
+
+def runtime_version() -> str:
+    return f"torch {torch.__version__}"
+
+
+def load_runtime(fmt: str, path: Path, threads: int) -> Run:
+    """A callable running the artifact at ``path`` on numpy inputs, returning host numpy.
+
+    ``threads`` > 0 sets the intra-op and inter-op thread pools (the inter-op one only before it has started, as
+    the training engine does); 0 keeps torch's default, every core.
+    """
+    if fmt not in _LOADERS:
+        raise ValueError(f"{fmt!r} is not served by the torch runtime; accepted: {', '.join(_LOADERS)}")
+    if threads > 0:
+        torch.set_num_threads(threads)
+        if torch.get_num_interop_threads() != threads:
+            try:
+                torch.set_num_interop_threads(threads)
+            except RuntimeError:  # the pool has started in this process: it keeps its size
+                pass
+    call, meta, device = _LOADERS[fmt](Path(path))
+    dtypes = {name: np.dtype(dtype) for name, dtype in meta["inputs"].items()}
+
+    def run(inputs: dict[str, np.ndarray]) -> np.ndarray:
+        args = [torch.from_numpy(np.ascontiguousarray(inputs[n], dtype)).to(device) for n, dtype in dtypes.items()]
+        with torch.inference_mode():
+            return call(*args).float().cpu().numpy()  # .cpu() waits for the device
+
+    return run
+
+
+def _torchscript(path: Path, device: str = "cpu") -> tuple[Callable[..., Any], dict, str]:
+    extra = {META: ""}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"`torch\.jit\.\w+` is deprecated", DeprecationWarning)
+        module = torch.jit.load(str(path), map_location=device, _extra_files=extra)
+    return module.eval(), json.loads(extra[META]), device
+
+
+def _torch_export(path: Path) -> tuple[Callable[..., Any], dict, str]:
+    extra = {META: ""}
+    program = torch.export.load(path, extra_files=extra)
+    return program.module(), json.loads(extra[META]), "cpu"
+
+
+def _aoti(path: Path) -> tuple[Callable[..., Any], dict, str]:
+    model = torch._inductor.aoti_load_package(str(path))
+    return model, json.loads(model.get_metadata()[META]), "cpu"
+
+
+def _tensorrt(path: Path) -> tuple[Callable[..., Any], dict, str]:
+    import torch_tensorrt  # noqa: F401  (registers the TensorRT engine class TorchScript needs)
+
+    return _torchscript(path, "cuda")
+
+
+_LOADERS: dict[str, Callable[[Path], tuple[Callable[..., Any], dict, str]]] = {
+    "torchscript": _torchscript, "torch-export": _torch_export, "aoti": _aoti, "torch-tensorrt": _tensorrt}
