@@ -11,7 +11,7 @@ import pytest
 from bakeoff.deploy import formats, infer, model_dir, pipeline
 from bakeoff.deploy.exporting import export_loads, probe_batch
 from bakeoff.report import deployment
-from bakeoff.report.templates import Table, to_markdown
+from bakeoff.report.templates import Table, to_html, to_markdown
 from bakeoff.spec import RunSpec, SpecError
 from bakeoff.store import Store
 
@@ -147,6 +147,10 @@ def test_store_keeps_deployment_rows_and_the_report_section_shows_them(tmp_path)
     assert differs[2] == "ok, outputs differ" and differs[12].startswith("0.5 (0.0001)")
     text = to_markdown("t", blocks)
     assert "## Deployment" in text and "### mnist / tiny" in text and "mobile (LiteRT (float))" in text
+    html = to_html("t", blocks)
+    assert "<h2>Deployment</h2>" in html and '<td class="l">LiteRT (float)</td>' in html
+    assert deployment.line(back[0]).startswith("PyTorch TorchScript: ok · 4 kB · load 0.10 s · first 10 ms · "
+                                                "batch 1 p50 2 / p95 4 / p99 6 ms · 5,000 ex/s at batch 32")
     assert deployment.blocks([]) == []
 
 

@@ -46,7 +46,7 @@ def readme_commands() -> list[str]:
 def test_readme_lists_the_commands_we_run():
     commands = readme_commands()
     assert commands[0] == "bakeoff list" and commands[1] == "bakeoff run" and commands[-1] == "bakeoff env"
-    assert len(commands) == 11
+    assert len(commands) == 14
 
 
 @pytest.mark.skipif(shutil.which("bakeoff", path=str(BIN)) is None or not registry.installed("tensorflow")
@@ -86,7 +86,18 @@ def test_every_readme_command_runs(tmp_path):
     for workload, label, _, result in quick:
         assert '"time_to_target_s": null' not in result, f"{workload} {label} did not reach the target"
     suites = {s for (s,) in db.execute("SELECT DISTINCT suite FROM trials")}
-    assert suites == {"quick", "mine", "adhoc-text_classifier", "adhoc-mnist"}
+    assert suites == {"quick", "mine", "adhoc-text_classifier", "adhoc-mnist", "train"}
+    deploy, export = (outputs[c] for c in outputs if c.startswith(("bakeoff deploy", "bakeoff export")))
+    deploy = " ".join(deploy.split())
+    for name in ("PyTorch TorchScript", "PyTorch ONNX (torch.onnx)", "TensorFlow SavedModel", "TensorFlow LiteRT "
+                 "(float)", "TensorFlow ONNX (tf2onnx)", "JAX jax.export (StableHLO)", "JAX SavedModel (jax2tf)"):
+        assert f"{name}: ok" in deploy and "dynamic axes yes" in deploy
+    assert "PyTorch TensorRT (Torch-TensorRT): unsupported" in deploy
+    assert "PyTorch TorchScript: ok" in export and "PyTorch ONNX (torch.onnx): ok" in export
+    formats = {f for (f,) in db.execute("SELECT format FROM deployments WHERE status = 'ok'")}
+    assert {"torchscript", "torch-onnx", "savedmodel", "litert", "litert-int8", "tf-onnx", "jax-export",
+            "jax2tf"} <= formats
+    assert "## Deployment" in (tmp_path / "reports" / "deploy-mnist" / "report.md").read_text()
     assert (tmp_path / "reports" / "quick" / "report.html").stat().st_size > 10_000
     assert (tmp_path / "results" / "quick.csv").read_text().count("\n") == 25
     assert '"cores"' in outputs["bakeoff env"]

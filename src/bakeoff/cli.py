@@ -282,9 +282,10 @@ def _write_report(results, out: Path, weights: dict, qualitative: dict, title: s
     from bakeoff.report.render import render_report
 
     summaries = summarise_groups(results)
-    decisions = decide_each(summaries, weights or None, qualitative or None)
     if any((weights or {}).get(c) for c in deployment.CRITERIA):  # scored per workload from its deployments
-        decisions = _with_deployment(summaries, decisions, weights, qualitative, deployments)
+        decisions = _with_deployment(summaries, weights, qualitative, deployments)
+    else:
+        decisions = decide_each(summaries, weights or None, qualitative or None)
     paths = render_report(results, out, weights=weights or None, qualitative=qualitative or None, title=title,
                           suites=suites, decisions=decisions, deployments=deployments)
     for (workload, preset), decision in decisions.items():
@@ -296,15 +297,15 @@ def _write_report(results, out: Path, weights: dict, qualitative: dict, title: s
     console.print(f"report: {paths['html']}  (Markdown: {paths['markdown']})")
 
 
-def _with_deployment(summaries, decisions: dict, weights: dict, qualitative: dict, deployments) -> dict:
-    """Decisions again, each with the deployment criteria of its workload scored from its stored deployments."""
+def _with_deployment(summaries, weights: dict, qualitative: dict, deployments) -> dict:
+    """The decision of each workload and preset, with the deployment criteria scored from its stored deployments."""
     from bakeoff.analysis.decide import decide
     from bakeoff.report import deployment
     from bakeoff.spec import SpecError
 
     rows = deployment.latest(deployments)
     out = {}
-    for key in decisions:
+    for key in sorted({(s.workload, s.preset) for s in summaries}):
         mine = [r for r in rows if (r["workload"], r["preset"]) == key]
         if not mine:
             raise SpecError(f"a deployment criterion is weighted, but no deployment of {key[0]} / {key[1]} is "
@@ -532,9 +533,10 @@ def _report_json(results, out: Path, weights: dict, qualitative: dict, args: arg
 
     summaries = summarise_groups(results)
     checks = _fail_if_slower(summaries, args.fail_if_slower_than)
-    decisions = decide_each(summaries, weights or None, qualitative or None)
     if any((weights or {}).get(c) for c in CRITERIA):
-        decisions = _with_deployment(summaries, decisions, weights, qualitative, deployments)
+        decisions = _with_deployment(summaries, weights, qualitative, deployments)
+    else:
+        decisions = decide_each(summaries, weights or None, qualitative or None)
     data = decisions_json(decisions, summaries, store=str(args.store), suite=suite_name, bakeoff=bakeoff_version())
     data["checks"] = [{**vars(c), "failed": c.failed} for c in checks]
     out.mkdir(parents=True, exist_ok=True)

@@ -105,8 +105,6 @@ def _train(args: argparse.Namespace, store) -> list[Path]:
 
 
 def _export(dirs: list[Path], args: argparse.Namespace, store) -> list[dict]:
-    from rich.table import Table
-
     from bakeoff.console import console
     from bakeoff.deploy import pipeline
     from bakeoff.report import deployment
@@ -121,14 +119,9 @@ def _export(dirs: list[Path], args: argparse.Namespace, store) -> list[dict]:
                 console.print(f"  {where.name}: {name} already measured with these settings (--fresh-exports "
                               "measures again)")
             elif row is not None:
-                console.print(f"  {where.name}: {name} {row['status']}"
-                              + (f": {str(row.get('reason', ''))[:200]}" if row["status"] != "ok" else ""))
+                console.print(f"  {deployment.line(row)}", soft_wrap=True, markup=False)
 
         rows += pipeline.export_and_measure(directory, store, settings, args.formats, args.fresh_exports, show)
-    table = Table(*deployment.COLUMNS, title="deployment", show_lines=False)
-    for row in rows:
-        table.add_row(*deployment.cells(row))
-    console.print(table)
     return rows
 
 

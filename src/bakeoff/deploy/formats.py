@@ -70,8 +70,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
            _TF, ("tensorflow",), "tf", notes="tf.saved_model.save with a serving_default signature; "
            "served by TF Serving / tf.saved_model.load"),
     Format("litert", "LiteRT (float)", "tensorflow", "litert", "model.tflite", FLOAT_TOLERANCE, ("mobile",),
-           (), ("tensorflow", "ai_edge_litert"), "deploy", notes="tf.lite.TFLiteConverter from the concrete "
-           "function, run by the LiteRT interpreter (ai-edge-litert) without TensorFlow"),
+           (), ("tensorflow", "ai_edge_litert"), "deploy", notes="tf.lite.TFLiteConverter from the SavedModel "
+           "(builtin ops only), run by the LiteRT interpreter (ai-edge-litert) without TensorFlow"),
     Format("litert-int8", "LiteRT (int8 dynamic range)", "tensorflow", "litert", "model.int8.tflite", None,
            ("mobile",), (), ("tensorflow", "ai_edge_litert"), "deploy", quantised="int8 weights, dynamic range "
            "(activations quantised on the fly)", notes="TFLiteConverter with Optimize.DEFAULT, no calibration set"),

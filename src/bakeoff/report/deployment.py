@@ -18,7 +18,10 @@ CRITERIA = {"deploy_latency": "batch-1 p50 latency of the framework's fastest fo
 
 
 def _ms(seconds: float | None) -> str:
-    return "–" if seconds is None else f"{seconds * 1e3:.3g}"
+    if seconds is None:
+        return "–"
+    ms = seconds * 1e3
+    return f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}"
 
 
 def _size(n: float | None) -> str:
@@ -57,6 +60,22 @@ def cells(row: Mapping[str, Any]) -> list[str]:
             _ms(lat.get("p50")), _ms(lat.get("p95")), _ms(lat.get("p99")),
             "–" if eps is None else f"{eps:,.0f} @{settings.get('batch', '?')}",
             _size(inf.get("peak_rss_bytes")), diff_text, metric_text, inf.get("dynamic", "–")]
+
+
+def line(row: Mapping[str, Any]) -> str:
+    """One line of what a format measured, for the console."""
+    c = dict(zip(COLUMNS, cells(row), strict=True))
+    head = f"{c['framework']} {c['format']}: {c['status']}"
+    if row.get("status") != "ok":
+        return head
+    inf = row.get("inference", {})
+    load = inf.get("load_average_1m_at_end")
+    eps = inf.get("examples_per_s")
+    throughput = f"{eps:,.0f} ex/s at batch {row.get('settings', {}).get('batch', '?')}" if eps else "–"
+    return (f"{head} · {c['size']} · load {c['load s']} s · first {c['first ms']} ms · batch 1 p50 {c['p50 ms']} / "
+            f"p95 {c['p95 ms']} / p99 {c['p99 ms']} ms · {throughput} · peak RSS {c['peak RSS']} · "
+            f"max |Δ| {c['max |Δ| (tol)']} · {inf.get('metric_name', 'metric')} {c['metric (Δ)']} · dynamic axes "
+            f"{c['dynamic axes']}" + (f" · machine load {load:g}" if load is not None else ""))
 
 
 def latest(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -120,11 +139,13 @@ def blocks(rows: Sequence[Mapping[str, Any]]) -> list[Block]:
                     f"Threads {settings.get('cpu_threads', '?')} in every runtime; {settings.get('calls', '?')} "
                     f"timed batch-1 calls after {settings.get('warmup', '?')} warm-up; throughput at batch "
                     f"{settings.get('batch', '?')}, median of {settings.get('rounds', '?')} passes over "
-                    f"{settings.get('examples', '?')} test examples.",
+                    f"{settings.get('examples', '?')} test examples (the first of the test split; the metric is "
+                    "theirs).",
                     "max |Δ|: largest absolute difference from the framework model's outputs (probabilities, "
                     "reconstructions or log-probabilities) against the format's tolerance; metric (Δ): the "
                     "workload's metric on the format's outputs and its change from the framework model's.",
-                    "dynamic axes: a batch of another size with shorter sequences ran and matched."], align="ll"),
+                    "dynamic axes: a batch of another size with shorter sequences ran and matched."],
+                      align="lll" + "r" * (len(COLUMNS) - 4) + "l"),
                 Facts([(display_name(fw), "; ".join(f"{t} ({', '.join(f)})" for t, f in sorted(
                     reached.get(fw, {}).items())) or "no target: no format exported, ran and matched")
                        for fw in sorted({r["framework"] for r in part})])]
