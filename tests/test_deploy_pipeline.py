@@ -107,3 +107,10 @@ def test_report_shows_the_deployments_and_weighs_them_when_asked(kept, tmp_path)
     empty.close()
     assert cli.main(["report", "--store", str(tmp_path / "other.sqlite"), "--weight", "deploy_size=1",
                      "--out", str(out)]) == 2
+
+
+def test_a_kept_model_evaluates_again_to_the_metric_it_reached(kept):
+    _, directory, _ = kept
+    got = pipeline.evaluate(directory)
+    assert got["status"] == "ok" and got["examples"] == 1000  # MNIST's whole shipped test split
+    assert got["metric"] == pytest.approx(got["trained_metric"], abs=1e-12)

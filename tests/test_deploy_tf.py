@@ -175,9 +175,12 @@ def test_export_matches_the_keras_model_at_every_shape_it_claims(setups, workloa
         assert run(probe).shape[1] == (probe["features"].shape[1] + 3) // 4
 
 
-def test_litert_fixes_only_the_axes_its_builtins_cannot_keep(setups):
-    _, info = setups("text_classifier").export("litert")
-    assert info["dynamic"]["seq"].startswith("no: LiteRT's builtin ops cannot lower tf.StridedSlice")
+@pytest.mark.parametrize(("workload", "axis"), [("text_classifier", "seq"), ("speech_ctc", "frames")])
+def test_litert_keeps_sequence_axes_dynamic(setups, workload, axis):
+    # The models add axes with tf.expand_dims: LiteRT's builtins cannot lower a strided slice with tf.newaxis when
+    # two axes are dynamic, and the adapter would then fix the sequence axis and say "no: ...".
+    _, info = setups(workload).export("litert")
+    assert info["dynamic"][axis] == "yes"
 
 
 def test_onnx_graph_names_and_opset(setups):
@@ -207,7 +210,9 @@ def test_litert_int8_is_smaller_and_moves_outputs_and_metric_a_little(setups, wo
     path, info = s.export("litert-int8")
     float_path, float_info = s.export("litert")
     assert info["dynamic"] == float_info["dynamic"]
-    assert path.stat().st_size < 0.6 * float_path.stat().st_size  # the weights were quantised
+    # The weights were quantised. Speech's file also holds its float sinusoid position table (max_positions rows,
+    # kept whole since frames are dynamic), which is not a weight and stays float: the file shrinks less.
+    assert path.stat().st_size < (0.95 if workload == "speech_ctc" else 0.6) * float_path.stat().st_size
     run = _runner("litert-int8", path)
     split = {k: v[:32] for k, v in s.test.items()}
     got, want = run(split), s.predict({k: split[k] for k in s.axes})

@@ -46,7 +46,7 @@ def readme_commands() -> list[str]:
 def test_readme_lists_the_commands_we_run():
     commands = readme_commands()
     assert commands[0] == "bakeoff list" and commands[1] == "bakeoff run" and commands[-1] == "bakeoff env"
-    assert len(commands) == 14
+    assert len(commands) == 15
 
 
 @pytest.mark.skipif(shutil.which("bakeoff", path=str(BIN)) is None or not registry.installed("tensorflow")
@@ -94,6 +94,9 @@ def test_every_readme_command_runs(tmp_path):
         assert f"{name}: ok" in deploy and "dynamic axes yes" in deploy
     assert "PyTorch TensorRT (Torch-TensorRT): unsupported" in deploy
     assert "PyTorch TorchScript: ok" in export and "PyTorch ONNX (torch.onnx): ok" in export
+    evaluated = " ".join(next(outputs[c] for c in outputs if c.startswith("bakeoff evaluate")).split())
+    assert re.search(r"text_classifier torch/eager accuracy (0\.\d+) on \d+ test examples \(at the end of training: "
+                     r"\1\)", evaluated), evaluated
     formats = {f for (f,) in db.execute("SELECT format FROM deployments WHERE status = 'ok'")}
     assert {"torchscript", "torch-onnx", "savedmodel", "litert", "litert-int8", "tf-onnx", "jax-export",
             "jax2tf"} <= formats

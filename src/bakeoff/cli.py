@@ -629,7 +629,8 @@ def _deploy_command(name: str):  # the deployment commands live in bakeoff.deplo
 
 COMMANDS = {"run": cmd_run, "report": cmd_report, "list": cmd_list, "env": cmd_env, "show": cmd_show,
             "compare": cmd_compare, "prune": cmd_prune, "train": _deploy_command("train"),
-            "export": _deploy_command("export"), "deploy": _deploy_command("deploy")}
+            "export": _deploy_command("export"), "deploy": _deploy_command("deploy"),
+            "evaluate": _deploy_command("evaluate")}
 
 
 def main(argv: list[str] | None = None) -> int:

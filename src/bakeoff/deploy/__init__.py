@@ -28,6 +28,7 @@ any other exception for a converter failure (recorded ``failed`` with its messag
 
     load_runtime(fmt: str, path: Path, threads: int) -> Callable[[dict[str, np.ndarray]], np.ndarray]
     runtime_version() -> str
+    THREADS_APPLIED: bool = True                                       # False: ``threads`` cannot be set (JAX)
 
 The callable takes the model's inputs as numpy arrays and returns its output as host numpy (synchronised), so the
 caller's clock measures the whole inference.

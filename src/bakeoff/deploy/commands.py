@@ -45,6 +45,11 @@ def add_commands(sub: argparse._SubParsersAction, add_trial_options: Any, defaul
     export = sub.add_parser("export", help="export kept models to deployment formats and measure inference")
     export.add_argument("model_dirs", nargs="+", type=Path, metavar="MODEL_DIR", help="directories `bakeoff train` "
                                                                                        "kept")
+    export.add_argument("--workload", help="refuse model directories of any other workload")
+    evaluate = sub.add_parser("evaluate", help="evaluate kept models again on their test split, from the saved "
+                                               "files, without training")
+    evaluate.add_argument("model_dirs", nargs="+", type=Path, metavar="MODEL_DIR", help="directories `bakeoff "
+                                                                                         "train` kept")
     for parser in (train, deploy, export):
         parser.add_argument("--store", type=Path, default=default_store, help=f"results database "
                                                                                f"(default: {default_store})")
@@ -138,7 +143,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from bakeoff.store import Store
 
     for directory in args.model_dirs:  # every directory checked before anything runs
-        model_dir.read(directory)
+        model_dir.read(directory, workload=args.workload)
     with Store(args.store) as store:
         rows = _export(args.model_dirs, args, store)
     return 0 if all(r["status"] in ("ok", "unsupported") for r in rows) else 1
@@ -158,4 +163,23 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         _write_report(results, args.out or DEFAULT_REPORTS / f"deploy-{workload}", {}, {},
                       f"bakeoff deploy: {workload}", {r.key: "train" for r in results}, deployments=rows)
     ok = len(dirs) == len(_specs(args)) and all(r["status"] in ("ok", "unsupported") for r in rows)
+    return 0 if ok else 1
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from bakeoff.console import console
+    from bakeoff.deploy import model_dir, pipeline
+
+    manifests = [model_dir.read(d) for d in args.model_dirs]  # every directory checked before anything runs
+    ok = True
+    for directory, manifest in zip(args.model_dirs, manifests, strict=True):
+        got = pipeline.evaluate(directory)
+        if got.get("status") != "ok":
+            ok = False
+            console.print(f"{directory}: [red]{got.get('status')}[/]: {str(got.get('reason', ''))[:300]}")
+            continue
+        trained = got["trained_metric"]
+        console.print(f"{directory}: {manifest.workload} {manifest.label} {got['metric_name']} {got['metric']:.4f} "
+                      f"on {got['examples']} test examples (at the end of training: "
+                      f"{'not evaluated' if trained is None else f'{trained:.4f}'})")
     return 0 if ok else 1

@@ -21,6 +21,7 @@ from jax import export as jax_export
 log = logging.getLogger(__name__)
 
 FORMATS = ("jax-export",)
+THREADS_APPLIED = False  # read by the inference harness, which records it beside the threads requested
 
 
 def load_runtime(fmt: str, path: Path, threads: int) -> Callable[[dict[str, np.ndarray]], np.ndarray]:

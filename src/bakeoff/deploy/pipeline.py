@@ -158,6 +158,18 @@ def _reference(directory: Path, manifest: model_dir.Manifest, settings: Settings
     return result
 
 
+def evaluate(directory: Path, timeout_s: float = 900.0, batch: int = 256) -> dict[str, Any]:
+    """The kept model's metric on its whole test split, computed again from its native file in a fresh process
+    of its framework: ``{"status", "metric", "metric_name", "examples", "trained_metric"}`` (or the reason)."""
+    manifest = model_dir.read(directory)
+    with tempfile.TemporaryDirectory(prefix="bakeoff-evaluate-") as tmp:
+        request = {"model_dir": str(directory), "format": "reference", "out": tmp, "examples": 10**12,
+                   "batch": batch}
+        env = _env(records.get(manifest.framework).loads, os.cpu_count() or 1)
+        result = run_process("bakeoff.deploy.exporting", request, timeout_s, env, Path(tmp) / "evaluate.log")
+    return {**result, "trained_metric": manifest.final_metric}
+
+
 def export_and_measure(directory: Path, store: Store, settings: Settings, names: Sequence[str] | None = None,
                        fresh: bool = False, progress: Progress | None = None) -> list[dict[str, Any]]:
     """Export the model in ``directory`` to each format (``names``, default all of its framework's) and measure

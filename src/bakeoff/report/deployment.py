@@ -144,7 +144,10 @@ def blocks(rows: Sequence[Mapping[str, Any]]) -> list[Block]:
                     "max |Δ|: largest absolute difference from the framework model's outputs (probabilities, "
                     "reconstructions or log-probabilities) against the format's tolerance; metric (Δ): the "
                     "workload's metric on the format's outputs and its change from the framework model's.",
-                    "dynamic axes: a batch of another size with shorter sequences ran and matched."],
+                    "dynamic axes: a batch of another size with shorter sequences ran and matched.",
+                    *(["JAX's runtime has no thread-count setting: jax.export ran on every core the process may "
+                       "use (threads recorded as requested, not applied)."]
+                      if any(r.get("inference", {}).get("threads_applied") is False for r in part) else [])],
                       align="lll" + "r" * (len(COLUMNS) - 4) + "l"),
                 Facts([(display_name(fw), "; ".join(f"{t} ({', '.join(f)})" for t, f in sorted(
                     reached.get(fw, {}).items())) or "no target: no format exported, ran and matched")

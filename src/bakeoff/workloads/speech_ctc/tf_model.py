@@ -26,7 +26,7 @@ from bakeoff.workloads.speech_ctc.workload import sinusoids  # noqa: E402
 
 def _mask_past(x: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
     """Zero the frames of ``x`` (B, T, C) at or past each utterance's length."""
-    return x * tf.sequence_mask(lengths, tf.shape(x)[1], x.dtype)[..., tf.newaxis]
+    return x * tf.expand_dims(tf.sequence_mask(lengths, tf.shape(x)[1], x.dtype), -1)
 
 
 class SpeechCTCNet(keras.Model):
@@ -48,7 +48,7 @@ class SpeechCTCNet(keras.Model):
         lengths = (lengths + 1) // 2
         x = _mask_past(self.conv2(tf.pad(x, one_each_side)), lengths)  # (B, T', d)
         x = self.drop(x + tf.cast(self.positions[: tf.shape(x)[1]], x.dtype), training=training)
-        mask = tf.sequence_mask(lengths, tf.shape(x)[1])[:, tf.newaxis, :]  # (B, 1, T'): attend to real frames
+        mask = tf.expand_dims(tf.sequence_mask(lengths, tf.shape(x)[1]), 1)  # (B, 1, T'): attend to real frames
         for block in self.blocks:
             x = block(x, attention_mask=mask, training=training)
         return self.head(x), lengths  # (B, T', vocab) logits, (B,) encoder lengths
@@ -84,7 +84,7 @@ class SpeechCTC:
 
     def outputs(self, batch: Mapping[str, tf.Tensor]) -> tf.Tensor:
         logits, lengths = self.logits(batch, training=False)
-        valid = tf.sequence_mask(lengths, tf.shape(logits)[1], tf.float32)[..., tf.newaxis]  # (B, T', 1)
+        valid = tf.expand_dims(tf.sequence_mask(lengths, tf.shape(logits)[1], tf.float32), -1)  # (B, T', 1)
         return tf.nn.log_softmax(tf.cast(logits, tf.float32), -1) * valid  # (B, T', vocab), zero past the length
 
     def trainable(self) -> list[tf.Variable]:

@@ -37,10 +37,10 @@ class TextClassifierNet(keras.Model):
     def call(self, tokens: tf.Tensor, training: bool = False) -> tf.Tensor:
         valid = tf.not_equal(tokens, 0)  # (B, T) True for real tokens
         x = self.tokens(tokens) + self.positions[: tf.shape(tokens)[1]]  # (B, T, d)
-        mask = valid[:, tf.newaxis, :]  # (B, 1, T): every query may attend to every valid key
+        mask = tf.expand_dims(valid, 1)  # (B, 1, T): every query may attend to every valid key
         for block in self.blocks:
             x = block(x, attention_mask=mask, training=training)
-        keep = tf.cast(valid, x.dtype)[..., tf.newaxis]  # (B, T, 1)
+        keep = tf.expand_dims(tf.cast(valid, x.dtype), -1)  # (B, T, 1)
         pooled = tf.reduce_sum(x * keep, 1) / tf.reduce_sum(keep, 1)  # (B, d)
         return self.head(self.drop(pooled, training=training))  # (B, out_units) logits
 
