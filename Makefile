@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(PY) bench/trial_footprint.py
 	$(PY) bench/distributed.py
 	$(PY) bench/compile_time.py
+	$(PY) bench/inference_harness.py
 
 clean:
 	rm -rf $(VENV) results reports
