@@ -12,11 +12,9 @@ autoencoder: TensorFlow's XLA compiles the same StableHLO with its own settings)
 
 from __future__ import annotations
 
-import importlib
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -25,66 +23,19 @@ import pytest
 from bakeoff import registry
 from bakeoff.deploy import Unsupported, formats
 from bakeoff.deploy.exporting import probe_batch
-from bakeoff.spec import RunSpec
+from deploy_setups import EXAMPLES, WORKLOADS, Runner, runner, setups_fixture, worst
 
 pytestmark = pytest.mark.skipif(not registry.installed("jax"), reason="needs jax installed (pip install jax)")
 
-WORKLOADS = ("text_classifier", "autoencoder", "mnist", "speech_ctc")
 FORMATS = [f.name for f in formats.for_framework("jax")]
-EXAMPLES = 4
-Runner = Callable[[dict[str, np.ndarray]], np.ndarray]
 
 
-class Setup:
-    """One workload's tiny model, saved and loaded back through the adapter, with its test inputs."""
-
-    def __init__(self, workload: str, root: Path) -> None:
-        from bakeoff.deploy import jax_deploy
-        from bakeoff.parity import perturbed
-
-        self.workload = workload
-        self.wl = registry.workload(workload)
-        spec = RunSpec(workload=workload, framework="jax", max_steps=1, device="cpu")
-        data = self.wl.load_data(spec)
-        self.config = self.wl.config("tiny", spec, data)
-        self.weights = perturbed(self.wl.init_weights(self.config, 0))
-        self.axes = dict(self.wl.serving_inputs)
-        self.test = {k: v[:64] for k, v in data.test.items()}
-        self.inputs = {k: self.test[k][:EXAMPLES] for k in self.axes}
-        self.directory = root / workload
-        self.directory.mkdir()
-        self.saved = jax_deploy.save_model(workload, self.config, self.weights, self.directory)
-        self.model = jax_deploy.load_model(workload, self.config, self.directory)
-        self.exports: dict[str, tuple[Path, dict]] = {}
-
-    def export(self, fmt: str) -> tuple[Path, dict]:
-        """The format's file (exported once per module) and ``export``'s info."""
-        from bakeoff.deploy import jax_deploy
-
-        if fmt not in self.exports:
-            out = self.directory / "exports" / fmt / formats.FORMATS[fmt].file
-            example = {k: v[:2] for k, v in self.inputs.items()}  # as bakeoff.deploy.exporting passes it
-            self.exports[fmt] = out, jax_deploy.export(self.model, fmt, out, example, self.axes)
-        return self.exports[fmt]
-
-
-@pytest.fixture(scope="module")
-def setups(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Setup]:
-    root = tmp_path_factory.mktemp("deploy_jax")
-    made: dict[str, Setup] = {}
-
-    def get(workload: str) -> Setup:
-        if workload not in made:
-            made[workload] = Setup(workload, root)
-        return made[workload]
-
-    return get
+setups = setups_fixture("jax")
 
 
 def _runner(fmt: str, path: Path) -> Runner:
-    """The format's own runtime module, as the inference process loads it (jax2tf's SavedModel: TensorFlow's), at
-    its default threads (0), so this process's TensorFlow settings stay as other tests find them."""
-    return importlib.import_module(formats.FORMATS[fmt].runtime_module).load_runtime(fmt, path, 0)
+    """At the runtime's default threads (0), so this process's TensorFlow settings stay as other tests find them."""
+    return runner(fmt, path, 0)
 
 
 def _needs(fmt: str) -> None:
@@ -92,9 +43,7 @@ def _needs(fmt: str) -> None:
         pytest.skip("jax2tf needs tensorflow installed")
 
 
-def _worst(a: np.ndarray, b: np.ndarray) -> float:
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+_worst = worst
 
 
 # --- the native file ------------------------------------------------------------------------------------------

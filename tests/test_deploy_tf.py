@@ -6,9 +6,9 @@ be refused. Weights are perturbed from the initial ones, so every mapping matter
 
 Measured (tensorflow-cpu 2.21, tf2onnx 1.17 on protobuf 7, ai-edge-litert 2.3, onnxruntime 1.32, 2-core CPU; the
 worst over 64 test examples and the probe): SavedModel 1.7e-6 (the graph against the eager Keras call: the same
-kernels, another order), LiteRT float 1.9e-6, tf2onnx 1.9e-6, against 1e-4. LiteRT keeps the batch dynamic
-everywhere, but the text classifier's seq and speech's frames only at the example's size: the models index with
-``x[:, tf.newaxis]``, which the builtin ops cannot lower with two dynamic axes (``tf.expand_dims`` they can). int8
+kernels, another order), LiteRT float 1.9e-6, tf2onnx 1.9e-6, against 1e-4. LiteRT keeps every axis dynamic: the
+models add axes with ``tf.expand_dims``, since ``x[:, tf.newaxis]`` is a strided slice the builtin ops cannot lower
+with two dynamic axes (the adapter would then fix the sequence axis and say so). int8
 (dynamic range) moves outputs by up to 6.8e-2 (the autoencoder's unit-scale reconstructions), 4.9e-2 (speech's
 log-probabilities), 7.7e-3 and 2.3e-3 in probability (text, MNIST); the bounds below are 3 to 4x those.
 
@@ -17,12 +17,9 @@ The speech model is shrunk (one block, width 32) and the autoencoder to one bloc
 
 from __future__ import annotations
 
-import importlib
 import json
 import subprocess
 import sys
-from collections.abc import Callable
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -31,77 +28,19 @@ import pytest
 from bakeoff import registry
 from bakeoff.deploy import Unsupported, formats
 from bakeoff.deploy.exporting import probe_batch
-from bakeoff.spec import RunSpec
+from deploy_setups import EXAMPLES, WORKLOADS, runner, setups_fixture, worst
 
 pytestmark = pytest.mark.skipif(not registry.installed("tensorflow"), reason="needs tensorflow installed")
 
-WORKLOADS = ("text_classifier", "autoencoder", "mnist", "speech_ctc")
 FLOAT = ("savedmodel", "litert", "tf-onnx")
 SHRUNK = {"speech_ctc": (("num_layers", "1"), ("conv_channels", "32"), ("d_model", "32"), ("d_ff", "64")),
           "autoencoder": (("num_layers", "1"),)}
-EXAMPLES = 4
-Runner = Callable[[dict[str, np.ndarray]], np.ndarray]
 
 
-class Setup:
-    """One workload's tiny model, saved and loaded back through the adapter, with its test inputs."""
-
-    def __init__(self, workload: str, root: Path) -> None:
-        from bakeoff.deploy import tf_deploy
-        from bakeoff.parity import perturbed
-
-        self.workload = workload
-        self.wl = registry.workload(workload)
-        spec = RunSpec(workload=workload, framework="tensorflow", max_steps=1, config=SHRUNK.get(workload, ()))
-        data = self.wl.load_data(spec)
-        self.config = self.wl.config("tiny", spec, data)
-        self.weights = perturbed(self.wl.init_weights(self.config, 0))
-        self.axes = dict(self.wl.serving_inputs)
-        self.test = {k: v[:64] for k, v in data.test.items()}
-        self.inputs = {k: self.test[k][:EXAMPLES] for k in self.axes}
-        self.directory = root / workload
-        self.directory.mkdir()
-        self.saved = tf_deploy.save_model(workload, self.config, self.weights, self.directory)
-        self.model = tf_deploy.load_model(workload, self.config, self.directory)
-        self.exports: dict[str, tuple[Path, dict]] = {}
-
-    def export(self, fmt: str) -> tuple[Path, dict]:
-        """The format's file (exported once per module) and ``export``'s info."""
-        from bakeoff.deploy import tf_deploy
-
-        if fmt not in self.exports:
-            out = self.directory / "exports" / fmt / formats.FORMATS[fmt].file
-            example = {k: v[:2] for k, v in self.inputs.items()}  # as bakeoff.deploy.exporting passes it
-            self.exports[fmt] = out, tf_deploy.export(self.model, fmt, out, example, self.axes)
-        return self.exports[fmt]
-
-    def predict(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
-        from bakeoff.deploy import tf_deploy
-
-        return tf_deploy.predict(self.model, inputs)
+setups = setups_fixture("tensorflow", SHRUNK)
 
 
-@pytest.fixture(scope="module")
-def setups(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Setup]:
-    root = tmp_path_factory.mktemp("deploy_tf")
-    made: dict[str, Setup] = {}
-
-    def get(workload: str) -> Setup:
-        if workload not in made:
-            made[workload] = Setup(workload, root)
-        return made[workload]
-
-    return get
-
-
-def _runner(fmt: str, path: Path) -> Runner:
-    """The format's own runtime module, as the inference process loads it (ONNX: onnx_runtime)."""
-    return importlib.import_module(formats.FORMATS[fmt].runtime_module).load_runtime(fmt, path, 1)
-
-
-def _worst(a: np.ndarray, b: np.ndarray) -> float:
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+_runner, _worst = runner, worst
 
 
 def _as_data(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
