@@ -36,6 +36,28 @@ caller's clock measures the whole inference.
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
 
 class Unsupported(RuntimeError):
     """This format cannot be made or run here (recorded as ``unsupported`` with the reason)."""
+
+
+def request_main(module: str, handle: Callable[[Mapping[str, Any]], dict[str, Any]], argv: list[str] | None) -> int:
+    """``python -m module REQUEST.json RESULT.json``: the result of ``handle(request)`` written atomically (a reader
+    never sees half a file); exit 0 when it was written, 2 for a wrong command line."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        sys.stderr.write(f"usage: python -m {module} REQUEST.json RESULT.json\n")
+        return 2
+    result = handle(json.loads(Path(argv[0]).read_text()))
+    path = Path(argv[1])
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1, default=str))
+    os.replace(tmp, path)
+    return 0

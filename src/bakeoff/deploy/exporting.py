@@ -10,8 +10,6 @@ The result file is always written (atomically); the exit code is 0 when it was.
 from __future__ import annotations
 
 import importlib
-import json
-import os
 import sys
 import time
 import traceback
@@ -22,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from bakeoff import frameworks as records
-from bakeoff.deploy import Unsupported, formats, model_dir
+from bakeoff.deploy import Unsupported, formats, model_dir, request_main
 from bakeoff.measure.isolation import refuse_all_but
 
 INPUTS = "inputs.npz"  # the evaluation split (every array, for the metric) and the probe's serving inputs
@@ -137,16 +135,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        sys.stderr.write("usage: python -m bakeoff.deploy.exporting REQUEST.json RESULT.json\n")
-        return 2
-    result = run(json.loads(Path(argv[0]).read_text()))
-    path = Path(argv[1])
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1, default=str))
-    os.replace(tmp, path)
-    return 0
+    return request_main("bakeoff.deploy.exporting", run, argv)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ negligible against the latencies.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import statistics
 import sys
@@ -35,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.deploy import Unsupported, formats
+from bakeoff.deploy import Unsupported, formats, request_main
 from bakeoff.measure.isolation import foreign_frameworks, loaded_frameworks, refuse_all_but
 from bakeoff.measure.memory import RssProbe
 
@@ -192,16 +191,7 @@ def run_request(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        sys.stderr.write("usage: python -m bakeoff.deploy.infer REQUEST.json RESULT.json\n")
-        return 2
-    result = run_request(json.loads(Path(argv[0]).read_text()))
-    path = Path(argv[1])
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1, default=str))
-    os.replace(tmp, path)
-    return 0
+    return request_main("bakeoff.deploy.infer", run_request, argv)
 
 
 if __name__ == "__main__":
