@@ -152,6 +152,9 @@ def test_store_keeps_deployment_rows_and_the_report_section_shows_them(tmp_path)
     assert deployment.line(back[0]).startswith("PyTorch TorchScript: ok · 4 kB · load 0.10 s · first 10 ms · "
                                                 "batch 1 p50 2 / p95 4 / p99 6 ms · 5,000 ex/s at batch 32")
     assert deployment.blocks([]) == []
+    busy = _row("torch", "torch-onnx")
+    busy["inference"].update(cores=2, load_average_1m_at_start=1.0, load_average_1m_at_end=4.5)
+    assert deployment.cells(busy)[2] == "ok (machine load 4.5 on 2 cores: latencies unreliable)"
 
 
 def test_an_old_read_only_store_without_the_table_has_no_deployments(tmp_path):

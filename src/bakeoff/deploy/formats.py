@@ -54,7 +54,8 @@ FLOAT_TOLERANCE = 1e-4  # fp32 graphs re-lowered by another compiler: fused and 
 _TORCH = ("torch",)
 _TF = ("tensorflow",)
 FORMATS: dict[str, Format] = {f.name: f for f in (
-    Format("torchscript", "TorchScript", "torch", "torch", "model.ts", FLOAT_TOLERANCE, ("server", "mobile"),
+    # TorchScript's mobile path (the lite interpreter, .ptl) is not what is exported here: server only.
+    Format("torchscript", "TorchScript", "torch", "torch", "model.ts", FLOAT_TOLERANCE, ("server",),
            _TORCH, ("torch",), "torch", notes="torch.jit.trace; served by libtorch / torch.jit.load"),
     Format("torch-export", "torch.export", "torch", "torch", "model.pt2", FLOAT_TOLERANCE, ("server",),
            _TORCH, ("torch",), "torch", notes="torch.export.export with Dim axes, saved .pt2 (ExportedProgram)"),

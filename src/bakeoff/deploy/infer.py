@@ -98,7 +98,7 @@ def measure(fmt: formats.Format, path: Path, threads: int, batch: int, calls: in
     workload = registry.workload(workload_name)
     out: dict[str, Any] = {"threads": threads, "batch": batch, "calls": calls, "warmup": warmup, "rounds": rounds,
                            "examples": len(reference["outputs"]), "rss_before_bytes": RssProbe().current(),
-                           "load_average_1m_at_start": round(os.getloadavg()[0], 2)}
+                           "load_average_1m_at_start": round(os.getloadavg()[0], 2), "cores": os.cpu_count()}
     t0 = time.perf_counter()
     runtime = importlib.import_module(fmt.runtime_module)
     out["import_s"] = time.perf_counter() - t0

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from bakeoff.analysis.conditions import display_name
+from bakeoff.deploy.formats import FORMATS
 from bakeoff.report.templates import Block, Facts, Heading, Para, Table
 
 COLUMNS = ("framework", "format", "status", "export s", "size", "load s", "first ms", "p50 ms", "p95 ms", "p99 ms",
@@ -33,6 +34,13 @@ def _size(n: float | None) -> str:
     return f"{n:.0f} B"
 
 
+def loaded(inference: Mapping[str, Any]) -> bool:
+    """Whether other work held more than every core while the format was measured (at its start or end)."""
+    cores = inference.get("cores")
+    loads = [inference.get(k) for k in ("load_average_1m_at_start", "load_average_1m_at_end")]
+    return bool(cores) and any(v is not None and v > cores for v in loads)
+
+
 def usable(row: Mapping[str, Any]) -> bool:
     """Exported, ran in its runtime, and matched the framework model (or is quantised, its change reported)."""
     return row.get("status") == "ok" and row.get("inference", {}).get("parity") in ("ok", "reported")
@@ -46,6 +54,8 @@ def cells(row: Mapping[str, Any]) -> list[str]:
         status = f"{status} ({row.get('stage', '')}): {str(row.get('reason', ''))[:160]}"
     elif inf.get("parity") == "differs":
         status = "ok, outputs differ"
+    if status.startswith("ok") and loaded(inf):
+        status += f" (machine load {inf['load_average_1m_at_end']:g} on {inf['cores']} cores: latencies unreliable)"
     lat = inf.get("latency_s", {})
     tol = inf.get("tolerance")
     diff = inf.get("max_abs_diff")
@@ -130,8 +140,9 @@ def blocks(rows: Sequence[Mapping[str, Any]]) -> list[Block]:
              "batch-1 latency percentiles, throughput, peak resident memory, file size, and the outputs against the "
              "framework model on the same test examples.")]
     for key in sorted({(r["workload"], r["preset"]) for r in rows}):
+        order = {name: i for i, name in enumerate(FORMATS)}  # frameworks and formats as formats.py lists them
         part = sorted((r for r in rows if (r["workload"], r["preset"]) == key),
-                      key=lambda r: (r["framework"], r["format"]))
+                      key=lambda r: order.get(r["format"], len(order)))
         settings = part[0].get("settings", {})
         reached = targets(part)
         out += [Heading(3, f"{key[0]} / {key[1]}"),
@@ -153,7 +164,9 @@ def blocks(rows: Sequence[Mapping[str, Any]]) -> list[Block]:
                     reached.get(fw, {}).items())) or "no target: no format exported, ran and matched")
                        for fw in sorted({r["framework"] for r in part})])]
     out.append(Para("Targets count only formats that exported here, ran in their runtime and matched the framework "
-                    "model: facts of this run, not of a brochure. Deployment criteria a decision can weigh "
+                    "model: facts of this run, not of a brochure. Browser and mobile through ONNX mean the file "
+                    "ran in ONNX Runtime here (onnxruntime-web and ONNX Runtime Mobile run the same file); no "
+                    "browser or phone ran it. Deployment criteria a decision can weigh "
                     "(`bakeoff report --weight deploy_latency=1`): "
                     + "; ".join(f"{k}: {v}" for k, v in CRITERIA.items()) + "."))
     return out
