@@ -11,10 +11,10 @@ DEFAULT_MODELS = Path("models")
 
 EXPORT_HELP = """Each format is exported in its own process from the kept model, then measured in a fresh process with
 the format's own runtime, every runtime given the same threads: load time, first inference, batch-1 latency
-p50/p95/p99, throughput at --batch, peak resident memory, file size, and the outputs against the framework model
+p50/p95/p99, throughput at --infer-batch, peak resident memory, file size, and the outputs against the framework model
 on the same test examples (max |difference| against the format's tolerance; for int8 the metric change). A format
 that fails to export or run is recorded with the converter's message and the others go on. Rows go into the
-store; a format already measured for the same model and settings is reused unless --fresh."""
+store; a format already measured for the same model and settings is reused unless --fresh-exports."""
 
 
 def _add_export_options(parser: argparse.ArgumentParser) -> None:
