@@ -54,7 +54,6 @@ def test_percentiles_compare_parity_and_dynamic():
     assert infer.dynamic({"tolerance": 1e-4, "probe_max_abs_diff": 1e-6}) == "yes"
     assert infer.dynamic({"probe_error": "ValueError: shape (3, 32) fixed"}).startswith("no: ValueError")
     assert infer.dynamic({"tolerance": 1e-4, "probe_max_abs_diff": 1.0}).startswith("no: outputs at the probe")
-    assert infer.timer_cost(200) < 1e-3  # timing one call costs far less than any inference
 
 
 def test_latencies_keep_every_sample_after_the_warmup():
