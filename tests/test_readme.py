@@ -104,3 +104,4 @@ def test_every_readme_command_runs(tmp_path):
     assert (tmp_path / "reports" / "quick" / "report.html").stat().st_size > 10_000
     assert (tmp_path / "results" / "quick.csv").read_text().count("\n") == 25
     assert '"cores"' in outputs["bakeoff env"]
+    assert outputs["bakeoff env"].count(" GFLOP/s") >= 3  # fp32 and bf16 of each framework, kept in the store

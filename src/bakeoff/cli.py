@@ -101,7 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--set", dest="config", action="append", metavar="KEY=VALUE",
                          help="with --presets and --workload: the presets with these fields overridden, as "
                               "`bakeoff run --set` would train them")
-    sub.add_parser("env", help="this machine's fingerprint, as stored with every result")
+    env = sub.add_parser("env", help="this machine's fingerprint, as stored with every result, and each installed "
+                                     "framework's matmul ceiling (measured once, kept in the store)")
+    env.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"where ceilings are kept (default: "
+                                                                          f"{DEFAULT_STORE})")
+    env.add_argument("--no-probe", action="store_true", help="show kept ceilings only; measure none")
+    env.add_argument("--threads", type=int, default=0, help="threads of the probe, as a trial's --threads [0: all "
+                                                            "cores]")
     _add_store_commands(sub)
     from bakeoff.deploy.commands import add_commands
 
@@ -428,7 +434,47 @@ def cmd_env(args: argparse.Namespace) -> int:
     from bakeoff.measure.environment import host_environment
 
     console.print_json(json.dumps(host_environment()))
+    for line in _ceilings(args):
+        console.print(line, soft_wrap=True)
     return 0
+
+
+def _ceilings(args: argparse.Namespace) -> list[str]:
+    """Each installed framework's matmul ceiling on this machine: kept in the store, else measured now (one fresh
+    process per framework, a few seconds each) and kept, unless --no-probe."""
+    import os
+
+    from bakeoff import frameworks, registry
+    from bakeoff.measure import ceiling
+    from bakeoff.store import Store
+
+    threads = args.threads or os.cpu_count() or 1
+    lines = [f"matmul ceiling ({ceiling.SIZE}x{ceiling.SIZE} products, median of {ceiling.REPEATS}, {threads} "
+             f"threads; what MFU is measured against):"]
+    if args.no_probe and not args.store.exists():
+        return lines + ["  none kept (no store yet)"]
+    with Store(args.store) as store:
+        for name in frameworks.markers():  # the frameworks of their own (a Keras row multiplies with its backend's)
+            if not registry.installed(name):
+                continue
+            print_ = ceiling.fingerprint(name, threads)
+            kept = store.ceiling(ceiling.key(print_))
+            if kept is None and not args.no_probe:
+                measured = ceiling.measure(name, threads=threads)
+                if measured["status"] == "ok":
+                    store.put_ceiling(ceiling.key(print_), print_, measured)
+                    kept = store.ceiling(ceiling.key(print_))
+                else:
+                    lines.append(f"  {frameworks.get(name).display}: not measured ({measured['reason'][:200]})")
+                    continue
+            if kept is None:
+                lines.append(f"  {frameworks.get(name).display} {print_['version']}: not measured (--no-probe)")
+                continue
+            parts = [f"{p} {v['median_flops_per_s'] / 1e9:,.1f} GFLOP/s" if "missing" not in v
+                     else f"{p} missing ({v['missing'][:80]})" for p, v in kept["result"]["precisions"].items()]
+            lines.append(f"  {frameworks.get(name).display} {print_['version']}: {', '.join(parts)} "
+                         f"(measured {kept['measured_at']})")
+    return lines
 
 
 # --- everyday commands: --version, run --dry-run, report --format json, show, compare, prune ------------------------

@@ -44,6 +44,10 @@ CREATE TABLE IF NOT EXISTS deployments (
   framework TEXT NOT NULL, format TEXT NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL,
   finished_at TEXT NOT NULL, result TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS ceilings (
+  key TEXT PRIMARY KEY, framework TEXT NOT NULL, fingerprint TEXT NOT NULL, result TEXT NOT NULL,
+  measured_at TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS samples (
   key TEXT NOT NULL REFERENCES trials(key) ON DELETE CASCADE, kind TEXT NOT NULL, idx INTEGER NOT NULL,
   step INTEGER, train_s REAL, value REAL, PRIMARY KEY (key, kind, idx)
@@ -192,6 +196,23 @@ class Store:
             if wanted is None or row.get("model_key") in wanted:
                 out.append({**row, "finished_at": finished})
         return out
+
+    def put_ceiling(self, key: str, fingerprint: dict[str, Any], result: dict[str, Any]) -> None:
+        """Keep one framework's matmul ceiling on this machine (:mod:`bakeoff.measure.ceiling`)."""
+        with self._db:
+            self._db.execute("INSERT OR REPLACE INTO ceilings VALUES (?,?,?,?,?)",
+                             (key, fingerprint["framework"], json.dumps(fingerprint), json.dumps(result),
+                              datetime.now(UTC).isoformat(timespec="seconds")))
+
+    def ceiling(self, key: str) -> dict[str, Any] | None:
+        """The ceiling kept under ``key`` (``{"fingerprint", "result", "measured_at"}``), or None."""
+        try:
+            row = self._db.execute("SELECT fingerprint, result, measured_at FROM ceilings WHERE key = ?",
+                                   (key,)).fetchone()
+        except sqlite3.OperationalError:  # a store written before ceilings were kept, opened read-only
+            return None
+        return None if row is None else {"fingerprint": json.loads(row[0]), "result": json.loads(row[1]),
+                                         "measured_at": row[2]}
 
     def statuses(self) -> dict[str, Status]:
         """Status of every recorded trial, by spec key."""

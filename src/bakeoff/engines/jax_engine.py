@@ -109,6 +109,25 @@ def _pick_device(spec: RunSpec) -> jax.Device:
     return gpus[0] if gpus else jax.devices("cpu")[0]
 
 
+def matmul_rates(precision: str, n: int, repeats: int, threads: int) -> list[float]:
+    """FLOP/s of ``repeats`` dense ``(n, n) @ (n, n)`` products (2·n³ FLOPs each) in ``precision`` on this
+    process's device, after warm-up (:mod:`bakeoff.measure.ceiling`). ``threads`` is not applied: XLA's CPU
+    runtime has no thread-count setting, as in every JAX trial."""
+    import time
+
+    dtype = {"fp32": jnp.float32, "bf16": jnp.bfloat16}[precision]
+    rng = np.random.default_rng(0)
+    a, b = (jnp.asarray(rng.standard_normal((n, n)), dtype) for _ in range(2))
+    matmul = jax.jit(lambda x, y: jnp.dot(x, y, precision=jax.lax.Precision.HIGHEST))
+    rates = []
+    for i in range(repeats + 3):  # 3 untimed: the compile, allocation
+        t0 = time.perf_counter()
+        matmul(a, b).block_until_ready()
+        if i >= 3:
+            rates.append(2 * n**3 / (time.perf_counter() - t0))
+    return rates
+
+
 class JaxEngine(Engine):
     framework = "jax"
 

@@ -37,6 +37,27 @@ from bakeoff.measure.memory import MemoryProbe  # noqa: E402
 from bakeoff.spec import Batch, Device, Execution, Precision, Weights  # noqa: E402
 
 
+def matmul_rates(precision: str, n: int, repeats: int, threads: int) -> list[float]:
+    """FLOP/s of ``repeats`` dense ``(n, n) @ (n, n)`` products (2·n³ FLOPs each) in ``precision`` on this
+    process's device, after warm-up, with the threads a trial gets (:mod:`bakeoff.measure.ceiling`)."""
+    import time
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    tf.config.experimental.enable_tensor_float_32_execution(False)  # fp32 means fp32, as in every trial
+    dtype = {"fp32": tf.float32, "bf16": tf.bfloat16}[precision]
+    rng = np.random.default_rng(0)
+    a, b = (tf.constant(rng.standard_normal((n, n)), dtype) for _ in range(2))
+    matmul = tf.function(tf.linalg.matmul)
+    rates = []
+    for i in range(repeats + 3):  # 3 untimed: the function's trace, allocation
+        t0 = time.perf_counter()
+        matmul(a, b)[0, 0].numpy()  # one element to the host: the product is done
+        if i >= 3:
+            rates.append(2 * n**3 / (time.perf_counter() - t0))
+    return rates
+
+
 class TensorFlowEngine(Engine):
     framework = "tensorflow"
 

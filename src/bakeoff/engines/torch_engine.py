@@ -41,6 +41,30 @@ def _pin_threads(threads: int) -> None:
             pass
 
 
+def matmul_rates(precision: str, n: int, repeats: int, threads: int) -> list[float]:
+    """FLOP/s of ``repeats`` dense ``(n, n) @ (n, n)`` products (2·n³ FLOPs each) in ``precision`` on this
+    process's device, after warm-up, with the threads a trial gets (:mod:`bakeoff.measure.ceiling`)."""
+    import time
+
+    _pin_threads(threads)
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as in every trial
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=gen).to(device, dtype) for _ in range(2))
+    rates = []
+    with torch.inference_mode():
+        for i in range(repeats + 3):  # 3 untimed: allocation, kernel selection
+            t0 = time.perf_counter()
+            c = a @ b
+            if device == "cuda":
+                torch.cuda.synchronize()
+            if i >= 3:
+                rates.append(2 * n**3 / (time.perf_counter() - t0))
+    del c
+    return rates
+
+
 class TorchEngine(Engine):
     framework = "torch"
 
