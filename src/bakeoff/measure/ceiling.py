@@ -43,10 +43,7 @@ def key(print_: dict[str, Any]) -> str:
 
 def probe(framework: str, n: int = SIZE, repeats: int = REPEATS, threads: int = 0) -> dict[str, Any]:
     """Measure in this process (it loads ``framework``): ``{precision: {"median_flops_per_s", "samples"} or
-    {"missing": reason}}``."""
-    from bakeoff.measure.isolation import refuse_foreign
-
-    refuse_foreign(framework)
+    {"missing": reason}}``. The probe process refuses the other frameworks first (:func:`main`)."""
     module = importlib.import_module(records.get(framework).engine.split(":")[0])
     threads = threads or os.cpu_count() or 1
     out: dict[str, Any] = {"n": n, "repeats": repeats, "threads": threads, "precisions": {}}
@@ -82,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 2 <= len(argv) <= 4:
         sys.stderr.write("usage: python -m bakeoff.measure.ceiling FRAMEWORK RESULT.json [N [THREADS]]\n")
         return 2
+    from bakeoff.measure.isolation import refuse_foreign
+
+    refuse_foreign(argv[0])  # one framework in this process, as in a trial
     n = int(argv[2]) if len(argv) > 2 else SIZE
     threads = int(argv[3]) if len(argv) > 3 else 0
     result = probe(argv[0], n, REPEATS, threads)
