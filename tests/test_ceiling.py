@@ -8,8 +8,13 @@ import sys
 
 import pytest
 
+import fake_results as fake
 from bakeoff import registry
+from bakeoff.analysis.decide import decide
+from bakeoff.analysis.stats import summarise_groups
 from bakeoff.measure import ceiling
+from bakeoff.report.render import render_report
+from bakeoff.spec import RunSpec, Status
 from bakeoff.store import Store
 
 INSTALLED = [fw for fw in ("torch", "tensorflow", "jax") if registry.installed(fw)]
@@ -60,3 +65,103 @@ def test_env_measures_once_then_shows_what_is_kept(tmp_path):
     assert len(lines) == len(INSTALLED)
     again = [line for line in env("--no-probe").splitlines() if "GFLOP/s" in line]
     assert again == lines  # the kept figures, not a new measurement
+
+
+# --- MFU: a trial's model FLOPs per second over the ceiling it is measured against ----------------------------------
+
+def _kept(fp32: float = 1e11, bf16: dict | None = None) -> dict:
+    precisions = {"fp32": {"median_flops_per_s": fp32, "samples": [fp32]},
+                  "bf16": bf16 if bf16 is not None else {"median_flops_per_s": 2 * fp32, "samples": [2 * fp32]}}
+    return {"result": {"precisions": precisions, "where": "trial process"}, "measured_at": "2026-12-01T20:00:00"}
+
+
+def test_mfu_is_model_flops_per_second_over_the_ceiling_in_the_trials_precision():
+    trial = fake.trial("torch", "eager", examples_per_s=500.0)
+    wanted = ceiling.need(trial.run_spec)
+    got = ceiling.utilisation(trial, _kept(1e11), wanted, flops_per_example=4e6)
+    assert got["value"] == pytest.approx(4e6 * 500.0 / 1e11) and got["model_flops_per_s"] == 2e9
+    assert (got["precision"], got["ceiling_flops_per_s"], got["device_kind"]) == ("fp32", 1e11, "CPU")
+    bf16 = fake.trial("torch", "eager", examples_per_s=500.0, precision="bf16")
+    assert ceiling.utilisation(bf16, _kept(1e11), wanted, 4e6)["value"] == pytest.approx(4e6 * 500.0 / 2e11)
+
+
+def test_mfu_without_what_it_needs_is_missing_with_the_reason():
+    trial = fake.trial("torch", "eager")
+    wanted = ceiling.need(trial.run_spec)
+    assert "does not count its FLOPs" in ceiling.utilisation(trial, _kept(), wanted, None)["missing"]
+    assert "no ceiling kept" in ceiling.utilisation(trial, None, wanted, 1e6)["missing"]
+    fp16 = fake.trial("torch", "eager", precision="fp16")
+    assert ceiling.utilisation(fp16, _kept(), wanted, 1e6)["missing"] == \
+        "no fp16 ceiling: the probe measures fp32 and bf16"
+    bf16 = fake.trial("torch", "eager", precision="bf16")
+    no_bf16 = _kept(bf16={"missing": "TypeError: no bf16 dot here"})
+    assert "no bf16 ceiling on this machine: TypeError" in ceiling.utilisation(bf16, no_bf16, wanted, 1e6)["missing"]
+    parallel = RunSpec(workload="mnist", framework="torch", parallelism="data_parallel", workers=2, max_steps=5)
+    assert "multi-process" in ceiling.need(parallel).reason and ceiling.need(parallel).key is None
+
+
+def test_a_keras_row_is_measured_against_its_backends_ceiling():
+    assert [ceiling.family(f) for f in ("torch", "keras-jax", "keras-torch", "keras-tensorflow")] == \
+        ["torch", "jax", "torch", "tensorflow"]
+    keras = ceiling.need(RunSpec(workload="mnist", framework="keras-jax", max_steps=5))
+    assert keras.key == ceiling.need(RunSpec(workload="mnist", framework="jax", max_steps=5)).key
+
+
+def test_the_report_shows_mfu_with_its_ceiling_and_the_verdict_says_when_it_differs_a_lot(tmp_path):
+    results = [*fake.repeats("torch", "eager", [900, 950, 1000], [2.0, 2.1, 2.2], final_metric=[0.8] * 3),
+               *fake.repeats("tensorflow", "graph", [500, 520, 540], [4.0, 4.1, 4.2], final_metric=[0.8] * 3)]
+    flops = registry.workload("text_classifier").flops_per_example(fake.CONFIG)
+    for r in results:
+        r.extras["mfu"] = ceiling.utilisation(r, _kept(1e11), ceiling.need(r.run_spec), flops)
+    d = decide(summarise_groups(results))
+    assert " MFU: PyTorch (eager) runs at " in d.verdict and "of this CPU's fp32 matmul ceiling, TensorFlow " \
+        "(graph) at " in d.verdict and "ceilings 100 GFLOP/s and 100 GFLOP/s" in d.verdict
+    torch_mfu = flops * 950 / 1e11
+    assert f"runs at {100 * torch_mfu:.0f}%" in d.verdict
+    markdown = render_report(results, tmp_path)["markdown"].read_text()
+    assert "MFU (model FLOPs / matmul ceiling), % median (95% CI)" in markdown
+    for r in (results[0], results[-1]):  # each framework's own ceiling, named with its version
+        print_ = ceiling.need(r.run_spec).fingerprint
+        assert (f"{print_['version']} fp32 on CPU, {print_['threads']} threads: 100 GFLOP/s (measured "
+                f"2026-12-01T20:00:00 in a trial process; {r.spec['framework']}/") in markdown
+
+    close = [*fake.repeats("torch", "eager", [900, 950, 1000], [2.0, 2.1, 2.2], final_metric=[0.8] * 3),
+             *fake.repeats("tensorflow", "graph", [850, 870, 890], [2.3, 2.4, 2.5], final_metric=[0.8] * 3)]
+    for r in close:
+        r.extras["mfu"] = ceiling.utilisation(r, _kept(1e11), ceiling.need(r.run_spec), flops)
+    assert "MFU" not in decide(summarise_groups(close)).verdict  # within 1.25x of each other: nothing to say
+
+
+def test_a_result_without_mfu_says_why_in_the_report():
+    results = [*fake.repeats("torch", "eager", [900, 950, 1000], [2.0, 2.1, 2.2], final_metric=[0.8] * 3)]
+    results[0].extras["mfu"] = {"value": 0.02, "ceiling_flops_per_s": 1e11, "precision": "fp32",
+                                "device_kind": "CPU", "ceiling_version": "torch 2.13.0+cpu", "threads": 2,
+                                "ceiling_where": "probe process", "ceiling_measured_at": "2026-12-01"}
+    for r in results[1:]:
+        r.extras["mfu"] = {"missing": "no ceiling kept for this machine"}
+    summary = summarise_groups(results)[0]
+    assert summary.value("mfu") == pytest.approx(0.02)
+    older = summarise_groups(fake.repeats("torch", "eager", [900, 950, 1000], [2.0, 2.1, 2.2],
+                                          final_metric=[0.8] * 3))[0]
+    assert older.value("mfu") is None and older.missing["mfu"] == "stored before bakeoff measured MFU"
+
+
+@pytest.mark.skipif("torch" not in INSTALLED, reason="needs torch")
+def test_a_run_probes_the_ceiling_once_in_its_first_trial_and_keeps_it(tmp_path):
+    from bakeoff.runner import run
+
+    store_path = tmp_path / "s.sqlite"
+    specs = [RunSpec(workload="mnist", framework="torch", max_steps=12, eval_every=12, seed=s, threads=1)
+             for s in (0, 1)]
+    with Store(store_path) as store:
+        summary = run(specs, store, suite="t", log_dir=tmp_path / "logs")
+        kept = store.ceiling(ceiling.key(ceiling.fingerprint("torch", 1)))
+    first, second = summary.ran
+    assert first.status is Status.OK and second.status is Status.OK, (first.reason, second.reason)
+    assert first.extras["ceiling_probe"]["status"] == "ok" and "ceiling_probe" not in second.extras
+    assert kept is not None and kept["result"]["where"] == "trial process" and kept["fingerprint"]["threads"] == 1
+    peak = kept["result"]["precisions"]["fp32"]["median_flops_per_s"]
+    flops = registry.workload("mnist").flops_per_example(first.extras["config"])
+    for r in (first, second):
+        assert r.extras["mfu"]["ceiling_flops_per_s"] == peak
+        assert r.extras["mfu"]["value"] == pytest.approx(flops * r.throughput["examples_per_s"] / peak)

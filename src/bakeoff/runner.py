@@ -46,6 +46,7 @@ from bakeoff.identity import identify
 from bakeoff.launch import launchers
 from bakeoff.launch.process import OomKills, interruptible, read_oom_kills
 from bakeoff.launch.process import hold as hold_signals
+from bakeoff.measure import ceiling
 from bakeoff.spec import Parallelism, RunSpec, SpecError, Status, TrialResult
 from bakeoff.store import Store
 
@@ -94,11 +95,14 @@ def validate(specs: Sequence[RunSpec]) -> dict[tuple, int]:
     return train_sizes
 
 
-def _trial_env(spec: RunSpec, tmp: str, keep_dir: Path | None = None) -> dict[str, str]:
+def _trial_env(spec: RunSpec, tmp: str, keep_dir: Path | None = None, probe_ceiling: bool = False) -> dict[str, str]:
     env = dict(os.environ)
     env.pop(KEEP_MODEL_ENV, None)  # only a trial asked to keep its model keeps one
+    env.pop(ceiling.PROBE_ENV, None)  # only a trial asked to probe probes
     if keep_dir is not None:
         env[KEEP_MODEL_ENV] = str(keep_dir)
+    if probe_ceiling:
+        env[ceiling.PROBE_ENV] = "1"
     # Compile caches start empty in every trial, so graph-mode compile time is the cold cost, measured the same
     # way on every run, rather than whatever an earlier trial left on disk.
     env.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"), TRITON_CACHE_DIR=os.path.join(tmp, "triton"))
@@ -154,7 +158,7 @@ def _tail(paths: Sequence[Path], first: str, names: Sequence[str]) -> str:
 
 def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path | None = None,
             tensorboard_dir: Path | None = None, memory_cap: int | None = None,
-            keep_dir: Path | None = None) -> TrialResult:
+            keep_dir: Path | None = None, probe_ceiling: bool = False) -> TrialResult:
     """Run one spec as a fresh process group (:mod:`bakeoff.launch.launchers`); a crash, hang or kill of any
     member becomes a result, never an exception.
 
@@ -162,7 +166,8 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
     trial succeeds. ``tensorboard_dir`` receives the trial's TensorBoard event files. With ``memory_cap`` (bytes),
     the trial is killed and recorded as out of memory when its group's resident set grows past it. A group whose
     port was taken before it bound it is started again on new ports (``extras["port_retries"]``). With
-    ``keep_dir``, a trial that succeeds keeps its trained model there (:mod:`bakeoff.deploy.model_dir`).
+    ``keep_dir``, a trial that succeeds keeps its trained model there (:mod:`bakeoff.deploy.model_dir`). With
+    ``probe_ceiling``, the trial probes the matmul ceiling after its result (:mod:`bakeoff.measure.ceiling`).
     """
     reason = registry.unsupported(spec)
     if reason:
@@ -174,7 +179,7 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
     retries = 0
     while True:
         result, port_in_use = _run_group(spec, timeout_s, log_dir, checkpoint_dir, tensorboard_dir, memory_cap,
-                                         keep_dir)
+                                         keep_dir, probe_ceiling)
         if not port_in_use or retries + 1 >= PORT_ATTEMPTS:
             break
         retries += 1
@@ -190,7 +195,7 @@ PORT_ATTEMPTS = 3
 
 def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path | None,
                tensorboard_dir: Path | None, memory_cap: int | None,
-               keep_dir: Path | None = None) -> tuple[TrialResult, bool]:
+               keep_dir: Path | None = None, probe_ceiling: bool = False) -> tuple[TrialResult, bool]:
     """One start of the group: its result, and whether it failed because a port was in use."""
     # Workers on other machines read the spec and write their results here: under the store's folder, which they
     # see at the same path (a shared file system), rather than in this machine's /tmp.
@@ -202,7 +207,7 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         spec_path.write_text(spec.to_json())
         started, oom_before = time.perf_counter(), read_oom_kills()
         args = [str(spec_path), str(result_path), str(checkpoint_dir or ""), str(tensorboard_dir or "")]
-        group = launchers.plan(spec, args, _trial_env(spec, tmp, keep_dir))
+        group = launchers.plan(spec, args, _trial_env(spec, tmp, keep_dir, probe_ceiling))
         logs = _log_paths(log_dir, spec, group)
         names = [m.name for m in group.members]
         what = f"{spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}"
@@ -337,6 +342,17 @@ def tensorboard_runs(specs: Sequence[RunSpec], root: Path) -> dict[str, Path]:
     return runs
 
 
+def _utilisation(store: Store, wanted: ceiling.Need, kept: dict | None, result: TrialResult) -> dict:
+    """The trial's MFU (:func:`bakeoff.measure.ceiling.utilisation`), keeping the ceiling it probed, if it did."""
+    probed = result.extras.get("ceiling_probe")
+    if wanted.key is not None and kept is None and probed and probed.get("status") == "ok":
+        store.put_ceiling(wanted.key, wanted.fingerprint, probed)
+        kept = store.ceiling(wanted.key)
+    config = result.extras.get("config")
+    flops = registry.workload(result.run_spec.workload).flops_per_example(config) if config else None
+    return ceiling.utilisation(result, kept, wanted, flops)
+
+
 def _claim(folder: Path, spec: RunSpec) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / TENSORBOARD_MARK).write_text(json.dumps({"key": spec.key(), "label": spec.label(), "seed": spec.seed}))
@@ -362,8 +378,12 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
             progress("start", spec, None)
         _claim(tensorboard[spec.key()], spec)
         keep_dir = keep_models / model_dir.directory_name(spec) if keep_models is not None else None
+        wanted = ceiling.need(spec)
+        kept = store.ceiling(wanted.key) if wanted.key else None
         result = run_one(spec, timeout_s, log_dir, store.artifacts / "checkpoints" / spec.key(),
-                         tensorboard[spec.key()], keep_dir=keep_dir)
+                         tensorboard[spec.key()], keep_dir=keep_dir, probe_ceiling=bool(wanted.key) and kept is None)
+        if result.status is Status.OK:
+            result.extras["mfu"] = _utilisation(store, wanted, kept, result)
         result.extras.update(annotations.get(spec.key(), {}))
         result.extras["order"] = {"position": position, "of": len(specs), "seed": order_seed}
         with hold_signals():  # the row is written whole; a signal meanwhile is raised after it

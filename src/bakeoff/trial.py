@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bakeoff import frameworks, registry
 from bakeoff.deploy.model_dir import KEEP_MODEL_ENV
+from bakeoff.measure import ceiling
 from bakeoff.measure.environment import host_environment
 from bakeoff.measure.isolation import foreign_frameworks, loaded_frameworks, refuse_foreign
 from bakeoff.spec import Parallelism, RunSpec, Status, TrialResult
@@ -149,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     dirs = [Path(a) if a else None for a in argv[2:]] + [None, None]
     result = run_trial(spec, dirs[0], dirs[1])
     result.environment["imports_refused"] = refused
+    ceiling.in_trial(spec, result)  # when the runner asks: after every figure of the result is final
     write_result(result, rank_result_path(Path(argv[1]), process_rank()))
     return 0
 

@@ -60,6 +60,8 @@ class Quantity:
     censored: bool = False  # a trial without a value (target set, never reached) counts as +inf
     # Comparisons count values below this as this: what the probe resolves (a 0 vs 3 MiB increment is no 0x ratio)
     resolution: float = 0.0
+    # trial -> why it has no value, where the trial itself recorded why (MFU without a ceiling, say)
+    why_missing: Callable[[TrialResult], str | None] | None = None
 
     @property
     def display_unit(self) -> str:
@@ -162,6 +164,17 @@ def _worker_peak(r: TrialResult, _budget: float | None) -> float | None:
     return float(max(peaks)) if peaks else None
 
 
+def _mfu(r: TrialResult, _budget: float | None) -> float | None:
+    """Model-FLOPs utilisation, recorded at store time (:func:`bakeoff.measure.ceiling.utilisation`)."""
+    value = r.extras.get("mfu", {}).get("value")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _mfu_missing(r: TrialResult) -> str | None:
+    mfu = r.extras.get("mfu")
+    return "stored before bakeoff measured MFU" if mfu is None else mfu.get("missing")
+
+
 def _rate_from_steps(key: str) -> Callable[[TrialResult, np.ndarray], np.ndarray]:
     # Units per step vary (valid tokens, audio frames): the trial's rate scaled by its median step time.
     return lambda r, t: r.throughput[key] * r.steady_step_s / t
@@ -174,6 +187,10 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
              optional=True, steps=_rate_from_steps("tokens_per_s")),
     Quantity("frames_per_s", "frames/s", True, _rate("frames_per_s"), "steady audio throughput (10 ms frames)",
              interval=True, optional=True, steps=_rate_from_steps("frames_per_s")),
+    # MFU ∝ 1 / step time: the trial's MFU scaled by its median step time, as throughput is
+    Quantity("mfu", "share", True, _mfu, "MFU (model FLOPs / matmul ceiling)", shown_unit="%", scale=100,
+             interval=True, optional=True, steps=lambda r, t: _mfu(r, None) * r.steady_step_s / t,
+             why_missing=_mfu_missing),
     Quantity("first_step_s", "s", False, _field("first_step_s"), "first step (graph build / compile)"),
     Quantity("steady_step_s", "s", False, _field("steady_step_s"), "steady step", shown_unit="ms", scale=1000,
              steps=lambda r, t: t),

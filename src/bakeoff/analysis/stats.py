@@ -251,6 +251,9 @@ def _missing(q: Quantity, ok: Sequence[TrialResult], reasons: list[str], target:
         steps = str(trained[0]) if len(trained) == 1 else f"{trained[0]}–{trained[-1]}"
         return (f"no steady steps: {steps} step{'s' if trained[-1] != 1 else ''} trained left nothing after the "
                 f"first step and {'/'.join(map(str, warmup))} warm-up steps")
+    why = sorted({w for r in ok if (w := q.why_missing(r))}) if q.why_missing else []
+    if why:
+        return "; ".join(why)
     return f"not recorded by the {len(ok)} successful trial{'s' if len(ok) > 1 else ''}"
 
 

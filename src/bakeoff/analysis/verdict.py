@@ -101,6 +101,33 @@ def _robust_clause(decision: Decision, leader: str) -> str:
     return f"not robust: {joint}" + (f"; {flip}" if flip else "")
 
 
+MFU_GAP = 1.25
+"""How far apart two configurations' MFU must be (the larger over the smaller, and outside the tie test) for the
+verdict to say so."""
+
+
+def _ceiling_text(c: ConfigSummary) -> tuple[str, str]:
+    """(``"fp32"``, ``"156 GFLOP/s"``): the precision and median ceiling ``c``'s trials were measured against."""
+    kept = [r.extras["mfu"] for r in c.ok if "value" in r.extras.get("mfu", {})]
+    peak = sorted(m["ceiling_flops_per_s"] for m in kept)[len(kept) // 2]
+    return kept[0]["precision"], f"{fmt(peak / 1e9)} GFLOP/s"
+
+
+def mfu_sentence(d: Difference | None, w: ConfigSummary, r: ConfigSummary) -> str:
+    """`` MFU: PyTorch (eager) runs at 31% of this CPU's fp32 matmul ceiling, TensorFlow (graph) at 48% (...).``
+    when the two differ by :data:`MFU_GAP` or more, outside the tie test; else ``""``."""
+    a, b = w.value("mfu"), r.value("mfu")
+    if d is None or a is None or b is None or d.tie or max(a, b) < MFU_GAP * min(a, b):
+        return ""
+    kinds = {m.get("device_kind", "CPU") for c in (w, r) for t in c.ok if "value" in (m := t.extras.get("mfu", {}))}
+    device = kinds.pop() if len(kinds) == 1 else "the device"
+    (pw, cw), (pr, cr) = _ceiling_text(w), _ceiling_text(r)
+    precision = pw if pw == pr else f"{pw} / {pr}"
+    return (f" MFU: {display_name(w.label)} runs at {_percent(a)} of this {device}'s {precision} matmul ceiling, "
+            f"{display_name(r.label)} at {_percent(b)} ({ratio_text(d.ratio)}, {interval_text(d.low, d.high)}; "
+            f"ceilings {cw} and {cr}, each measured in its own framework: `bakeoff env`).")
+
+
 DEPLOY_PREFIX = "deploy_"
 """Criteria scored from measured deployments (:data:`bakeoff.report.deployment.CRITERIA`), passed to the decision
 beside the qualitative scores."""

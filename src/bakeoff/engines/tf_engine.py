@@ -39,11 +39,13 @@ from bakeoff.spec import Batch, Device, Execution, Precision, Weights  # noqa: E
 
 def matmul_rates(precision: str, n: int, repeats: int, threads: int) -> list[float]:
     """FLOP/s of ``repeats`` dense ``(n, n) @ (n, n)`` products (2·n³ FLOPs each) in ``precision`` on this
-    process's device, after warm-up, with the threads a trial gets (:mod:`bakeoff.measure.ceiling`)."""
+    process's device, after warm-up, with ``threads`` set as a trial sets them (0: as already set, in a trial
+    process that has trained) (:mod:`bakeoff.measure.ceiling`)."""
     import time
 
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    if threads:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
     tf.config.experimental.enable_tensor_float_32_execution(False)  # fp32 means fp32, as in every trial
     dtype = {"fp32": tf.float32, "bf16": tf.bfloat16}[precision]
     rng = np.random.default_rng(0)

@@ -43,10 +43,12 @@ def _pin_threads(threads: int) -> None:
 
 def matmul_rates(precision: str, n: int, repeats: int, threads: int) -> list[float]:
     """FLOP/s of ``repeats`` dense ``(n, n) @ (n, n)`` products (2·n³ FLOPs each) in ``precision`` on this
-    process's device, after warm-up, with the threads a trial gets (:mod:`bakeoff.measure.ceiling`)."""
+    process's device, after warm-up, with ``threads`` pinned as a trial pins them (0: as already set, in a trial
+    process that has trained) (:mod:`bakeoff.measure.ceiling`)."""
     import time
 
-    _pin_threads(threads)
+    if threads:
+        _pin_threads(threads)
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as in every trial
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]

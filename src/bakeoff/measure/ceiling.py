@@ -1,14 +1,26 @@
 """The machine's ceiling: each framework's dense matmul throughput (fp32, and bf16 where it has it) on the device a
 trial would use, measured once per machine, framework version and thread count, and kept in the store.
 
-One probe, one process (``python -m bakeoff.measure.ceiling FRAMEWORK RESULT.json [N]``), loading only that
-framework, as a trial does: ``REPEATS`` timed ``(N, N) @ (N, N)`` products after warm-up, through the framework's
-own ``matmul_rates`` in its engine module; the median is the ceiling and every sample is kept. A precision the
-framework cannot multiply in here is recorded missing with the error, not estimated.
+Where it is measured: ``bakeoff env`` runs one probe process per framework (``python -m bakeoff.measure.ceiling
+FRAMEWORK RESULT.json [N [THREADS]]``), loading only that framework, as a trial does. A run whose store keeps no
+ceiling for a trial's fingerprint asks that trial to probe (:data:`PROBE_ENV`): after its result is complete (off
+every clock and memory figure), in the process that trained, with the threads the trial was given. Either way:
+``REPEATS`` timed ``(N, N) @ (N, N)`` products after warm-up, through the framework's own ``matmul_rates`` in its
+engine module; the median is the ceiling and every sample is kept. A precision the framework cannot multiply in here
+is recorded missing with the error, not estimated. A Keras row multiplies with its backend's framework
+(:func:`family`).
+
+MFU (:func:`utilisation`): model FLOPs per second over the ceiling in the trial's precision. Model FLOPs per second
+= the workload's ``flops_per_example`` (training: forward and backward counted as 3× the forward's matmul FLOPs,
+attention's score and value products included, on the padded sequence the model computes on; embeddings lookups,
+norms, activations and the optimizer not counted) × steady examples/s. fp16 trials have no ceiling (the probe
+measures fp32 and bf16), nor do multi-process trials yet (a ceiling is one process's): their MFU is missing with
+that reason.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -23,10 +35,19 @@ from typing import Any
 
 from bakeoff import frameworks as records
 from bakeoff.measure.environment import cpu_model
+from bakeoff.spec import Parallelism, RunSpec, Status, TrialResult
 
 SIZE = 1024  # 2.1 GFLOP a product: long enough to time on a CPU, short enough to probe in seconds
 REPEATS = 10
 PRECISIONS = ("fp32", "bf16")
+PROBE_ENV = "BAKEOFF_PROBE_CEILING"
+"""Set by the runner for a trial whose ceiling the store does not keep yet: the trial probes after its result."""
+
+
+def family(framework: str) -> str:
+    """The framework whose matmul a row's ceiling is: itself, or a Keras row's backend (``keras-jax`` -> ``jax``)."""
+    loads = records.get(framework).loads
+    return next((name for name in records.markers() if records.get(name).loads == loads), framework)
 
 
 def fingerprint(framework: str, threads: int, device: str = "auto") -> dict[str, Any]:
@@ -43,9 +64,9 @@ def key(print_: dict[str, Any]) -> str:
 
 def probe(framework: str, n: int = SIZE, repeats: int = REPEATS, threads: int = 0) -> dict[str, Any]:
     """Measure in this process (it loads ``framework``): ``{precision: {"median_flops_per_s", "samples"} or
-    {"missing": reason}}``. The probe process refuses the other frameworks first (:func:`main`)."""
-    module = importlib.import_module(records.get(framework).engine.split(":")[0])
-    threads = threads or os.cpu_count() or 1
+    {"missing": reason}}``, with ``threads`` set first (0: as already set, in a trial process). The probe process
+    refuses the other frameworks first (:func:`main`)."""
+    module = importlib.import_module(records.get(family(framework)).engine.split(":")[0])
     out: dict[str, Any] = {"n": n, "repeats": repeats, "threads": threads, "precisions": {}}
     for precision in PRECISIONS:
         try:
@@ -56,13 +77,17 @@ def probe(framework: str, n: int = SIZE, repeats: int = REPEATS, threads: int = 
     return out
 
 
-def measure(framework: str, n: int = SIZE, threads: int = 0, timeout_s: float = 300.0) -> dict[str, Any]:
-    """:func:`probe` in a fresh process; ``{"status": "ok", ...}`` or the failure with its reason."""
+def measure(framework: str, n: int = SIZE, threads: int = 0, timeout_s: float = 300.0,
+            device: str = "auto") -> dict[str, Any]:
+    """:func:`probe` in a fresh process on ``device`` (as a trial's ``--device``); ``{"status": "ok", ...}`` or the
+    failure with its reason."""
     with tempfile.TemporaryDirectory(prefix="bakeoff-ceiling-") as tmp:
         out = Path(tmp) / "ceiling.json"
         env = {**os.environ, **records.get(framework).env}
         if threads:
             env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        if device == "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = ""  # as the runner hides accelerators from a --device cpu trial
         t0 = time.perf_counter()
         try:
             done = subprocess.run([sys.executable, "-m", "bakeoff.measure.ceiling", framework, str(out), str(n),
@@ -71,7 +96,68 @@ def measure(framework: str, n: int = SIZE, threads: int = 0, timeout_s: float = 
             return {"status": "timeout", "reason": f"no result after {timeout_s:.0f} s"}
         if not out.is_file():
             return {"status": "failed", "reason": f"exit {done.returncode}: {done.stderr[-500:].strip()}"}
-        return {"status": "ok", "wall_s": time.perf_counter() - t0, **json.loads(out.read_text())}
+        return {"status": "ok", "wall_s": time.perf_counter() - t0, "where": "probe process",
+                **json.loads(out.read_text())}
+
+
+def in_trial(spec: RunSpec, result: TrialResult) -> None:
+    """In a trial process asked to (:data:`PROBE_ENV`), after its result is complete: probe with the threads the
+    trial set, into ``extras["ceiling_probe"]`` (the runner keeps it in the store). A failure is recorded there."""
+    if not os.environ.get(PROBE_ENV) or result.status is not Status.OK:
+        return
+    t0 = time.perf_counter()
+    try:
+        measured = {"status": "ok", **probe(spec.framework.value, threads=0)}
+    except Exception as exc:  # noqa: BLE001 - a ceiling that could not be probed leaves the trial's result as it is
+        measured = {"status": "failed", "reason": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    result.extras["ceiling_probe"] = {**measured, "wall_s": time.perf_counter() - t0, "where": "trial process"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Need:
+    """The ceiling a trial's MFU is measured against: its store key and fingerprint, or why there is none."""
+
+    key: str | None
+    fingerprint: dict[str, Any]
+    reason: str = ""
+
+
+def need(spec: RunSpec) -> Need:
+    """Which kept ceiling ``spec``'s trial is measured against (the runner's side: no framework imported)."""
+    if spec.parallelism is not Parallelism.NONE:
+        return Need(None, {}, "not computed for multi-process trials yet (a ceiling is one process's)")
+    print_ = fingerprint(family(spec.framework.value), spec.threads or os.cpu_count() or 1, spec.device.value)
+    return Need(key(print_), print_)
+
+
+def utilisation(result: TrialResult, kept: dict[str, Any] | None, wanted: Need,
+                flops_per_example: float | None) -> dict[str, Any]:
+    """The trial's MFU against the kept ceiling (``Store.ceiling`` row), or ``{"missing": reason}``."""
+    precision = str(result.spec.get("precision", "fp32"))
+    if flops_per_example is None:
+        return {"missing": f"the {result.spec.get('workload')} workload does not count its FLOPs"}
+    if wanted.key is None:
+        return {"missing": wanted.reason}
+    if kept is None:
+        return {"missing": "no ceiling kept for this machine, framework version and thread count (its probe "
+                           "failed: see extras.ceiling_probe)"}
+    entry = kept["result"]["precisions"].get(precision)
+    if entry is None:
+        return {"missing": f"no {precision} ceiling: the probe measures {' and '.join(PRECISIONS)}"}
+    if "missing" in entry:
+        return {"missing": f"no {precision} ceiling on this machine: {entry['missing'][:200]}"}
+    rate = result.throughput.get("examples_per_s")
+    if rate is None:
+        return {"missing": "no steady throughput to count FLOPs from"}
+    achieved = flops_per_example * rate
+    peak = float(entry["median_flops_per_s"])
+    device = str(result.environment.get("device", wanted.fingerprint.get("device", "")))
+    return {"value": achieved / peak, "model_flops_per_s": achieved, "flops_per_example": flops_per_example,
+            "ceiling_flops_per_s": peak, "precision": precision, "ceiling_framework": wanted.fingerprint["framework"],
+            "ceiling_version": wanted.fingerprint["version"], "ceiling_key": wanted.key,
+            "ceiling_measured_at": kept["measured_at"], "ceiling_where": kept["result"].get("where", "probe process"),
+            "threads": wanted.fingerprint["threads"],
+            "device_kind": "GPU" if any(m in device.lower() for m in ("cuda", "gpu")) else "CPU"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
 
     refuse_foreign(argv[0])  # one framework in this process, as in a trial
     n = int(argv[2]) if len(argv) > 2 else SIZE
-    threads = int(argv[3]) if len(argv) > 3 else 0
+    threads = (int(argv[3]) if len(argv) > 3 else 0) or os.cpu_count() or 1
     result = probe(argv[0], n, REPEATS, threads)
     path = Path(argv[1])
     tmp = path.with_suffix(".tmp")

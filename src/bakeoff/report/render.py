@@ -25,6 +25,7 @@ from bakeoff.analysis.quantities import MIB, QUANTITIES, Quantity
 from bakeoff.analysis.scaling import SCALING_COLUMNS, scaling_cells, scaling_rows, scaling_sentence
 from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, fmt, short_reason, summarise_groups
 from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, ratio_text
+from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE
 from bakeoff.report import deployment, plots
 from bakeoff.report.templates import Block, Heading, Image, Para, Table, to_html, to_markdown
 from bakeoff.report.what_ran import mix_warning, what_ran_blocks
@@ -108,12 +109,34 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
         footnotes.append(f"Quality is read at {fmt(budget)} training examples, the largest number every "
                          "configuration evaluated at (linear between evaluations), so trials stopped at the target "
                          "and trials that trained on are compared at an equal budget.")
+    if any(q.name == "mfu" for q in columns):
+        footnotes.append(_mfu_note(configs))
     if builds:
         footnotes.append("Graph builds: training steps that traced (tf.function) or compiled (torch.compile, "
                          "jax.jit) a graph, each new input shape adding one; \"×3 graphs\": each build made 3 "
                          "graphs, the pieces between graph breaks; their extra seconds are what those steps took "
                          "beyond a steady step, the first step included.")
     return Table(header, rows, footnotes)
+
+
+def _mfu_note(configs: Sequence[ConfigSummary]) -> str:
+    """What MFU counts, and each ceiling it was measured against."""
+    ceilings: dict[tuple, set[str]] = {}
+    for c in configs:
+        for r in c.ok:
+            m = r.extras.get("mfu", {})
+            if "value" in m:
+                what = (m["ceiling_version"], m["precision"], m["device_kind"], m["threads"], m["ceiling_where"],
+                        m["ceiling_measured_at"], fmt(m["ceiling_flops_per_s"] / 1e9))
+                ceilings.setdefault(what, set()).add(c.label)
+    kept = "; ".join(f"{v} {p} on {d}, {t} threads: {g} GFLOP/s (measured {when} in a {where}; "
+                     f"{', '.join(sorted(labels))})"
+                     for (v, p, d, t, where, when, g), labels in sorted(ceilings.items()))
+    return ("MFU: model FLOPs per second (the workload's FLOPs per example × steady examples/s; training counted as "
+            "3× the forward's matmul FLOPs, attention's score and value products included, on the padded sequence; "
+            "embeddings, norms, activations and the optimizer not counted) over the framework's own dense matmul "
+            f"ceiling in the trial's precision ({SIZE}×{SIZE} products, median of {REPEATS}; the probe measures "
+            f"{' and '.join(PRECISIONS)}): {kept}.")
 
 
 def _memory_table(configs: Sequence[ConfigSummary]) -> Table | None:
