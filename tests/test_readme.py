@@ -46,7 +46,7 @@ def readme_commands() -> list[str]:
 def test_readme_lists_the_commands_we_run():
     commands = readme_commands()
     assert commands[0] == "bakeoff list" and commands[1] == "bakeoff run" and commands[-1] == "bakeoff env"
-    assert len(commands) == 15
+    assert len(commands) == 16
 
 
 @pytest.mark.skipif(shutil.which("bakeoff", path=str(BIN)) is None or not registry.installed("tensorflow")
@@ -103,5 +103,11 @@ def test_every_readme_command_runs(tmp_path):
     assert "## Deployment" in (tmp_path / "reports" / "deploy-mnist" / "report.md").read_text()
     assert (tmp_path / "reports" / "quick" / "report.html").stat().st_size > 10_000
     assert (tmp_path / "results" / "quick.csv").read_text().count("\n") == 25
+    profiled = " ".join(next(outputs[c] for c in outputs if c.endswith("--profile")).split())
+    for label, viewer in (("torch/graph", "ui.perfetto.dev"), ("tensorflow/graph", "xprof"),
+                          ("jax/graph", "ui.perfetto.dev")):
+        assert re.search(rf"profile mnist/tiny {label} seed 0: \S+ .*{re.escape(viewer)}", profiled), profiled
+    quick_md = (tmp_path / "reports" / "quick" / "report.md").read_text()
+    assert "MFU (model FLOPs / matmul ceiling), % median (95% CI)" in quick_md and "GFLOP/s (measured" in quick_md
     assert '"cores"' in outputs["bakeoff env"]
     assert outputs["bakeoff env"].count(" GFLOP/s") >= 3  # fp32 and bf16 of each framework, kept in the store

@@ -50,6 +50,16 @@ def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
+    return number
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bakeoff", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
@@ -75,6 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true",
                      help="list the trials in run order, which are already stored, and the time the rest should "
                           "take (from stored results of the same configurations); run and write nothing")
+    run.add_argument("--profile", action="store_true",
+                     help="after each trial that runs and succeeds, profile a few more training steps with the "
+                          "framework's own profiler, off the training clock (no recorded figure changes, nor the "
+                          "trial's key). Traces go to <store folder>/profiles/<workload>/<preset>/<framework-mode>/"
+                          "seed<N> (results/bakeoff/profiles/... for the default store), printed after the run. "
+                          "PyTorch writes <host>.pt.trace.json: open it in https://ui.perfetto.dev; TensorFlow "
+                          "and JAX write plugins/profile/<time>/<host>.xplane.pb: pip install xprof, then "
+                          "tensorboard --logdir FOLDER (Profile tab); JAX also writes perfetto_trace.json.gz for "
+                          "Perfetto. Trials already in the store are not re-run, so get no profile: add --fresh")
+    run.add_argument("--profile-steps", type=_positive_int, default=5, metavar="N",
+                     help="with --profile: steps under the profiler, after one unprofiled warm-up step (default: 5)")
 
     report = sub.add_parser("report", help="write the decision report (Markdown + self-contained HTML)")
     report.add_argument("--store", type=Path, default=DEFAULT_STORE)
@@ -241,9 +262,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             store.put_suite(suite.name, suite.source, suite.weights, suite.qualitative)
             summary = runner.run(specs, store, suite.name, timeout_s=timeout, fresh=args.fresh,
                                  retry_failed=args.retry_failed, progress=progress, annotations=annotations,
-                                 validated=True, order_seed=args.order_seed)
+                                 validated=True, order_seed=args.order_seed,
+                                 profile_steps=args.profile_steps if args.profile else 0)
             results = store.results(suite=suite.name, keys=[s.key() for s in summary.specs])
     console.print(f"ran {len(summary.ran)} trials, skipped {len(summary.skipped)} already in the store")
+    if args.profile:
+        _print_profiles(summary)
     if not args.no_report:
         title = f"bakeoff: {suite.name}" + (f" (overridden from the command line: {said})" if said else "")
         _write_report(results, args.out or DEFAULT_REPORTS / suite.name, suite.weights, suite.qualitative, title,
@@ -256,6 +280,23 @@ def cmd_run(args: argparse.Namespace) -> int:
                       f"(see the report's 'Trials that did not succeed'), e.g. {unsupported[0].run_spec.label()}: "
                       f"{unsupported[0].reason}")
     return 0 if all(r.status.value in ("ok", "unsupported") for r in results) else 1
+
+
+def _print_profiles(summary) -> None:
+    """Where each trial of the run wrote its trace, and which trials got none (their stored result was reused)."""
+    from bakeoff.console import console
+    from bakeoff.measure.profile import describe
+
+    for result in summary.ran:
+        spec = result.run_spec
+        line = describe(result.extras) or ("none recorded" if result.status.value == "ok" else
+                                           f"none: the trial did not succeed ({result.status.value})")
+        console.print(f"profile {spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}: {line}", soft_wrap=True)
+    if summary.skipped:
+        names = ", ".join(f"{s.workload}/{s.preset} {s.label()} seed {s.seed}" for s in summary.skipped[:5])
+        more = f" and {len(summary.skipped) - 5} more" if len(summary.skipped) > 5 else ""
+        console.print(f"no profile for {len(summary.skipped)} trial{'s' if len(summary.skipped) > 1 else ''} whose "
+                      f"stored result was reused ({names}{more}): add --fresh to re-run them with the profiler")
 
 
 def _search_batch_sizes(suite, sizes: dict, log_dir: Path, timeout: float):  # -> (specs, annotations)

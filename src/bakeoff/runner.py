@@ -16,7 +16,8 @@ checkpoint directory is kept for the next run to resume from. A result row is wr
 signals are held while it is stored.
 
 Files: a store's trial logs (``logs/<key>.log``), checkpoints (``checkpoints/<key>/``) and TensorBoard runs
-(``tensorboard/<workload>/<preset>/<framework-mode>/seed<N>``, see :func:`tensorboard_runs`) live in the folder
+(``tensorboard/<workload>/<preset>/<framework-mode>/seed<N>``, see :func:`tensorboard_runs`) and, with
+``--profile``, profiler traces (``profiles/``, named alike: :mod:`bakeoff.measure.profile`) live in the folder
 named after the store (:func:`bakeoff.store.artifacts_dir`: ``results/bakeoff.sqlite`` -> ``results/bakeoff/``).
 
 A trial that dies of SIGKILL is out of memory only with evidence: the runner's own memory cap, or the kernel's
@@ -47,6 +48,8 @@ from bakeoff.launch import launchers
 from bakeoff.launch.process import OomKills, interruptible, read_oom_kills
 from bakeoff.launch.process import hold as hold_signals
 from bakeoff.measure import ceiling
+from bakeoff.measure.profile import PROFILE_ENV, PROFILE_STEPS_ENV
+from bakeoff.measure.profile import Request as ProfileRequest
 from bakeoff.spec import Parallelism, RunSpec, SpecError, Status, TrialResult
 from bakeoff.store import Store
 
@@ -95,8 +98,13 @@ def validate(specs: Sequence[RunSpec]) -> dict[tuple, int]:
     return train_sizes
 
 
-def _trial_env(spec: RunSpec, tmp: str, keep_dir: Path | None = None, probe_ceiling: bool = False) -> dict[str, str]:
+def _trial_env(spec: RunSpec, tmp: str, keep_dir: Path | None = None, probe_ceiling: bool = False,
+               profile: ProfileRequest | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    for name in (PROFILE_ENV, PROFILE_STEPS_ENV):  # only a trial asked to profile profiles
+        env.pop(name, None)
+    if profile is not None:
+        env.update(profile.env())
     env.pop(KEEP_MODEL_ENV, None)  # only a trial asked to keep its model keeps one
     env.pop(ceiling.PROBE_ENV, None)  # only a trial asked to probe probes
     if keep_dir is not None:
@@ -158,7 +166,8 @@ def _tail(paths: Sequence[Path], first: str, names: Sequence[str]) -> str:
 
 def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path | None = None,
             tensorboard_dir: Path | None = None, memory_cap: int | None = None,
-            keep_dir: Path | None = None, probe_ceiling: bool = False) -> TrialResult:
+            keep_dir: Path | None = None, probe_ceiling: bool = False,
+            profile: ProfileRequest | None = None) -> TrialResult:
     """Run one spec as a fresh process group (:mod:`bakeoff.launch.launchers`); a crash, hang or kill of any
     member becomes a result, never an exception.
 
@@ -167,7 +176,8 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
     the trial is killed and recorded as out of memory when its group's resident set grows past it. A group whose
     port was taken before it bound it is started again on new ports (``extras["port_retries"]``). With
     ``keep_dir``, a trial that succeeds keeps its trained model there (:mod:`bakeoff.deploy.model_dir`). With
-    ``probe_ceiling``, the trial probes the matmul ceiling after its result (:mod:`bakeoff.measure.ceiling`).
+    ``probe_ceiling``, the trial probes the matmul ceiling after its result (:mod:`bakeoff.measure.ceiling`). With
+    ``profile``, a trial that succeeds profiles a few more steps after its result (:mod:`bakeoff.measure.profile`).
     """
     reason = registry.unsupported(spec)
     if reason:
@@ -179,7 +189,7 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
     retries = 0
     while True:
         result, port_in_use = _run_group(spec, timeout_s, log_dir, checkpoint_dir, tensorboard_dir, memory_cap,
-                                         keep_dir, probe_ceiling)
+                                         keep_dir, probe_ceiling, profile)
         if not port_in_use or retries + 1 >= PORT_ATTEMPTS:
             break
         retries += 1
@@ -195,7 +205,8 @@ PORT_ATTEMPTS = 3
 
 def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path | None,
                tensorboard_dir: Path | None, memory_cap: int | None,
-               keep_dir: Path | None = None, probe_ceiling: bool = False) -> tuple[TrialResult, bool]:
+               keep_dir: Path | None = None, probe_ceiling: bool = False,
+               profile: ProfileRequest | None = None) -> tuple[TrialResult, bool]:
     """One start of the group: its result, and whether it failed because a port was in use."""
     # Workers on other machines read the spec and write their results here: under the store's folder, which they
     # see at the same path (a shared file system), rather than in this machine's /tmp.
@@ -207,7 +218,7 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         spec_path.write_text(spec.to_json())
         started, oom_before = time.perf_counter(), read_oom_kills()
         args = [str(spec_path), str(result_path), str(checkpoint_dir or ""), str(tensorboard_dir or "")]
-        group = launchers.plan(spec, args, _trial_env(spec, tmp, keep_dir, probe_ceiling))
+        group = launchers.plan(spec, args, _trial_env(spec, tmp, keep_dir, probe_ceiling, profile))
         logs = _log_paths(log_dir, spec, group)
         names = [m.name for m in group.members]
         what = f"{spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}"
@@ -276,14 +287,17 @@ def order(specs: Sequence[RunSpec], seed: int = 0) -> list[RunSpec]:
 def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 900,
         fresh: bool = False, retry_failed: bool = False, log_dir: Path | None = None,
         progress: Progress | None = None, annotations: dict[str, dict] | None = None,
-        validated: bool = False, order_seed: int = 0, keep_models: Path | None = None) -> RunSummary:
+        validated: bool = False, order_seed: int = 0, keep_models: Path | None = None,
+        profile_steps: int = 0) -> RunSummary:
     """Run every spec not already recorded, in :func:`order`, storing each result as it finishes.
 
     ``annotations`` maps spec keys to extras recorded with that trial's result (e.g. its batch-size search).
     ``validated``: the caller already ran :func:`validate` on these specs (it loads every data set once).
     SIGINT or SIGTERM raises :class:`Interrupted` after killing the running trial, which is not recorded.
     With ``keep_models``, each trial that succeeds keeps its model in a folder of it named by
-    :func:`bakeoff.deploy.model_dir.directory_name`.
+    :func:`bakeoff.deploy.model_dir.directory_name`. With ``profile_steps``, each trial that runs and succeeds
+    then profiles that many steps (:mod:`bakeoff.measure.profile`) into its folder of the store's ``profiles``
+    (named as its TensorBoard run is: :func:`tensorboard_runs`); a trial reused from the store is not profiled.
     """
     if not validated:
         validate(specs)
@@ -293,7 +307,8 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
                                                                                            strict=True)}
     with interruptible():
         summary = _run(order(identified, order_seed), store, suite, timeout_s, fresh, retry_failed,
-                       log_dir or store.artifacts / "logs", progress, annotations, order_seed, keep_models)
+                       log_dir or store.artifacts / "logs", progress, annotations, order_seed, keep_models,
+                       profile_steps)
     summary.specs = identified
     return summary
 
@@ -360,11 +375,12 @@ def _claim(folder: Path, spec: RunSpec) -> None:
 
 def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh: bool, retry_failed: bool,
          log_dir: Path, progress: Progress | None, annotations: dict[str, dict], order_seed: int,
-         keep_models: Path | None = None) -> RunSummary:
+         keep_models: Path | None = None, profile_steps: int = 0) -> RunSummary:
     recorded = store.statuses()
     summary = RunSummary(ran=[], skipped=[])
     queued = [spec for spec in specs if to_run(spec, recorded, fresh, retry_failed)]
     tensorboard = tensorboard_runs(queued, store.artifacts / "tensorboard")
+    profiles = tensorboard_runs(queued, store.artifacts / "profiles") if profile_steps else {}
     if progress:
         for spec in queued:
             progress("queued", spec, None)
@@ -378,10 +394,14 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
             progress("start", spec, None)
         _claim(tensorboard[spec.key()], spec)
         keep_dir = keep_models / model_dir.directory_name(spec) if keep_models is not None else None
+        profile = ProfileRequest(profiles[spec.key()], profile_steps) if profile_steps else None
+        if profile is not None:
+            _claim(profile.directory, spec)
         wanted = ceiling.need(spec)
         kept = store.ceiling(wanted.key) if wanted.key else None
         result = run_one(spec, timeout_s, log_dir, store.artifacts / "checkpoints" / spec.key(),
-                         tensorboard[spec.key()], keep_dir=keep_dir, probe_ceiling=bool(wanted.key) and kept is None)
+                         tensorboard[spec.key()], keep_dir=keep_dir, probe_ceiling=bool(wanted.key) and kept is None,
+                         profile=profile)
         if result.status is Status.OK:
             result.extras["mfu"] = _utilisation(store, wanted, kept, result)
         result.extras.update(annotations.get(spec.key(), {}))

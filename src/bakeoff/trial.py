@@ -7,6 +7,7 @@ status and reason when the trial could not finish; the exit code is 0 when a res
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -111,7 +112,23 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
                 result.extras["memory_probe_error"] = repr(exc)
         result.environment["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
         result.wall_s = time.perf_counter() - started
+    if engine is not None and result.status is Status.OK:
+        _profile(spec, engine, data, result)
     return result
+
+
+def _profile(spec: RunSpec, engine, data, result: TrialResult) -> None:
+    """When the runner asks (:mod:`bakeoff.measure.profile`), profile a few more steps: after every figure of the
+    result is final, so that none of them changes. Each process of a distributed trial into its ``rank<N>``."""
+    from bakeoff.engines.base import next_steps
+    from bakeoff.measure import profile
+
+    request = profile.Request.from_env()
+    if request is None:
+        return
+    if spec.parallelism is not Parallelism.NONE:
+        request = dataclasses.replace(request, directory=request.directory / f"rank{process_rank()}")
+    profile.profile(engine, next_steps(engine, data), request, result, first_step=len(result.step_times_s) + 1)
 
 
 def _keep(spec: RunSpec, config: dict, engine, serving: dict, result: TrialResult, directory: Path) -> None:

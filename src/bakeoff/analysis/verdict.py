@@ -125,7 +125,7 @@ def mfu_sentence(d: Difference | None, w: ConfigSummary, r: ConfigSummary) -> st
     precision = pw if pw == pr else f"{pw} / {pr}"
     return (f" MFU: {display_name(w.label)} runs at {_percent(a)} of this {device}'s {precision} matmul ceiling, "
             f"{display_name(r.label)} at {_percent(b)} ({ratio_text(d.ratio)}, {interval_text(d.low, d.high)}; "
-            f"ceilings {cw} and {cr}, each measured in its own framework: `bakeoff env`).")
+            f"ceilings {cw} and {cr}, each framework's own on this machine, as `bakeoff env` shows).")
 
 
 DEPLOY_PREFIX = "deploy_"

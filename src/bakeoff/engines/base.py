@@ -49,6 +49,9 @@ class Engine(ABC):
     """One framework's training machinery for one trial."""
 
     framework: str
+    stopped_at: tuple[int, int] = (0, 0)
+    """``(epoch, consumed)`` where :func:`train` stopped: the epoch it was in and how many of its micro-batches
+    were trained on. A further step trains on what follows (:func:`next_steps`)."""
 
     def __init__(self, spec: RunSpec, workload: Workload, config: Mapping[str, Any]) -> None:
         self.spec = spec
@@ -134,11 +137,26 @@ class Engine(ABC):
 
         return EventWriter(logdir)
 
+    def profiler(self, directory: Path) -> contextlib.AbstractContextManager[StepTrace]:
+        """The framework's own profiler, recording while the block runs and writing its trace into ``directory``
+        when the block ends (:mod:`bakeoff.measure.profile` runs the steps). Raises :class:`Unsupported` when
+        called, before the block, where this engine cannot profile (nor take more steps)."""
+        raise Unsupported(f"{type(self).__name__} has no profiler")
+
 
 class SummaryWriter(Protocol):
     def scalar(self, tag: str, value: float, step: int) -> None: ...
     def flush(self) -> None: ...
     def close(self) -> None: ...
+
+
+class StepTrace(Protocol):
+    """What an engine's :meth:`~Engine.profiler` yields: the profiler's name, and a marker around each profiled
+    step (the step's span in the trace, and the step boundaries TensorBoard's step-time views read)."""
+
+    tool: str
+
+    def step(self, number: int) -> contextlib.AbstractContextManager[Any]: ...
 
 
 def _reached(value: float, target: float, higher_is_better: bool) -> bool:
@@ -348,6 +366,7 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
             state["epoch"], state["consumed"] = state["epoch"] + 1, 0
 
     memory.stop()
+    engine.stopped_at = (state["epoch"], state["consumed"])
     figures = engine.distributed_figures()
     if figures:
         figures["replica_weights_sha256"] = [weights_digest(w) for w in engine.replica_weights()]
@@ -386,3 +405,21 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
             writer.scalar(f"summary/steady_{name}", value, state["step"])
         writer.close()
     return result
+
+
+def next_steps(engine: Engine, data: Dataset) -> Iterator[list[Batch]]:
+    """The steps a longer training run would take after :func:`train` stopped, epoch after epoch, without end:
+    each step's micro-batches, this process's shard of them (as the loop feeds :meth:`Engine.train_step`)."""
+    spec, workload = engine.spec, engine.workload
+    epoch, consumed = engine.stopped_at
+    shard = engine.data_shard()
+    micro: list[Batch] = []
+    while True:
+        for index, batch in enumerate(workload.batches(data.train, spec.batch_size, spec.seed, epoch)):
+            if index < consumed:
+                continue
+            micro.append(batch)
+            if len(micro) == spec.grad_accum:
+                yield [shard_batch(b, *shard) for b in micro]
+                micro = []
+        epoch, consumed = epoch + 1, 0

@@ -24,8 +24,9 @@ strategy's ``place_*`` hooks do.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -295,6 +296,9 @@ class JaxEngine(Engine):
         self.steps_done = int(restored.pop("step"))
         self.state = self.strategy.place_state(restored)
 
+    def profiler(self, directory: Path) -> contextlib.AbstractContextManager[_StepTrace]:
+        return trace(directory)
+
     def graph_builds(self) -> int:
         return self._traces if self.spec.execution is Execution.GRAPH else 0
 
@@ -306,6 +310,26 @@ class JaxEngine(Engine):
         if self.spec.execution is Execution.GRAPH:
             out["train_step_traces"] = self._traces
         return out
+
+
+class _StepTrace:
+    tool = "jax.profiler"
+
+    def step(self, number: int) -> contextlib.AbstractContextManager:
+        # the step marker XProf's step-time views read (TensorFlow's Trace(step_num=...) in JAX)
+        return jax.profiler.StepTraceAnnotation("train", step_num=number)
+
+
+@contextlib.contextmanager
+def trace(directory: Path) -> Iterator[_StepTrace]:
+    """JAX's profiler over the block, written when it ends into ``directory/plugins/profile/<time>/``:
+    ``<host>.xplane.pb`` for TensorBoard's profile plugin, and ``<host>.trace.json.gz`` and
+    ``perfetto_trace.json.gz`` for Perfetto (:mod:`bakeoff.measure.profile`)."""
+    jax.profiler.start_trace(str(directory), create_perfetto_trace=True)
+    try:
+        yield _StepTrace()
+    finally:
+        jax.profiler.stop_trace()
 
 
 class _DeviceProbe:

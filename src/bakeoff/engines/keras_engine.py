@@ -243,6 +243,20 @@ class KerasEngine(Engine):
             return _GpuProbe("GPU:0")
         return _JaxDeviceProbe()
 
+    def profiler(self, directory: Path) -> contextlib.AbstractContextManager[Any]:
+        """The backend framework's own profiler, as its engine runs it (Keras has none of its own)."""
+        if self.backend == "torch":
+            from bakeoff.engines.torch_engine import trace
+
+            return trace(directory, cuda=self.device.startswith("cuda"))
+        if self.backend == "tensorflow":
+            from bakeoff.engines.tf_engine import trace
+
+            return trace(directory)
+        from bakeoff.engines.jax_engine import trace
+
+        return trace(directory)
+
     # --- checkpoints: every model and optimizer variable (weights, Adam moments and step, gradient accumulators,
     # the Dropout layers' SeedGenerator states), by position, as one .npz: exact, and the same on every backend.
     # On torch, an unseeded Dropout draws from torch's global generator (keras.src.backend.torch.random.dropout

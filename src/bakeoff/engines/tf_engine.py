@@ -17,8 +17,9 @@ to access resource ... located in device CPU:1 from device CPU:0").
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -245,6 +246,12 @@ class TensorFlowEngine(Engine):
     def summary_writer(self, logdir: Path) -> _Writer:
         return _Writer(logdir)
 
+    def profiler(self, directory: Path) -> contextlib.AbstractContextManager[_StepTrace]:
+        if isinstance(self.dist, tf_distributed.ParameterServer):
+            raise Unsupported("the parameter-server chief only schedules steps: their work runs in the worker "
+                              "processes, which this profiler does not trace")
+        return trace(directory)
+
     def graph_builds(self) -> int:
         return 0 if self.spec.execution is Execution.EAGER else self._traces
 
@@ -281,6 +288,26 @@ class _GpuProbe:
     def reset_peak(self) -> bool:
         tf.config.experimental.reset_memory_stats(self.device)
         return True
+
+
+class _StepTrace:
+    tool = "tf.profiler.experimental"
+
+    def step(self, number: int) -> contextlib.AbstractContextManager:
+        # the step marker TensorBoard's profile overview reads its step times from
+        return tf.profiler.experimental.Trace("train", step_num=number, _r=1)
+
+
+@contextlib.contextmanager
+def trace(directory: Path) -> Iterator[_StepTrace]:
+    """TensorFlow's profiler over the block, written when it ends as ``plugins/profile/<time>/<host>.xplane.pb``
+    under ``directory``, which TensorBoard's profile plugin opens (:mod:`bakeoff.measure.profile`). Also the
+    Keras engine's on TensorFlow."""
+    tf.profiler.experimental.start(str(directory))
+    try:
+        yield _StepTrace()
+    finally:
+        tf.profiler.experimental.stop()
 
 
 class _Writer:

@@ -13,7 +13,9 @@ all-reduces still overlap the backward pass.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import socket
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ from bakeoff.engines.base import Engine, Unsupported, threads_for
 from bakeoff.engines.torch_distributed import strategy_for
 from bakeoff.measure.memory import MemoryProbe
 from bakeoff.registry import model_class
-from bakeoff.spec import Batch, Device, Execution, Precision
+from bakeoff.spec import Batch, Device, Execution, Parallelism, Precision
 
 
 def _pin_threads(threads: int) -> None:
@@ -250,6 +252,12 @@ class TorchEngine(Engine):
         if "cuda_rng" in state:
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
 
+    def profiler(self, directory: Path) -> contextlib.AbstractContextManager[_StepTrace]:
+        if self.spec.parallelism is not Parallelism.NONE:
+            raise Unsupported("DDP's process group is destroyed once training's figures are taken "
+                              "(distributed_figures), so no rank can take another step")
+        return trace(directory, cuda=self.device.type == "cuda")
+
     def graph_builds(self) -> int:
         if self.spec.execution is not Execution.GRAPH:
             return 0
@@ -264,6 +272,27 @@ class TorchEngine(Engine):
 
         return {"dynamo_frames_compiled": int(counters["stats"]["unique_graphs"]),
                 "dynamo_graph_breaks": int(sum(counters["graph_break"].values()))}
+
+
+class _StepTrace:
+    tool = "torch.profiler"
+
+    def step(self, number: int) -> contextlib.AbstractContextManager:
+        # PyTorch's own step marker (what profiler.step() records): HTA and the trace views split steps on it
+        return torch.profiler.record_function(f"ProfilerStep#{number}")
+
+
+@contextlib.contextmanager
+def trace(directory: Path, cuda: bool) -> Iterator[_StepTrace]:
+    """``torch.profiler`` over the block (CPU ops with their input shapes; CUDA kernels too with ``cuda``), written
+    when it ends as a Chrome trace, ``<host>.pt.trace.json`` (the ending PyTorch's TensorBoard plugin reads), which
+    Perfetto and chrome://tracing open (:mod:`bakeoff.measure.profile`). Also the Keras engine's on PyTorch."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
+        yield _StepTrace()
+    prof.export_chrome_trace(str(directory / f"{socket.gethostname()}.pt.trace.json"))
 
 
 class _CudaProbe:

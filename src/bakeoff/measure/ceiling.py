@@ -11,9 +11,10 @@ is recorded missing with the error, not estimated. A Keras row multiplies with i
 (:func:`family`).
 
 MFU (:func:`utilisation`): model FLOPs per second over the ceiling in the trial's precision. Model FLOPs per second
-= the workload's ``flops_per_example`` (training: forward and backward counted as 3× the forward's matmul FLOPs,
-attention's score and value products included, on the padded sequence the model computes on; embeddings lookups,
-norms, activations and the optimizer not counted) × steady examples/s. fp16 trials have no ceiling (the probe
+= the workload's ``flops_per_example`` (training: forward and backward counted as 3× the forward's matmul and
+convolution FLOPs, attention's score and value products included: the text classifier's on the padded sequence the
+model computes on, speech's on the mean utterance; embedding lookups, norms, activations and the optimizer not
+counted) × steady examples/s. fp16 trials have no ceiling (the probe
 measures fp32 and bf16), nor do multi-process trials yet (a ceiling is one process's): their MFU is missing with
 that reason.
 """

@@ -133,8 +133,9 @@ def _mfu_note(configs: Sequence[ConfigSummary]) -> str:
                      f"{', '.join(sorted(labels))})"
                      for (v, p, d, t, where, when, g), labels in sorted(ceilings.items()))
     return ("MFU: model FLOPs per second (the workload's FLOPs per example × steady examples/s; training counted as "
-            "3× the forward's matmul FLOPs, attention's score and value products included, on the padded sequence; "
-            "embeddings, norms, activations and the optimizer not counted) over the framework's own dense matmul "
+            "3× the forward's matmul and convolution FLOPs, attention's score and value products included, as each "
+            "workload's flops_per_example says; embeddings, norms, activations and the optimizer not counted) over "
+            "the framework's own dense matmul "
             f"ceiling in the trial's precision ({SIZE}×{SIZE} products, median of {REPEATS}; the probe measures "
             f"{' and '.join(PRECISIONS)}): {kept}.")
 

@@ -1,0 +1,153 @@
+"""Profiles on request (``bakeoff run --profile``): a few steady training steps under the framework's own profiler,
+off the training clock, written where TensorBoard or Perfetto opens them.
+
+The runner asks a trial to profile through :data:`PROFILE_ENV` (the trace's folder) and :data:`PROFILE_STEPS_ENV`
+(how many steps), as it asks one to keep its model; the request is no part of the spec, so the trial's key, and
+what it measures, are those of the same trial without it. The trial profiles after its result is complete — every
+step time, the memory figures (read before profiling: the profiler's buffers are no training memory), the metric
+and curve, the kept model and the wall time — so profiling changes no recorded figure; it adds
+``extras["profile"]`` (or ``extras["profile_error"]``: a profiler that fails leaves the trial as it was).
+
+What is profiled: :data:`WARMUP_STEPS` step unprofiled (a batch of a new shape compiles there, not in the trace),
+then the requested steps under the profiler, each marked as a step, on the training batches that follow the last
+one trained on (:func:`bakeoff.engines.base.next_steps`). The weights they change are never read again. In a
+distributed trial every process takes the steps (their collectives need each other) and writes its own trace, into
+``rank<N>`` of the folder; the result names rank 0's files.
+
+What each framework writes (the engines' ``profiler``): PyTorch, ``torch.profiler`` (CPU, and CUDA on a GPU) to
+``<host>.pt.trace.json``, a Chrome trace that Perfetto opens; TensorFlow, ``tf.profiler.experimental`` to
+``plugins/profile/<time>/<host>.xplane.pb``, which TensorBoard's profile plugin (XProf) opens; JAX,
+``jax.profiler`` to the same xplane file plus ``<host>.trace.json.gz`` and ``perfetto_trace.json.gz`` for
+Perfetto. Keras uses its backend's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+import traceback
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from bakeoff.engines.base import Engine, Unsupported
+from bakeoff.spec import Batch, TrialResult
+
+PROFILE_ENV = "BAKEOFF_PROFILE"
+"""Set by the runner for ``bakeoff run --profile``: the folder the trial writes its trace into."""
+PROFILE_STEPS_ENV = "BAKEOFF_PROFILE_STEPS"
+"""How many steps the trial profiles (default :data:`DEFAULT_STEPS`)."""
+DEFAULT_STEPS = 5
+WARMUP_STEPS = 1
+
+PERFETTO = "https://ui.perfetto.dev"
+_VIEWERS = (  # (file name ending, how to open it); a trace written in several formats is told once per format
+    (".pt.trace.json", f"open {{file}} in {PERFETTO} (or chrome://tracing)"),
+    ("perfetto_trace.json.gz", f"open {{file}} in {PERFETTO}"),
+    (".xplane.pb", "pip install xprof, then tensorboard --logdir {directory} (its Profile tab) or "
+                   "xprof --logdir {directory} --port 6006"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """Profile ``steps`` steps into ``directory``."""
+
+    directory: Path
+    steps: int = DEFAULT_STEPS
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"profile steps must be a positive integer, got {self.steps}")
+
+    def env(self) -> dict[str, str]:
+        """The trial process's environment variables that carry this request."""
+        return {PROFILE_ENV: str(self.directory), PROFILE_STEPS_ENV: str(self.steps)}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Request | None:
+        """The request the runner made of this trial process, or ``None``."""
+        environ = os.environ if environ is None else environ
+        directory = environ.get(PROFILE_ENV)
+        if not directory:
+            return None
+        return cls(Path(directory), int(environ.get(PROFILE_STEPS_ENV) or DEFAULT_STEPS))
+
+
+def _files(directory: Path) -> dict[Path, int]:
+    """Every file under ``directory`` with its modification time (ns)."""
+    return {p: p.stat().st_mtime_ns for p in directory.rglob("*") if p.is_file()} if directory.is_dir() else {}
+
+
+def how_to_view(directory: Path, files: list[Path]) -> list[str]:
+    """How to open the trace ``files`` written into ``directory``, one line per format found."""
+    out = []
+    for ending, how in _VIEWERS:
+        found = [f for f in files if f.name.endswith(ending)]
+        if found:
+            out.append(how.format(file=found[0], directory=directory))
+    return out
+
+
+def profile(engine: Engine, steps: Iterator[list[Batch]], request: Request, result: TrialResult,
+            first_step: int) -> None:
+    """Run :data:`WARMUP_STEPS` then ``request.steps`` steps of ``steps`` (micro-batches as the loop feeds them),
+    the latter under ``engine.profiler``, numbered from ``first_step``; record the trace in
+    ``extras["profile"]``, or the failure in ``extras["profile_error"]``. Never raises for a profiler failure.
+
+    The steps run even when the profiler cannot start (not where the engine has none: it says so before any step):
+    in a distributed trial every process must take the same steps, or the others wait for it at their
+    collectives."""
+    directory = request.directory
+    t0 = time.perf_counter()
+    number = first_step
+    try:
+        profiler = engine.profiler(directory)  # Unsupported here, before any step: every rank alike
+        for _ in range(WARMUP_STEPS):
+            engine.train_step(next(steps))
+            number += 1
+        directory.mkdir(parents=True, exist_ok=True)
+        before = _files(directory)
+        step_s: list[float] = []
+        with contextlib.ExitStack() as stack:
+            try:
+                trace = stack.enter_context(profiler)
+            except Exception as exc:  # noqa: BLE001 - take the steps unprofiled (docstring), then say why
+                result.extras["profile_error"] = f"the profiler did not start: {type(exc).__name__}: {exc}"
+                trace = None
+            for _ in range(request.steps):
+                batches = next(steps)
+                start = time.perf_counter()
+                with trace.step(number) if trace is not None else contextlib.nullcontext():
+                    engine.train_step(batches)
+                step_s.append(time.perf_counter() - start)
+                number += 1
+        if trace is None:
+            return
+        after = _files(directory)
+        files = sorted(p for p, mtime in after.items() if before.get(p) != mtime)
+        if not files:
+            raise RuntimeError(f"{trace.tool} wrote no file into {directory}")
+        result.extras["profile"] = {
+            "directory": str(directory), "tool": trace.tool, "steps": request.steps, "warmup_steps": WARMUP_STEPS,
+            "first_step": first_step + WARMUP_STEPS,
+            "files": {str(p.relative_to(directory)): p.stat().st_size for p in files},
+            "view": how_to_view(directory, files),
+            # under the profiler, not measurements: its overhead is in them (the trial's step times are not)
+            "profiled_step_s": step_s,
+            "seconds": time.perf_counter() - t0,
+        }
+    except Exception as exc:  # noqa: BLE001 - a profile is a convenience: its failure must not fail the trial
+        result.extras["profile_error"] = f"no profile written into {directory}: {type(exc).__name__}: {exc}"
+        if not isinstance(exc, Unsupported):
+            result.extras["profile_traceback"] = traceback.format_exc()[-3000:]
+
+
+def describe(extras: Mapping[str, Any]) -> str | None:
+    """One line saying where a trial's trace is and how to open it (or why there is none), for the console."""
+    if "profile" in extras:
+        p = extras["profile"]
+        return f"{p['directory']} ({p['tool']}, {p['steps']} steps, {p['seconds']:.1f} s): {'; '.join(p['view'])}"
+    return extras.get("profile_error")
