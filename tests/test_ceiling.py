@@ -60,11 +60,25 @@ def test_env_measures_once_then_shows_what_is_kept(tmp_path):
 
     assert "none kept (no store yet)" in env("--no-probe")
     first = env()
-    assert '"cores"' in first and "matmul ceiling (1024x1024 products, median of 10, 1 threads" in first
+    assert '"cores"' in first and f"matmul ceiling (1024x1024 products, median of {ceiling.REPEATS}, 1 threads" in first
     lines = [line for line in first.splitlines() if "GFLOP/s" in line]
     assert len(lines) == len(INSTALLED)
     again = [line for line in env("--no-probe").splitlines() if "GFLOP/s" in line]
     assert again == lines  # the kept figures, not a new measurement
+    reprobed = [line for line in env("--reprobe").splitlines() if "GFLOP/s" in line]
+    assert len(reprobed) == len(lines)
+    for before, after in zip(lines, reprobed, strict=True):  # kept unless higher: never lower than before
+        fp32 = [float(line.split("fp32 ")[1].split(" GFLOP/s")[0].replace(",", "")) for line in (before, after)]
+        assert fp32[1] >= fp32[0] and ("not kept" in after) == (fp32[1] == fp32[0])
+
+
+def test_the_kept_ceiling_is_the_highest_median_measured():
+    def probed(fp32: float) -> dict:
+        return {"precisions": {"fp32": {"median_flops_per_s": fp32, "samples": [fp32]}}}
+    assert ceiling.higher(probed(1e11), None)
+    assert ceiling.higher(probed(2e11), {"result": probed(1e11)})
+    assert not ceiling.higher(probed(1e11), {"result": probed(2e11)})
+    assert not ceiling.higher({"precisions": {"fp32": {"missing": "x"}}}, {"result": probed(1e11)})
 
 
 # --- MFU: a trial's model FLOPs per second over the ceiling it is measured against ----------------------------------
@@ -122,8 +136,8 @@ def test_the_report_shows_mfu_with_its_ceiling_and_the_verdict_says_when_it_diff
     assert "MFU (model FLOPs / matmul ceiling), % median (95% CI)" in markdown
     for r in (results[0], results[-1]):  # each framework's own ceiling, named with its version
         print_ = ceiling.need(r.run_spec).fingerprint
-        assert (f"{print_['version']} fp32 on CPU, {print_['threads']} threads: 100 GFLOP/s (measured "
-                f"2026-12-01T20:00:00 in a trial process; {r.spec['framework']}/") in markdown
+        assert (f"{print_['version']} fp32 on CPU, {print_['threads']} threads: 100 GFLOP/s (samples 100–100), "
+                f"measured 2026-12-01T20:00:00 in a trial process ({r.spec['framework']}/") in markdown
 
     close = [*fake.repeats("torch", "eager", [900, 950, 1000], [2.0, 2.1, 2.2], final_metric=[0.8] * 3),
              *fake.repeats("tensorflow", "graph", [850, 870, 890], [2.3, 2.4, 2.5], final_metric=[0.8] * 3)]

@@ -127,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     env.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"where ceilings are kept (default: "
                                                                           f"{DEFAULT_STORE})")
     env.add_argument("--no-probe", action="store_true", help="show kept ceilings only; measure none")
+    env.add_argument("--reprobe", action="store_true",
+                     help="measure every ceiling again (a quiet machine helps) and keep the higher median: "
+                          "interference only lowers a matmul rate, so the kept ceiling is the highest measured")
     env.add_argument("--threads", type=int, default=0, help="threads of the probe, as a trial's --threads [0: all "
                                                             "cores]")
     _add_store_commands(sub)
@@ -482,7 +485,8 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 def _ceilings(args: argparse.Namespace) -> list[str]:
     """Each installed framework's matmul ceiling on this machine: kept in the store, else measured now (one fresh
-    process per framework, a few seconds each) and kept, unless --no-probe."""
+    process per framework, a few seconds each) and kept, unless --no-probe; with --reprobe, measured again and kept
+    when higher (:func:`bakeoff.measure.ceiling.higher`)."""
     import os
 
     from bakeoff import frameworks, registry
@@ -500,10 +504,15 @@ def _ceilings(args: argparse.Namespace) -> list[str]:
                 continue
             print_ = ceiling.fingerprint(name, threads)
             kept = store.ceiling(ceiling.key(print_))
-            if kept is None and not args.no_probe:
+            now = ""
+            if (kept is None or args.reprobe) and not args.no_probe:
                 measured = ceiling.measure(name, threads=threads)
                 if measured["status"] == "ok":
-                    store.put_ceiling(ceiling.key(print_), print_, measured)
+                    if ceiling.higher(measured, kept):
+                        store.put_ceiling(ceiling.key(print_), print_, measured)
+                    elif kept is not None:
+                        fp32 = measured["precisions"].get("fp32", {}).get("median_flops_per_s", 0.0)
+                        now = f"; measured now: fp32 {fp32 / 1e9:,.1f} GFLOP/s, lower, not kept"
                     kept = store.ceiling(ceiling.key(print_))
                 else:
                     lines.append(f"  {frameworks.get(name).display}: not measured ({measured['reason'][:200]})")
@@ -511,10 +520,12 @@ def _ceilings(args: argparse.Namespace) -> list[str]:
             if kept is None:
                 lines.append(f"  {frameworks.get(name).display} {print_['version']}: not measured (--no-probe)")
                 continue
-            parts = [f"{p} {v['median_flops_per_s'] / 1e9:,.1f} GFLOP/s" if "missing" not in v
+            parts = [f"{p} {v['median_flops_per_s'] / 1e9:,.1f} GFLOP/s (samples {min(v['samples']) / 1e9:,.0f}–"
+                     f"{max(v['samples']) / 1e9:,.0f})" if "missing" not in v
                      else f"{p} missing ({v['missing'][:80]})" for p, v in kept["result"]["precisions"].items()]
+            where = kept["result"].get("where", "probe process")
             lines.append(f"  {frameworks.get(name).display} {print_['version']}: {', '.join(parts)} "
-                         f"(measured {kept['measured_at']})")
+                         f"(measured {kept['measured_at']} in a {where}{now})")
     return lines
 
 

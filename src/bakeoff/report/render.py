@@ -126,10 +126,12 @@ def _mfu_note(configs: Sequence[ConfigSummary]) -> str:
         for r in c.ok:
             m = r.extras.get("mfu", {})
             if "value" in m:
+                low, high = m.get("ceiling_range", [m["ceiling_flops_per_s"]] * 2)
                 what = (m["ceiling_version"], m["precision"], m["device_kind"], m["threads"], m["ceiling_where"],
-                        m["ceiling_measured_at"], fmt(m["ceiling_flops_per_s"] / 1e9))
+                        m["ceiling_measured_at"], f"{fmt(m['ceiling_flops_per_s'] / 1e9)} GFLOP/s (samples "
+                                                  f"{fmt(low / 1e9)}–{fmt(high / 1e9)})")
                 ceilings.setdefault(what, set()).add(c.label)
-    kept = "; ".join(f"{v} {p} on {d}, {t} threads: {g} GFLOP/s (measured {when} in a {where}; "
+    kept = "; ".join(f"{v} {p} on {d}, {t} threads: {g}, measured {when} in a {where} ("
                      f"{', '.join(sorted(labels))})"
                      for (v, p, d, t, where, when, g), labels in sorted(ceilings.items()))
     return ("MFU: model FLOPs per second (the workload's FLOPs per example × steady examples/s; training counted as "
@@ -137,7 +139,8 @@ def _mfu_note(configs: Sequence[ConfigSummary]) -> str:
             "workload's flops_per_example says; embeddings, norms, activations and the optimizer not counted) over "
             "the framework's own dense matmul "
             f"ceiling in the trial's precision ({SIZE}×{SIZE} products, median of {REPEATS}; the probe measures "
-            f"{' and '.join(PRECISIONS)}): {kept}.")
+            f"{' and '.join(PRECISIONS)}; the highest median measured is kept, as interference only lowers a rate, "
+            f"and `bakeoff env --reprobe` measures again): {kept}.")
 
 
 def _memory_table(configs: Sequence[ConfigSummary]) -> Table | None:
