@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: demo test lint bench clean
 
@@ -20,7 +21,15 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench scripts
 	$(PY) -m pytest
 
-bench: $(STAMP)
+# The benches also compare with public reference implementations: the bench extra, and keras-hub without its
+# tensorflow-text -> tensorflow dependency (which would install the full TensorFlow wheel over tensorflow-cpu).
+$(BENCH_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -e '.[all,dev,bench]'
+	$(PY) -m pip install --no-deps 'keras-hub==0.32.0'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(PY) bench/cli_startup.py
 	$(PY) bench/step_overhead.py
 	$(PY) bench/quick_suite.py
@@ -30,6 +39,7 @@ bench: $(STAMP)
 	$(PY) bench/distributed.py
 	$(PY) bench/compile_time.py
 	$(PY) bench/inference_harness.py
+	$(PY) bench/reference_efficiency.py
 
 clean:
 	rm -rf $(VENV) results reports
