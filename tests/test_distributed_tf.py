@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -88,7 +89,7 @@ def test_mirrored_two_replicas_are_identical_and_train_like_one_device(trials):
     # one all-reduce of (summed loss, count) and one of all 36 gradients, packed: counted in the traced step
     assert sync["allreduces_per_step"] == 2.0
     assert sync["bytes_per_step"] == 4 * mirrored.num_params + 8
-    assert len(sync["samples_s"]) == 20 and 0 < sync["per_step_s"] < mirrored.steady_step_s
+    assert len(sync["samples_s"]) == 20 and sync["per_step_s"] > 0  # its share of the step: bench/distributed.py
     assert mirrored.extras["train_step_traces"] == 1
 
 
@@ -138,11 +139,14 @@ def test_parameter_server_trains_asynchronously(tmp_path):
     assert sync["per_step_s"] > 0
 
 
-def test_parameter_server_eager_is_unsupported_before_any_process_starts(tmp_path):
-    start = time.perf_counter()
+def test_parameter_server_eager_is_unsupported_before_any_process_starts(tmp_path, monkeypatch):
+    def started(*args, **kwargs):
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", started)  # any process start, by any launcher, fails the test
     result = run_one(_spec(parallelism="parameter_server", workers=2, execution="eager"), TIMEOUT_S, tmp_path)
     assert result.status is Status.UNSUPPORTED and "ClusterCoordinator.schedule" in result.reason
-    assert time.perf_counter() - start < 2 and not list(tmp_path.iterdir())  # no log: nothing was started
+    assert not list(tmp_path.iterdir())  # no log either
 
 
 def _processes(mark: str) -> dict[int, tuple[bytes, list[str]]]:
@@ -175,22 +179,22 @@ def test_killed_worker_fails_the_trial_and_leaves_no_process(tmp_path, monkeypat
             training = any(b"train/loss" in p.read_bytes() for p in events.glob("events.out.tfevents.*"))
             for pid, (environ, cmdline) in _processes(mark).items():
                 if training and b"\0BAKEOFF_RANK=1\0" in b"\0" + environ and "bakeoff.trial" in cmdline:
-                    killed.update(pid=pid, spec_path=cmdline[cmdline.index("bakeoff.trial") + 1],
-                                  at=time.monotonic())
+                    killed.update(pid=pid, spec_path=cmdline[cmdline.index("bakeoff.trial") + 1])
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.1)
 
     killer = threading.Thread(target=kill_worker_1_once_training, daemon=True)
     killer.start()
     result = run_one(spec, TIMEOUT_S, tmp_path / "logs", tensorboard_dir=events)
-    returned = time.monotonic()
     killer.join(timeout=5)
     assert killed, "worker 1 was never found training"
     assert Path(str(killed["spec_path"])).name == "spec.json"
     assert result.status is Status.FAILED
     assert result.reason.startswith("worker 1 ") and "killed by SIGKILL" in result.reason, result.reason
     assert result.extras["distributed"]["first_failure"].startswith("worker 1")
-    assert returned - float(killed["at"]) < 10  # the group was stopped at once, not at its deadline
+    # The group was stopped at once, not at its deadline: worker 0 did not train on to its 120 s budget and exit 0
+    # (the time it took is no test's business on a shared machine).
+    assert result.extras["distributed"]["exit_codes"]["worker 0"] != 0
     deadline = time.monotonic() + 5
     while _processes(mark) and time.monotonic() < deadline:
         time.sleep(0.1)
