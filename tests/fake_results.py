@@ -181,3 +181,15 @@ def respec(result: TrialResult, **changes) -> TrialResult:
     """``result`` with its spec's fields changed (and its key to match); its measurements untouched."""
     raw = {**result.spec, **changes}
     return dataclasses.replace(result, spec=RunSpec.from_dict(raw).to_dict(), key=RunSpec.from_dict(raw).key())
+
+
+def brute_force_throughput(results: Sequence[TrialResult], rng: np.random.Generator,
+                           resamples: int = 20_000) -> np.ndarray:
+    """Throughput replicates of one configuration by the plainest two-level bootstrap, to check bakeoff's against:
+    draw the runs with replacement, then each drawn run's steady steps with replacement; a run's rate is its
+    examples per step over the median drawn step, the configuration's the median over its drawn runs."""
+    steady = np.array([r.step_times_s[1 + r.run_spec.warmup_steps:] for r in results])  # (runs, steady steps)
+    n, m = steady.shape
+    runs = rng.integers(n, size=(resamples, n))
+    steps = steady[runs[..., None], rng.integers(m, size=(resamples, n, m))]
+    return np.median(results[0].examples_per_step / np.median(steps, axis=2), axis=1)

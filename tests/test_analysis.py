@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 
 from bakeoff.analysis.decide import DEFAULT_WEIGHTS, decide, decide_each, display_name, resolve_weights
 from bakeoff.analysis.stats import group_results, summarise, summarise_groups
 from bakeoff.spec import RunSpec
-from fake_results import MIB, default_results, failed, repeats, trial
+from fake_results import MIB, brute_force_throughput, default_results, failed, repeats, trial
 
 FAMILIARITY = {"team_familiarity": {"torch": 1, "tensorflow": 5}}
 
@@ -137,6 +138,30 @@ def test_decide_names_the_winner_with_intervals():
     assert h2h["throughput"].low < 950 / 520 < h2h["throughput"].high
     assert h2h["quality"].tie and h2h["quality"].equivalent  # 0.80 vs 0.81: inside ±5%
     assert d.win_share == {"tensorflow": 0.0, "torch": 1.0} and d.resamples == 2000
+
+
+def _extreme_ratios(a: list[float], b: list[float]) -> tuple[float, float]:
+    return min(a) / max(b), max(a) / min(b)
+
+
+def test_the_golden_intervals_agree_with_an_independent_computation():
+    # The golden above pins the seeded output; this derives its intervals without bakeoff's bootstrap code.
+    # Per-run quantities, 3 runs a side: a resample's median is a side's smallest run with probability 7/27
+    # (2 or 3 of the 3 draws on it), so each extreme ratio has probability (7/27)² ≈ 6.7% > 2.5%: the 95%
+    # percentile interval is exactly [min a / max b, max a / min b].
+    torch, tf = default_results()[0:3], default_results()[6:9]
+    h2h = decide(summarise_groups(default_results())).head_to_head
+    per_run = {"time_to_target": lambda r: r.time_to_target_s, "first_step": lambda r: r.first_step_s,
+               "memory": lambda r: r.memory_increment_bytes}
+    for name, value in per_run.items():
+        low, high = _extreme_ratios([value(r) for r in torch], [value(r) for r in tf])
+        assert (h2h[name].low, h2h[name].high) == (pytest.approx(low), pytest.approx(high)), name
+    # Throughput, two levels: a plain brute-force bootstrap (fake_results.brute_force_throughput).
+    rng = np.random.default_rng(7)
+    ratios = brute_force_throughput(torch, rng) / brute_force_throughput(tf, rng)
+    low, high = np.quantile(ratios, [0.025, 0.975])
+    assert h2h["throughput"].low == pytest.approx(low, rel=0.01) and h2h["throughput"].high == pytest.approx(
+        high, rel=0.01)
 
 
 def test_the_verdict_never_cites_a_tied_criterion():

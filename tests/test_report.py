@@ -8,13 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bakeoff.analysis.decide import decide
 from bakeoff.analysis.stats import summarise_groups
 from bakeoff.report.render import environment_line, render_report
 from bakeoff.spec import Status
-from fake_results import default_results, failed, repeats, trial
+from fake_results import brute_force_throughput, default_results, failed, repeats, trial
 
 LABELS = ["tensorflow/eager", "tensorflow/graph", "tensorflow/xla", "torch/eager", "torch/graph"]
 
@@ -54,6 +55,23 @@ def test_markdown_has_one_row_per_configuration_with_its_numbers(report):
     assert rows["torch/graph"][1:6] == ["3/3", "950 (928–965)", "1.2", "33.7", "2.1 (3/3)"]  # 95% CI, reached 3/3
     assert rows["tensorflow/graph"][5:8] == ["4.1 (3/3)", "0.81", "0.81"]
     assert rows["tensorflow/eager"][2] == "300 (276–322) †"  # noisy across runs, flagged
+
+
+def test_the_golden_throughput_intervals_agree_with_a_brute_force_bootstrap(report):
+    # The goldens above pin the seeded output; these intervals are derived again without bakeoff's bootstrap code.
+    md = report["markdown"].read_text()
+    rows = {row[0]: row for row in table_rows(section(md, "Configurations"))}
+    rng = np.random.default_rng(11)
+    ok = [r for r in default_results() if r.status is Status.OK]
+    replicates = {label: brute_force_throughput([r for r in ok if r.run_spec.label() == label], rng)
+                  for label in ("torch/graph", "tensorflow/graph")}
+    for label, reps in replicates.items():
+        low, high = (float(v) for v in re.match(r"[\d,]+ \(([\d,]+)–([\d,]+)\)", rows[label][2]).groups())
+        assert (low, high) == tuple(pytest.approx(q, rel=0.01) for q in np.quantile(reps, [0.025, 0.975])), label
+    h2h = {row[0]: row for row in table_rows(section(md, "Head to head"))}["throughput"]
+    low, high = (float(v) for v in re.match(r"95% CI ([\d.]+)–([\d.]+)x", h2h[4]).groups())
+    want = np.quantile(replicates["torch/graph"] / replicates["tensorflow/graph"], [0.025, 0.975])
+    assert (low, high) == tuple(pytest.approx(q, abs=0.015) for q in want)  # printed to 2 decimals
 
 
 def test_missing_values_carry_their_reason(report):

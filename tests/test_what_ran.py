@@ -7,13 +7,14 @@ import shlex
 
 import pytest
 
+from bakeoff import registry
 from bakeoff.analysis.decide import decide
 from bakeoff.analysis.mixing import section_mixes
 from bakeoff.analysis.stats import summarise_groups
 from bakeoff.report.render import render_report
 from bakeoff.report.what_ran import reproduce_commands
 from bakeoff.spec import RunSpec
-from fake_results import respec, trial
+from fake_results import TRAIN_ROWS, respec, trial
 
 TRAIN_A, TRAIN_B = "1a2b3c4d5e6f7a8b", "9f8e7d6c5b4a3921"
 USER_INFO = {"source": "reviews.csv, 800 train / 200 test (seeded split: test_fraction=0.2, split_seed=0)",
@@ -78,6 +79,28 @@ def test_what_ran_lists_data_model_budget_target_and_settings(tmp_path):
         "- **Versions:** bakeoff 0.1.0+9f8e7d6c; tensorflow 2.21.0; torch 2.13.0",
         "- **Order:** frameworks take turns within each repeat, shuffled with order seed 0",
     ]
+
+
+def test_what_ran_states_the_trials_own_facts(tmp_path):
+    # The golden above pins the rendering; here each fact is derived from the trials themselves, independently of
+    # the report's code: the shipped data's counts, the resolved model configuration, what each run trained.
+    results = pair()
+    facts = block(markdown(results, tmp_path), "What ran")
+    first = results[0]
+    data = first.extras["data"]
+    majority = registry.workload("text_classifier").load_data(first.run_spec).info["majority_rate"]
+    assert f"majority class {majority:.3f} of the test split" in facts and data["majority_rate"] == majority
+    assert ", ".join(data["classes"]) in facts and f"{len(data['classes'])} classes" in facts
+    model = " · ".join(f"{k} {v}" for k, v in first.extras["config"].items())
+    assert f"- **Model:** {model}\n" in facts
+    assert f"- **Parameters:** {first.num_params:,}\n" in facts
+    assert f"- **Batch:** {first.run_spec.batch_size} per step\n" in facts
+    steps = len(first.step_times_s)
+    steady = steps - 1 - first.run_spec.warmup_steps  # the first step and the warm-up are not steady
+    epochs = steps * first.run_spec.batch_size / TRAIN_ROWS
+    assert f"- **Trained:** {steps} steps, {epochs:g} epochs, {steady} steady\n" in facts
+    seeds = ", ".join(str(r.run_spec.seed) for r in results if r.run_spec.framework.value == "torch")
+    assert f"{len(results) // 2} trials, {len(results) // 2} successful, seeds {seeds}" in facts
 
 
 def test_user_data_shows_its_file_hash_classes_majority_rate_and_where_the_target_came_from(tmp_path):
