@@ -35,10 +35,12 @@ bench: $(BENCH_STAMP)
 	$(PY) bench/quick_suite.py
 	$(PY) bench/accumulation.py
 	$(PY) bench/speech_corpus.py
+	$(PY) bench/text_encoding.py
 	$(PY) bench/trial_footprint.py
 	$(PY) bench/distributed.py
 	$(PY) bench/compile_time.py
 	$(PY) bench/inference_harness.py
+	$(PY) bench/reference_efficiency.py --check
 	$(PY) bench/reference_efficiency.py
 
 clean:

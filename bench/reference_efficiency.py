@@ -23,6 +23,9 @@ below 0.1% moves it by far less than the round-to-round noise (±3-4% here); a l
 
 Run: .venv/bin/python bench/reference_efficiency.py [--presets tiny,small] [--rounds N] [--frameworks torch,...]
 (measured on 2 cores: tiny 3 rounds 5 minutes, small 2 rounds 9 minutes; the defaults run both).
+``--check`` instead builds each reference in its own process and checks that it is bakeoff's configuration
+(parameter count exactly bakeoff's canonical one, output shape, a first loss near ln 2), exiting 1 if one is not;
+``make bench`` runs it first. It was tests/test_reference_bench.py's until CI, which has no ``bench`` extra, skipped it.
 """
 
 from __future__ import annotations
@@ -150,6 +153,54 @@ def measure(side: str, framework: str, execution: str, preset: str) -> dict:
     return {"examples_per_s": BATCH / statistics.median(times), "params": params, "steps": steps}
 
 
+def check_reference(framework: str, preset: str) -> dict:
+    """In this (fresh) process: build ``framework``'s reference at ``preset``, take one step on 4 examples, and
+    return its parameter count against bakeoff's, its output shape and that first loss."""
+    from _references import REFERENCE_LIBRARY, REFERENCES
+    from bakeoff import registry
+    from bakeoff.spec import RunSpec
+
+    if importlib.util.find_spec(REFERENCE_LIBRARY[framework]) is None:
+        return {"missing": REFERENCE_LIBRARY[framework]}
+    spec = RunSpec(workload="text_classifier", framework=framework, preset=preset, max_steps=1, device="cpu")
+    workload = registry.workload("text_classifier")
+    data = workload.load_data(spec)
+    config = workload.config(preset, spec, data)
+    ref = REFERENCES[framework](config, workload.output_units(config), "eager", 2)
+    batch = {k: v[:4] for k, v in data.train.items()}
+    loss = float(ref.step(batch))
+    expected = int(sum(w.size for w in workload.init_weights(config, 0).values()))  # bakeoff's canonical weights
+    return {"params": int(ref.num_params), "expected": expected, "shape": list(ref.logits(batch["tokens"]).shape),
+            "out_units": int(workload.output_units(config)), "loss": loss}
+
+
+def check_problems(r: dict) -> list[str]:
+    """What makes a reference not bakeoff's configuration (empty: it is), from :func:`check_reference`'s result."""
+    if "missing" in r:
+        return [f"{MISSING} ({r['missing']} is missing)"]
+    problems = []
+    if r["params"] != r["expected"]:  # exactly: the ratio table's tolerance is for references that cannot match
+        problems.append(f"{r['params']:,} parameters, bakeoff's {r['expected']:,}")
+    if r["shape"] != [4, r["out_units"]]:
+        problems.append(f"outputs of shape {r['shape']} for 4 examples, not [4, {r['out_units']}]")
+    if not 0.3 < r["loss"] < 1.5:  # a sigmoid cross-entropy starts near ln 2
+        problems.append(f"first loss {r['loss']:.4g}, not near ln 2")
+    return problems
+
+
+def check(presets: Sequence[str], frameworks: Sequence[str]) -> int:
+    """Print one line per (framework, preset) reference checked in its own process; 1 if any is not bakeoff's."""
+    failed = False
+    for preset in presets:
+        for framework in frameworks:
+            r = in_child(__file__, "check", framework, preset)
+            problems = check_problems(r)
+            failed |= bool(problems) and "missing" not in r
+            said = "; ".join(problems) if problems else f"bakeoff's configuration: {r['params']:,} parameters"
+            sys.stdout.write(f"reference {framework:10} {preset:5} {said}\n")
+    return 1 if failed else 0
+
+
 def run(presets: Sequence[str], rounds: int | None, frameworks: Sequence[str]) -> None:
     """Measure every case of ``presets`` (``rounds`` ABBA rounds each, None: :data:`ROUNDS`) and print the table."""
     cases = [c for c in CASES if c[0] in frameworks]
@@ -191,6 +242,9 @@ def run(presets: Sequence[str], rounds: int | None, frameworks: Sequence[str]) -
 
 def main(argv: Sequence[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["--child", "check"]:
+        json.dump(check_reference(*argv[2:]), sys.stdout)
+        return
     if argv[:1] == ["--child"]:
         json.dump(measure(*argv[1:]), sys.stdout)
         return
@@ -204,6 +258,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                              "sides once, bakeoff first in even rounds, the reference first in odd ones")
     parser.add_argument("--frameworks", default="torch,tensorflow,jax",
                         help="comma-separated frameworks (default: torch,tensorflow,jax)")
+    parser.add_argument("--check", action="store_true",
+                        help="check that each reference is bakeoff's configuration instead of timing it")
     args = parser.parse_args(argv)
     presets = [p for p in args.presets.split(",") if p]
     unknown = sorted(set(presets) - set(STEPS))
@@ -214,6 +270,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"unknown framework(s) in {frameworks}; accepted: torch, tensorflow, jax")
     if args.rounds is not None and args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.check:
+        raise SystemExit(check(presets, frameworks))
     run(presets, args.rounds, frameworks)
 
 
