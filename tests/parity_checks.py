@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -61,8 +63,18 @@ def pairs(modes: tuple[Mode, ...]) -> list[tuple[Mode, Mode]]:
             for b in modes if b.framework == "tensorflow" and a.precision == b.precision]
 
 
+STEPS = 6
+"""Training steps of a ``bakeoff.parity`` probe (each also accumulates over as many micro-batches)."""
+
+
+def parity_command(workload: str, mode: Mode, out: Path) -> list[str]:
+    """The ``python -m bakeoff.parity`` probe of ``workload`` in ``mode``, writing its arrays to ``out``."""
+    return [sys.executable, "-m", "bakeoff.parity", workload, mode.framework, str(out), "--steps", str(STEPS),
+            "--execution", mode.execution, "--precision", mode.precision, "--accum-steps", str(STEPS)]
+
+
 class Probes:
-    """Runs each probe once per test session (one process each) and keeps its arrays."""
+    """Runs each probe once (one process each) and keeps its arrays; ``prefetch`` runs several two at a time."""
 
     def __init__(self, tmp: Path, command: Callable[[str, Mode, Path], list[str]]) -> None:
         self.tmp, self.command = tmp, command
@@ -75,6 +87,13 @@ class Probes:
             assert run.returncode == 0, f"probe {workload} {mode} failed:\n{run.stderr[-3000:]}"
             self.done[(workload, mode)] = dict(np.load(out))
         return self.done[(workload, mode)]
+
+    def prefetch(self, wanted: Iterable[tuple[str, Mode]], workers: int = 2) -> None:
+        """Run the probes not yet done, ``workers`` at a time: a probe is mostly one busy thread (imports, eager
+        dispatch, compiling), so two fill 2 cores. Each (workload, mode) is run once."""
+        todo = list(dict.fromkeys(w for w in wanted if w not in self.done))
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(lambda wm: self.get(*wm), todo))
 
 
 def _real(weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

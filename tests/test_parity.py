@@ -15,8 +15,6 @@ and the autoencoder, compiled on both sides for MNIST.
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +22,7 @@ import pytest
 from bakeoff import registry
 from parity_checks import (
     EAGER,
+    STEPS,
     Mode,
     Probes,
     check_accumulation,
@@ -35,7 +34,6 @@ from parity_checks import (
     pairs,
 )
 
-STEPS = 6
 pytestmark = pytest.mark.skipif(not all(registry.installed(m.framework) for m in EAGER),
                                 reason="parity needs both torch and tensorflow installed")
 
@@ -64,14 +62,10 @@ PAIRS = [(w, a, b) for w, case in CASES.items() for a, b in pairs(case.modes)]
 PROBES = [(w, m) for w, case in CASES.items() for m in case.modes]
 
 
-def _command(workload: str, mode: Mode, out: Path) -> list[str]:
-    return [sys.executable, "-m", "bakeoff.parity", workload, mode.framework, str(out), "--steps", str(STEPS),
-            "--execution", mode.execution, "--precision", mode.precision, "--accum-steps", str(STEPS)]
-
-
 @pytest.fixture(scope="module")
-def probes(tmp_path_factory: pytest.TempPathFactory) -> Probes:
-    return Probes(tmp_path_factory.mktemp("parity"), _command)
+def probes(parity_probes: Probes) -> Probes:
+    parity_probes.prefetch(PROBES)
+    return parity_probes
 
 
 def _ids(value: object) -> str:

@@ -15,16 +15,13 @@ checks allow parity_checks.py's 8u, 1u and 8u). Each probe is one framework in o
 
 from __future__ import annotations
 
-import sys
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from bakeoff import registry
 from parity_checks import (
     EAGER,
+    STEPS,
     Mode,
     Probes,
     check_accumulation,
@@ -35,7 +32,6 @@ from parity_checks import (
     check_weights,
 )
 
-STEPS = 6
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not all(registry.installed(f) for f in ("jax", "torch", "tensorflow")),
                                  reason="JAX parity needs jax, torch and tensorflow installed")]
@@ -52,18 +48,11 @@ PAIRS = [(w, j, o) for w, modes in MODES.items() for j in modes if j.framework =
 JAX_PROBES = [(w, m) for w, modes in MODES.items() for m in modes if m.framework == "jax"]
 
 
-def _command(workload: str, mode: Mode, out: Path) -> list[str]:
-    return [sys.executable, "-m", "bakeoff.parity", workload, mode.framework, str(out), "--steps", str(STEPS),
-            "--execution", mode.execution, "--precision", mode.precision, "--accum-steps", str(STEPS)]
-
-
 @pytest.fixture(scope="module")
-def probes(tmp_path_factory: pytest.TempPathFactory) -> Probes:
-    found = Probes(tmp_path_factory.mktemp("parity_jax"), _command)
-    # Two probes at a time: each is mostly one busy thread (imports, eager dispatch), so 2 cores run two.
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda wm: found.get(*wm), [(w, m) for w, modes in MODES.items() for m in modes]))
-    return found
+def probes(parity_probes: Probes) -> Probes:
+    # The PyTorch and TensorFlow probes are test_parity.py's (the same command): run once per session.
+    parity_probes.prefetch([(w, m) for w, modes in MODES.items() for m in modes])
+    return parity_probes
 
 
 def _ids(value: object) -> str:
