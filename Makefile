@@ -31,6 +31,7 @@ $(BENCH_STAMP): pyproject.toml
 
 bench: $(BENCH_STAMP)
 	$(PY) bench/cli_startup.py
+	$(PY) bench/calibration.py
 	$(PY) bench/step_overhead.py
 	$(PY) bench/quick_suite.py
 	$(PY) bench/accumulation.py

@@ -97,8 +97,8 @@ def test_verdict_environment_weights_sensitivity_and_failures(report):
     assert weights["throughput"][3:] == ["0.3", "0.300"]
     assert weights["memory"][2].startswith("training memory increment")
     robustness = section(md, "Robustness of the verdict").lstrip()
-    assert robustness.startswith("Noise and weights together, over 2,000 joint resamples")
-    assert "PyTorch leads in 100.0%, TensorFlow leads in 0.0%. The verdict is robust" in robustness
+    assert robustness.startswith("Noise and weights together, over 2,000 joint draws")
+    assert "PyTorch leads in 99.9%, TensorFlow leads in 0.1%. The verdict is robust" in robustness
     sensitivity = table_rows(robustness)
     assert [row[0] for row in sensitivity] == ["throughput", "time_to_target", "first_step", "memory", "quality"]
     assert all(row[-1] == "never" for row in sensitivity)
@@ -244,7 +244,7 @@ def test_memory_table_shows_baseline_increment_and_peak_with_the_probe(report):
 
 def test_head_to_head_shows_every_ratio_with_its_interval_and_the_ties(report):
     rows = {row[0]: row for row in table_rows(section(report["markdown"].read_text(), "Head to head"))}
-    assert rows["throughput"] == ["throughput", "950", "520", "1.83x", "95% CI 1.76–1.89x", "PyTorch (graph) better"]
+    assert rows["throughput"] == ["throughput", "950", "520", "1.83x", "95% CI 1.76–1.90x", "PyTorch (graph) better"]
     assert rows["first_step"][-1] == "TensorFlow (graph) better"
     assert rows["quality"][-1] == "tie: within ±5%"
 

@@ -283,7 +283,8 @@ def test_no_verdict_cites_a_criterion_on_which_the_two_sides_are_equal():
     equal = pair(final_metric=0.658)
     d = decide(summarise_groups(equal), {"quality": 0.6})
     assert d.winner == "torch" and d.head_to_head["quality"].equivalent
-    assert "0.658" not in d.verdict and "accuracy at" not in d.verdict
+    assert "0.658" not in d.verdict and "accuracy at 3,200 examples:" not in d.verdict
+    assert d.verdict.split("equal within ±5% on ")[1].split(";")[0].endswith("accuracy at 3,200 examples")  # named
     # Inconclusive: the equal criterion is named as equal, without its numbers.
     close = (runs("torch", "eager", (400, 1000, 1600), (2.0, 2.1, 2.2), final_metric=0.658)
              + runs("tensorflow", "graph", (500, 900, 1300), (2.0, 2.1, 2.2), final_metric=0.658))

@@ -32,8 +32,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from bakeoff.analysis import verdict
-from bakeoff.analysis.bootstrap import RESAMPLES, Difference, difference, rng_for
+from bakeoff.analysis import intervals, verdict
+from bakeoff.analysis.bootstrap import RESAMPLES, Difference, rng_for
 from bakeoff.analysis.conditions import FRAMEWORK_NAMES, cores, display_name, load_gap, mode_notes
 from bakeoff.analysis.mixing import Mix, pair_note, section_mixes
 from bakeoff.analysis.quantities import Quantity, quantity
@@ -76,6 +76,9 @@ MEASURED: dict[str, Criterion] = {c.name: c for c in (
 DEFAULT_WEIGHTS: dict[str, float] = {
     "throughput": 0.3, "time_to_target": 0.3, "first_step": 0.1, "memory": 0.1, "quality": 0.2}
 """Weights of the measured criteria. Qualitative criteria weigh 0 until the user sets them."""
+
+MAX_UNFINISHED = 1 / 3
+"""A configuration with more than this share of its runs failed, timed out or out of memory is never robust."""
 
 MULTIPLIERS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0)
 """The grid on which sensitivity looks for the multiplier of one weight that changes the winner."""
@@ -141,6 +144,10 @@ class Decision:
     budget_examples: float | None = None  # where quality was read
     mixes: list[Mix] = dataclasses.field(default_factory=list)  # what the section's trials differ in that should not
     mix_note: str = ""  # what the two compared configurations differ in, for the verdict ("" when nothing)
+    # Weights behind a winner: the criteria the leader is surely better on, and those not settled either way (a
+    # tie reaching outside the band). "Wins" needs the first to weigh at least as much as the second.
+    settled_weight: float = 0.0
+    unsettled_weight: float = 0.0
 
 
 def resolve_weights(weights: Mapping[str, float] | None, qualitative: Qualitative | None) -> dict[str, float]:
@@ -230,29 +237,35 @@ def _sensitivity(configs: Sequence[ConfigScore], weights: Mapping[str, float]) -
     return rows
 
 
-def _head_to_head(q: Quantity, a: ConfigSummary, b: ConfigSummary) -> Difference:
-    """``a`` against ``b`` on ``q``, values below the quantity's resolution counted as it."""
+def _head_to_head(q: Quantity, a: ConfigSummary, b: ConfigSummary,
+                  confidence: float = intervals.CONFIDENCE) -> Difference:
+    """``a`` against ``b`` on ``q`` (:func:`bakeoff.analysis.intervals.compare`), values below the quantity's
+    resolution counted as it."""
     va, vb = a.value(q.name), b.value(q.name)
-    d = difference(q.name, None if va is None else float(q.floored(va)), None if vb is None else float(q.floored(vb)),
-                   q.floored(a.replicates(q.name)), q.floored(b.replicates(q.name)), a.higher(q.name))
+    (ra, ba), (rb, bb) = a.runs(q.name), b.runs(q.name)
+    d = intervals.compare(q.name, None if va is None else float(q.floored(va)),
+                          None if vb is None else float(q.floored(vb)), q.floored(ra), q.floored(rb), ba, bb,
+                          a.higher(q.name), confidence)
     return dataclasses.replace(d, a=va, b=vb)  # show the measured values
 
 
 def _win_shares(scored: Sequence[ConfigSummary], weights: Mapping[str, float], qualitative: Qualitative,
                 rng: np.random.Generator) -> dict[str, float]:
-    """How often each framework leads when measurements and weights are resampled together.
+    """How often each framework leads when measurements and weights are redrawn together.
 
-    Resample r takes every configuration's r-th bootstrap replicate of every measured criterion, scales each weight
-    by its own log-uniform factor in [½, 2], renormalises, scores, and judges each framework by its best
-    configuration, exactly as the point decision does.
+    Draw r takes a plausible value of every configuration on every measured criterion
+    (:func:`bakeoff.analysis.intervals.draws`: its runs' geometric mean with Student-t noise of its standard
+    error), scales each weight by its own log-uniform factor in [½, 2], renormalises, scores, and judges each
+    framework by its best configuration, exactly as the point decision does. Frameworks level in a draw share it.
     """
     criteria = list(weights)
     parts = np.empty((len(criteria), len(scored), RESAMPLES))
     for k, c in enumerate(criteria):
         if c in MEASURED:
             q = MEASURED[c].record
-            parts[k] = normalise(q.floored(np.stack([s.replicates(q.name) for s in scored])),
-                                 scored[0].higher(q.name))
+            drawn = [intervals.draws(q.floored(runs), bounds, s.value(q.name), RESAMPLES, rng)
+                     for s in scored for runs, bounds in [s.runs(q.name)]]
+            parts[k] = normalise(q.floored(np.stack(drawn)), scored[0].higher(q.name))
         else:
             parts[k] = np.array([qualitative[c][s.framework] / 5 for s in scored])[:, None]
     factors = np.exp(rng.uniform(-math.log(2), math.log(2), size=(len(criteria), RESAMPLES)))
@@ -260,8 +273,43 @@ def _win_shares(scored: Sequence[ConfigSummary], weights: Mapping[str, float], q
     scores = np.einsum("kr,kcr->cr", w, parts) / w.sum(axis=0)  # (configurations, resamples)
     frameworks = sorted({s.framework for s in scored})
     best = np.stack([scores[[i for i, s in enumerate(scored) if s.framework == fw]].max(axis=0) for fw in frameworks])
-    counts = np.bincount(best.argmax(axis=0), minlength=len(frameworks))  # ties: the first in name order
-    return {fw: float(n / RESAMPLES) for fw, n in zip(frameworks, counts, strict=True)}
+    top = np.isclose(best, best.max(axis=0), rtol=0, atol=1e-12)  # (frameworks, resamples): level at the top
+    shares = (top / top.sum(axis=0)).sum(axis=1) / RESAMPLES
+    return {fw: float(v) for fw, v in zip(frameworks, shares, strict=True)}
+
+
+def _clean_lead(weights: Mapping[str, float], h2h: Mapping[str, Difference], w_parts: Mapping[str, float | None],
+                r_parts: Mapping[str, float | None]) -> float:
+    """The leader's lead counting only differences outside the tie band (qualitative scores are the user's)."""
+    return sum(w * ((w_parts[c] or 0.0) - (r_parts[c] or 0.0)) for c, w in weights.items()
+               if c not in h2h or not h2h[c].tie)
+
+
+def _weights_behind(weights: Mapping[str, float], h2h: Mapping[str, Difference], w: ConfigSummary,
+                    r: ConfigSummary, qualitative: Qualitative) -> tuple[float, float]:
+    """(the weight of the criteria the leader is surely better on, the weight of those not settled either way).
+
+    Surely better: a measured difference outside the tie band in its favour, or a higher qualitative score. Not
+    settled: a measured tie whose interval reaches outside the band (it could still go either way); a tie shown
+    equal (its whole interval inside the band) is settled and weighs on neither side.
+    """
+    settled = unsettled = 0.0
+    for c, weight in weights.items():
+        if c in h2h:
+            settled += weight * (h2h[c].better == "a")
+            unsettled += weight * (h2h[c].tie and not h2h[c].equivalent)
+        elif c in qualitative:
+            settled += weight * (qualitative[c][w.framework] > qualitative[c][r.framework])
+    return settled, unsettled
+
+
+def _leads(weights: Mapping[str, float], h2h: Mapping[str, Difference], w_cfg: ConfigSummary,
+           r_cfg: ConfigSummary, w_parts: Mapping[str, float | None], r_parts: Mapping[str, float | None],
+           qualitative: Qualitative) -> bool:
+    """Whether the leader wins on these differences: a lead outside the tie band, and the criteria it is surely
+    better on weighing at least as much as those not settled."""
+    settled, unsettled = _weights_behind(weights, h2h, w_cfg, r_cfg, qualitative)
+    return _clean_lead(weights, h2h, w_parts, r_parts) > 1e-9 and settled >= unsettled
 
 
 def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | None = None,
@@ -323,18 +371,22 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
     decision.mix_note = pair_note(w_cfg, r_cfg, decision.mixes)
     if (gap := load_gap(w_cfg, r_cfg, cores(scored))) is not None:
         decision.caveats.append(gap)
+    decision.caveats += [note for c in (w_cfg, r_cfg) if (note := verdict.unfinished_note(c))]
     decision.margin = lead.score - runner.score
     decision.runs = (w_cfg.n_ok, r_cfg.n_ok)
     decision.provisional = min(decision.runs) < MIN_RUNS
-    decision.head_to_head = {c: _head_to_head(MEASURED[c].record, w_cfg, r_cfg) for c in norm if c in MEASURED}
+    compared = [c for c in norm if c in MEASURED]
+    decision.head_to_head = {c: _head_to_head(MEASURED[c].record, w_cfg, r_cfg) for c in compared}
     decision.win_share = _win_shares(scored, norm, qualitative, rng_for(*keys[0], "weights"))
     decision.resamples = RESAMPLES
-    # The lead counting only differences outside the tie band (qualitative scores are the user's, not noisy).
-    clean_lead = sum(w * ((w_parts[c] or 0.0) - (r_parts[c] or 0.0)) for c, w in norm.items()
-                     if c not in decision.head_to_head or not decision.head_to_head[c].tie)
-    if clean_lead > 1e-9:
+    decision.settled_weight, decision.unsettled_weight = _weights_behind(norm, decision.head_to_head, w_cfg, r_cfg,
+                                                                         qualitative)
+    if _leads(norm, decision.head_to_head, w_cfg, r_cfg, w_parts, r_parts, qualitative):
         decision.winner = lead.framework
+        strict = {c: _head_to_head(MEASURED[c].record, w_cfg, r_cfg, intervals.ROBUST_CONFIDENCE) for c in compared}
         decision.robust = (not decision.provisional and decision.win_share[lead.framework] >= ROBUST_SHARE
+                           and _leads(norm, strict, w_cfg, r_cfg, w_parts, r_parts, qualitative)
+                           and all(len(c.unfinished) <= MAX_UNFINISHED * c.n_total for c in (w_cfg, r_cfg))
                            and all(r.winner_if_halved == lead.framework == r.winner_if_doubled for r in sensitivity))
     else:
         decision.inconclusive = True

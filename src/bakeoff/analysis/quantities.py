@@ -62,6 +62,8 @@ class Quantity:
     resolution: float = 0.0
     # trial -> why it has no value, where the trial itself recorded why (MFU without a ceiling, say)
     why_missing: Callable[[TrialResult], str | None] | None = None
+    # censored: trial -> what its value is at least when it never got there (the training it did), None unknown
+    bound: Callable[[TrialResult], float | None] | None = None
 
     @property
     def display_unit(self) -> str:
@@ -195,9 +197,9 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
     Quantity("steady_step_s", "s", False, _field("steady_step_s"), "steady step", shown_unit="ms", scale=1000,
              steps=lambda r, t: t),
     Quantity("time_to_target_s", "s", False, _field("time_to_target_s"), "time to {metric} {target}",
-             censored=True),
+             censored=True, bound=lambda r: r.train_s),
     Quantity("steps_to_target", "steps", False, _field("steps_to_target"), "steps to {metric} {target}",
-             table=None, censored=True),
+             table=None, censored=True, bound=lambda r: float(len(r.step_times_s)) or None),
     Quantity("metric_at_budget", "", None, lambda r, budget: metric_at(r, budget), "{metric} at {budget} examples"),
     Quantity("final_metric", "", None, _field("final_metric"), "final {metric}"),
     Quantity("best_metric", "", None, _field("best_metric"), "best {metric}", table=None),

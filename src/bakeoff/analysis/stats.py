@@ -76,6 +76,9 @@ def summarise(values: Sequence[float | None]) -> Summary | None:
 # ---------------------------------------------------------------------------------------------------------------
 # Per-configuration summaries
 
+UNFINISHED = (Status.FAILED, Status.TIMEOUT, Status.OUT_OF_MEMORY)
+"""Runs that started and did not finish: for a censored quantity (time to target) each counts as never."""
+
 _STATUS_WORDS = {Status.FAILED: "failed", Status.TIMEOUT: "timed out", Status.OUT_OF_MEMORY: "ran out of memory",
                  Status.UNSUPPORTED: "unsupported"}
 
@@ -130,6 +133,26 @@ class ConfigSummary:
     @property
     def ok(self) -> list[TrialResult]:
         return [r for r in self.trials if r.status is Status.OK]
+
+    @property
+    def unfinished(self) -> list[TrialResult]:
+        """Runs that failed, timed out or ran out of memory (:data:`UNFINISHED`)."""
+        return [r for r in self.trials if r.status in UNFINISHED]
+
+    def runs(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """One value per run, as the verdict compares them, and each run's lower bound where it is censored.
+
+        The successful runs that measured ``name``; for a censored quantity (time to target, with a target set)
+        also every unfinished run, as never (+∞, bound unknown unless it recorded its training time).
+        """
+        q = quantity(name)
+        counted = self.ok + (self.unfinished if q.censored and self.target is not None else [])
+        pairs = [(math.inf if r.status is not Status.OK else v,
+                  (q.bound(r) if q.bound else None)) for r in counted
+                 if r.status is not Status.OK or (v := q.value(r, self.budget_examples)) is not None]
+        values = np.array([v for v, _ in pairs], dtype=float)
+        bounds = np.array([math.nan if b is None else float(b) for _, b in pairs], dtype=float)
+        return values, bounds
 
     def replicates(self, name: str) -> np.ndarray:
         """:data:`~bakeoff.analysis.bootstrap.RESAMPLES` bootstrap replicates of :meth:`value`, seeded by the
@@ -263,7 +286,10 @@ def _summarise_group(key: tuple[str, str, str], trials: list[TrialResult], budge
     target = next((r.target for r in ok if r.target is not None), None)
     per_trial = {name: [v for r in ok if (v := q.value(r, budget)) is not None] for name, q in QUANTITIES.items()}
     summaries = {name: summarise(vs) for name, vs in per_trial.items()}
-    values = {name: _median(vs) for name, vs in per_trial.items()}
+    # A run that did not finish never reached the target: it counts in the median as never
+    unfinished = sum(r.status in UNFINISHED for r in trials) if target is not None else 0
+    values = {name: _median(vs + [math.inf] * unfinished if QUANTITIES[name].censored and vs else vs)
+              for name, vs in per_trial.items()}
     missing = {name: _missing(QUANTITIES[name], ok, reasons, target, budget)
                for name, s in summaries.items() if s is None}
     first = (ok or trials)[0]

@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 MIN_RUNS = 3
 """Runs per side below which a verdict is provisional."""
 
+ONE_RUN_NULL_LEADS = ("two equal frameworks measured once each show a lead like this in about 1 of 5 simulated "
+                      "bake-offs at 5% run-to-run noise, 2 of 3 at 25%")
+"""What a one-run lead is worth, measured by :mod:`bakeoff.analysis.calibration` (``tests/test_calibration.py``
+checks the figures)."""
+
 ROBUST_SHARE = 0.95
 """The share of joint resamples the leader must lead in for the verdict to be called robust."""
 
@@ -66,16 +71,34 @@ def difference_phrase(d: Difference, a: ConfigSummary, b: ConfigSummary) -> str:
     """``"steady throughput: 950 vs 520 examples/s (1.83x, 95% CI 1.76–1.89x)"``, a's side first; for a censored
     quantity, the runs that got there (and no ratio when a side never did: its interval still shows)."""
     q = quantity(d.quantity)
-    reach = f"reached in {a.reached}/{a.n_ok} vs {b.reached}/{b.n_ok} runs" if q.censored else ""
-    ci = interval_text(d.low, d.high)
+    reach = (f"reached in {a.reached}/{_counted(a)} vs {b.reached}/{_counted(b)} runs" if q.censored else "")
+    ci = interval_text(d.low, d.high) if d.low is not None and d.high is not None else "one run a side: no interval"
     if d.a is not None and d.b is not None and (math.isinf(d.a) or math.isinf(d.b)):
         return f"{a.title(q.name)}: {_pair(q, d.a, d.b)} ({reach}; ratio {ci})"
     return f"{a.title(q.name)}: {_pair(q, d.a, d.b)} ({ratio_text(d.ratio)}, {ci}{', ' + reach if reach else ''})"
 
 
-def _percent(share: float) -> str:
+def _counted(c: ConfigSummary) -> int:
+    """The runs a censored quantity counts: the successful ones and those that did not finish (never)."""
+    return c.n_ok + (len(c.unfinished) if c.target is not None else 0)
+
+
+def unfinished_note(c: ConfigSummary) -> str | None:
+    """``"TensorFlow (graph): 7 of 10 runs timed out"``, or ``None`` when every run finished."""
+    counts: dict[str, int] = {}
+    for r in c.unfinished:
+        word = {"timeout": "timed out", "out_of_memory": "ran out of memory"}.get(r.status.value, r.status.value)
+        counts[word] = counts.get(word, 0) + 1
+    if not counts:
+        return None
+    return f"{display_name(c.label)}: " + ", ".join(f"{k} of {c.n_total} runs {w}" for w, k in counts.items())
+
+
+def percent(share: float) -> str:
     pct = 100 * share
-    return f"{pct:.1f}%" if 99 < pct < 100 or 0 < pct < 1 else f"{pct:.0f}%"
+    if 99 < pct < 100:  # never rounded up to a certainty it is not
+        return f"{math.floor(pct * 10) / 10:.1f}%"
+    return f"{max(pct, 0.1):.1f}%" if 0 < pct < 1 else f"{pct:.0f}%"
 
 
 def _runs(runs: tuple[int, int]) -> str:
@@ -84,10 +107,10 @@ def _runs(runs: tuple[int, int]) -> str:
 
 def _robust_clause(decision: Decision, leader: str) -> str:
     share = decision.win_share.get(leader, 0.0)
-    others = [f"{FRAMEWORK_NAMES.get(fw, fw)} {_percent(s)}" for fw, s in decision.win_share.items()
+    others = [f"{FRAMEWORK_NAMES.get(fw, fw)} {percent(s)}" for fw, s in decision.win_share.items()
               if fw != leader and s > 0]
-    joint = (f"it leads in {_percent(share)}" + (f" ({', '.join(others)})" if others else "")
-             + f" of {RESAMPLES:,} resamples of measurements and weights, each weight ×½–2")
+    joint = (f"it leads in {percent(share)}" + (f" ({', '.join(others)})" if others else "")
+             + f" of {RESAMPLES:,} draws of measurements and weights, each weight ×½–2")
     flip = ""
     for row in sorted(decision.sensitivity, key=lambda r: abs(math.log(r.flips_at)) if r.flips_at else math.inf):
         for word, who in (("halved", row.winner_if_halved), ("doubled", row.winner_if_doubled)):
@@ -95,6 +118,9 @@ def _robust_clause(decision: Decision, leader: str) -> str:
                 flip = f"{FRAMEWORK_NAMES.get(who or '', who)} wins if the {row.criterion} weight is {word}"
     if decision.provisional:
         assert decision.runs is not None
+        if min(decision.runs) < 2:  # one run: no spread, so no share of resamples worth a number
+            return (f"not robust with {_runs(decision.runs)} ({MIN_RUNS} runs per side needed; one run has no "
+                    f"spread, and {ONE_RUN_NULL_LEADS})")
         return f"not robust with {_runs(decision.runs)} ({MIN_RUNS} runs per side needed): {joint}"
     if decision.robust:
         return f"robust: {joint}, and under every single weight halved or doubled"
@@ -123,8 +149,8 @@ def mfu_sentence(d: Difference | None, w: ConfigSummary, r: ConfigSummary) -> st
     device = kinds.pop() if len(kinds) == 1 else "the device"
     (pw, cw), (pr, cr) = _ceiling_text(w), _ceiling_text(r)
     precision = pw if pw == pr else f"{pw} / {pr}"
-    return (f" MFU: {display_name(w.label)} runs at {_percent(a)} of this {device}'s {precision} matmul ceiling, "
-            f"{display_name(r.label)} at {_percent(b)} ({ratio_text(d.ratio)}, {interval_text(d.low, d.high)}; "
+    return (f" MFU: {display_name(w.label)} runs at {percent(a)} of this {device}'s {precision} matmul ceiling, "
+            f"{display_name(r.label)} at {percent(b)} ({ratio_text(d.ratio)}, {interval_text(d.low, d.high)}; "
             f"ceilings {cw} and {cr}, each framework's own on this machine, as `bakeoff env` shows).")
 
 
@@ -158,6 +184,14 @@ def _lead_phrases(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapp
 
 def _tie_list(d: Decision, w: ConfigSummary, r: ConfigSummary) -> str:
     return "; ".join(difference_phrase(diff, w, r) for c, diff in d.head_to_head.items() if diff.tie)
+
+
+def _tied(d: Decision, w: ConfigSummary) -> str:
+    """``"; equal within ±5% on memory; not settled on first step"``: the weighted criteria that tied, by name."""
+    equal = [w.title(x.quantity) for x in d.head_to_head.values() if x.equivalent]
+    unsettled = [w.title(x.quantity) for x in d.head_to_head.values() if x.tie and not x.equivalent]
+    return ((f"; equal within ±{TIE_BAND:.0%} on {', '.join(equal)}" if equal else "")
+            + (f"; not settled on {', '.join(unsettled)}" if unsettled else ""))
 
 
 def _excluded(d: Decision) -> str:
@@ -205,9 +239,11 @@ def compose(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapping[st
         return _inconclusive(d, w, r, where, n, caveats)
     ours, theirs = _lead_phrases(d, w, r, w_parts, r_parts, qualitative)
     reason = "; ".join(ours[:3]) or f"scores {d.ranking[0].score:.2f} vs {d.ranking[1].score:.2f}"
+    on = "only on" if d.settled_weight < 0.5 * sum(d.weights.values()) else "on"  # it rests on less than half
+    reason += _tied(d, w)
     against = f"; {runner} is better on {'; '.join(theirs[:2])}" if theirs else ""
     opening = f"provisional{n}: {lead} leads" if d.provisional else f"{lead} wins"
-    return (f"{opening} {where} over {runner} on {reason}{against}; {_robust_clause(d, w.framework)}{_excluded(d)}"
+    return (f"{opening} {where} over {runner} {on} {reason}{against}; {_robust_clause(d, w.framework)}{_excluded(d)}"
             f"{caveats}.")
 
 

@@ -20,11 +20,12 @@ import numpy as np
 from bakeoff.analysis.bootstrap import CONFIDENCE, RESAMPLES, TIE_BAND
 from bakeoff.analysis.conditions import LOAD_GAP_PER_CORE, config_load, display_name, loaded, threads
 from bakeoff.analysis.decide import MEASURED, Decision, Qualitative, decide_each
+from bakeoff.analysis.intervals import ROBUST_CONFIDENCE
 from bakeoff.analysis.mixing import batch_text
 from bakeoff.analysis.quantities import MIB, QUANTITIES, Quantity
 from bakeoff.analysis.scaling import SCALING_COLUMNS, scaling_cells, scaling_rows, scaling_sentence
 from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, fmt, short_reason, summarise_groups
-from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, ratio_text
+from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, percent, ratio_text
 from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE
 from bakeoff.report import deployment, plots
 from bakeoff.report.templates import Block, Heading, Image, Para, Table, to_html, to_markdown
@@ -227,11 +228,12 @@ def _head_to_head_table(decision: Decision) -> Table | None:
             return "—" if v is None else "never" if math.isinf(v) else fmt(v * q.scale)
 
         rows.append([criterion, shown(d.a), shown(d.b), ratio_text(d.ratio), interval_text(d.low, d.high), outcome])
-    notes = [f"Ratio {lead} / {runner} of the medians over runs, with its {CONFIDENCE:.0%} percentile bootstrap "
-             f"interval: {RESAMPLES:,} resamples of the runs with replacement, and of each run's steady steps for "
-             f"throughput; the two sides independently. A ratio whose interval reaches into "
-             f"[{1 / (1 + TIE_BAND):.3f}, {1 + TIE_BAND:.2f}] is a tie — no difference a framework choice should "
-             "turn on — and the verdict never cites it."]
+    notes = [f"Ratio {lead} / {runner} of the medians over runs. Its {CONFIDENCE:.0%} interval is Welch's t interval "
+             "on the log of one value per run (a run's throughput from its own median step), exponentiated: the "
+             "ratio of geometric means. A run that never reached the target, or did not finish, counts as never: "
+             "it can only show its side slower, never faster. With one run a side there is no interval. A ratio "
+             f"whose interval reaches into [{1 / (1 + TIE_BAND):.3f}, {1 + TIE_BAND:.2f}] is a tie — no difference a "
+             "framework choice should turn on — named, never cited with its numbers as a reason."]
     return Table(["criterion", lead, runner, "ratio", "interval", "outcome"], rows, notes, align="lrrrll")
 
 
@@ -351,18 +353,24 @@ def _weights_table(decision: Decision, qualitative: Qualitative) -> Table:
 def _robustness_blocks(decision: Decision) -> list[Block]:
     if not decision.sensitivity:
         return [Para("No sensitivity analysis: fewer than two frameworks have a score.")]
-    shares = ", ".join(f"{display_name(fw)} leads in {100 * share:.1f}%" for fw, share in
+    shares = ", ".join(f"{display_name(fw)} leads in {percent(share)}" for fw, share in
                        sorted(decision.win_share.items(), key=lambda kv: -kv[1]))
     if decision.provisional and decision.runs:
         why = f"not robust: fewer than {MIN_RUNS} runs on a side (n = {decision.runs[0]} vs {decision.runs[1]})."
+        if min(decision.runs) < 2:
+            return [Para(f"No joint resampling: one run on a side has no spread to draw from. The verdict is {why}"),
+                    _sensitivity_table(decision)]
     elif decision.robust:
-        why = (f"robust: the leader leads in at least {ROBUST_SHARE:.0%} of them and under every single weight "
-               "halved or doubled.")
+        why = (f"robust: the leader leads in at least {ROBUST_SHARE:.0%} of them, its lead holds with every interval "
+               f"at {ROBUST_CONFIDENCE:.0%}, no more than a third of either side's runs failed, and it leads under "
+               "every single weight halved or doubled.")
     else:
-        why = (f"not robust: that needs at least {ROBUST_SHARE:.0%} of them, every single weight halved or doubled, "
-               "and a winner.")
-    joint = Para(f"Noise and weights together, over {decision.resamples:,} joint resamples (every configuration's "
-                 "bootstrap replicate of every measured criterion; each weight scaled by its own log-uniform factor "
+        why = (f"not robust: that needs a winner leading in at least {ROBUST_SHARE:.0%} of them, its lead holding "
+               f"with every interval at {ROBUST_CONFIDENCE:.0%}, no more than a third of either side's runs failed, "
+               "and every single weight halved or doubled.")
+    joint = Para(f"Noise and weights together, over {decision.resamples:,} joint draws (for every configuration and "
+                 "measured criterion, a plausible value from its runs: their geometric mean with Student-t noise of "
+                 "its standard error, as the intervals assume; each weight scaled by its own log-uniform factor "
                  f"in [½, 2]): {shares}. The verdict is {why}" if shares else
                  "No joint resampling: there is no head-to-head comparison.")
     return [joint, _sensitivity_table(decision)]

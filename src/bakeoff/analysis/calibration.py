@@ -1,0 +1,203 @@
+"""How often the verdict's words are wrong: synthetic bake-offs with a known truth, through the real analysis.
+
+A :class:`Scenario` describes two or three configurations (one framework each) whose runs are drawn from known
+distributions: a true speed per side, per-run noise on every measured criterion, step times with AR(1) drift
+within a run, runs that time out and runs that never reach the target. :func:`simulate` draws whole result sets,
+feeds them to :func:`~bakeoff.analysis.stats.summarise_groups` and :func:`~bakeoff.analysis.decide.decide` exactly
+as a report does, and tallies what the verdicts said against the truth:
+
+* **false "wins"**: every side drawn from the same distribution (``speeds`` all 1), yet the verdict says "wins";
+  false "robust" likewise;
+* **provisional "leads"**: below :data:`~bakeoff.analysis.verdict.MIN_RUNS` runs the verdict may only say "leads";
+  how often it does under the null is measured, not bounded;
+* **power**: sides that truly differ, and how often the verdict names the faster one the winner;
+* **coverage**: how often each head-to-head interval contains the true ratio of the two sides (median over
+  median of the distributions the runs were drawn from).
+
+The tests (``tests/test_calibration.py``) assert the bounds; ``bench/calibration.py`` prints the whole table.
+Everything is seeded: the same scenario and seed give the same tallies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from bakeoff.spec import RunSpec, Status, TrialResult
+
+MIB = 2**20
+BATCH = 32
+STEPS = 40  # per run: the first step, 3 warm-up steps, then steady ones
+WARMUP = 3
+EVAL_EVERY = 10
+TARGET = 0.78
+TRUE = {"examples_per_s": 500.0, "first_step_s": 1.0, "time_to_target_s": 3.0, "memory_increment_bytes": 150 * MIB,
+        "metric_at_budget": 0.80}
+"""The true values of the reference side (speed 1); a side of speed s has s times the throughput and 1/s the
+time to target."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Noise:
+    """Per-run noise of one side: relative standard deviations (log scale) unless said otherwise."""
+
+    throughput: float = 0.05  # the run's level of steady throughput
+    time_to_target: float = 0.05
+    first_step: float = 0.10
+    memory: float = 0.01
+    quality: float = 0.005  # absolute, on the metric
+    steps: float = 0.05  # step to step, within a run
+    phi: float = 0.0  # AR(1) coefficient of the step-to-step noise (drift)
+    timeout: float = 0.0  # share of runs that time out (recorded, nothing measured)
+    never: float = 0.0  # share of the successful runs that never reach the target
+
+    @classmethod
+    def uniform(cls, level: float, **kwargs: float) -> Noise:
+        """``level`` on throughput and time to target, twice that on the first step (as measured: compile times
+        vary more), steps within a run at ``level``."""
+        return cls(throughput=level, time_to_target=level, first_step=2 * level, steps=level, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """Sides (frameworks) with their true speed and noise, ``runs`` runs each."""
+
+    name: str
+    runs: int
+    noise: tuple[Noise, ...]
+    speeds: tuple[float, ...] = (1.0, 1.0)
+    frameworks: tuple[str, ...] = ("torch", "tensorflow", "jax")
+
+    @property
+    def null(self) -> bool:
+        return len(set(self.speeds)) == 1
+
+
+def _ar1(rng: np.random.Generator, n: int, phi: float, sd: float) -> np.ndarray:
+    """``n`` log step-time deviations, AR(1) with coefficient ``phi`` and marginal standard deviation ``sd``."""
+    eps = rng.standard_normal(n) * sd * math.sqrt(1 - phi**2)
+    out = np.empty(n)
+    out[0] = rng.standard_normal() * sd
+    for i in range(1, n):
+        out[i] = phi * out[i - 1] + eps[i]
+    return out
+
+
+def _spec(framework: str, repeat: int) -> dict:
+    return RunSpec(workload="text_classifier", framework=framework, execution="graph", preset="tiny",
+                   max_steps=STEPS, repeat=repeat, batch_size=BATCH, eval_every=EVAL_EVERY,
+                   warmup_steps=WARMUP).to_dict()
+
+
+def draw_run(framework: str, repeat: int, speed: float, noise: Noise, rng: np.random.Generator) -> TrialResult:
+    """One run of a side: its level, steps, first step, time to target, memory and quality drawn from ``noise``."""
+    spec = _spec(framework, repeat)
+    env = {"cores": 2, "load_average_1m_at_start": 1.0, "load_average_1m_at_end": 1.0}
+    if rng.random() < noise.timeout:
+        return TrialResult(spec=spec, key=f"{framework}-{repeat}", status=Status.TIMEOUT,
+                           reason="timeout after 60 s: killed", environment=env, metric_name="accuracy",
+                           target=TARGET)
+    level = speed * TRUE["examples_per_s"] * math.exp(noise.throughput * rng.standard_normal())
+    steady = BATCH / level * np.exp(_ar1(rng, STEPS - 1, noise.phi, noise.steps))
+    first = TRUE["first_step_s"] * math.exp(noise.first_step * rng.standard_normal())
+    steps = [first, *steady.tolist()]
+    median = float(np.median(steady[WARMUP:]))
+    ttt = (None if rng.random() < noise.never else
+           TRUE["time_to_target_s"] / speed * math.exp(noise.time_to_target * rng.standard_normal()))
+    final = TRUE["metric_at_budget"] + noise.quality * rng.standard_normal()
+    clock = np.cumsum(steps)
+    curve = [{"step": float(s), "train_s": float(clock[s - 1]), "metric": final - 0.1 * (STEPS - s) / STEPS}
+             for s in range(EVAL_EVERY, STEPS + 1, EVAL_EVERY)]
+    increment = int(TRUE["memory_increment_bytes"] * math.exp(noise.memory * rng.standard_normal()))
+    return TrialResult(
+        spec=spec, key=f"{framework}-{repeat}", status=Status.OK, environment=env, first_step_s=first,
+        step_times_s=steps, examples_per_step=BATCH, steady_step_s=median,
+        throughput={"examples_per_s": BATCH / median}, memory_kind="rss", memory_baseline_bytes=200 * MIB,
+        memory_train_peak_bytes=200 * MIB + increment, memory_increment_bytes=increment, curve=curve,
+        metric_name="accuracy", target=TARGET, time_to_target_s=ttt, final_metric=final, train_s=float(clock[-1]))
+
+
+def draw(scenario: Scenario, rng: np.random.Generator) -> list[TrialResult]:
+    """One bake-off of ``scenario``: ``runs`` runs of every side."""
+    return [draw_run(fw, i, speed, noise, rng)
+            for fw, speed, noise in zip(scenario.frameworks, scenario.speeds, scenario.noise, strict=False)
+            for i in range(scenario.runs)]
+
+
+@dataclasses.dataclass
+class Tally:
+    """What the verdicts of ``draws`` bake-offs of one scenario said."""
+
+    scenario: Scenario
+    draws: int = 0
+    wins: int = 0  # "wins" (a winner, not provisional)
+    right_wins: int = 0  # ... naming the truly fastest side (a scenario with a true difference)
+    robust: int = 0
+    provisional_leads: int = 0  # a provisional verdict naming a leader
+    covered: dict[str, int] = dataclasses.field(default_factory=dict)  # criterion -> intervals holding the truth
+    intervals: dict[str, int] = dataclasses.field(default_factory=dict)  # criterion -> intervals given
+
+    def rate(self, count: int) -> float:
+        return count / self.draws if self.draws else math.nan
+
+    def coverage(self, criterion: str) -> float:
+        n = self.intervals.get(criterion, 0)
+        return self.covered.get(criterion, 0) / n if n else math.nan
+
+
+def _true_ratio(criterion: str, speed_a: float, speed_b: float) -> float:
+    """The true ratio a / b of the medians of the distributions two sides' runs are drawn from."""
+    return {"throughput": speed_a / speed_b, "time_to_target": speed_b / speed_a}.get(criterion, 1.0)
+
+
+def simulate(scenario: Scenario, draws: int, seed: int = 0) -> Tally:
+    """``draws`` bake-offs of ``scenario`` through summarise → decide, tallied (see the module docstring)."""
+    from bakeoff.analysis.decide import decide
+    from bakeoff.analysis.stats import summarise_groups
+
+    rng = np.random.default_rng([seed, *map(ord, scenario.name)])
+    speed = dict(zip(scenario.frameworks, scenario.speeds, strict=False))
+    fastest = max(speed, key=speed.__getitem__)
+    tally = Tally(scenario)
+    for _ in range(draws):
+        d = decide(summarise_groups(draw(scenario, rng)))
+        tally.draws += 1
+        if d.winner is not None and not d.provisional:
+            tally.wins += 1
+            tally.right_wins += d.winner == fastest
+            tally.robust += d.robust
+        elif d.winner is not None:
+            tally.provisional_leads += 1
+        if len(d.ranking) >= 2:
+            a, b = (f.framework for f in d.ranking[:2])
+            for criterion, diff in d.head_to_head.items():
+                if diff.low is None or diff.high is None or not math.isfinite(diff.low * diff.high):
+                    continue
+                truth = _true_ratio(criterion, speed[a], speed[b])
+                tally.intervals[criterion] = tally.intervals.get(criterion, 0) + 1
+                tally.covered[criterion] = tally.covered.get(criterion, 0) + (diff.low <= truth <= diff.high)
+    return tally
+
+
+def scenarios(sides: int = 2) -> list[Scenario]:
+    """The null scenarios the calibration test bounds: every noise model of the issue, at 3 and 5 runs."""
+    out = []
+    for runs in (3, 5):
+        for name, noise in (("1%", (Noise.uniform(0.01),) * 3), ("5%", (Noise.uniform(0.05),) * 3),
+                            ("10%", (Noise.uniform(0.10),) * 3), ("25%", (Noise.uniform(0.25),) * 3),
+                            ("1% vs 25%", (Noise.uniform(0.01), Noise.uniform(0.25), Noise.uniform(0.10))),
+                            ("drift phi 0.9", (Noise.uniform(0.05, phi=0.9),) * 3),
+                            ("failures", (Noise.uniform(0.10, timeout=0.2, never=0.2),) * 3)):
+            out.append(Scenario(f"{name}, n = {runs}, {sides} sides", runs, noise, (1.0,) * sides))
+    return out
+
+
+def table(tallies: Sequence[Tally]) -> list[dict[str, object]]:
+    """One row per tally, for printing."""
+    return [{"scenario": t.scenario.name, "draws": t.draws, "wins": t.rate(t.wins), "robust": t.rate(t.robust),
+             "provisional leads": t.rate(t.provisional_leads), "right wins": t.rate(t.right_wins),
+             "coverage throughput": t.coverage("throughput"), "coverage time to target": t.coverage("time_to_target")}
+            for t in tallies]

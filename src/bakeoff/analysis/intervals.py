@@ -1,0 +1,122 @@
+"""The ratio between two configurations, from their runs: a Welch t interval on log values, simultaneous over the
+criteria a decision weighs.
+
+Why this and not the bootstrap of :mod:`bakeoff.analysis.bootstrap`: a verdict rests on 3 to 5 runs a side. The
+bootstrap median of 3 runs can only take the 3 observed values, so its "95%" interval is close to the range of the
+runs and, measured by simulation (:mod:`bakeoff.analysis.calibration`), called 8–10% of equal pairs a win at 10%
+noise, 21% when one side was much noisier than the other. Run-to-run timings are close to log-normal (a rate is
+a product of many small slowdowns), so the log of each run's value is close to normal and Welch's t interval on
+the difference of the two sides' mean logs, exponentiated, is an interval on the ratio of their geometric means
+that is exact for normal logs at any n ≥ 2 and keeps its coverage when the two sides are unequally noisy. One
+value per run is what enters: a run's steady throughput is its own median step, so steps that drift within a run
+(AR(1) noise) move that run's value and show as run-to-run spread, instead of being resampled as independent.
+
+**Several criteria.** A decision weighs several criteria, each of which could "win" by chance. The intervals are not
+widened for that (a Bonferroni correction over 5 criteria cost half the power to see a 1.3x difference at 5%
+noise); instead "wins" needs the criteria the leader is surely better on to weigh at least as much as those not
+settled either way (:func:`bakeoff.analysis.decide.decide`), so one criterion out of five landing outside the
+band by chance cannot carry a verdict while a heavier one is unsettled, and "robust" needs the same at
+:data:`ROBUST_CONFIDENCE`. The error rates this gives are measured, not assumed (``tests/test_calibration.py``).
+
+**Censored runs** (time to target: a run that never reached the target, or did not finish): its value is at least
+its training time (:attr:`~bakeoff.analysis.quantities.Quantity.bound`), or, with nothing recorded, at least the
+slowest time either side reached. The interval computed from these bounds only holds one way: a side with
+censored runs can be shown slower, never faster; the other end of the interval is open (0 or ∞). With censored
+runs on both sides nothing is claimed: the interval is 0–∞.
+
+Below 2 runs on either side there is no interval (``low`` and ``high`` are ``None``); the point ratio alone says
+which side is ahead, for a verdict that can only be provisional.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from bakeoff.analysis.bootstrap import TIE_BAND, Difference, ratio
+
+CONFIDENCE = 0.95
+ROBUST_CONFIDENCE = 0.99
+"""A robust verdict's lead must also hold with every interval at this confidence."""
+
+
+def bounded(values: np.ndarray, bounds: np.ndarray, fallback: float) -> np.ndarray:
+    """``values`` with each +∞ (censored) replaced by its lower bound (``bounds``, NaN: unknown) or ``fallback``."""
+    v = np.asarray(values, dtype=float).copy()
+    b = np.asarray(bounds, dtype=float)
+    censored = np.isinf(v)
+    v[censored] = np.where(np.isnan(b[censored]), fallback, b[censored])
+    return v
+
+
+def _log_stats(x: np.ndarray) -> tuple[float, float, int]:
+    """Mean of the logs, their variance divided by n (the squared standard error), n."""
+    logs = np.log(x)
+    return float(logs.mean()), float(logs.var(ddof=1) / len(logs)), len(logs)
+
+
+def welch(a: np.ndarray, b: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The ``confidence`` interval of the ratio of geometric means a / b (positive, finite values, ≥ 2 each)."""
+    from scipy.stats import t as student_t  # scipy.stats takes a while to import; only a report needs it
+
+    (ma, va, na), (mb, vb, nb) = _log_stats(a), _log_stats(b)
+    centre, var = ma - mb, va + vb
+    if var == 0:
+        return math.exp(centre), math.exp(centre)
+    df = var**2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+    half = float(student_t.ppf(1 - (1 - confidence) / 2, df)) * math.sqrt(var)
+    return math.exp(centre - half), math.exp(centre + half)
+
+
+def compare(name: str, a: float | None, b: float | None, a_runs: np.ndarray, b_runs: np.ndarray,
+            a_bounds: np.ndarray, b_bounds: np.ndarray, higher_is_better: bool, confidence: float = CONFIDENCE,
+            band: float = TIE_BAND) -> Difference:
+    """Configuration ``a`` against ``b`` on one quantity (see the module docstring).
+
+    Args:
+        name: the quantity.
+        a, b: the values shown (each side's median over its runs; +∞ never).
+        a_runs, b_runs: one value per run, +∞ for a censored run, as comparisons see them (floored).
+        a_bounds, b_bounds: each run's lower bound where censored (NaN: unknown).
+        higher_is_better: the quantity's direction.
+        confidence: of the interval.
+        band: the tie band.
+    """
+    if a is None or b is None:
+        return Difference(name, a, b, None, None, None, None, False)
+    point = float(ratio(a, b))
+    a_runs, b_runs = np.asarray(a_runs, dtype=float), np.asarray(b_runs, dtype=float)
+    lo_band, hi_band = 1 / (1 + band), 1 + band
+    if len(a_runs) < 2 or len(b_runs) < 2:  # no interval: a provisional verdict reads the point ratio alone
+        larger = "a" if point > hi_band else "b" if point < lo_band else None
+        better = larger if higher_is_better or larger is None else {"a": "b", "b": "a"}[larger]
+        return Difference(name, a, b, point, None, None, better, False)
+    cens_a, cens_b = bool(np.isinf(a_runs).any()), bool(np.isinf(b_runs).any())
+    if cens_a and cens_b:
+        low, high = 0.0, math.inf
+    else:
+        finite = np.concatenate([a_runs[np.isfinite(a_runs)], b_runs[np.isfinite(b_runs)]])
+        fallback = float(finite.max()) if finite.size else 1.0
+        low, high = welch(bounded(a_runs, a_bounds, fallback), bounded(b_runs, b_bounds, fallback), confidence)
+        low, high = (low, math.inf) if cens_a else (0.0, high) if cens_b else (low, high)
+    larger = "a" if low > hi_band else "b" if high < lo_band else None
+    better = larger if higher_is_better or larger is None else {"a": "b", "b": "a"}[larger]
+    return Difference(name, a, b, point, low, high, better, equivalent=bool(lo_band <= low and high <= hi_band))
+
+
+def draws(runs: np.ndarray, bounds: np.ndarray, value: float | None, size: int,
+          rng: np.random.Generator) -> np.ndarray:
+    """``size`` plausible values of one configuration, consistent with :func:`welch`: its geometric mean with
+    Student-t noise of its standard error (n - 1 degrees of freedom). Censored runs enter at their bounds; a
+    configuration whose value is never (+∞) stays never; below 2 runs the value itself, without spread."""
+    runs = np.asarray(runs, dtype=float)
+    if value is None:
+        return np.full(size, np.nan)
+    if math.isinf(value) or len(runs) < 2:
+        return np.full(size, value)
+    finite = runs[np.isfinite(runs)]
+    x = bounded(runs, bounds, float(finite.max()) if finite.size else 1.0)
+    mean, var, n = _log_stats(x)
+    with np.errstate(over="ignore"):  # a far tail of t with 1 or 2 degrees of freedom: +∞, scored as such
+        return np.exp(mean + math.sqrt(var) * rng.standard_t(n - 1, size))

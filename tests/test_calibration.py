@@ -1,0 +1,90 @@
+"""The verdict's error rates, measured: synthetic bake-offs with a known truth through the real analysis
+(:mod:`bakeoff.analysis.calibration`). ``bench/calibration.py`` prints the whole table.
+
+Null scenarios draw every side from one distribution, so any "wins" is false. Each is drawn :data:`DRAWS` times;
+the bound is checked on each scenario's rate and, pooled over every null scenario, on the one-sided 95%
+Clopper-Pearson upper limit, so that the bound holds with confidence and not only on the draws made.
+"""
+
+from __future__ import annotations
+
+import pytest
+from scipy.stats import beta
+
+from bakeoff.analysis.calibration import Noise, Scenario, Tally, scenarios, simulate
+
+DRAWS = 150
+FALSE_WINS = 0.05
+FALSE_ROBUST = 0.01
+
+
+def upper(events: int, n: int, confidence: float = 0.95) -> float:
+    """One-sided Clopper-Pearson upper limit of a rate seen ``events`` times in ``n``."""
+    return 1.0 if events >= n else float(beta.ppf(confidence, events + 1, n - events))
+
+
+@pytest.fixture(scope="module")
+def null_tallies() -> list[Tally]:
+    return [simulate(s, DRAWS) for s in scenarios(2) + [s for s in scenarios(3) if s.runs == 3][:3]]
+
+
+def test_the_null_scenarios_cover_every_noise_model_of_the_issue():
+    names = {s.name.split(", n")[0] for s in scenarios(2)}
+    assert names == {"1%", "5%", "10%", "25%", "1% vs 25%", "drift phi 0.9", "failures"}
+    assert {s.runs for s in scenarios(2)} == {3, 5} and all(s.null for s in scenarios(2) + scenarios(3))
+
+
+def test_a_false_wins_is_rare_in_every_null_scenario(null_tallies):
+    rates = {t.scenario.name: t.rate(t.wins) for t in null_tallies}
+    assert all(rate <= FALSE_WINS for rate in rates.values()), rates
+    wins, draws = sum(t.wins for t in null_tallies), sum(t.draws for t in null_tallies)
+    assert upper(wins, draws) <= FALSE_WINS, (wins, draws)
+
+
+def test_a_false_robust_is_rarer_still(null_tallies):
+    rates = {t.scenario.name: t.rate(t.robust) for t in null_tallies}
+    assert all(rate <= 2 * FALSE_ROBUST for rate in rates.values()), rates
+    robust, draws = sum(t.robust for t in null_tallies), sum(t.draws for t in null_tallies)
+    assert upper(robust, draws) <= FALSE_ROBUST, (robust, draws)
+
+
+def test_the_intervals_cover_the_true_ratio(null_tallies):
+    power = simulate(Scenario("power 1.3x at 5%", 3, (Noise.uniform(0.05),) * 2, (1.3, 1.0)), DRAWS)
+    for t in [*null_tallies, power]:
+        for criterion in ("throughput", "time_to_target"):
+            if t.scenario.runs == 3 and t.intervals.get(criterion, 0) >= DRAWS // 2:
+                assert t.coverage(criterion) >= 0.90, (t.scenario.name, criterion, t.coverage(criterion))
+
+
+def test_a_true_difference_of_1_3x_at_5_percent_noise_is_called_at_3_runs():
+    t = simulate(Scenario("power 1.3x at 5%", 3, (Noise.uniform(0.05),) * 2, (1.3, 1.0)), DRAWS)
+    assert t.rate(t.right_wins) >= 0.80 and t.right_wins == t.wins  # never the slower side
+
+
+def test_below_three_runs_a_lead_is_provisional_and_its_null_rate_is_the_one_the_verdict_states():
+    from bakeoff.analysis.verdict import ONE_RUN_NULL_LEADS
+
+    assert "1 of 5 simulated bake-offs at 5%" in ONE_RUN_NULL_LEADS and "2 of 3 at 25%" in ONE_RUN_NULL_LEADS
+    low, high = (simulate(Scenario(f"one run, {p:.0%}", 1, (Noise.uniform(p),) * 2), DRAWS) for p in (0.05, 0.25))
+    assert low.wins == high.wins == 0  # one run a side: never "wins"
+    assert 0.12 <= low.rate(low.provisional_leads) <= 0.28 and 0.55 <= high.rate(high.provisional_leads) <= 0.80
+    two = simulate(Scenario("two runs, 10%", 2, (Noise.uniform(0.10),) * 2), DRAWS)
+    assert two.wins == 0 and two.rate(two.provisional_leads) <= FALSE_WINS
+
+
+def test_the_simulation_is_seeded():
+    s = Scenario("seeded", 3, (Noise.uniform(0.10),) * 2)
+    a, b = simulate(s, 20, seed=3), simulate(s, 20, seed=3)
+    assert (a.wins, a.robust, a.covered) == (b.wins, b.robust, b.covered)
+
+
+def test_the_bench_prints_the_whole_table():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parent.parent / "bench" / "calibration.py"
+    out = subprocess.run([sys.executable, str(bench), "2"], capture_output=True, text=True, check=True).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "scenario" not in line]
+    assert len(rows) == len(scenarios(2)) + len(scenarios(3)) + 8
+    assert rows[0].startswith("| 1%, n = 3, 2 sides |") and all(line.count("|") == 8 for line in rows)
