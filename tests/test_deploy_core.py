@@ -168,3 +168,20 @@ def test_an_old_read_only_store_without_the_table_has_no_deployments(tmp_path):
     db.close()
     with Store(path, readonly=True) as store:
         assert store.deployments() == []
+
+
+@pytest.mark.parametrize(("metric", "metric_name", "counted"), [
+    (0.895, "accuracy", True), (0.87, "accuracy", False),  # a rate: within 1 point counts, 3 points do not
+    (0.9085, "mse", True), (0.95, "mse", False), (None, "accuracy", False)])  # other metrics: 1% of the reference
+def test_a_quantised_format_counts_toward_the_criteria_only_within_its_metric_bound(metric, metric_name, counted):
+    fast_int8 = _row("tensorflow", "litert-int8", p50=1e-4, size=250)
+    fast_int8["inference"].update(metric=metric, metric_name=metric_name)
+    rows = [_row("tensorflow", "litert", p50=5e-4, size=1000), fast_int8, _row("torch", "torch-onnx", p50=1e-3)]
+    assert fast_int8["inference"]["parity"] == "reported"
+    scores = deployment.criteria(rows, ["torch", "tensorflow"])
+    # counted: the int8 file is TensorFlow's fastest (0.1 ms) and smallest; else its float LiteRT (0.5 ms)
+    assert scores["deploy_latency"]["torch"] == pytest.approx(5 * (1e-4 if counted else 5e-4) / 1e-3)
+    assert scores["deploy_size"]["tensorflow"] == 5.0
+    assert scores["deploy_size"]["torch"] == pytest.approx(5 * (250 if counted else 1000) / 1000)
+    cell = deployment.cells(fast_int8)[13]
+    assert cell.endswith(" counted" if counted else " not counted: beyond the bound") or metric is None

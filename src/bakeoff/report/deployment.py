@@ -13,9 +13,19 @@ from bakeoff.report.templates import Block, Facts, Heading, Para, Table
 COLUMNS = ("framework", "format", "status", "export s", "size", "load s", "first ms", "p50 ms", "p95 ms", "p99 ms",
            "ex/s @B", "peak RSS", "max |Δ| (tol)", "metric (Δ)", "dynamic axes")
 
-CRITERIA = {"deploy_latency": "batch-1 p50 latency of the framework's fastest format that exported and matched",
-            "deploy_size": "file size of the framework's smallest format that exported and matched"}
+CRITERIA = {"deploy_latency": "batch-1 p50 latency of the framework's fastest format that exported and matched "
+                              "(a quantised one: its metric within the bound)",
+            "deploy_size": "file size of the framework's smallest format that exported and matched (a quantised "
+                           "one: its metric within the bound)"}
 """Measured deployment criteria, scored per framework (best / value), weight 0 unless the user gives one."""
+
+QUANTISED_BOUND = 0.01
+"""A quantised format (no output tolerance: its change is reported) counts toward :data:`CRITERIA` only when the
+workload's metric on its outputs moved by at most this from the framework model's: 1 point of a rate (accuracy,
+CER, WER), 1% of the reference value of any other metric (MSE). A faster int8 file that lost accuracy is not a
+faster deployment of the same model."""
+
+RATES = ("accuracy", "cer", "wer")
 
 
 def _ms(seconds: float | None) -> str:
@@ -46,6 +56,24 @@ def usable(row: Mapping[str, Any]) -> bool:
     return row.get("status") == "ok" and row.get("inference", {}).get("parity") in ("ok", "reported")
 
 
+def quantised_within_bound(row: Mapping[str, Any]) -> bool | None:
+    """For a quantised row (parity "reported"): whether its metric change is within :data:`QUANTISED_BOUND`
+    (``False`` when either metric is missing); ``None`` for any other row."""
+    inf = row.get("inference", {})
+    if inf.get("parity") != "reported":
+        return None
+    metric, ref = inf.get("metric"), (row.get("reference") or {}).get("metric")
+    if metric is None or ref is None:
+        return False
+    rate = str(inf.get("metric_name") or (row.get("reference") or {}).get("metric_name", "")).lower() in RATES
+    return abs(metric - ref) <= (QUANTISED_BOUND if rate else QUANTISED_BOUND * abs(ref))
+
+
+def counts(row: Mapping[str, Any]) -> bool:
+    """Whether a row counts toward :data:`CRITERIA`: usable, and a quantised one within its metric bound."""
+    return usable(row) and quantised_within_bound(row) is not False
+
+
 def cells(row: Mapping[str, Any]) -> list[str]:
     """One table row of :data:`COLUMNS` for a stored deployment row."""
     exp, inf = row.get("export", {}), row.get("inference", {})
@@ -62,6 +90,8 @@ def cells(row: Mapping[str, Any]) -> list[str]:
     diff_text = "–" if diff is None else f"{diff:.2g} ({'int8: reported' if tol is None else f'{tol:g}'})"
     metric, ref = inf.get("metric"), (row.get("reference") or {}).get("metric")
     metric_text = "–" if metric is None else f"{metric:.4g}" + (f" ({metric - ref:+.2g})" if ref is not None else "")
+    if status == "ok" and (within := quantised_within_bound(row)) is not None:
+        metric_text += " counted" if within else " not counted: beyond the bound"
     settings = row.get("settings", {})
     eps = inf.get("examples_per_s")
     return [display_name(row["framework"]), row.get("display", row["format"]), status,
@@ -112,7 +142,7 @@ def criteria(rows: Sequence[Mapping[str, Any]], frameworks: Iterable[str]) -> di
     best_lat: dict[str, float] = {}
     best_size: dict[str, float] = {}
     for row in rows:
-        if not usable(row):
+        if not counts(row):
             continue
         fw = row["framework"]
         p50 = row["inference"].get("latency_s", {}).get("p50")
@@ -154,7 +184,9 @@ def blocks(rows: Sequence[Mapping[str, Any]]) -> list[Block]:
                     "theirs).",
                     "max |Δ|: largest absolute difference from the framework model's outputs (probabilities, "
                     "reconstructions or log-probabilities) against the format's tolerance; metric (Δ): the "
-                    "workload's metric on the format's outputs and its change from the framework model's.",
+                    "workload's metric on the format's outputs and its change from the framework model's; a "
+                    "quantised format counts toward the deployment criteria only when that change is within 1 point "
+                    "of a rate (accuracy, CER) or 1% of any other metric.",
                     "dynamic axes: a batch of another size with shorter sequences ran and matched.",
                     *(["JAX's runtime has no thread-count setting: jax.export ran on every core the process may "
                        "use (threads recorded as requested, not applied)."]
