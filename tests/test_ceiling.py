@@ -205,3 +205,26 @@ def test_a_run_probes_the_ceiling_once_in_its_first_trial_and_keeps_it(tmp_path)
     for r in (first, second):
         assert r.extras["mfu"]["ceiling_flops_per_s"] == peak
         assert r.extras["mfu"]["value"] == pytest.approx(flops * r.throughput["examples_per_s"] / peak)
+
+
+def test_the_mfu_sentence_carries_the_ceilings_uncertainty_and_is_never_added_to_a_provisional_verdict():
+    flops = registry.workload("text_classifier").flops_per_example(fake.CONFIG)
+
+    def with_mfu(results, samples):
+        kept = _kept(1e11)
+        kept["result"]["precisions"]["fp32"]["samples"] = samples
+        for r in results:
+            r.extras["mfu"] = ceiling.utilisation(r, kept, ceiling.need(r.run_spec), flops)
+        return results
+
+    def pair():
+        return [*fake.repeats("torch", "eager", [900, 950, 1000], [2.0, 2.1, 2.2], final_metric=[0.8] * 3),
+                *fake.repeats("tensorflow", "graph", [500, 520, 540], [4.0, 4.1, 4.2], final_metric=[0.8] * 3)]
+
+    assert " MFU: " in decide(summarise_groups(with_mfu(pair(), [0.95e11, 1e11, 1.05e11]))).verdict
+    # 1.83x in model FLOP/s, but either ceiling may be anywhere in 50-200 GFLOP/s: the MFU ratio is not settled
+    wide = decide(summarise_groups(with_mfu(pair(), [0.5e11, 1e11, 2e11])))
+    assert wide.winner == "torch" and " MFU: " not in wide.verdict
+    one_each = with_mfu([pair()[0], pair()[3]], [1e11])
+    d = decide(summarise_groups(one_each))
+    assert d.provisional and " MFU: " not in d.verdict

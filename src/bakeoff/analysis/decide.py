@@ -249,6 +249,31 @@ def _head_to_head(q: Quantity, a: ConfigSummary, b: ConfigSummary,
     return dataclasses.replace(d, a=va, b=vb)  # show the measured values
 
 
+def _ceiling_spread(c: ConfigSummary) -> tuple[float, float]:
+    """(kept ceiling / the highest sample, kept ceiling / the lowest): how far the ceiling ``c``'s MFU was divided
+    by may be from the true one, as its probe's own samples spread."""
+    kept = [m for r in c.ok if "value" in (m := r.extras.get("mfu", {}))]
+    peak = float(np.median([m["ceiling_flops_per_s"] for m in kept]))
+    low = min(min(m.get("ceiling_range", [peak])) for m in kept)
+    high = max(max(m.get("ceiling_range", [peak])) for m in kept)
+    return peak / high, peak / low
+
+
+def _mfu_difference(a: ConfigSummary, b: ConfigSummary) -> Difference:
+    """``a`` against ``b`` on MFU, the interval widened by both ceilings' uncertainty: MFU is model FLOP/s over a
+    ceiling measured with a spread (one probe's median ranged 118–190 GFLOP/s here), so the true ratio
+    (ach_a / C_a) / (ach_b / C_b) lies anywhere the runs and the ceilings' sample ranges allow."""
+    d = _head_to_head(quantity("mfu"), a, b)
+    if d.low is None or d.high is None:
+        return d
+    (a_low, a_high), (b_low, b_high) = _ceiling_spread(a), _ceiling_spread(b)
+    low, high = d.low * a_low / b_high, d.high * a_high / b_low
+    lo_band, hi_band = 1 / (1 + intervals.TIE_BAND), 1 + intervals.TIE_BAND
+    larger = "a" if low > hi_band else "b" if high < lo_band else None
+    return dataclasses.replace(d, low=low, high=high, better=larger,
+                               equivalent=bool(lo_band <= low and high <= hi_band))
+
+
 def _win_shares(scored: Sequence[ConfigSummary], weights: Mapping[str, float], qualitative: Qualitative,
                 rng: np.random.Generator) -> dict[str, float]:
     """How often each framework leads when measurements and weights are redrawn together.
@@ -395,8 +420,8 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
         decision.tie = (bool(decision.head_to_head) and not qualitative_differs
                         and all(d.equivalent for d in decision.head_to_head.values()))
     decision.verdict = verdict.compose(decision, w_cfg, r_cfg, w_parts, r_parts, qualitative)
-    if w_cfg.value("mfu") is not None and r_cfg.value("mfu") is not None:
-        decision.verdict += verdict.mfu_sentence(_head_to_head(quantity("mfu"), w_cfg, r_cfg), w_cfg, r_cfg)
+    if not decision.provisional and w_cfg.value("mfu") is not None and r_cfg.value("mfu") is not None:
+        decision.verdict += verdict.mfu_sentence(_mfu_difference(w_cfg, r_cfg), w_cfg, r_cfg)
     return decision
 
 
