@@ -162,10 +162,11 @@ def test_a_group_past_its_deadline_is_killed(tmp_path) -> None:
         assert _gone(pid)
 
 
-def _rank(rank: int, digest: str, status: Status = Status.OK, reason: str = "") -> TrialResult:
+def _rank(rank: int, digest: str, status: Status = Status.OK, reason: str = "", step: float = 0.1) -> TrialResult:
     spec = _spec()
     return TrialResult(spec=spec.to_dict(), key=spec.key(), status=status, reason=reason, import_s=1.0, build_s=0.5,
-                       steady_step_s=0.1, losses=[0.5], peak_memory_bytes=(300 + rank) * 2**20,
+                       steady_step_s=step, step_times_s=[1.0] + [step] * 8, examples_per_step=32,
+                       throughput={"examples_per_s": 32 / step}, losses=[0.5], peak_memory_bytes=(300 + rank) * 2**20,
                        extras={"launch_s": 0.8 + rank, "distributed": {"strategy": "DDP",
                                                                       "replica_weights_sha256": [digest]}})
 
@@ -186,6 +187,22 @@ def test_merge_keeps_every_rank_and_checks_the_replicas() -> None:
     failed = launchers.merge(spec, plan, [_rank(0, "aa"), _rank(1, "", Status.FAILED, "RuntimeError: boom")],
                              outcome)
     assert failed.status is Status.FAILED and failed.reason == "rank 1: RuntimeError: boom"
+
+
+def test_a_synchronous_group_trains_at_its_slowest_ranks_pace_and_an_imbalance_is_flagged() -> None:
+    spec = _spec()
+    plan = launchers.plan(spec, ARGS, {}, ports=[1], cores=2)
+    outcome = launchers.GroupOutcome(codes={"torchrun": 0})
+    # rank 0 at 5.8 ms a step, rank 1 at 21.9 ms (a run seen on this machine): the group's pace is rank 1's
+    merged = launchers.merge(spec, plan, [_rank(0, "aa", step=0.0058), _rank(1, "aa", step=0.0219)], outcome)
+    dist = merged.extras["distributed"]
+    assert merged.steady_step_s == 0.0219 and merged.throughput["examples_per_s"] == pytest.approx(32 / 0.0219)
+    assert merged.step_times_s == [1.0] + [0.0219] * 8 and dist["ranks"][0]["step_times_s"][1] == 0.0058
+    assert dist["throughput_rank"] == 1 and dist["rank_imbalance"] == pytest.approx(0.0219 / 0.0058 - 1)
+    assert any("differ by 278% (5.8–21.9 ms): the throughput is the slowest rank's (rank 1)" in w
+               for w in dist["warnings"])
+    even = launchers.merge(spec, plan, [_rank(0, "aa", step=0.1), _rank(1, "aa", step=0.105)], outcome)
+    assert even.steady_step_s == 0.105 and not any("differ by" in w for w in even.extras["distributed"]["warnings"])
 
 
 @pytest.mark.skipif(not registry.installed("torch"), reason="needs PyTorch")

@@ -281,14 +281,40 @@ def _rank_summary(rank: int, result: TrialResult) -> dict:
             "memory_baseline_bytes": result.memory_baseline_bytes,
             "memory_increment_bytes": result.memory_increment_bytes, "launch_s": result.extras.get("launch_s"),
             "import_s": result.import_s, "build_s": result.build_s,
-            "final_loss": result.losses[-1] if result.losses else None,
+            "final_loss": result.losses[-1] if result.losses else None, "step_times_s": list(result.step_times_s),
             "replica_weights_sha256": dist.get("replica_weights_sha256", [])}
+
+
+IMBALANCE = 0.10
+"""Ranks of a synchronous group whose steady steps differ by more than this (slowest over fastest - 1) are flagged."""
+
+
+def _slowest_rank(base: TrialResult, results: Sequence[TrialResult | None], dist: dict) -> None:
+    """A synchronous group trains at the pace of its slowest rank: the merged result's steps and throughput are that
+    rank's (global examples over its time; every rank's steps stay in ``dist["ranks"]``), and ranks whose steady
+    steps differ by more than :data:`IMBALANCE` get a warning."""
+    timed = [(r, res) for r, res in enumerate(results) if res is not None and res.steady_step_s]
+    if len(timed) < 2 or not base.steady_step_s:
+        return
+    steps = [res.steady_step_s for _, res in timed]
+    rank, slowest = max(timed, key=lambda t: t[1].steady_step_s)
+    dist["rank_imbalance"] = max(steps) / min(steps) - 1
+    dist["throughput_rank"] = rank
+    if slowest.steady_step_s > base.steady_step_s:
+        scale = base.steady_step_s / slowest.steady_step_s
+        base.throughput = {k: v * scale for k, v in base.throughput.items()}
+        base.step_times_s, base.steady_step_s = list(slowest.step_times_s), slowest.steady_step_s
+    if dist["rank_imbalance"] > IMBALANCE:
+        dist["warnings"].append(
+            f"ranks' steady steps differ by {dist['rank_imbalance']:.0%} ({1e3 * min(steps):.3g}–"
+            f"{1e3 * max(steps):.3g} ms): the throughput is the slowest rank's (rank {rank}), global examples over "
+            "its time")
 
 
 def merge(spec: RunSpec, plan: Plan, results: Sequence[TrialResult | None], outcome: GroupOutcome) -> TrialResult:
     """One result for the group: rank 0's, with every rank's figures in ``extras["distributed"]``, the start-up
-    cost apart from training, and whether all replicas ended with identical weights. A rank that failed makes
-    the trial fail with that rank's reason."""
+    cost apart from training, and whether all replicas ended with identical weights; a synchronous group's steps
+    and throughput are its slowest rank's. A rank that failed makes the trial fail with that rank's reason."""
     base = results[0]
     assert base is not None, "merge needs rank 0's result"
     dist = dict(base.extras.get("distributed", {}))
@@ -307,6 +333,8 @@ def merge(spec: RunSpec, plan: Plan, results: Sequence[TrialResult | None], outc
                 replicas_identical=(len(set(digests)) == 1) if len(digests) > 1 else None)
     if outcome.peak_rss_bytes:
         dist["member_peak_rss_bytes"] = dict(outcome.peak_rss_bytes)
+    if spec.parallelism.synchronous:
+        _slowest_rank(base, results, dist)
     base.extras["distributed"] = dist
     for rank, res in enumerate(results):
         if res is not None and res.status is not Status.OK and base.status is Status.OK:
