@@ -419,7 +419,9 @@ class Workload(ABC):
         """Throughput units a batch holds besides examples, e.g. ``{"tokens": 4096}``."""
 
     def flops_per_example(self, config: Mapping[str, Any]) -> float | None:
-        """Approximate training FLOPs per example, when known."""
+        """Training FLOPs per example, when known: what one training step computes (forward, weight gradients,
+        and input gradients except those of the data itself), counted on the model's matmuls and convolutions,
+        padding included; within 2% of torch's ``FlopCounterMode`` on a real batch (``tests/test_flops.py``)."""
         return None
 
     def batches(self, split: Mapping[str, np.ndarray], batch_size: int, seed: int, epoch: int,
