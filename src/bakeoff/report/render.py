@@ -135,9 +135,10 @@ def _mfu_note(configs: Sequence[ConfigSummary]) -> str:
     kept = "; ".join(f"{v} {p} on {d}, {t} threads: {g}, measured {when} in a {where} ("
                      f"{', '.join(sorted(labels))})"
                      for (v, p, d, t, where, when, g), labels in sorted(ceilings.items()))
-    return ("MFU: model FLOPs per second (the workload's FLOPs per example × steady examples/s; training counted as "
-            "3× the forward's matmul and convolution FLOPs, attention's score and value products included, as each "
-            "workload's flops_per_example says; embeddings, norms, activations and the optimizer not counted) over "
+    return ("MFU: model FLOPs per second (the workload's FLOPs per example × steady examples/s; what a training step "
+            "computes in matmuls and convolutions, attention's score and value products and padding included: the "
+            "forward, the weight gradients and the input gradients but the data's, within 2% of torch's "
+            "FlopCounterMode; embeddings, norms, activations and the optimizer not counted) over "
             "the framework's own dense matmul "
             f"ceiling in the trial's precision ({SIZE}×{SIZE} products, median of {REPEATS}; the probe measures "
             f"{' and '.join(PRECISIONS)}; the highest median measured is kept, as interference only lowers a rate, "
