@@ -9,6 +9,7 @@ Bounds (tests/test_calibration.py checks them at fewer draws): false "wins" <= 5
 
 from __future__ import annotations
 
+import math
 import sys
 
 from bakeoff.analysis.calibration import Noise, Scenario, scenarios, simulate, table
@@ -27,7 +28,8 @@ def main() -> None:
     sys.stdout.write("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n")
     for case in cases:
         row = table([simulate(case, draws)])[0]
-        cells = [row[c] if isinstance(row[c], str) else f"{100 * row[c]:.1f}%" for c in columns]
+        cells = [row[c] if isinstance(row[c], str) else "—" if math.isnan(row[c]) else f"{100 * row[c]:.1f}%"
+                 for c in columns]
         sys.stdout.write("| " + " | ".join(str(c) for c in cells) + " |\n")
         sys.stdout.flush()
 

@@ -88,3 +88,12 @@ def test_the_bench_prints_the_whole_table():
     rows = [line for line in out.splitlines() if line.startswith("| ") and "scenario" not in line]
     assert len(rows) == len(scenarios(2)) + len(scenarios(3)) + 8
     assert rows[0].startswith("| 1%, n = 3, 2 sides |") and all(line.count("|") == 8 for line in rows)
+
+
+def test_adaptive_draws_add_runs_only_while_the_verdict_is_unsettled():
+    from bakeoff.analysis.calibration import settled
+
+    clear = simulate(Scenario("clear, adaptive", 3, (Noise.uniform(0.01),) * 2, (2.0, 1.0), max_runs=6), 5)
+    assert clear.wins == 5  # settled at 3 runs: a win
+    assert settled(type("D", (), {"winner": None, "tie": True, "ranking": [1, 2]})())
+    assert not settled(type("D", (), {"winner": None, "tie": False, "ranking": [1, 2]})())
