@@ -19,7 +19,7 @@ demo: $(STAMP)
 # Install everything and run the whole test suite (lint first: it is part of "green").
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench scripts
-	$(PY) -m pytest -n 2 --dist loadgroup --durations=25
+	$(PY) -m pytest --durations=25
 
 # The benches also compare with public reference implementations: the bench extra, and keras-hub without its
 # tensorflow-text -> tensorflow dependency (which would install the full TensorFlow wheel over tensorflow-cpu).
