@@ -91,9 +91,15 @@ def test_the_bench_prints_the_whole_table():
 
 
 def test_adaptive_draws_add_runs_only_while_the_verdict_is_unsettled():
-    from bakeoff.analysis.calibration import settled
+    from bakeoff.analysis.calibration import draw, settled
+    from bakeoff.analysis.decide import decide
+    from bakeoff.analysis.stats import summarise_groups
 
     clear = simulate(Scenario("clear, adaptive", 3, (Noise.uniform(0.01),) * 2, (2.0, 1.0), max_runs=6), 5)
     assert clear.wins == 5  # settled at 3 runs: a win
-    assert settled(type("D", (), {"winner": None, "tie": True, "ranking": [1, 2]})())
-    assert not settled(type("D", (), {"winner": None, "tie": False, "ranking": [1, 2]})())
+    rng = __import__("numpy").random.default_rng(0)
+    assert settled(decide(summarise_groups(draw(clear.scenario, rng))))  # a 2x gap at 1% noise: a winner
+    noisy = Scenario("noisy", 3, (Noise.uniform(0.25),) * 2)
+    decisions = [decide(summarise_groups(draw(noisy, rng))) for _ in range(5)]
+    assert not any(settled(d) for d in decisions if d.inconclusive and not d.tie)
+    assert any(d.inconclusive and not d.tie for d in decisions)  # 25% noise, equal sides: unsettled ones exist

@@ -23,10 +23,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bakeoff.spec import RunSpec, Status, TrialResult
+
+if TYPE_CHECKING:
+    from bakeoff.analysis.decide import Decision
 
 MIB = 2**20
 BATCH = 32
@@ -152,10 +156,9 @@ class Tally:
         return self.covered.get(criterion, 0) / n if n else math.nan
 
 
-def settled(decision: object) -> bool:
+def settled(decision: Decision) -> bool:
     """Whether adaptive repeats may stop: a winner, a tie shown, or nothing to compare."""
-    return (getattr(decision, "winner", None) is not None or bool(getattr(decision, "tie", False))
-            or len(getattr(decision, "ranking", [])) < 2)
+    return decision.winner is not None or decision.tie or len(decision.ranking) < 2
 
 
 def _true_ratio(criterion: str, speed_a: float, speed_b: float) -> float:
