@@ -7,11 +7,12 @@ import statistics
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
 import fake_results as fake
-from bakeoff import registry
+from bakeoff import cli, registry
 from bakeoff.analysis.decide import decide
 from bakeoff.analysis.stats import summarise_groups
 from bakeoff.measure import ceiling
@@ -54,6 +55,28 @@ def test_each_rate_is_the_products_flops_over_the_time_it_took(framework, monkey
     got = ceiling.probe(framework, n=32, repeats=4, threads=0)
     for precision in ("fp32", "bf16"):
         assert got["precisions"][precision]["samples"] == [2 * 32**3 * 2.0**10] * 4, precision
+
+
+def test_a_precision_too_slow_for_the_budget_is_timed_on_smaller_products(monkeypatch):
+    # PyTorch's bf16 on a CPU without bf16 instructions, measured: 0.84 GFLOP/s against fp32's 76. At n = 1024, its
+    # 20 timed products and 3 warm-ups take 23 · 2·1024³ / 0.84e9 = 59 s; at 512, 7.4 s; at 256, 0.92 s, within
+    # the 3 s budget. fp32's 23 products of 1024 take 0.65 s: kept at 1024. Each doubling from n/4 is predicted
+    # from one product timed at the size below it.
+    calls = []
+
+    def matmul_rates(precision, n, repeats, threads):
+        calls.append((precision, n, repeats))
+        return [76e9 if precision == "fp32" else 0.84e9] * repeats
+
+    engine = SimpleNamespace(matmul_rates=matmul_rates)
+    monkeypatch.setattr(ceiling.importlib, "import_module", lambda name: engine)
+    got = ceiling.probe("torch", n=1024, repeats=20, threads=1)
+    assert calls == [("fp32", 256, 1), ("fp32", 512, 1), ("fp32", 1024, 20), ("bf16", 256, 1), ("bf16", 256, 20)]
+    assert got["n"] == 1024 and got["precisions"]["fp32"]["n"] == 1024 and got["precisions"]["bf16"]["n"] == 256
+    assert got["precisions"]["bf16"]["median_flops_per_s"] == 0.84e9
+    line = cli._smaller_products(got["precisions"]["bf16"])
+    assert line == "; on 256x256 products, too slow for 1024 in 3 s"
+    assert cli._smaller_products(got["precisions"]["fp32"]) == ""
 
 
 def test_a_precision_that_cannot_be_multiplied_is_missing_with_the_reason(monkeypatch):

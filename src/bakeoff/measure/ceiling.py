@@ -7,7 +7,11 @@ ceiling for a trial's fingerprint asks that trial to probe (:data:`PROBE_ENV`): 
 every clock and memory figure), in the process that trained, with the threads the trial was given. Either way:
 ``REPEATS`` timed ``(N, N) @ (N, N)`` products after warm-up, through the framework's own ``matmul_rates`` in its
 engine module; the median is the ceiling and every sample is kept. A precision the framework cannot multiply in here
-is recorded missing with the error, not estimated.
+is recorded missing with the error, not estimated. A precision this device multiplies far slower than fp32 (bf16 on a
+CPU without bf16 instructions: PyTorch's bf16 product of 1024 took 2.5 s on a 2-core EPYC, 0.84 GFLOP/s against
+fp32's 76) is timed on a smaller ``N`` (down to ``N/4``), the largest whose products fit :data:`BUDGET_S` at the
+rate of a product timed at half its size, and its entry says which ``n``: otherwise the probe added a minute to the
+trial that ran it.
 
 Interference only lowers a matmul rate (another process on the cores, a busy neighbour of a virtual machine), and
 on a shared 2-core VM one probe's median ranged from 118 to 190 GFLOP/s (PyTorch fp32) from one probe to the next.
@@ -45,7 +49,9 @@ from bakeoff.measure.environment import cpu_model
 from bakeoff.spec import Parallelism, RunSpec, Status, TrialResult
 
 SIZE = 1024  # 2.1 GFLOP a product: long enough to time on a CPU, short enough to probe in seconds
-REPEATS = 20  # about 0.3 s of products per precision on a 2-core CPU: what a trial's probe adds to its process
+REPEATS = 20  # about 0.6 s of fp32 products on a 2-core CPU: what a trial's probe adds to its process
+BUDGET_S = 3.0
+"""Seconds of products (warm-up included) a precision may take; a slower one is timed on a smaller ``n``."""
 PRECISIONS = ("fp32", "bf16")
 PROBE_ENV = "BAKEOFF_PROBE_CEILING"
 """Set by the runner for a trial whose ceiling the store does not keep yet: the trial probes after its result."""
@@ -78,11 +84,27 @@ def probe(framework: str, n: int = SIZE, repeats: int = REPEATS, threads: int = 
                            "load_average_1m_at_start": round(os.getloadavg()[0], 2)}
     for precision in PRECISIONS:
         try:
-            samples = module.matmul_rates(precision, n, repeats, threads)
-            out["precisions"][precision] = {"median_flops_per_s": statistics.median(samples), "samples": samples}
+            size = _size_within_budget(module, precision, n, repeats, threads)
+            samples = module.matmul_rates(precision, size, repeats, threads)
+            out["precisions"][precision] = {"median_flops_per_s": statistics.median(samples), "samples": samples,
+                                            "n": size}
         except Exception as exc:  # noqa: BLE001 - a precision the framework lacks here is recorded, not fatal
             out["precisions"][precision] = {"missing": f"{type(exc).__name__}: {str(exc)[:300]}"}
     return out
+
+
+def _size_within_budget(module: Any, precision: str, n: int, repeats: int, threads: int) -> int:
+    """``n``, or the largest of ``n/4, n/2`` whose ``repeats`` products and 3 warm-ups take at most :data:`BUDGET_S`:
+    each doubling is predicted from one product timed at the size below it (small products run at a lower rate
+    than large ones, so a prediction from ``n/4`` alone would shrink a fast precision too)."""
+    size = max(1, n // 4)
+    while size < n:
+        rate = module.matmul_rates(precision, size, 1, threads)[0]
+        bigger = min(n, size * 2)
+        if (repeats + 3) * 2 * bigger**3 / rate > BUDGET_S:
+            break
+        size = bigger
+    return size
 
 
 def measure(framework: str, n: int = SIZE, threads: int = 0, timeout_s: float = 300.0,
@@ -172,7 +194,8 @@ def utilisation(result: TrialResult, kept: dict[str, Any] | None, wanted: Need,
     samples = entry.get("samples") or [peak]
     device = str(result.environment.get("device", wanted.fingerprint.get("device", "")))
     return {"value": achieved / peak, "model_flops_per_s": achieved, "flops_per_example": flops_per_example,
-            "ceiling_flops_per_s": peak, "ceiling_range": [min(samples), max(samples)], "precision": precision,
+            "ceiling_flops_per_s": peak, "ceiling_range": [min(samples), max(samples)],
+            "ceiling_n": int(entry.get("n", kept["result"].get("n", SIZE))), "precision": precision,
             "ceiling_framework": wanted.fingerprint["framework"],
             "ceiling_version": wanted.fingerprint["version"], "ceiling_key": wanted.key,
             "ceiling_measured_at": kept["measured_at"], "ceiling_where": kept["result"].get("where", "probe process"),
