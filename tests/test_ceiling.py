@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 import fake_results as fake
-from bakeoff import cli, registry
+from bakeoff import registry
 from bakeoff.analysis.decide import decide
 from bakeoff.analysis.stats import summarise_groups
 from bakeoff.measure import ceiling
@@ -74,9 +74,12 @@ def test_a_precision_too_slow_for_the_budget_is_timed_on_smaller_products(monkey
     assert calls == [("fp32", 256, 1), ("fp32", 512, 1), ("fp32", 1024, 20), ("bf16", 256, 1), ("bf16", 256, 20)]
     assert got["n"] == 1024 and got["precisions"]["fp32"]["n"] == 1024 and got["precisions"]["bf16"]["n"] == 256
     assert got["precisions"]["bf16"]["median_flops_per_s"] == 0.84e9
-    line = cli._smaller_products(got["precisions"]["bf16"])
-    assert line == "; on 256x256 products, too slow for 1024 in 3 s"
-    assert cli._smaller_products(got["precisions"]["fp32"]) == ""
+    assert ceiling.size_note(256) == "; on 256x256 products, too slow for 1024 within the probe's 3 s"
+    assert ceiling.size_note(1024) == ""
+    kept = {"measured_at": "now", "result": got}  # what the report's MFU footnote reads it from
+    mfu = ceiling.utilisation(fake.trial("torch", "eager", precision="bf16"), kept,
+                              ceiling.need(RunSpec(workload="text_classifier", framework="torch", max_steps=5)), 1e6)
+    assert mfu["ceiling_n"] == 256 and mfu["ceiling_flops_per_s"] == 0.84e9
 
 
 def test_a_precision_that_cannot_be_multiplied_is_missing_with_the_reason(monkeypatch):

@@ -483,14 +483,6 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
-def _smaller_products(entry: dict) -> str:
-    """How a precision too slow for the full size within the probe's budget was timed, if it was."""
-    from bakeoff.measure import ceiling
-
-    n = entry.get("n", ceiling.SIZE)
-    return "" if n == ceiling.SIZE else f"; on {n}x{n} products, too slow for {ceiling.SIZE} in {ceiling.BUDGET_S:g} s"
-
-
 def _ceilings(args: argparse.Namespace) -> list[str]:
     """Each installed framework's matmul ceiling on this machine: kept in the store, else measured now (one fresh
     process per framework, a few seconds each) and kept, unless --no-probe; with --reprobe, measured again and kept
@@ -529,7 +521,7 @@ def _ceilings(args: argparse.Namespace) -> list[str]:
                 lines.append(f"  {frameworks.get(name).display} {print_['version']}: not measured (--no-probe)")
                 continue
             parts = [f"{p} {v['median_flops_per_s'] / 1e9:,.1f} GFLOP/s (samples {min(v['samples']) / 1e9:,.0f}–"
-                     f"{max(v['samples']) / 1e9:,.0f}{_smaller_products(v)})" if "missing" not in v
+                     f"{max(v['samples']) / 1e9:,.0f}{ceiling.size_note(v.get('n'))})" if "missing" not in v
                      else f"{p} missing ({v['missing'][:80]})" for p, v in kept["result"]["precisions"].items()]
             where = kept["result"].get("where", "probe process")
             lines.append(f"  {frameworks.get(name).display} {print_['version']}: {', '.join(parts)} "

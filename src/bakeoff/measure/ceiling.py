@@ -94,9 +94,9 @@ def probe(framework: str, n: int = SIZE, repeats: int = REPEATS, threads: int = 
 
 
 def _size_within_budget(module: Any, precision: str, n: int, repeats: int, threads: int) -> int:
-    """``n``, or the largest of ``n/4, n/2`` whose ``repeats`` products and 3 warm-ups take at most :data:`BUDGET_S`:
-    each doubling is predicted from one product timed at the size below it (small products run at a lower rate
-    than large ones, so a prediction from ``n/4`` alone would shrink a fast precision too)."""
+    """The largest of ``n``, ``n/2``, ``n/4`` (never below ``n/4``) whose ``repeats`` products and 3 warm-ups take at
+    most :data:`BUDGET_S`: each doubling is predicted from one product timed at the size below it (small products
+    run at a lower rate than large ones, so a prediction from ``n/4`` alone would shrink a fast precision too)."""
     size = max(1, n // 4)
     while size < n:
         rate = module.matmul_rates(precision, size, 1, threads)[0]
@@ -105,6 +105,12 @@ def _size_within_budget(module: Any, precision: str, n: int, repeats: int, threa
             break
         size = bigger
     return size
+
+
+def size_note(n: int | None) -> str:
+    """What ``bakeoff env`` and the report add to a ceiling timed on products smaller than :data:`SIZE` (``None``:
+    an entry from before sizes were recorded, timed at :data:`SIZE`)."""
+    return "" if n in (None, SIZE) else f"; on {n}x{n} products, too slow for {SIZE} within the probe's {BUDGET_S:g} s"
 
 
 def measure(framework: str, n: int = SIZE, threads: int = 0, timeout_s: float = 300.0,

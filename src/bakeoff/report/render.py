@@ -26,7 +26,7 @@ from bakeoff.analysis.quantities import MIB, QUANTITIES, Quantity
 from bakeoff.analysis.scaling import SCALING_COLUMNS, scaling_cells, scaling_rows, scaling_sentence
 from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, fmt, short_reason, summarise_groups
 from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, percent, ratio_text
-from bakeoff.measure.ceiling import BUDGET_S, PRECISIONS, REPEATS, SIZE
+from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE, size_note
 from bakeoff.report import deployment, plots
 from bakeoff.report.templates import Block, Heading, Image, Para, Table, to_html, to_markdown
 from bakeoff.report.what_ran import mix_warning, what_ran_blocks
@@ -120,12 +120,6 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
     return Table(header, rows, footnotes)
 
 
-def _ceiling_size(mfu: dict) -> str:
-    """The product size a ceiling was timed on, where its precision was too slow for the full size."""
-    n = mfu.get("ceiling_n", SIZE)
-    return "" if n == SIZE else f"; {n}×{n} products, too slow for {SIZE} within the probe's {BUDGET_S:g} s"
-
-
 def _mfu_note(configs: Sequence[ConfigSummary]) -> str:
     """What MFU counts, and each ceiling it was measured against."""
     ceilings: dict[tuple, set[str]] = {}
@@ -136,7 +130,7 @@ def _mfu_note(configs: Sequence[ConfigSummary]) -> str:
                 low, high = m.get("ceiling_range", [m["ceiling_flops_per_s"]] * 2)
                 what = (m["ceiling_version"], m["precision"], m["device_kind"], m["threads"], m["ceiling_where"],
                         m["ceiling_measured_at"], f"{fmt(m['ceiling_flops_per_s'] / 1e9)} GFLOP/s (samples "
-                                                  f"{fmt(low / 1e9)}–{fmt(high / 1e9)}{_ceiling_size(m)})")
+                                                  f"{fmt(low / 1e9)}–{fmt(high / 1e9)}{size_note(m.get('ceiling_n'))})")
                 ceilings.setdefault(what, set()).add(c.label)
     kept = "; ".join(f"{v} {p} on {d}, {t} threads: {g}, measured {when} in a {where} ("
                      f"{', '.join(sorted(labels))})"
