@@ -86,6 +86,18 @@ def test_budget_eval_cadence_and_time_to_target():
     assert r.units_per_step == {"tokens": 48.0}
 
 
+def test_a_trial_that_measures_only_training_never_evaluates():
+    spec = RunSpec(workload="text_classifier", framework="torch", batch_size=8, max_steps=6, eval_every=2)
+    engine = CountingEngine(spec, TextClassifierWorkload(), {})
+    engine.setup({})
+    engine.predict = lambda split, batch_size: pytest.fail("a batch-size probe evaluated the test split")
+    result = TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.OK)
+    r = train(engine, _data(), result, evaluate_quality=False)
+    assert len(r.losses) == 6 and r.throughput["examples_per_s"] > 0  # trained and timed as any trial
+    assert r.curve == [] and r.final_metric is None and r.time_to_target_s is None
+    assert r.extras["evaluation"] == "none: a trial that measures only training (a batch-size probe)"
+
+
 def test_stop_at_target_and_epoch_budget():
     r = _run(max_epochs=5, eval_every=4, stop_at_target=True)
     assert r.steps_to_target == pytest.approx(10) and len(r.step_times_s) == 12  # stopped at the evaluation

@@ -1,10 +1,11 @@
 """``--batch-size auto``: the largest batch that trains without running out of memory, probed in fresh processes.
 
 Each probe is a real trial of a few steps (first step, compile included, and two more) in its own process, so a
-probe that runs out of memory cannot poison the next one. On CPU the memory limit is a cap on the trial
-process's resident set (default: half the machine's memory), enforced by the runner; on a GPU it is the
-device's memory, and the framework's own out-of-memory error ends the probe. Sizes grow as powers of two, or by
-a fixed step when one is given, until a probe fails or the training set is exhausted.
+probe that runs out of memory cannot poison the next one; it never evaluates the test split (it asks about
+memory, not quality, and evaluating a large preset on the CPU costs more than its steps). On CPU the memory limit is
+a cap on the trial process's resident set (default: half the machine's memory), enforced by the runner; on a GPU
+it is the device's memory, and the framework's own out-of-memory error ends the probe. Sizes grow as powers of
+two, or by a fixed step when one is given, until a probe fails or the training set is exhausted.
 
 Probes are trials run by :func:`bakeoff.runner.run_one`, so SIGINT or SIGTERM during the search kills the running
 probe's process group and raises :class:`bakeoff.launch.process.Interrupted`, as during the run itself.
@@ -60,7 +61,7 @@ def search(spec: RunSpec, train_size: int, log_dir: Path, memory_cap: int | None
         probe = dataclasses.replace(spec, batch_size=size, max_steps=PROBE_STEPS, max_epochs=None, max_seconds=None,
                                     eval_every=10**9, warmup_steps=0, stop_at_target=False, checkpoint_every=0)
         try:
-            result = runner.run_one(probe, timeout_s, log_dir, memory_cap=cap)
+            result = runner.run_one(probe, timeout_s, log_dir, memory_cap=cap, evaluate=False)  # memory only
         except process.Interrupted as exc:
             exc.stopped = f"batch-size probe {probe.workload}/{probe.preset} {probe.label()} batch {size}"
             raise

@@ -43,6 +43,7 @@ from pathlib import Path, PurePosixPath
 from bakeoff import frameworks, registry
 from bakeoff.deploy import model_dir
 from bakeoff.deploy.model_dir import KEEP_MODEL_ENV
+from bakeoff.engines.base import NO_EVALUATION_ENV
 from bakeoff.identity import identify
 from bakeoff.launch import launchers
 from bakeoff.launch.process import OomKills, interruptible, read_oom_kills
@@ -99,8 +100,11 @@ def validate(specs: Sequence[RunSpec]) -> dict[tuple, int]:
 
 
 def _trial_env(spec: RunSpec, tmp: str, keep_dir: Path | None = None, probe_ceiling: bool = False,
-               profile: ProfileRequest | None = None) -> dict[str, str]:
+               profile: ProfileRequest | None = None, evaluate: bool = True) -> dict[str, str]:
     env = dict(os.environ)
+    env.pop(NO_EVALUATION_ENV, None)  # only a trial asked not to evaluate skips it
+    if not evaluate:
+        env[NO_EVALUATION_ENV] = "1"
     for name in (PROFILE_ENV, PROFILE_STEPS_ENV):  # only a trial asked to profile profiles
         env.pop(name, None)
     if profile is not None:
@@ -167,7 +171,7 @@ def _tail(paths: Sequence[Path], first: str, names: Sequence[str]) -> str:
 def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path | None = None,
             tensorboard_dir: Path | None = None, memory_cap: int | None = None,
             keep_dir: Path | None = None, probe_ceiling: bool = False,
-            profile: ProfileRequest | None = None) -> TrialResult:
+            profile: ProfileRequest | None = None, evaluate: bool = True) -> TrialResult:
     """Run one spec as a fresh process group (:mod:`bakeoff.launch.launchers`); a crash, hang or kill of any
     member becomes a result, never an exception.
 
@@ -178,6 +182,7 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
     ``keep_dir``, a trial that succeeds keeps its trained model there (:mod:`bakeoff.deploy.model_dir`). With
     ``probe_ceiling``, the trial probes the matmul ceiling after its result (:mod:`bakeoff.measure.ceiling`). With
     ``profile``, a trial that succeeds profiles a few more steps after its result (:mod:`bakeoff.measure.profile`).
+    Without ``evaluate``, the trial never evaluates its model (:func:`bakeoff.engines.base.train`).
     """
     reason = registry.unsupported(spec)
     if reason:
@@ -189,7 +194,7 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
     retries = 0
     while True:
         result, port_in_use = _run_group(spec, timeout_s, log_dir, checkpoint_dir, tensorboard_dir, memory_cap,
-                                         keep_dir, probe_ceiling, profile)
+                                         keep_dir, probe_ceiling, profile, evaluate)
         if not port_in_use or retries + 1 >= PORT_ATTEMPTS:
             break
         retries += 1
@@ -206,7 +211,7 @@ PORT_ATTEMPTS = 3
 def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path | None,
                tensorboard_dir: Path | None, memory_cap: int | None,
                keep_dir: Path | None = None, probe_ceiling: bool = False,
-               profile: ProfileRequest | None = None) -> tuple[TrialResult, bool]:
+               profile: ProfileRequest | None = None, evaluate: bool = True) -> tuple[TrialResult, bool]:
     """One start of the group: its result, and whether it failed because a port was in use."""
     # Workers on other machines read the spec and write their results here: under the store's folder, which they
     # see at the same path (a shared file system), rather than in this machine's /tmp.
@@ -218,7 +223,7 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         spec_path.write_text(spec.to_json())
         started, oom_before = time.perf_counter(), read_oom_kills()
         args = [str(spec_path), str(result_path), str(checkpoint_dir or ""), str(tensorboard_dir or "")]
-        group = launchers.plan(spec, args, _trial_env(spec, tmp, keep_dir, probe_ceiling, profile))
+        group = launchers.plan(spec, args, _trial_env(spec, tmp, keep_dir, probe_ceiling, profile, evaluate))
         logs = _log_paths(log_dir, spec, group)
         names = [m.name for m in group.members]
         what = f"{spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}"

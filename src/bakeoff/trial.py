@@ -81,9 +81,10 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
         result.num_params = engine.num_params()
         result.environment.update(engine.environment())
 
-        from bakeoff.engines.base import train
+        from bakeoff.engines.base import NO_EVALUATION_ENV, train
 
-        train(engine, data, result, checkpoint_dir=checkpoint_dir, tensorboard_dir=tensorboard_dir)
+        train(engine, data, result, checkpoint_dir=checkpoint_dir, tensorboard_dir=tensorboard_dir,
+              evaluate_quality=not os.environ.get(NO_EVALUATION_ENV))
         # One trial, one framework: another one in this process would be charged to the framework under test.
         loaded = loaded_frameworks()
         result.environment["frameworks_loaded"] = loaded

@@ -249,8 +249,13 @@ def _save_state(directory: Path, engine: Engine, state: dict[str, Any], result: 
     os.replace(tmp, directory / "loop.json")
 
 
+NO_EVALUATION_ENV = "BAKEOFF_NO_EVALUATION"
+"""Set by the runner for a trial that measures only training (a batch-size probe): :func:`train` evaluates never."""
+
+
 def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: int = 256,
-          checkpoint_dir: Path | None = None, tensorboard_dir: Path | None = None) -> TrialResult:
+          checkpoint_dir: Path | None = None, tensorboard_dir: Path | None = None,
+          evaluate_quality: bool = True) -> TrialResult:
     """Run the training loop under the spec's budget, filling ``result`` in place.
 
     The training clock is the sum of ``train_step`` times: it includes the first step (graph build or
@@ -260,6 +265,9 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     With ``checkpoint_dir`` and ``spec.checkpoint_every``, the engine and the loop are checkpointed every that
     many steps, and a checkpoint found there at the start is resumed from: same batches, same RNG streams, so
     the losses after resuming equal those of an uninterrupted run.
+
+    Without ``evaluate_quality`` (a batch-size probe, which asks only whether the steps fit in memory), the test
+    split is never evaluated: the result has no curve and no quality, and ``extras["evaluation"]`` says why.
     """
     spec, workload = engine.spec, engine.workload
     higher = workload.higher_is_better
@@ -284,8 +292,12 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
             result.extras["tensorboard_error"] = f"no TensorBoard events written: {exc}"
 
     memory = _MemoryTracker(engine.memory_probe(), result)
+    if not evaluate_quality:
+        result.extras["evaluation"] = "none: a trial that measures only training (a batch-size probe)"
 
     def evaluate(step: int, train_s: float) -> bool:
+        if not evaluate_quality:
+            return False
         with memory.paused():  # evaluation stays out of the training memory figure
             values = workload.metrics(engine.predict(data.test, eval_batch_size), data.test)
         value = values[workload.metric_name]
