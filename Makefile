@@ -16,10 +16,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/bakeoff run --suite quick
 
-# Install everything and run the whole test suite (lint first: it is part of "green").
+# Install everything and run the whole test suite (lint first: it is part of "green"), a worker per core (at most
+# 4), each pinned to its own cores: tests/conftest.py.
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench scripts
-	$(PY) -m pytest --durations=25
+	$(PY) -m pytest -n auto --maxprocesses 4 --dist loadgroup --durations=25
 
 # The benches also compare with public reference implementations: the bench extra, and keras-hub without its
 # tensorflow-text -> tensorflow dependency (which would install the full TensorFlow wheel over tensorflow-cpu).

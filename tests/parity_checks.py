@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bakeoff.measure.environment import usable_cores
 from bakeoff.parity import per_tensor_errors, unflatten
 
 BF16_U = 2.0**-8
@@ -88,11 +89,11 @@ class Probes:
             self.done[(workload, mode)] = dict(np.load(out))
         return self.done[(workload, mode)]
 
-    def prefetch(self, wanted: Iterable[tuple[str, Mode]], workers: int = 2) -> None:
-        """Run the probes not yet done, ``workers`` at a time: a probe is mostly one busy thread (imports, eager
-        dispatch, compiling), so two fill 2 cores. Each (workload, mode) is run once."""
+    def prefetch(self, wanted: Iterable[tuple[str, Mode]]) -> None:
+        """Run the probes not yet done, one per core this process may use: a probe is mostly one busy thread
+        (imports, eager dispatch, compiling). Each (workload, mode) is run once."""
         todo = list(dict.fromkeys(w for w in wanted if w not in self.done))
-        with ThreadPoolExecutor(workers) as pool:
+        with ThreadPoolExecutor(usable_cores()) as pool:
             list(pool.map(lambda wm: self.get(*wm), todo))
 
 

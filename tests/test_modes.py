@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from bakeoff import registry, runner
+from bakeoff.measure.environment import usable_cores
 from bakeoff.spec import RunSpec, SpecError
 from bakeoff.store import Store
 
@@ -31,7 +30,7 @@ def test_bf16_runs_and_fp16_on_cpu_is_unsupported(tmp_path):
         assert bf16.status.value == "ok", bf16.reason
         assert bf16.environment["mixed_precision"] == mixed
         # the same thread pools in both frameworks: intra-op and inter-op, all cores (spec.threads = 0)
-        assert bf16.environment["intra_op_threads"] == bf16.environment["inter_op_threads"] == os.cpu_count()
+        assert bf16.environment["intra_op_threads"] == bf16.environment["inter_op_threads"] == usable_cores()
         assert bf16.examples_per_step == 32 and len(bf16.losses) == 4  # 2 micro-batches of 16 per step
         assert 0.3 < bf16.losses[0] < 1.5  # a real binary cross-entropy, not garbage
         fp16 = by[(fw, "fp16")]

@@ -83,7 +83,7 @@ def _command(workload: str, mode: Mode, out: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Probes:
     found = Probes(tmp_path_factory.mktemp("parity_speech"), _command)
-    found.prefetch([("speech_ctc", mode) for mode in MODES[::-1]])  # two at a time, tf.function's (slowest) first
+    found.prefetch([("speech_ctc", mode) for mode in MODES[::-1]])  # tf.function's (slowest) first
     return found
 
 

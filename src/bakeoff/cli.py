@@ -487,13 +487,12 @@ def _ceilings(args: argparse.Namespace) -> list[str]:
     """Each installed framework's matmul ceiling on this machine: kept in the store, else measured now (one fresh
     process per framework, a few seconds each) and kept, unless --no-probe; with --reprobe, measured again and kept
     when higher (:func:`bakeoff.measure.ceiling.higher`)."""
-    import os
-
     from bakeoff import frameworks, registry
     from bakeoff.measure import ceiling
+    from bakeoff.measure.environment import usable_cores
     from bakeoff.store import Store
 
-    threads = args.threads or os.cpu_count() or 1
+    threads = args.threads or usable_cores()
     lines = [f"matmul ceiling ({ceiling.SIZE}x{ceiling.SIZE} products, median of {ceiling.REPEATS}, {threads} "
              f"threads; what MFU is measured against):"]
     if args.no_probe and not args.store.exists():

@@ -49,6 +49,7 @@ from bakeoff.launch import launchers
 from bakeoff.launch.process import OomKills, interruptible, read_oom_kills
 from bakeoff.launch.process import hold as hold_signals
 from bakeoff.measure import ceiling
+from bakeoff.measure.environment import usable_cores
 from bakeoff.measure.profile import PROFILE_ENV, PROFILE_STEPS_ENV
 from bakeoff.measure.profile import Request as ProfileRequest
 from bakeoff.spec import Parallelism, RunSpec, SpecError, Status, TrialResult
@@ -118,7 +119,7 @@ def _trial_env(spec: RunSpec, tmp: str, keep_dir: Path | None = None, probe_ceil
     # Compile caches start empty in every trial, so graph-mode compile time is the cold cost, measured the same
     # way on every run, rather than whatever an earlier trial left on disk.
     env.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"), TRITON_CACHE_DIR=os.path.join(tmp, "triton"))
-    threads = str(spec.threads or os.cpu_count() or 1)
+    threads = str(spec.threads or usable_cores())
     env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONUNBUFFERED="1")
     env.update(frameworks.get(spec.framework.value).env)  # its record's settings (KERAS_BACKEND, XLA's allocator)
     if spec.device.value == "cpu":

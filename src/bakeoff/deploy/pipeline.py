@@ -26,6 +26,7 @@ from typing import Any
 
 from bakeoff import frameworks as records
 from bakeoff.deploy import formats, model_dir
+from bakeoff.measure.environment import usable_cores
 from bakeoff.spec import RunSpec, SpecError
 from bakeoff.store import Store
 
@@ -55,7 +56,7 @@ class Settings:
 
     @property
     def cpu_threads(self) -> int:
-        return self.threads or os.cpu_count() or 1
+        return self.threads or usable_cores()
 
 
 Progress = Callable[[str, str, dict[str, Any] | None], None]
@@ -165,7 +166,7 @@ def evaluate(directory: Path, timeout_s: float = 900.0, batch: int = 256) -> dic
     with tempfile.TemporaryDirectory(prefix="bakeoff-evaluate-") as tmp:
         request = {"model_dir": str(directory), "format": "reference", "out": tmp, "examples": 10**12,
                    "batch": batch}
-        env = _env(records.get(manifest.framework).loads, os.cpu_count() or 1)
+        env = _env(records.get(manifest.framework).loads, usable_cores())
         result = run_process("bakeoff.deploy.exporting", request, timeout_s, env, Path(tmp) / "evaluate.log")
     return {**result, "trained_metric": manifest.final_metric}
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from bakeoff.measure.environment import usable_cores
 from bakeoff.measure.memory import MemoryProbe, RssProbe
 from bakeoff.spec import Batch, Dataset, RunSpec, TrialResult, Weights, Workload, shard_batch
 
@@ -31,8 +32,8 @@ class Unsupported(RuntimeError):
 def threads_for(spec: RunSpec) -> int:
     """CPU threads this trial process gives its framework: the spec's, else what the launcher allotted to each
     process of the group (``BAKEOFF_THREADS``: the cores shared out among the processes on this host), else all
-    cores."""
-    return spec.threads or int(os.environ.get("BAKEOFF_THREADS") or 0) or os.cpu_count() or 1
+    the cores this process may run on."""
+    return spec.threads or int(os.environ.get("BAKEOFF_THREADS") or 0) or usable_cores()
 
 
 def weights_digest(weights: Weights) -> str:

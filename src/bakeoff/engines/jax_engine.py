@@ -39,6 +39,7 @@ import optax
 
 from bakeoff.engines import jax_distributed
 from bakeoff.engines.base import Engine, Unsupported, threads_for
+from bakeoff.measure.environment import usable_cores
 from bakeoff.measure.memory import MemoryProbe
 from bakeoff.registry import model_class
 from bakeoff.spec import Batch, Device, Execution, Precision, RunSpec, Weights
@@ -241,7 +242,7 @@ class JaxEngine(Engine):
             # XLA's CPU runtime sizes its thread pool to the cores this process may run on when the backend
             # starts; there is no setting for a count (XLA_FLAGS can only make it single-threaded), so
             # spec.threads is recorded, not applied.
-            "intra_op_threads": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "intra_op_threads": usable_cores(),
             "threads_requested": threads_for(self.spec),
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "tf32": False,

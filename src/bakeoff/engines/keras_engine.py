@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from bakeoff.engines.base import Engine, Unsupported, threads_for
+from bakeoff.measure.environment import usable_cores
 from bakeoff.measure.memory import MemoryProbe
 from bakeoff.registry import model_class
 from bakeoff.spec import Batch, Device, Execution, Parallelism, Precision
@@ -407,7 +408,7 @@ def _backend_environment(backend: str) -> dict[str, Any]:
     import jax
 
     # XLA's CPU client sizes its thread pool itself (all cores); it is fixed before bakeoff can set it.
-    return {"framework_version": jax.__version__, "intra_op_threads": f"XLA default ({os.cpu_count()} cores)"}
+    return {"framework_version": jax.__version__, "intra_op_threads": f"XLA default ({usable_cores()} cores)"}
 
 
 def _jax_gradients(impl: Any, execution: Execution) -> GradientFn:

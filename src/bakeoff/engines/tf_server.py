@@ -22,6 +22,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
+from bakeoff.measure.environment import usable_cores  # noqa: E402
+
 log = logging.getLogger("bakeoff.tf_server")
 
 
@@ -41,7 +43,7 @@ def main() -> int:
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         tf.config.set_visible_devices([gpus[index % len(gpus)]] if kind == "worker" else [], "GPU")
-    threads = int(os.environ.get("BAKEOFF_THREADS") or 0) or os.cpu_count() or 1
+    threads = int(os.environ.get("BAKEOFF_THREADS") or 0) or usable_cores()
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=kind, task_index=index,
                                   protocol=resolver.rpc_layer or "grpc", config=server_config(threads), start=True)
     log.info("%s %d serving at %s with %d intra-op threads", kind, index, server.target, threads)

@@ -43,6 +43,7 @@ from pathlib import Path
 
 from bakeoff import registry
 from bakeoff.launch.process import proc_status, process_groups
+from bakeoff.measure.environment import usable_cores
 from bakeoff.spec import Parallelism, RunSpec, Status, TrialResult
 
 HOST = "127.0.0.1"
@@ -129,7 +130,7 @@ def plan(spec: RunSpec, args: Sequence[str], env: dict[str, str], ports: Sequenc
     """The process group that runs ``spec``: ``args`` are the trial's command-line arguments (spec file, result
     file, checkpoint and TensorBoard folders), ``env`` the environment every member starts from."""
     launcher = registry.launcher(spec)
-    cores = cores or os.cpu_count() or 1
+    cores = cores or usable_cores()
     n = spec.workers
     computing = 1 if launcher == "single" else n
     threads = spec.threads or max(1, cores // computing)

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff import frameworks as records
-from bakeoff.measure.environment import cpu_model
+from bakeoff.measure.environment import cpu_model, usable_cores
 from bakeoff.spec import Parallelism, RunSpec, Status, TrialResult
 
 SIZE = 1024  # 2.1 GFLOP a product: long enough to time on a CPU, short enough to probe in seconds
@@ -172,7 +172,7 @@ def need(spec: RunSpec) -> Need:
     """Which kept ceiling ``spec``'s trial is measured against (the runner's side: no framework imported)."""
     if spec.parallelism is not Parallelism.NONE:
         return Need(None, {}, "not computed for multi-process trials yet (a ceiling is one process's)")
-    print_ = fingerprint(family(spec.framework.value), spec.threads or os.cpu_count() or 1, spec.device.value)
+    print_ = fingerprint(family(spec.framework.value), spec.threads or usable_cores(), spec.device.value)
     return Need(key(print_), print_)
 
 
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
 
     refuse_foreign(argv[0])  # one framework in this process, as in a trial
     n = int(argv[2]) if len(argv) > 2 else SIZE
-    threads = (int(argv[3]) if len(argv) > 3 else 0) or os.cpu_count() or 1
+    threads = (int(argv[3]) if len(argv) > 3 else 0) or usable_cores()
     result = probe(argv[0], n, REPEATS, threads)
     path = Path(argv[1])
     tmp = path.with_suffix(".tmp")

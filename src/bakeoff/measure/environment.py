@@ -29,6 +29,15 @@ def package_version(name: str) -> str | None:
         return None
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (``taskset``, a container's or Slurm's cpuset), which
+    its children inherit, else every core the machine reports. Thread counts default to this, so a trial confined
+    to some cores does not start more threads than it has cores."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def total_memory() -> int | None:
     """Physical memory of the machine in bytes, when the OS says."""
     try:
@@ -48,6 +57,7 @@ def host_environment() -> dict[str, Any]:
     return {
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
+        "cores_usable": usable_cores(),
         "memory_bytes": mem,
         "os": platform.platform(),
         "python": platform.python_version(),
