@@ -23,6 +23,7 @@ Keras' Conv1D layout; PyTorch's Conv1d stores (out, in, width), so its impl tran
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -102,7 +103,16 @@ class SpeechCTCWorkload(Workload):
         cfg.update(n_mels=N_MELS, vocab_size=len(ALPHABET), layer_norm_eps=LAYER_NORM_EPS,
                    max_positions=MAX_POSITIONS)
         cfg["mean_frames"] = float(data.train["feature_lengths"].mean()) if data is not None else 120.0
+        if data is not None and spec is not None:
+            cfg["padded_frames"] = self.padded_frames(data.train, spec.batch_size, spec.seed)
         return cfg
+
+    def padded_frames(self, split: Mapping[str, np.ndarray], batch_size: int, seed: int) -> list[list[int]]:
+        """``[frames, batches]`` pairs: how many of the first epoch's training batches are padded to each length,
+        what :meth:`flops_per_example` averages over (a batch computes on its padding too)."""
+        lengths = Counter(self._frames(split, idx) for idx in self._groups(split["feature_lengths"], batch_size,
+                                                                            seed, 0))
+        return [[frames, count] for frames, count in sorted(lengths.items())]
 
     def data_files(self, spec: RunSpec) -> dict[str, list[Path]]:
         from bakeoff.data.speech import manifest_files
@@ -198,14 +208,21 @@ class SpeechCTCWorkload(Workload):
         return {"frames": float(batch["feature_lengths"].sum())}  # 10 ms feature frames of real audio
 
     def flops_per_example(self, config: Mapping[str, Any]) -> float | None:
-        # Forward ≈ 2·MACs: convolutions over T/2 and T/4 frames, per block 2·T'·(4d² + 2d·ff) + 4·T'²·d, head;
-        # training ≈ 3× forward. T is the training split's mean utterance length.
-        t = config["mean_frames"]
+        # Per padded batch of T frames (T1 = ceil(T/2), T2 = ceil(T1/2) after each stride-2 convolution), forward
+        # = 2·MACs: convolutions 2·T1·3·n_mels·c and 2·T2·3·c·d, per block 2·T2·(4d² + 2d·ff) + 4·T2²·d, head
+        # 2·T2·d·vocab. Training: 3× forward, but 2× for the first convolution, whose input is the data (no input
+        # gradient). Averaged over the first epoch's padded batch lengths; a store recorded before those were kept
+        # has the mean utterance instead.
+        pairs = config.get("padded_frames") or [[config["mean_frames"], 1]]
         d, ff, c, layers = config["d_model"], config["d_ff"], config["conv_channels"], config["num_layers"]
-        t1, t2 = t / 2, t / 4
-        conv = 2 * t1 * 3 * config["n_mels"] * c + 2 * t2 * 3 * c * d
-        block = 2 * t2 * (4 * d * d + 2 * d * ff) + 4 * t2 * t2 * d
-        return float(3 * (conv + layers * block + 2 * t2 * d * config["vocab_size"]))
+        total = 0.0
+        for frames, count in pairs:
+            t1 = math.ceil(frames / 2)
+            t2 = math.ceil(t1 / 2)
+            first = 2 * t1 * 3 * config["n_mels"] * c
+            rest = 2 * t2 * 3 * c * d + layers * (2 * t2 * (4 * d * d + 2 * d * ff) + 4 * t2 * t2 * d)
+            total += count * (2 * first + 3 * (rest + 2 * t2 * d * config["vocab_size"]))
+        return float(total / sum(count for _, count in pairs))
 
     def batches(self, split: Mapping[str, np.ndarray], batch_size: int, seed: int, epoch: int,
                 shuffle: bool = True, drop_last: bool = True, shard: tuple[int, int] = (0, 1)) -> Iterator[Batch]:
@@ -220,7 +237,12 @@ class SpeechCTCWorkload(Workload):
         Measured on the embedded corpus (batch 32, 4 epochs): padded, 64 distinct batch lengths and 41% of the
         frames padding; bucketed, 111 lengths and 5%. With ``pad_multiple=16``: 7 lengths and 43%; 11 and 10%.
         """
-        lengths = split["feature_lengths"]
+        for idx in self._groups(split["feature_lengths"], batch_size, seed, epoch, shuffle, drop_last):
+            yield shard_batch(self._take(split, idx), *shard)
+
+    def _groups(self, lengths: np.ndarray, batch_size: int, seed: int, epoch: int, shuffle: bool = True,
+                drop_last: bool = True) -> list[np.ndarray]:
+        """The utterance indices of each batch of an epoch, in order (see :meth:`batches`)."""
         n = len(lengths)
         rng = np.random.default_rng([seed, epoch])
         order = rng.permutation(n) if shuffle else np.arange(n)
@@ -235,8 +257,12 @@ class SpeechCTCWorkload(Workload):
                 groups += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
             if shuffle:
                 groups = [groups[i] for i in rng.permutation(len(groups))]
-        for idx in groups:
-            yield shard_batch(self._take(split, idx), *shard)
+        return groups
+
+    def _frames(self, split: Mapping[str, np.ndarray], idx: np.ndarray) -> int:
+        """The padded length of the batch of utterances ``idx``."""
+        frames = int(split["feature_lengths"][idx].max())
+        return min(-(-frames // self.pad_multiple) * self.pad_multiple, split["features"].shape[1])
 
     def merge(self, batches: Sequence[Batch]) -> Batch:
         """One batch from several padded to different lengths: features and labels zero-padded to the longest."""
@@ -250,8 +276,7 @@ class SpeechCTCWorkload(Workload):
         return out
 
     def _take(self, split: Mapping[str, np.ndarray], idx: np.ndarray) -> Batch:
-        frames = int(split["feature_lengths"][idx].max())
-        frames = min(-(-frames // self.pad_multiple) * self.pad_multiple, split["features"].shape[1])
+        frames = self._frames(split, idx)
         return {
             "features": split["features"][idx, :frames],  # (B, T_batch, n_mels)
             "feature_lengths": split["feature_lengths"][idx],
