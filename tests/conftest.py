@@ -10,9 +10,12 @@ compiling, Python) run side by side instead of one after another.
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 
+from bakeoff.launch.machine import LOCK_ENV
 from parity_checks import Probes, parity_command
 
 SHARED_FIXTURES = {"test_parity": "parity", "test_parity_jax": "parity"}
@@ -23,6 +26,9 @@ FIRST = ("test_readme.py",)
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "xdist_group(name): tests that run on one pytest-xdist worker")
+    # Each worker's runs hold a machine lock of their own (bakeoff.launch.machine): workers measure on disjoint
+    # cores, and no test should wait for a developer's own `bakeoff run` in another terminal.
+    os.environ[LOCK_ENV] = str(Path(tempfile.gettempdir()) / f"bakeoff-tests-{os.getpid()}.lock")
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if worker and count and hasattr(os, "sched_setaffinity"):
         cores = sorted(os.sched_getaffinity(0))

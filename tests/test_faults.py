@@ -1,4 +1,5 @@
-"""Faults a run must survive: SIGINT / SIGTERM mid-trial, a trial killed from outside, bad weights, trial order."""
+"""Faults a run must survive: SIGINT / SIGTERM mid-trial, a trial killed from outside, bad weights, trial order, two
+runs on one machine."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import pytest
 
 from bakeoff import registry, runner
 from bakeoff.analysis.decide import resolve_weights
-from bakeoff.launch import process
+from bakeoff.launch import machine, process
 from bakeoff.spec import RunSpec, Status
 from bakeoff.suite import parse_suite
 
@@ -353,3 +355,67 @@ def test_interrupting_the_batch_size_search_kills_the_probe(tmp_path, reaper):
     assert "interrupted by SIGINT; stopped batch-size probe mnist/tiny torch/eager batch 8" in err
     assert gone(str(tmp_path), probe), group_members(probe)
     assert not (tmp_path / "r.sqlite").exists()  # the search ends before the store is opened
+
+
+# --- one measuring run per machine ---------------------------------------------------------------------------------
+
+def test_a_second_measuring_run_waits_for_the_first_or_runs_at_once_when_told(tmp_path, monkeypatch):
+    monkeypatch.setenv(machine.LOCK_ENV, str(tmp_path / "measuring.lock"))
+    said: list[str] = []
+    with machine.measuring("first.sqlite") as held:
+        assert held
+        with machine.measuring("second.sqlite", wait=False, say=said.append) as second:
+            assert not second  # --concurrent: runs, unlocked, and says what it costs
+        assert "first.sqlite" in said[0] and "running at once as asked (--concurrent)" in said[0]
+        entered = threading.Event()
+
+        def wait_for_the_machine() -> None:
+            with machine.measuring("third.sqlite", say=said.append):
+                entered.set()
+
+        waiter = threading.Thread(target=wait_for_the_machine, daemon=True)
+        waiter.start()
+        assert not entered.wait(1.0), "a second run measured while the first held the machine"
+        assert "waiting for it to finish" in said[1] and f"pid {os.getpid()}, store first.sqlite" in said[1]
+    waiter.join(10)
+    assert entered.is_set()
+
+
+def test_a_killed_run_leaves_the_machine_free(tmp_path, monkeypatch):
+    lock = tmp_path / "measuring.lock"
+    monkeypatch.setenv(machine.LOCK_ENV, str(lock))
+    holder = subprocess.Popen([sys.executable, "-c", "import time; from bakeoff.launch import machine\n"
+                               "with machine.measuring('r.sqlite'):\n    print('held', flush=True); time.sleep(120)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert f"pid {holder.pid}, store r.sqlite" in machine.holder()
+    finally:
+        holder.kill()
+        holder.wait()
+    with machine.measuring("next.sqlite", wait=False) as held:
+        assert held  # the kernel released the dead holder's lock
+
+
+@TORCH
+def test_bakeoff_run_waits_while_another_run_measures(tmp_path, monkeypatch):
+    """Two runs started together once stored mnist/torch at 110 examples/s (6,174-9,291 alone), unflagged."""
+    monkeypatch.setenv(machine.LOCK_ENV, str(tmp_path / "measuring.lock"))
+    out = tmp_path / "out.txt"
+    with machine.measuring("the other run's store"), out.open("w") as sink:
+        run = subprocess.Popen([sys.executable, "-m", "bakeoff.cli", "run", "--workload", "mnist", "--framework",
+                                "torch", "--execution", "eager", "--max-steps", "2", "--eval-every", "2", "--store",
+                                "r.sqlite", "--no-report"], cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 60
+            while "waiting for it to finish" not in out.read_text() and time.monotonic() < deadline:
+                assert run.poll() is None, out.read_text()
+                time.sleep(0.2)
+            assert "the other run's store" in out.read_text()
+            time.sleep(1)
+            assert run.poll() is None and not (tmp_path / "r.sqlite").exists()  # waiting, nothing started
+        except BaseException:
+            run.kill()
+            raise
+    assert run.wait(300) == 0, out.read_text()
+    assert "ran 1 trials" in out.read_text()

@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, help="seconds per trial before it is killed (default: suite's, or 900)")
     run.add_argument("--fresh", action="store_true", help="re-run trials already in the store")
     run.add_argument("--retry-failed", action="store_true", help="re-run recorded trials that did not succeed")
+    run.add_argument("--concurrent", action="store_true",
+                     help="run at once even while another bakeoff run measures on this machine (by default a run "
+                          "waits for it: two at once each time the other's load into its figures)")
     run.add_argument("--no-report", action="store_true", help="do not write the report after the run")
     run.add_argument("--out", type=Path, help="report directory (default: reports/<suite>)")
     run.add_argument("--order-seed", type=int, default=0,
@@ -245,7 +248,7 @@ def _suite(args: argparse.Namespace):  # -> Suite
 def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff import runner
     from bakeoff.console import RunProgress, console
-    from bakeoff.launch import process
+    from bakeoff.launch import machine, process
     from bakeoff.store import Store, artifacts_dir
 
     suite = _suite(args)
@@ -258,7 +261,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _dry_run(suite, args)
     sizes = runner.validate(suite.specs)  # bad input fails here, before a store or report is created
     specs, annotations = suite.specs, {}
-    with process.interruptible():  # SIGINT / SIGTERM: kill the running trial or probe, record nothing of it
+    def say(line: str) -> None:
+        console.print(line, soft_wrap=True)
+
+    # SIGINT / SIGTERM: kill the running trial or probe, record nothing of it. One measuring run per machine.
+    with process.interruptible(), machine.measuring(args.store, wait=not args.concurrent, say=say):
         if suite.auto_batch is not None:
             specs, annotations = _search_batch_sizes(suite, sizes, artifacts_dir(args.store) / "logs", timeout)
         with Store(args.store) as store, RunProgress(len(specs), store) as progress:
