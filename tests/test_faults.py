@@ -419,3 +419,44 @@ def test_bakeoff_run_waits_while_another_run_measures(tmp_path, monkeypatch):
             raise
     assert run.wait(300) == 0, out.read_text()
     assert "ran 1 trials" in out.read_text()
+
+
+# --- retries explain themselves ------------------------------------------------------------------------------------
+
+@TORCH
+def test_a_stored_timeout_is_explained_and_runs_again_under_a_longer_timeout(tmp_path):
+    """Before: re-running after a timeout printed "ran 0 trials" and exited 1, naming neither --retry-failed nor
+    that the stored result was a timeout."""
+    trial = ["run", "--workload", "mnist", "--framework", "torch", "--execution", "eager", "--max-steps", "2",
+             "--eval-every", "2", "--store", "r.sqlite", "--no-report"]
+    first = bakeoff(*trial, "--timeout", "1", cwd=tmp_path)  # the framework's import alone takes longer
+    assert first.returncode == 1 and "ran 1 trials" in first.stdout, first.stdout + first.stderr
+    again = bakeoff(*trial, "--timeout", "1", cwd=tmp_path)
+    assert again.returncode == 1 and "ran 0 trials, skipped 1" in again.stdout
+    assert "1 did not succeed when stored (1 timeout)" in again.stdout and "--retry-failed" in again.stdout
+    longer = bakeoff(*trial, "--timeout", "300", "--dry-run", cwd=tmp_path)
+    assert "run  (stored: timeout)" in longer.stdout, longer.stdout
+    longer = bakeoff(*trial, "--timeout", "300", cwd=tmp_path)
+    assert longer.returncode == 0 and "ran 1 trials" in longer.stdout, longer.stdout + longer.stderr
+
+
+def test_a_timeout_stored_before_its_budget_was_kept_is_read_from_its_reason(tmp_path):
+    from bakeoff.spec import TrialResult
+    from bakeoff.store import Store
+
+    spec = RunSpec(workload="mnist", framework="torch", max_steps=2)
+    old = TrialResult(spec=spec.to_dict(), key="k1", status=Status.TIMEOUT, reason="no result after 8 s; killed "
+                      "(log: x.log)")
+    new = TrialResult(spec=spec.to_dict(), key="k2", status=Status.TIMEOUT, reason="no result after 60 s; killed",
+                      extras={"timeout_s": 59.5})
+    with Store(tmp_path / "r.sqlite") as store:
+        store.put(old, "s")
+        store.put(new, "s")
+        assert store.timeouts() == {"k1": 8.0, "k2": 59.5}
+    key = spec.key()
+    recorded, timed_out = {key: Status.TIMEOUT}, {key: 8.0}
+    assert runner.to_run(spec, recorded, False, False, 900, timed_out)  # a longer timeout: runs again
+    assert not runner.to_run(spec, recorded, False, False, 8, timed_out)  # the same: the stored result stands
+    assert not runner.to_run(spec, recorded, False, False, 900, {})  # the budget unknown: only when asked
+    assert runner.to_run(spec, recorded, False, True, 8, timed_out)  # asked: --retry-failed
+    assert not runner.to_run(spec, {key: Status.FAILED}, False, False, 900, timed_out)

@@ -246,6 +246,8 @@ def _suite(args: argparse.Namespace):  # -> Suite
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from collections import Counter
+
     from bakeoff import runner
     from bakeoff.console import RunProgress, console
     from bakeoff.launch import machine, process
@@ -276,6 +278,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                                  profile_steps=args.profile_steps if args.profile else 0)
             results = store.results(suite=suite.name, keys=[s.key() for s in summary.specs])
     console.print(f"ran {len(summary.ran)} trials, skipped {len(summary.skipped)} already in the store")
+    skipped = {spec.key() for spec in summary.skipped}
+    unsettled = Counter(r.status.value for r in results
+                        if r.key in skipped and r.status.value not in ("ok", "unsupported"))
+    if unsettled:
+        kinds = ", ".join(f"{n} {status.replace('_', ' ')}" for status, n in sorted(unsettled.items()))
+        console.print(f"of the skipped, {sum(unsettled.values())} did not succeed when stored ({kinds}) and were "
+                      "not run again: --retry-failed runs them again (a timed-out trial also runs again under a "
+                      "longer --timeout than it had)", soft_wrap=True)
     if args.profile:
         _print_profiles(summary)
     if not args.no_report:
@@ -591,7 +601,7 @@ def _dry_run(suite, args: argparse.Namespace) -> int:  # suite: bakeoff.suite.Su
     from bakeoff.preview import duration, plan, total
 
     planned = plan(suite.specs, args.store, fresh=args.fresh, retry_failed=args.retry_failed,
-                   order_seed=args.order_seed)
+                   order_seed=args.order_seed, timeout_s=args.timeout or suite.timeout_s)
     if suite.auto_batch is not None:
         console.print("batch size 'auto': the search runs first, so the keys below (batch size 1) are placeholders")
     for p in planned:

@@ -88,7 +88,7 @@ class Planned:
 
 
 def plan(specs: Sequence[RunSpec], store_path: Path, fresh: bool = False, retry_failed: bool = False,
-         order_seed: int = 0) -> list[Planned]:
+         order_seed: int = 0, timeout_s: float | None = None) -> list[Planned]:
     """The trials a ``bakeoff run`` of ``specs`` would go through, in its order, without running or writing anything
     (a missing store means nothing is stored yet; it is not created)."""
     from bakeoff import runner
@@ -96,11 +96,13 @@ def plan(specs: Sequence[RunSpec], store_path: Path, fresh: bool = False, retry_
 
     identified = runner.order(identify(specs), order_seed)
     recorded: dict[str, Status] = {}
+    timed_out: dict[str, float] = {}
     durations = Durations()
     if store_path.exists():
         with Store(store_path, readonly=True) as store:
-            recorded, durations = store.statuses(), Durations.from_store(store)
-    return [Planned(i, spec, recorded.get(spec.key()), runs := runner.to_run(spec, recorded, fresh, retry_failed),
+            recorded, timed_out, durations = store.statuses(), store.timeouts(), Durations.from_store(store)
+    return [Planned(i, spec, recorded.get(spec.key()),
+                    runs := runner.to_run(spec, recorded, fresh, retry_failed, timeout_s, timed_out),
                     durations.stored(spec) if runs else None)
             for i, spec in enumerate(identified, 1)]
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -37,7 +38,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 from bakeoff import frameworks, registry
@@ -231,7 +232,9 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         outcome = launchers.run_group(group, logs, timeout_s, memory_cap, what)
         if outcome.killed:
             status = Status.TIMEOUT if outcome.killed.startswith("no result") else Status.OUT_OF_MEMORY
-            return _failure(spec, status, f"{outcome.killed} (log: {logs[0]})"), False
+            failed = _failure(spec, status, f"{outcome.killed} (log: {logs[0]})")
+            failed.extras["timeout_s"] = timeout_s  # a later run with a longer timeout runs it again (to_run)
+            return failed, False
         results = launchers.rank_results(result_path, group.ranks)
         tail = _tail(logs, outcome.first_failure, names)
         if results[0] is not None and not outcome.first_failure:
@@ -319,9 +322,18 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
     return summary
 
 
-def to_run(spec: RunSpec, recorded: dict[str, Status], fresh: bool, retry_failed: bool) -> bool:
-    """Whether a run with these options runs ``spec`` (identified) given the store's ``recorded`` statuses."""
+def to_run(spec: RunSpec, recorded: dict[str, Status], fresh: bool, retry_failed: bool,
+           timeout_s: float | None = None, timed_out: Mapping[str, float] | None = None) -> bool:
+    """Whether a run with these options runs ``spec`` (identified) given the store's ``recorded`` statuses.
+
+    The timeout is not part of a trial's key (it does not change what the trial measures), but a stored timeout
+    is no answer to a longer one: a trial that timed out under a shorter ``timeout_s`` than this run's
+    (``timed_out``: :meth:`bakeoff.store.Store.timeouts`) runs again.
+    """
     status = recorded.get(spec.key())
+    if status is Status.TIMEOUT and timeout_s is not None and timed_out is not None:
+        if timed_out.get(spec.key(), math.inf) < timeout_s:
+            return True
     return status is None or fresh or (retry_failed and status is not Status.OK)
 
 
@@ -382,16 +394,20 @@ def _claim(folder: Path, spec: RunSpec) -> None:
 def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh: bool, retry_failed: bool,
          log_dir: Path, progress: Progress | None, annotations: dict[str, dict], order_seed: int,
          keep_models: Path | None = None, profile_steps: int = 0) -> RunSummary:
-    recorded = store.statuses()
+    recorded, timed_out = store.statuses(), store.timeouts()
+
+    def runs(spec: RunSpec) -> bool:
+        return to_run(spec, recorded, fresh, retry_failed, timeout_s, timed_out)
+
     summary = RunSummary(ran=[], skipped=[])
-    queued = [spec for spec in specs if to_run(spec, recorded, fresh, retry_failed)]
+    queued = [spec for spec in specs if runs(spec)]
     tensorboard = tensorboard_runs(queued, store.artifacts / "tensorboard")
     profiles = tensorboard_runs(queued, store.artifacts / "profiles") if profile_steps else {}
     if progress:
         for spec in queued:
             progress("queued", spec, None)
     for position, spec in enumerate(specs, 1):
-        if not to_run(spec, recorded, fresh, retry_failed):
+        if not runs(spec):
             summary.skipped.append(spec)
             if progress:
                 progress("skip", spec, None)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import re
 import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -217,6 +218,20 @@ class Store:
     def statuses(self) -> dict[str, Status]:
         """Status of every recorded trial, by spec key."""
         return {k: Status(s) for k, s in self._db.execute("SELECT key, status FROM trials")}
+
+    def timeouts(self) -> dict[str, float]:
+        """The timeout, in seconds, under which each stored timed-out trial was killed, by spec key (a result
+        stored before it was kept says it in its reason, "no result after 8 s; killed")."""
+        out = {}
+        for key, raw in self._db.execute("SELECT key, result FROM trials WHERE status = ?", (Status.TIMEOUT.value,)):
+            result = json.loads(raw)
+            seconds = result.get("extras", {}).get("timeout_s")
+            said = re.match(r"no result after (\d+(?:\.\d+)?) s", result.get("reason", ""))
+            if seconds is None and said:
+                seconds = float(said.group(1))
+            if seconds is not None:
+                out[key] = float(seconds)
+        return out
 
     def results(self, suite: str | None = None, keys: Iterable[str] | None = None) -> list[TrialResult]:
         """Recorded results, oldest first; optionally only a suite's or the given keys."""
