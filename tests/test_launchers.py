@@ -162,6 +162,29 @@ def test_a_group_past_its_deadline_is_killed(tmp_path) -> None:
         assert _gone(pid)
 
 
+LAUNCHER = ("import os, subprocess, sys, time; rank = subprocess.Popen([sys.executable, '-c', "
+            "'import time; time.sleep(120)'], start_new_session=True); "
+            "open(sys.argv[1], 'w').write(f'{os.getpid()} {rank.pid}'); time.sleep(float(sys.argv[2])); sys.exit(3)")
+"""A launcher that starts its rank in a session of its own, as torchrun does, then lives ``argv[2]`` seconds."""
+
+
+@pytest.mark.parametrize("launcher_lives_s, ends", [(120, "deadline"), (1.5, "launcher fails")])
+def test_a_rank_in_a_session_of_its_own_dies_with_its_group(tmp_path, launcher_lives_s, ends) -> None:
+    """torchrun's ranks are not in its process group: a timed-out DDP trial once left them training through the
+    next trial. Past the deadline, or after the launcher died and left its rank to init, the rank is killed."""
+    pids = tmp_path / "pids"
+    members = [Member("node 0", [sys.executable, "-c", LAUNCHER, str(pids), str(launcher_lives_s)],
+                      dict(os.environ), True)]
+    outcome = launchers.run_group(Plan("test", members, 1, 1, 1), [tmp_path / "a.log"], 4.0)
+    if ends == "deadline":
+        assert outcome.killed == "no result after 4 s; killed"
+    else:
+        assert outcome.first_failure == "node 0" and outcome.codes["node 0"] == 3 and not outcome.killed
+    launcher, rank = map(int, pids.read_text().split())
+    assert os.getsid(0) != rank  # the rank was in a session of its own, as the test means
+    assert _gone(launcher) and _gone(rank)
+
+
 def _rank(rank: int, digest: str, status: Status = Status.OK, reason: str = "", step: float = 0.1) -> TrialResult:
     spec = _spec()
     return TrialResult(spec=spec.to_dict(), key=spec.key(), status=status, reason=reason, import_s=1.0, build_s=0.5,

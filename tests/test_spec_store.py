@@ -41,6 +41,9 @@ def test_runspec_json_round_trip_and_key_changes_with_any_field():
     ({"precision": "fp8"}, "accepted: fp32, bf16, fp16"),
     ({"batch_size": 0}, "batch_size must be a positive integer"),
     ({"max_steps": None}, "needs a budget"),
+    # each replica would stop on its own clock and leave the others waiting in a collective
+    ({"parallelism": "data_parallel", "workers": 2, "max_seconds": 60},
+     "max_seconds 60 cannot stop 2 synchronous replicas.*give the budget as max_steps or max_epochs"),
 ])
 def test_runspec_rejects_bad_values_naming_the_accepted_ones(kw, message):
     with pytest.raises(SpecError, match=message):

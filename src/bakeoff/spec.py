@@ -172,6 +172,12 @@ class RunSpec:
         if self.parallelism.synchronous and self.batch_size % self.workers:
             raise SpecError(f"batch_size {self.batch_size} is the global batch and must divide evenly over "
                             f"{self.workers} replicas: use a multiple of {self.workers}")
+        if self.parallelism.synchronous and self.workers > 1 and self.max_seconds is not None:
+            # Each rank would stop on its own clock: one leaves while another waits in a collective, until the
+            # timeout. Agreeing would take a collective per step, which the step times would then include.
+            raise SpecError(f"max_seconds {self.max_seconds:g} cannot stop {self.workers} synchronous replicas "
+                            f"({self.parallelism.value}) at one step: each would stop on its own clock; give the "
+                            "budget as max_steps or max_epochs")
         if min(self.warmup_steps, self.threads, self.repeat, self.checkpoint_every) < 0:
             raise SpecError("warmup_steps, threads, repeat and checkpoint_every must not be negative")
         if self.max_steps is None and self.max_epochs is None and self.max_seconds is None:

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bakeoff import registry
-from bakeoff.launch.process import proc_status, process_groups
+from bakeoff.launch.process import proc_status, process_groups, processes
 from bakeoff.measure.environment import usable_cores
 from bakeoff.spec import Parallelism, RunSpec, Status, TrialResult
 
@@ -205,18 +205,7 @@ class GroupOutcome:
 
 def _session_rss(sessions: set[int]) -> int:
     """Resident memory of every process in these sessions (a member and whatever it started)."""
-    total = 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) in sessions:  # field 6 of stat: the session id
-            total += proc_status(int(entry.name), "VmRSS")
-    return total
+    return sum(proc_status(pid, "VmRSS") for pid, _, sid, _ in processes() if sid in sessions)
 
 
 def run_group(plan: Plan, log_paths: Sequence[Path], timeout_s: float, memory_cap: int | None = None,
@@ -237,6 +226,7 @@ def run_group(plan: Plan, log_paths: Sequence[Path], timeout_s: float, memory_ca
                 now = time.monotonic()
                 if now - last_sample > 0.25:
                     last_sample = now
+                    procs.discover()  # the sessions of ranks a launcher started: killed with it, memory counted
                     for member, proc in zip(plan.members, procs, strict=True):
                         if proc.poll() is None:
                             hwm = proc_status(proc.pid, "VmHWM")
@@ -253,7 +243,7 @@ def run_group(plan: Plan, log_paths: Sequence[Path], timeout_s: float, memory_ca
                 if all(outcome.codes[m.name] is not None for m in plan.members if m.writes_result):
                     return outcome
                 if memory_cap:
-                    rss = _session_rss({p.pid for p in procs})
+                    rss = _session_rss(procs.sessions)
                     if rss > memory_cap:
                         outcome.killed = (f"resident memory {rss / 2**20:.0f} MiB passed the cap of "
                                           f"{memory_cap / 2**20:.0f} MiB; killed")

@@ -1,10 +1,11 @@
 """A trial's process group: started together, given one deadline, killed together, whatever ends the run.
 
 Signals: inside :func:`interruptible` (the runner and the batch-size search enter it), SIGINT and SIGTERM raise
-:class:`Interrupted`. Each process of a trial runs in its own session (process group), owned by
-:func:`process_groups` while it runs; an exception leaving that block kills every group (SIGTERM, then SIGKILL
-after :data:`KILL_GRACE_S`) before it propagates. :func:`hold` keeps a signal from interrupting a result while it
-is written; it is raised after.
+:class:`Interrupted`. Each process of a trial runs in its own session, owned by :func:`process_groups` while it
+runs, with every session its descendants open (torchrun starts each rank in a session of its own, so killing
+torchrun's group alone leaves the ranks training): a :class:`Family`. Whatever ends the block, every process of
+the family is killed (an exception: SIGTERM, then SIGKILL after :data:`KILL_GRACE_S`, before it propagates).
+:func:`hold` keeps a signal from interrupting a result while it is written; it is raised after.
 
 The deadline and memory cap of a trial are :func:`bakeoff.launch.launchers.run_group`'s; :func:`read_oom_kills`
 reads the kernel's OOM-kill counter of this process's memory cgroup, the evidence that a SIGKILL was the kernel's.
@@ -97,49 +98,91 @@ def interruptible() -> Iterator[None]:
         _GATE.pending = None
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # a member we may not signal (it changed user): alive, not ours to kill
-        return True
-    return True
+def processes() -> list[tuple[int, int, int, str]]:
+    """``(pid, parent pid, session id, state)`` of every process in ``/proc`` (state ``Z``: exited, not reaped)."""
+    table = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        except OSError:
+            continue
+        table.append((int(entry.name), int(fields[1]), int(fields[3]), fields[0]))
+    return table
 
 
-def kill_groups(procs: Sequence[subprocess.Popen], grace_s: float) -> None:
-    """Kill the process groups ``procs`` lead: SIGTERM to all, then SIGKILL to whatever is left after ``grace_s``
-    (at once when ``grace_s`` is 0). Reaps ``procs``."""
+class Family(list[subprocess.Popen]):
+    """The processes :func:`process_groups` started, and the sessions they and their descendants run in.
+
+    :meth:`discover` adds the sessions of every descendant; a rank keeps its session when its launcher dies and it
+    is adopted by init, so what was discovered once is found and killed however the tree has changed since.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sessions: set[int] = set()
+
+    def discover(self) -> set[int]:
+        """The family's sessions now: the members', and those of any process descended from a process in them."""
+        table = processes()
+        ours = os.getsid(0)
+        inside = {pid for pid, _, sid, _ in table if sid in self.sessions or pid in {p.pid for p in self}}
+        grown = True
+        while grown:
+            children = {pid for pid, ppid, _, _ in table if ppid in inside} - inside
+            inside |= children
+            grown = bool(children)
+        self.sessions |= {sid for pid, _, sid, _ in table if pid in inside and sid != ours}
+        return self.sessions
+
+    def living(self) -> list[int]:
+        """Pids of the family's processes that have not exited (zombies excluded)."""
+        return [pid for pid, _, sid, state in processes() if sid in self.sessions and state != "Z"]
+
+    def signal(self, signum: int) -> None:
+        for pid in self.living():
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # gone, or changed user: not ours
+                os.kill(pid, signum)
+
+
+def kill_groups(procs: Family, grace_s: float) -> None:
+    """Kill every process of the family (its sessions discovered first): SIGTERM to all, then SIGKILL to whatever
+    is left after ``grace_s`` (at once when ``grace_s`` is 0). Reaps ``procs``."""
+    procs.discover()
     if grace_s > 0:
-        for proc in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
+        procs.signal(signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        # Wait for the whole groups, not only their leaders: a worker a trial started may outlive it.
-        while any(p.poll() is None or _group_alive(p.pid) for p in procs) and time.monotonic() < deadline:
+        # Wait for every process of the family, not only the members: a rank a launcher started may outlive it.
+        while time.monotonic() < deadline and (any(p.poll() is None for p in procs) or procs.living()):
             time.sleep(0.05)
-    for proc in procs:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    for _ in range(3):  # a process forked during the kill is in a known session, or a child of one
+        procs.discover()
+        procs.signal(signal.SIGKILL)
+        for proc in procs:
+            proc.wait()
+        if not procs.living():
+            break
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager
-def process_groups(commands: Sequence[tuple[Sequence[str], dict[str, Any]]], what: str
-                   ) -> Iterator[list[subprocess.Popen]]:
-    """Start each ``(command, Popen keyword arguments)`` in a new session (its own process group) and own every
-    group during the block.
+def process_groups(commands: Sequence[tuple[Sequence[str], dict[str, Any]]], what: str) -> Iterator[Family]:
+    """Start each ``(command, Popen keyword arguments)`` in a new session and own the :class:`Family` during the
+    block (call its :meth:`Family.discover` now and then, so a rank is known before its launcher could die).
 
-    An exception leaving the block (:class:`Interrupted`, Ctrl-C, anything) kills every group first (SIGTERM,
-    SIGKILL after :data:`KILL_GRACE_S`); when the block ends normally, whatever is left of them (a worker a trial
-    started, a server) is killed with SIGKILL. So no trial, probe or server outlives its turn. ``what`` names the
-    trial for the interrupt message.
+    An exception leaving the block (:class:`Interrupted`, Ctrl-C, anything) kills every process of the family first
+    (SIGTERM, SIGKILL after :data:`KILL_GRACE_S`); when the block ends normally, whatever is left of it (a rank a
+    launcher started, a server) is killed with SIGKILL. So no trial, probe or server outlives its turn. ``what``
+    names the trial for the interrupt message.
     """
-    procs: list[subprocess.Popen] = []
+    procs = Family()
     _GATE.held += 1  # a signal during the start is raised below, once the groups are ours to kill
     try:
         for command, popen in commands:
             procs.append(subprocess.Popen(command, start_new_session=True, **popen))
+            procs.sessions.add(procs[-1].pid)  # a new session's id is its leader's pid
     except BaseException:
         kill_groups(procs, grace_s=0)
         raise
