@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -460,3 +461,114 @@ def test_a_timeout_stored_before_its_budget_was_kept_is_read_from_its_reason(tmp
     assert not runner.to_run(spec, recorded, False, False, 900, {})  # the budget unknown: only when asked
     assert runner.to_run(spec, recorded, False, True, 8, timed_out)  # asked: --retry-failed
     assert not runner.to_run(spec, {key: Status.FAILED}, False, False, 900, timed_out)
+
+
+# --- no traceback, nothing half-written ----------------------------------------------------------------------------
+
+MNIST_RUN = ("run", "--workload", "mnist", "--framework", "torch", "--execution", "eager", "--max-steps", "2",
+             "--eval-every", "2", "--no-report")
+
+
+def _stored_trial(store: Path) -> None:
+    import fake_results
+    from bakeoff.store import Store
+
+    with Store(store) as s:
+        s.put(fake_results.trial("torch", "eager"), "quick")
+
+
+@pytest.mark.parametrize("command", [MNIST_RUN, ("report",), ("show",)])
+def test_a_damaged_store_is_an_exit_2_message_not_a_traceback(tmp_path, command):
+    store = tmp_path / "r.sqlite"
+    _stored_trial(store)
+    data = bytearray(store.read_bytes())
+    data[:16] = b"not a store, no\0"  # the header SQLite reads first
+    store.write_bytes(bytes(data))
+    done = bakeoff(*command, "--store", str(store), cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{store} is not a bakeoff results store" in done.stderr and "Traceback" not in done.stderr
+    assert store.read_bytes() == bytes(data)  # left as it was, for the user to recover
+
+
+def test_a_store_that_names_a_folder_is_refused_before_any_trial(tmp_path):
+    done = bakeoff(*MNIST_RUN, "--store", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"--store {tmp_path} is a folder; a store is one file" in done.stderr
+
+
+def test_report_out_naming_a_file_is_refused(tmp_path):
+    store, taken = tmp_path / "r.sqlite", tmp_path / "report.html"
+    _stored_trial(store)
+    taken.write_text("mine")
+    for form in ("html", "json"):
+        done = bakeoff("report", "--store", str(store), "--out", str(taken), "--format", form, cwd=tmp_path)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert f"--out {taken} is a file; a report is a folder" in done.stderr
+    assert taken.read_text() == "mine"
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: str) -> Iterator[Path]:
+    """A real full disk: a tmpfs of ``size`` mounted at ``path`` (skips where mounting is not allowed)."""
+    path.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(disk: Path) -> None:
+    with contextlib.suppress(OSError), (disk / "filler").open("wb") as f:
+        while True:
+            f.write(b"\0" * 4096)
+            f.flush()
+
+
+def test_a_full_disk_while_writing_the_report_leaves_the_old_one_whole(tmp_path):
+    store = tmp_path / "r.sqlite"
+    _stored_trial(store)
+    with small_disk(tmp_path / "disk", "2m") as disk:
+        out = disk / "report"
+        first = bakeoff("report", "--store", str(store), "--out", str(out), cwd=tmp_path)
+        assert first.returncode == 0, first.stderr
+        before = {p.name: p.read_bytes() for p in out.iterdir()}
+        fill(disk)
+        again = bakeoff("report", "--store", str(store), "--out", str(out), cwd=tmp_path)
+        assert again.returncode == 2 and "Traceback" not in again.stderr, again.stderr
+        assert "could not write the report" in again.stderr and "No space left on device" in again.stderr
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no half-written file, no leftover
+
+
+@TORCH
+def test_a_full_disk_while_storing_keeps_the_result_and_the_next_run_stores_it(tmp_path):
+    """Before: `database or disk is full` as a traceback; the trial ran and its result was discarded. The store is
+    alone on a small disk (its logs folder is a link to a roomy one), filled once the trial has started."""
+    from bakeoff.store import Store
+
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        store, roomy = disk / "r.sqlite", tmp_path / "artifacts"
+        roomy.mkdir()
+        (disk / "r").symlink_to(roomy)  # the store's folder of logs, checkpoints and events
+        with (tmp_path / "out.txt").open("w") as sink:
+            run = subprocess.Popen([sys.executable, "-m", "bakeoff.cli", *MNIST_RUN, "--store", str(store)],
+                                   cwd=tmp_path, stdout=sink, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while not list(roomy.glob("logs/*.log")) and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.05)
+        fill(disk)  # the trial is running: its suite is stored, its result will not be
+        _, stderr = run.communicate(timeout=300)
+        assert run.returncode == 2 and "Traceback" not in stderr, stderr
+        assert "could not store mnist/tiny torch/eager seed 0" in stderr and "database or disk is full" in stderr
+        kept = list(roomy.glob("logs/unstored-*.json"))
+        assert len(kept) == 1 and f"kept in {disk / 'r' / 'logs' / kept[0].name}" in stderr
+        assert json.loads(kept[0].read_text())["status"] == "ok"
+        (disk / "filler").unlink()
+        again = bakeoff(*MNIST_RUN, "--store", str(store), cwd=tmp_path)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "ran 0 trials, skipped 1 already in the store" in again.stdout  # stored from the kept file, not re-run
+        assert not list(roomy.glob("logs/unstored-*.json"))
+        with Store(store) as s:
+            assert [r.status for r in s.results()] == [Status.OK]

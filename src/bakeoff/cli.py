@@ -262,6 +262,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(suite, args)
     sizes = runner.validate(suite.specs)  # bad input fails here, before a store or report is created
+    with Store(args.store):  # a damaged store, or a folder, fails here: before any search or trial
+        pass
     specs, annotations = suite.specs, {}
     def say(line: str) -> None:
         console.print(line, soft_wrap=True)
@@ -644,6 +646,7 @@ def _report_json(results, out: Path, weights: dict, qualitative: dict, args: arg
     from bakeoff.console import console, errors
     from bakeoff.identity import bakeoff_version
     from bakeoff.report.deployment import CRITERIA
+    from bakeoff.report.render import report_folder, write_all
 
     summaries = summarise_groups(results)
     checks = _fail_if_slower(summaries, args.fail_if_slower_than)
@@ -653,9 +656,8 @@ def _report_json(results, out: Path, weights: dict, qualitative: dict, args: arg
         decisions = decide_each(summaries, weights or None, qualitative or None)
     data = decisions_json(decisions, summaries, store=str(args.store), suite=suite_name, bakeoff=bakeoff_version())
     data["checks"] = [{**vars(c), "failed": c.failed} for c in checks]
-    out.mkdir(parents=True, exist_ok=True)
     text = json.dumps(data, indent=1, allow_nan=False, ensure_ascii=False)
-    (out / "decision.json").write_text(text + "\n")
+    write_all({report_folder(out) / "decision.json": (text + "\n").encode()})
     console.out(text, highlight=False)
     for check in checks:
         errors.print(check.line(), soft_wrap=True)

@@ -36,6 +36,7 @@ import random
 import re
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -54,7 +55,7 @@ from bakeoff.measure.environment import usable_cores
 from bakeoff.measure.profile import PROFILE_ENV, PROFILE_STEPS_ENV
 from bakeoff.measure.profile import Request as ProfileRequest
 from bakeoff.spec import Parallelism, RunSpec, SpecError, Status, TrialResult
-from bakeoff.store import Store
+from bakeoff.store import Store, StoreWriteError
 
 log = logging.getLogger("bakeoff.runner")
 
@@ -386,6 +387,45 @@ def _utilisation(store: Store, wanted: ceiling.Need, kept: dict | None, result: 
     return ceiling.utilisation(result, kept, wanted, flops)
 
 
+UNSTORED = "unstored-{key}.json"
+"""A result the store could not take, kept in the run's log folder; the next run of its suite stores it."""
+
+
+def _unstored(result: TrialResult, store: Store, log_dir: Path, exc: Exception) -> StoreWriteError:
+    """The error that ends a run whose result could not be stored: the result is kept beside the logs, or printed
+    whole on standard error when even that cannot be written, so the trial is not lost."""
+    text = json.dumps(result.to_dict())
+    path = log_dir / UNSTORED.format(key=result.key)
+    try:
+        temporary = path.with_suffix(".part")
+        temporary.write_text(text)
+        temporary.replace(path)
+        where = f"kept in {path}; the next `bakeoff run` of this suite stores it"
+    except OSError:
+        sys.stderr.write(text + "\n")
+        where = "printed above (JSON), as it could not be written either"
+    spec = result.run_spec
+    return StoreWriteError(f"could not store {spec.workload}/{spec.preset} {spec.label()} seed {spec.seed} in "
+                           f"{store.path} ({exc.__cause__ or exc}); its result ({result.status.value}) is {where}. "
+                           "Make room (or fix the store), then run the same command again: it resumes with what "
+                           "is missing")
+
+
+def _store_unstored(store: Store, log_dir: Path, suites: Mapping[str, str]) -> None:
+    """Store the results an earlier run kept in ``log_dir`` because the store could not take them (for the trials
+    of this run, under this run's suite), then delete them."""
+    for path in sorted(log_dir.glob(UNSTORED.format(key="*"))):
+        try:
+            result = TrialResult.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError, SpecError) as exc:
+            log.warning("%s: cannot read a result kept from an earlier run (%s); left where it is", path, exc)
+            continue
+        if result.key in suites:
+            store.put(result, suites[result.key])
+            path.unlink()
+            log.info("stored %s, kept from an earlier run the store could not take", path.name)
+
+
 def _claim(folder: Path, spec: RunSpec) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / TENSORBOARD_MARK).write_text(json.dumps({"key": spec.key(), "label": spec.label(), "seed": spec.seed}))
@@ -394,6 +434,7 @@ def _claim(folder: Path, spec: RunSpec) -> None:
 def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh: bool, retry_failed: bool,
          log_dir: Path, progress: Progress | None, annotations: dict[str, dict], order_seed: int,
          keep_models: Path | None = None, profile_steps: int = 0) -> RunSummary:
+    _store_unstored(store, log_dir, {spec.key(): suite for spec in specs})
     recorded, timed_out = store.statuses(), store.timeouts()
 
     def runs(spec: RunSpec) -> bool:
@@ -424,12 +465,15 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
         result = run_one(spec, timeout_s, log_dir, store.artifacts / "checkpoints" / spec.key(),
                          tensorboard[spec.key()], keep_dir=keep_dir, probe_ceiling=bool(wanted.key) and kept is None,
                          profile=profile)
-        if result.status is Status.OK:
-            result.extras["mfu"] = _utilisation(store, wanted, kept, result)
         result.extras.update(annotations.get(spec.key(), {}))
         result.extras["order"] = {"position": position, "of": len(specs), "seed": order_seed}
-        with hold_signals():  # the row is written whole; a signal meanwhile is raised after it
-            store.put(result, suite)
+        try:
+            if result.status is Status.OK:
+                result.extras["mfu"] = _utilisation(store, wanted, kept, result)  # may store the ceiling it probed
+            with hold_signals():  # the row is written whole; a signal meanwhile is raised after it
+                store.put(result, suite)
+        except StoreWriteError as exc:  # a full disk, a store gone read-only: keep the result, stop the run
+            raise _unstored(result, store, log_dir, exc) from None
         summary.ran.append(result)
         log.info("%s %s: %s %s", spec.label(), spec.key(), result.status.value, result.reason)
         if progress:

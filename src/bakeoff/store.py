@@ -15,12 +15,13 @@ folder never share a tree.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
 import re
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -95,22 +96,34 @@ SELECT key, suite, workload, preset, framework, label, seed, repeat, status, rea
 FROM trials"""
 
 
+class StoreWriteError(SpecError):
+    """The store refused a write (``database or disk is full``, a read-only file): an exit-2 message, not a
+    traceback; what could not be stored is kept elsewhere by the caller."""
+
+
 class Store:
     """Open (or create) a results database at ``path``; ``readonly`` opens an existing one without writing."""
 
     def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = Path(path)
+        if self.path.is_dir():
+            raise SpecError(f"--store {self.path} is a folder; a store is one file: name one, e.g. "
+                            f"--store {self.path / 'bakeoff.sqlite'}")
         if readonly:
             if not self.path.is_file():
                 raise SpecError(f"no results store at {self.path}")
             self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise SpecError(f"cannot create the folder of store {self.path}: {exc.strerror or exc}") from None
             self._db = sqlite3.connect(self.path)
-            self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.execute("PRAGMA foreign_keys = ON")
         try:
             with self._db:
+                if not readonly:
+                    self._db.execute("PRAGMA journal_mode = WAL")  # reads the header: a damaged file fails here
+                self._db.execute("PRAGMA foreign_keys = ON")
                 if not readonly:
                     self._db.executescript(_SCHEMA)
                 row = self._db.execute("SELECT value FROM meta WHERE name = 'store_version'").fetchone()
@@ -118,11 +131,22 @@ class Store:
                     self._db.execute("INSERT INTO meta VALUES ('store_version', ?)", (str(STORE_VERSION),))
         except sqlite3.DatabaseError as exc:
             self._db.close()
-            raise SpecError(f"{self.path} is not a bakeoff results store ({exc})") from None
+            raise SpecError(f"{self.path} is not a bakeoff results store ({exc}): a damaged or other file. Keep it "
+                            "aside and start a new store with --store, or restore a copy") from None
         if row is not None and int(row[0]) != STORE_VERSION:
             self._db.close()
             raise SpecError(f"{self.path} is a bakeoff store of version {row[0]}; this bakeoff reads version "
                             f"{STORE_VERSION}. Use the bakeoff that wrote it, or start a new store with --store.")
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One write transaction; a write the database refuses (a full disk, a file gone read-only) is a
+        :class:`StoreWriteError` naming the store."""
+        try:
+            with self._db:
+                yield
+        except sqlite3.OperationalError as exc:
+            raise StoreWriteError(f"could not write to the store {self.path} ({exc})") from exc
 
     @property
     def artifacts(self) -> Path:
@@ -145,7 +169,7 @@ class Store:
         samples += [(result.key, "loss", i, i + 1, None, v) for i, v in enumerate(result.losses)]
         samples += [(result.key, "eval", i, int(p["step"]), p["train_s"], p["metric"])
                     for i, p in enumerate(result.curve)]
-        with self._db:
+        with self._writing():
             self._db.execute("DELETE FROM samples WHERE key = ?", (result.key,))
             self._db.execute(
                 "INSERT OR REPLACE INTO trials VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -157,7 +181,7 @@ class Store:
     def put_suite(self, name: str, source: str, weights: dict[str, float],
                   qualitative: dict[str, dict[str, float]]) -> None:
         """Record a suite's decision weights and qualitative scores, so ``report --suite NAME`` uses them later."""
-        with self._db:
+        with self._writing():
             self._db.execute("INSERT OR REPLACE INTO suites VALUES (?,?,?,?,?)",
                              (name, source, json.dumps(weights), json.dumps(qualitative),
                               datetime.now(UTC).isoformat(timespec="seconds")))
@@ -174,7 +198,7 @@ class Store:
 
     def put_deployment(self, row: dict[str, Any]) -> None:
         """Insert or replace one format's export and inference measurement (:mod:`bakeoff.deploy.pipeline`)."""
-        with self._db:
+        with self._writing():
             self._db.execute(
                 "INSERT OR REPLACE INTO deployments VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (row["key"], row["model_key"], row["workload"], row["preset"], row["framework"], row["format"],
@@ -200,7 +224,7 @@ class Store:
 
     def put_ceiling(self, key: str, fingerprint: dict[str, Any], result: dict[str, Any]) -> None:
         """Keep one framework's matmul ceiling on this machine (:mod:`bakeoff.measure.ceiling`)."""
-        with self._db:
+        with self._writing():
             self._db.execute("INSERT OR REPLACE INTO ceilings VALUES (?,?,?,?,?)",
                              (key, fingerprint["framework"], json.dumps(fingerprint), json.dumps(result),
                               datetime.now(UTC).isoformat(timespec="seconds")))
@@ -277,7 +301,7 @@ class Store:
     def delete(self, keys: Iterable[str]) -> int:
         """Delete these trials and their samples, atomically; returns how many were stored."""
         keys = list(keys)
-        with self._db:
+        with self._writing():
             deleted = 0
             for key in keys:
                 self._db.execute("DELETE FROM samples WHERE key = ?", (key,))

@@ -30,7 +30,7 @@ from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE, size_note
 from bakeoff.report import deployment, plots
 from bakeoff.report.templates import Block, Heading, Image, Para, Table, to_html, to_markdown
 from bakeoff.report.what_ran import mix_warning, what_ran_blocks
-from bakeoff.spec import Status, TrialResult
+from bakeoff.spec import SpecError, Status, TrialResult
 
 NOISY_MARK = "†"
 LOAD_MARK = "‡"
@@ -492,8 +492,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
         ``{"markdown", "html", "throughput", "quality_vs_time"}`` (and ``"scaling"`` when distributed trials
         ran) -> the path written.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = report_folder(out_dir)
     qualitative = qualitative or {}
     summaries = summarise_groups(results)
     if decisions is None:
@@ -518,9 +517,40 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
     blocks += [Heading(2, "Plots"), *images.values()]
 
     paths = {"markdown": out_dir / "report.md", "html": out_dir / "report.html"}
-    paths["markdown"].write_text(to_markdown(title, blocks), encoding="utf-8")
-    paths["html"].write_text(to_html(title, blocks), encoding="utf-8")
+    contents = {"markdown": to_markdown(title, blocks).encode(), "html": to_html(title, blocks).encode()}
     for name, image in images.items():
-        paths[name] = out_dir / image.filename
-        paths[name].write_bytes(image.png)
+        paths[name], contents[name] = out_dir / image.filename, image.png
+    write_all({paths[name]: data for name, data in contents.items()})
     return paths
+
+
+def report_folder(out_dir: Path | str) -> Path:
+    """``out_dir``, created if missing; a clear error when it is a file or cannot be made."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise SpecError(f"--out {out_dir} is a file; a report is a folder (report.html, report.md, its plots): "
+                        "name a folder")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(f"cannot create the report folder {out_dir}: {exc.strerror or exc}") from None
+    return out_dir
+
+
+def write_all(files: dict[Path, bytes]) -> None:
+    """Write every file or none: each to a temporary beside it first, then all renamed into place, so a full disk
+    leaves the previous report as it was, not half of a new one."""
+    written: list[tuple[Path, Path]] = []
+    try:
+        for path, data in files.items():
+            temporary = path.with_name(f".{path.name}.part")
+            written.append((temporary, path))
+            temporary.write_bytes(data)
+    except OSError as exc:
+        for temporary, _ in written:
+            temporary.unlink(missing_ok=True)
+        folder = next(iter(files)).parent
+        raise SpecError(f"could not write the report in {folder} ({exc.strerror or exc}); nothing in it was "
+                        "replaced: make room and run `bakeoff report` again") from None
+    for temporary, path in written:
+        temporary.replace(path)
