@@ -572,3 +572,27 @@ def test_a_full_disk_while_storing_keeps_the_result_and_the_next_run_stores_it(t
         assert not list(roomy.glob("logs/unstored-*.json"))
         with Store(store) as s:
             assert [r.status for r in s.results()] == [Status.OK]
+
+
+# --- asking for what the machine lacks ------------------------------------------------------------------------------
+
+def test_visible_gpus_are_counted_from_the_driver_devices_and_cuda_visible_devices(tmp_path):
+    from bakeoff.measure.environment import cuda_devices
+
+    assert cuda_devices(tmp_path, {})[0] == 0 and "no NVIDIA GPU on this machine" in cuda_devices(tmp_path, {})[1]
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):
+        (tmp_path / name).touch()
+    assert cuda_devices(tmp_path, {}) == (2, "")
+    assert cuda_devices(tmp_path, {"CUDA_VISIBLE_DEVICES": "1"}) == (1, "")
+    for hidden in ("", "-1"):
+        count, why = cuda_devices(tmp_path, {"CUDA_VISIBLE_DEVICES": hidden})
+        assert count == 0 and f"CUDA_VISIBLE_DEVICES={hidden!r} hides the machine's 2 GPU(s)" == why
+
+
+@pytest.mark.skipif(bool(list(Path("/dev").glob("nvidia[0-9]*"))), reason="this machine has a GPU")
+def test_device_cuda_without_a_gpu_is_refused_before_any_trial(tmp_path):
+    """Before: exit 0, every trial recorded as unsupported, nothing run."""
+    done = bakeoff(*MNIST_RUN, "--device", "cuda", "--store", "r.sqlite", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "--device cuda: no NVIDIA GPU on this machine" in done.stderr and "--device cpu" in done.stderr
+    assert not (tmp_path / "r.sqlite").exists()

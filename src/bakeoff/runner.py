@@ -51,10 +51,10 @@ from bakeoff.launch import launchers
 from bakeoff.launch.process import OomKills, interruptible, read_oom_kills
 from bakeoff.launch.process import hold as hold_signals
 from bakeoff.measure import ceiling
-from bakeoff.measure.environment import usable_cores
+from bakeoff.measure.environment import cuda_devices, usable_cores
 from bakeoff.measure.profile import PROFILE_ENV, PROFILE_STEPS_ENV
 from bakeoff.measure.profile import Request as ProfileRequest
-from bakeoff.spec import Parallelism, RunSpec, SpecError, Status, TrialResult
+from bakeoff.spec import Device, Parallelism, RunSpec, SpecError, Status, TrialResult
 from bakeoff.store import Store, StoreWriteError
 
 log = logging.getLogger("bakeoff.runner")
@@ -80,12 +80,18 @@ def data_key(spec: RunSpec) -> tuple:
 def validate(specs: Sequence[RunSpec]) -> dict[tuple, int]:
     """Check, before any trial starts, everything that can be checked without a framework.
 
-    Unknown workloads, presets and config overrides raise :class:`SpecError`; unusable data raises
+    Unknown workloads, presets and config overrides, and ``device = cuda`` on a machine without a visible NVIDIA
+    GPU, raise :class:`SpecError`; unusable data raises
     ``DataError``. Each distinct :func:`data_key` is loaded once, here in the parent, with numpy only, and the
     configuration is resolved against it (checks that depend on the data, like a kernel against the image size,
     fail here). Returns the training-set size of each :func:`data_key`.
     """
     train_sizes: dict[tuple, int] = {}
+    if any(spec.device is Device.CUDA for spec in specs):
+        gpus, why = cuda_devices()
+        if not gpus:
+            raise SpecError(f"--device cuda: {why}; run with --device cpu, or auto (a GPU when the framework sees "
+                            "one)")
     for spec in specs:
         workload = registry.workload(spec.workload)
         workload.config(spec.preset, spec)

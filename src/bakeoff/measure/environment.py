@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+from collections.abc import Mapping
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from bakeoff import frameworks
@@ -36,6 +38,22 @@ def usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def cuda_devices(dev: Path = Path("/dev"), environ: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """How many NVIDIA GPUs a trial could see, without importing a framework: the driver's ``/dev/nvidiaN``
+    devices, narrowed by ``CUDA_VISIBLE_DEVICES``; and, when none, a sentence saying why."""
+    environ = os.environ if environ is None else environ
+    found = sorted(p.name for p in dev.glob("nvidia[0-9]*"))
+    if not found:
+        return 0, f"no NVIDIA GPU on this machine (no {dev}/nvidia0: no GPU, or its driver is not loaded)"
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return len(found), ""
+    wanted = [v for v in visible.split(",") if v.strip() and not v.strip().startswith("-")]
+    if not wanted:
+        return 0, f"CUDA_VISIBLE_DEVICES={visible!r} hides the machine's {len(found)} GPU(s)"
+    return min(len(wanted), len(found)), ""
 
 
 def total_memory() -> int | None:
