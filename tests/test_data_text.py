@@ -26,8 +26,9 @@ def jsonl(rows: list[dict]) -> str:
 
 
 def raises(path: Path | str, detail: str) -> pytest.RaisesContext:
-    """Expect a DataError whose message starts with the file name and contains ``detail`` (a regex)."""
-    return pytest.raises(DataError, match=re.escape(str(path)) + ".*" + detail)
+    """Expect a DataError whose message starts with the file name and contains ``detail`` (a regex; bad rows are
+    listed one per line)."""
+    return pytest.raises(DataError, match="(?s)" + re.escape(str(path)) + ".*" + detail)
 
 
 # --- shipped data -------------------------------------------------------------------------------------------
@@ -303,3 +304,65 @@ def test_split_options_conflict_with_a_test_file(tmp_path: Path) -> None:
     path = write(tmp_path, "train.csv", "text,label\na,pos\nb,neg\n")
     with pytest.raises(DataError, match="test_fraction and split_seed apply only without a 'test' file"):
         load_text_dataset({"train": str(path), "test": str(path), "test_fraction": "0.5"})
+
+
+# --- real data gets a way on ---------------------------------------------------------------------------------------
+
+
+def _rows_with_gaps(count: int, gaps: set[int]) -> str:
+    """A CSV of ``count`` rows, two classes, whose rows at indices ``gaps`` have no text."""
+    rows = [f"{'' if i in gaps else f'text number {i}'},{'ab'[i % 2]}" for i in range(count)]
+    return "text,label\n" + "\n".join(rows) + "\n"
+
+
+def test_every_bad_row_is_named_at_once_and_a_flag_leaves_them_out(tmp_path: Path) -> None:
+    """Before: a CSV with 12 empty texts stopped at the first, naming one of twelve and offering no way on."""
+    gaps = {3, 7, 20, 21, 22, 40, 41, 50, 60, 61, 70, 90}
+    path = write(tmp_path, "reviews.csv", _rows_with_gaps(100, gaps))
+    with pytest.raises(DataError) as caught:
+        load_text_dataset({"train": str(path)})
+    message = str(caught.value)
+    assert message.startswith(f"{path}: 12 bad rows, which training cannot use:")
+    named = [int(n) for n in re.findall(r"\n  line (\d+): empty text in column 'text'", message)]
+    assert named == sorted(g + 2 for g in gaps)[:10] and "\n  and 2 more" in message  # line = index + 2 (header)
+    assert "--data skip_bad_rows=true" in message
+    data = load_text_dataset({"train": str(path), "skip_bad_rows": "true"})
+    assert len(data.train_texts) + len(data.test_texts) == 88
+    assert f"12 bad rows of {path} left out (skip_bad_rows; lines 5, 9, 22" in data.source
+
+
+def test_rows_with_more_fields_than_the_header_are_bad_rows(tmp_path: Path) -> None:
+    """Before: silently accepted, the extra field dropped (a comma in an unquoted text splits it)."""
+    path = write(tmp_path, "t.csv", "text,label\nfine,a\nsplit, by a comma,b\nok,b\n")
+    with raises(path, r"1 bad row.*\n  line 3: 1 field\(s\) more than the header's 2"):
+        load_text_dataset({"train": str(path)})
+
+
+def test_a_quote_never_closed_is_named_as_such(tmp_path: Path) -> None:
+    """Before: reported as "empty label", the open quote having swallowed the rest of the file into one field."""
+    path = write(tmp_path, "t.csv", 'text,label\nfine,a\n"never closed,b\nnext,a\nlast,b\n')
+    with raises(path, "line 3: a quoted field opened on this line is never closed"):
+        load_text_dataset({"train": str(path)})
+
+
+def test_a_field_longer_than_csvs_default_limit_is_read(tmp_path: Path) -> None:
+    """Before: "malformed CSV (field larger than field limit (131072))" for a valid file holding whole articles."""
+    article = "word " * 40_000  # 200,000 characters
+    path = write(tmp_path, "t.csv", f'text,label\n"{article}",a\nshort,b\nother,a\nmore,b\nlast,a\n')
+    data = load_text_dataset({"train": str(path), "test_fraction": "0.2"})
+    assert max(map(len, data.train_texts + data.test_texts)) == len(article)
+
+
+def test_tsv_files_are_read_like_csv(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.tsv", "text\tlabel\nhello, world\ta\nbye\tb\nagain\ta\nmore\tb\nlast\ta\n")
+    data = load_text_dataset({"train": str(path)})
+    assert "hello, world" in data.train_texts + data.test_texts
+
+
+def test_a_missing_column_hint_names_the_real_flag(tmp_path: Path) -> None:
+    """Before: "set text_column to one of them", which led to --set (refused); the flag is --data."""
+    path = write(tmp_path, "t.csv", "body,label\nhello,a\n")
+    with raises(path, "name the text column with --data text_column=NAME"):
+        load_text_dataset({"train": str(path)})
+    with pytest.raises(DataError, match="skip_bad_rows must be true or false, got 'maybe'"):
+        load_text_dataset({"train": str(path), "text_column": "body", "skip_bad_rows": "maybe"})

@@ -191,8 +191,10 @@ def _add_trial_options(parser: argparse.ArgumentParser, rules: str = "") -> None
     grid.add_argument("--threads", type=int, help="CPU threads per trial [0: all cores]")
     grid.add_argument("--device", help="auto, cpu or cuda [auto]")
     grid.add_argument("--data", action="append", metavar="KEY=VALUE",
-                      help="data option, repeatable. text_classifier: train=FILE test=FILE text_column=... "
-                           "label_column=... test_fraction=0.2 split_seed=0; speech_ctc: train=MANIFEST "
+                      help="data option, repeatable. text_classifier: train=FILE test=FILE (.csv, .tsv or .jsonl, "
+                           "optionally .gz) text_column=... label_column=... test_fraction=0.2 split_seed=0 "
+                           "skip_bad_rows=false (true: leave out rows without text or label, counted in the "
+                           "report); speech_ctc: train=MANIFEST "
                            "test=MANIFEST (test alone: train on the embedded corpus; test=cards: 5 real shipped "
                            "recordings) batching=pad|bucket pad_multiple=N; mnist: dir=FOLDER (the four MNIST "
                            "IDX files); autoencoder: seed=N")

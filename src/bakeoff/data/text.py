@@ -16,7 +16,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -31,6 +31,7 @@ OPTION_DEFAULTS: dict[str, str | None] = {
     "label_column": "label",
     "test_fraction": "0.2",
     "split_seed": "0",
+    "skip_bad_rows": "false",
 }
 """Accepted keys of :func:`load_text_dataset`'s options and their defaults (``None``: no default)."""
 
@@ -68,11 +69,29 @@ class _Rows:
     texts: list[str]
     labels: list[str]
     lines: list[int]
+    skipped: list[tuple[int, str]] = field(default_factory=list)  # (line, why) of the bad rows left out
 
     def take(self, index: np.ndarray) -> _Rows:
         return _Rows(
             self.name, [self.texts[i] for i in index], [self.labels[i] for i in index], [self.lines[i] for i in index]
         )
+
+    def skipped_note(self) -> str:
+        """``""``, or how many bad rows of this file were left out and which: for the data's description."""
+        if not self.skipped:
+            return ""
+        lines = ", ".join(str(line) for line, _ in self.skipped[:BAD_ROWS_SHOWN])
+        more = ", …" if len(self.skipped) > BAD_ROWS_SHOWN else ""
+        return f"; {len(self.skipped)} bad row{'s' if len(self.skipped) > 1 else ''} of {self.name} left out " \
+               f"(skip_bad_rows; line{'s' if len(self.skipped) > 1 else ''} {lines}{more})"
+
+
+class _BadRow(ValueError):
+    """A row training cannot use (no text, no label, fields beyond the header): collected, named together."""
+
+
+BAD_ROWS_SHOWN = 10
+"""Bad rows named in a message (each with its line and why); the rest are counted."""
 
 
 def load_text_dataset(options: Mapping[str, str]) -> TextData:
@@ -106,12 +125,14 @@ def load_text_dataset(options: Mapping[str, str]) -> TextData:
             f"(a .csv or .jsonl file); give no options at all for the shipped fine-foods reviews"
         )
     columns = (opts["text_column"], opts["label_column"])
-    train = _read_file(Path(opts["train"]), *columns)
+    skip = _parse_flag("skip_bad_rows", opts["skip_bad_rows"])
+    train = _read_file(Path(opts["train"]), *columns, skip)
     if opts["test"] is not None:
         if "test_fraction" in options or "split_seed" in options:
             raise DataError("test_fraction and split_seed apply only without a 'test' file; give one or the other")
-        test = _read_file(Path(opts["test"]), *columns)
+        test = _read_file(Path(opts["test"]), *columns, skip)
         source = f"{train.name} ({len(train.texts)} train) / {test.name} ({len(test.texts)} test)"
+        source += train.skipped_note() + test.skipped_note()
     else:
         fraction, seed = _parse_fraction(opts["test_fraction"]), _parse_seed(opts["split_seed"])
         whole = train
@@ -119,7 +140,7 @@ def load_text_dataset(options: Mapping[str, str]) -> TextData:
         source = (
             f"{whole.name}, {len(train.texts)} train / {len(test.texts)} test "
             f"(seeded split: test_fraction={fraction:g}, split_seed={seed})"
-        )
+        ) + whole.skipped_note()
     return _to_text_data(train, test, source)
 
 
@@ -171,6 +192,13 @@ def _parse_fraction(value: str) -> float:
     return fraction
 
 
+def _parse_flag(name: str, value: str) -> bool:
+    flags = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+    if value.strip().lower() not in flags:
+        raise DataError(f"{name} must be true or false, got {value!r}")
+    return flags[value.strip().lower()]
+
+
 def _parse_seed(value: str) -> int:
     try:
         seed = int(value)
@@ -196,7 +224,7 @@ def _split(rows: _Rows, fraction: float, seed: int) -> tuple[_Rows, _Rows]:
     return train, test
 
 
-def _read_file(path: Path, text_column: str, label_column: str) -> _Rows:
+def _read_file(path: Path, text_column: str, label_column: str, skip_bad_rows: bool = False) -> _Rows:
     name = str(path)
     if not path.exists():
         raise DataError(f"{name}: file not found")
@@ -206,10 +234,11 @@ def _read_file(path: Path, text_column: str, label_column: str) -> _Rows:
     if suffixes.removesuffix(".gz").lower() not in _DELIMITERS:
         accepted = ", ".join(f"{s}[.gz]" for s in _DELIMITERS)
         raise DataError(f"{name}: unknown file type {suffixes!r}; accepted: {accepted}")
-    return _parse(name, path.read_bytes(), suffixes.lower(), text_column, label_column)
+    return _parse(name, path.read_bytes(), suffixes.lower(), text_column, label_column, skip_bad_rows)
 
 
-def _parse(name: str, raw: bytes, suffixes: str, text_column: str, label_column: str) -> _Rows:
+def _parse(name: str, raw: bytes, suffixes: str, text_column: str, label_column: str,
+           skip_bad_rows: bool = False) -> _Rows:
     if suffixes.endswith(".gz"):
         try:
             raw = gzip.decompress(raw)
@@ -223,18 +252,31 @@ def _parse(name: str, raw: bytes, suffixes: str, text_column: str, label_column:
         records = _csv_records(name, lines, delimiter, {"text": text_column, "label": label_column})
     rows = _Rows(name, [], [], [])
     for line, record in records:
-        text = _field(name, line, record, text_column, "text")
-        label = _field(name, line, record, label_column, "label").strip()
-        if not text.strip():
-            raise DataError(f"{name}, line {line}: empty text in column {text_column!r}; every row needs text")
-        if not label:
-            raise DataError(f"{name}, line {line}: empty label in column {label_column!r}; every row needs a label")
+        try:
+            if None in record:  # csv: fields beyond the header's
+                raise _BadRow(f"{len(record[None])} field(s) more than the header's {len(record) - 1}")
+            text = _field(name, line, record, text_column, "text")
+            label = _field(name, line, record, label_column, "label").strip()
+            if not text.strip():
+                raise _BadRow(f"empty text in column {text_column!r}")
+            if not label:
+                raise _BadRow(f"empty label in column {label_column!r}")
+        except _BadRow as bad:
+            rows.skipped.append((line, str(bad)))
+            continue
         rows.texts.append(text)
         rows.labels.append(label)
         rows.lines.append(line)
+    if rows.skipped and not skip_bad_rows:
+        shown = "".join(f"\n  line {line}: {why}" for line, why in rows.skipped[:BAD_ROWS_SHOWN])
+        more = f"\n  and {len(rows.skipped) - BAD_ROWS_SHOWN} more" if len(rows.skipped) > BAD_ROWS_SHOWN else ""
+        raise DataError(f"{name}: {len(rows.skipped)} bad row{'s' if len(rows.skipped) > 1 else ''}, which "
+                        f"training cannot use:{shown}{more}\nFix them, or add --data skip_bad_rows=true to leave "
+                        "them out (the report's data line says how many were left out)")
     if not rows.texts:
         kind = "no JSON objects" if delimiter is None else "no data rows after the header"
-        raise DataError(f"{name}: no rows ({kind}); expected at least one row with text and label")
+        left = f", {len(rows.skipped)} bad rows left out" if rows.skipped else ""
+        raise DataError(f"{name}: no rows ({kind}{left}); expected at least one row with text and label")
     return rows
 
 
@@ -271,7 +313,11 @@ def _json_records(name: str, lines: list[str]) -> Iterator[tuple[int, dict]]:
 
 
 def _csv_records(name: str, lines: list[str], delimiter: str, columns: dict[str, str]) -> Iterator[tuple[int, dict]]:
-    reader = csv.reader(lines, delimiter=delimiter)
+    """Rows as ``{column: value}``; a short row's missing fields are None, a long row's extra fields are under the
+    key None (a bad row). Strict: a quote never closed is an error naming the line it opened on, not a field that
+    swallows the rest of the file. Fields of any length (whole articles) are read."""
+    csv.field_size_limit(2**31 - 1)  # the default, 131,072 characters, is smaller than some real texts
+    reader = csv.reader(lines, delimiter=delimiter, strict=True)
     header: list[str] | None = None
     start = 1  # a quoted field may span lines; report the line its row starts on
     try:
@@ -283,10 +329,16 @@ def _csv_records(name: str, lines: list[str], delimiter: str, columns: dict[str,
                 header = [column.strip() for column in row]
                 _check_header(name, number, header, columns)
                 continue
-            # A short row lacks its last fields: None reads as empty, so the message names the line.
-            yield number, dict(zip(header, row + [None] * (len(header) - len(row)), strict=False))
+            record: dict = dict(zip(header, row + [None] * (len(header) - len(row)), strict=False))
+            if len(row) > len(header):
+                record[None] = row[len(header):]
+            yield number, record
     except csv.Error as exc:
-        raise DataError(f"{name}, line {reader.line_num}: malformed CSV ({exc})") from None
+        if "unexpected end of data" in str(exc):
+            raise DataError(f"{name}, line {start}: a quoted field opened on this line is never closed (malformed "
+                            "quoting: a quote inside a quoted field must be doubled, \"\")") from None
+        raise DataError(f"{name}, line {reader.line_num}: malformed CSV ({exc}; a quote inside a quoted field must "
+                        "be doubled, \"\")") from None
 
 
 def _check_header(name: str, line: int, header: list[str], columns: dict[str, str]) -> None:
@@ -295,24 +347,20 @@ def _check_header(name: str, line: int, header: list[str], columns: dict[str, st
             found = ", ".join(map(repr, header))
             raise DataError(
                 f"{name}, line {line} (header): no {what} column {column!r} (columns found: {found}); "
-                f"set {what}_column to one of them"
+                f"name the {what} column with --data {what}_column=NAME"
             )
 
 
 def _field(name: str, line: int, record: dict, column: str, what: str) -> str:
     if column not in record:
         found = ", ".join(map(repr, record)) or "none"
-        raise DataError(
-            f"{name}, line {line}: no {what} column {column!r} (columns found: {found}); "
-            f"set {what}_column to one of them"
-        )
+        raise _BadRow(f"no {what} column {column!r} (columns found: {found}); name the {what} column with --data "
+                      f"{what}_column=NAME")
     value = record[column]
     if value is None:
         return ""
     if isinstance(value, list | dict):
-        raise DataError(
-            f"{name}, line {line}: column {column!r} holds a JSON {type(value).__name__}, expected a string or number"
-        )
+        raise _BadRow(f"column {column!r} holds a JSON {type(value).__name__}, expected a string or number")
     # json.dumps turns JSON numbers and booleans back into their literal spelling: 1 -> "1", true -> "true".
     return value if isinstance(value, str) else json.dumps(value)
 
