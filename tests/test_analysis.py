@@ -333,6 +333,31 @@ def test_a_comparison_under_clearly_different_load_is_flagged():
     assert decide(summarise_groups(pair((8.0, 9.0)))).caveats == []  # 1.1 vs 9: within 8
 
 
+def test_runs_measured_beside_other_work_are_flagged_whatever_the_rival_saw(tmp_path):
+    """Absolute, not relative: both sides measured on a busy machine are both flagged (the load-gap test above
+    would see no gap)."""
+    results = [*repeats("torch", "graph", [900] * 3, [2.0] * 3, final_metric=[0.8] * 3),
+               *repeats("tensorflow", "graph", [500] * 3, [4.0] * 3, final_metric=[0.8] * 3)]
+    for i, r in enumerate(results):
+        r.environment["cpu_sharing"] = {"cores_busy": 2.0, "own_cores": 1.2, "seconds": 3.0,
+                                        "other_cores": 0.8 if i in (0, 4) else 0.1}  # a torch run and a TF run
+    d = decide(summarise_groups(results))
+    assert d.caveats == [
+        "1 of 3 PyTorch (graph) runs were measured while other processes used 0.8 of its cores (more than 0.5), so "
+        "their timings are suspect; `bakeoff run --retry-busy` measures them again",
+        "1 of 3 TensorFlow (graph) runs were measured while other processes used 0.8 of its cores (more than 0.5), "
+        "so their timings are suspect; `bakeoff run --retry-busy` measures them again"]
+    assert "`bakeoff run --retry-busy` measures them again." in d.verdict
+    from bakeoff.report.render import render_report
+
+    markdown = render_report(results, tmp_path)["markdown"].read_text()
+    assert "other work on its cores, steady steps (cores, max over runs)" in markdown
+    assert "0.8 § (1 of 3 runs)" in markdown and "§ measured while other processes used more than 0.5" in markdown
+    for r in results:
+        r.environment["cpu_sharing"]["other_cores"] = 0.5  # at the bound: not flagged
+    assert decide(summarise_groups(results)).caveats == []
+
+
 def test_sensitivity_finds_the_weight_that_flips_the_winner():
     d = decide(summarise_groups(default_results()), {"team_familiarity": 0.3}, FAMILIARITY)
     assert d.winner == "torch" and not d.robust

@@ -454,13 +454,12 @@ def test_a_timeout_stored_before_its_budget_was_kept_is_read_from_its_reason(tmp
         store.put(old, "s")
         store.put(new, "s")
         assert store.timeouts() == {"k1": 8.0, "k2": 59.5}
-    key = spec.key()
-    recorded, timed_out = {key: Status.TIMEOUT}, {key: 8.0}
-    assert runner.to_run(spec, recorded, False, False, 900, timed_out)  # a longer timeout: runs again
-    assert not runner.to_run(spec, recorded, False, False, 8, timed_out)  # the same: the stored result stands
-    assert not runner.to_run(spec, recorded, False, False, 900, {})  # the budget unknown: only when asked
-    assert runner.to_run(spec, recorded, False, True, 8, timed_out)  # asked: --retry-failed
-    assert not runner.to_run(spec, {key: Status.FAILED}, False, False, 900, timed_out)
+        assert runner.measure_again(store, 900) == {"k1", "k2"}  # a longer timeout: both run again
+        assert runner.measure_again(store, 60) == {"k1"}
+        assert runner.measure_again(store, 8) == set()  # the same timeout: the stored result stands
+    assert runner.to_run(spec, {spec.key(): Status.TIMEOUT}, False, False, again={spec.key()})
+    assert not runner.to_run(spec, {spec.key(): Status.TIMEOUT}, False, False, again={"k1"})
+    assert runner.to_run(spec, {spec.key(): Status.TIMEOUT}, False, True)  # --retry-failed
 
 
 # --- no traceback, nothing half-written ----------------------------------------------------------------------------
@@ -596,3 +595,35 @@ def test_device_cuda_without_a_gpu_is_refused_before_any_trial(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "--device cuda: no NVIDIA GPU on this machine" in done.stderr and "--device cpu" in done.stderr
     assert not (tmp_path / "r.sqlite").exists()
+
+
+# --- other work on the trial's cores --------------------------------------------------------------------------------
+
+@TORCH
+def test_a_trial_measured_beside_other_work_is_flagged_and_measured_again_on_request(tmp_path):
+    """Three busy loops share the one core the run is confined to: the trial gets about a quarter of it, and its
+    record says other processes used most of its core, however its rival might have fared."""
+    from bakeoff.measure.environment import OTHER_WORK_CORES
+    from bakeoff.store import Store
+
+    core = {min(os.sched_getaffinity(0))}
+
+    def confine() -> None:
+        os.sched_setaffinity(0, core)
+
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=confine) for _ in range(3)]
+    trial = [*MNIST_RUN, "--max-steps", "30", "--eval-every", "30", "--store", "r.sqlite"]
+    try:
+        done = subprocess.run([sys.executable, "-m", "bakeoff.cli", *trial], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=600, preexec_fn=confine)
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert done.returncode == 0, done.stdout + done.stderr
+    with Store(tmp_path / "r.sqlite") as store:
+        (other,) = store.other_work().values()
+        (result,) = store.results()
+    assert other > OTHER_WORK_CORES, result.environment["cpu_sharing"]
+    assert "run  (stored: ok)" in bakeoff(*trial, "--retry-busy", "--dry-run", cwd=tmp_path).stdout
+    assert "skip (stored: ok)" in bakeoff(*trial, "--dry-run", cwd=tmp_path).stdout

@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, help="seconds per trial before it is killed (default: suite's, or 900)")
     run.add_argument("--fresh", action="store_true", help="re-run trials already in the store")
     run.add_argument("--retry-failed", action="store_true", help="re-run recorded trials that did not succeed")
+    run.add_argument("--retry-busy", action="store_true",
+                     help="measure again the stored trials measured while other processes used more than half a "
+                          "core of their cores (the report marks them §)")
     run.add_argument("--concurrent", action="store_true",
                      help="run at once even while another bakeoff run measures on this machine (by default a run "
                           "waits for it: two at once each time the other's load into its figures)")
@@ -278,7 +281,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             store.put_suite(suite.name, suite.source, suite.weights, suite.qualitative)
             summary = runner.run(specs, store, suite.name, timeout_s=timeout, fresh=args.fresh,
                                  retry_failed=args.retry_failed, progress=progress, annotations=annotations,
-                                 validated=True, order_seed=args.order_seed,
+                                 validated=True, order_seed=args.order_seed, retry_busy=args.retry_busy,
                                  profile_steps=args.profile_steps if args.profile else 0)
             results = store.results(suite=suite.name, keys=[s.key() for s in summary.specs])
     console.print(f"ran {len(summary.ran)} trials, skipped {len(summary.skipped)} already in the store")
@@ -605,7 +608,7 @@ def _dry_run(suite, args: argparse.Namespace) -> int:  # suite: bakeoff.suite.Su
     from bakeoff.preview import duration, plan, total
 
     planned = plan(suite.specs, args.store, fresh=args.fresh, retry_failed=args.retry_failed,
-                   order_seed=args.order_seed, timeout_s=args.timeout or suite.timeout_s)
+                   order_seed=args.order_seed, timeout_s=args.timeout or suite.timeout_s, retry_busy=args.retry_busy)
     if suite.auto_batch is not None:
         console.print("batch size 'auto': the search runs first, so the keys below (batch size 1) are placeholders")
     for p in planned:

@@ -88,7 +88,7 @@ class Planned:
 
 
 def plan(specs: Sequence[RunSpec], store_path: Path, fresh: bool = False, retry_failed: bool = False,
-         order_seed: int = 0, timeout_s: float | None = None) -> list[Planned]:
+         order_seed: int = 0, timeout_s: float | None = None, retry_busy: bool = False) -> list[Planned]:
     """The trials a ``bakeoff run`` of ``specs`` would go through, in its order, without running or writing anything
     (a missing store means nothing is stored yet; it is not created)."""
     from bakeoff import runner
@@ -96,13 +96,14 @@ def plan(specs: Sequence[RunSpec], store_path: Path, fresh: bool = False, retry_
 
     identified = runner.order(identify(specs), order_seed)
     recorded: dict[str, Status] = {}
-    timed_out: dict[str, float] = {}
+    again: set[str] = set()
     durations = Durations()
     if store_path.exists():
         with Store(store_path, readonly=True) as store:
-            recorded, timed_out, durations = store.statuses(), store.timeouts(), Durations.from_store(store)
+            recorded, durations = store.statuses(), Durations.from_store(store)
+            again = runner.measure_again(store, timeout_s, retry_busy)
     return [Planned(i, spec, recorded.get(spec.key()),
-                    runs := runner.to_run(spec, recorded, fresh, retry_failed, timeout_s, timed_out),
+                    runs := runner.to_run(spec, recorded, fresh, retry_failed, again),
                     durations.stored(spec) if runs else None)
             for i, spec in enumerate(identified, 1)]
 

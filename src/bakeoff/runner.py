@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import os
 import random
 import re
@@ -39,7 +38,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 from bakeoff import frameworks, registry
@@ -51,7 +50,7 @@ from bakeoff.launch import launchers
 from bakeoff.launch.process import OomKills, interruptible, read_oom_kills
 from bakeoff.launch.process import hold as hold_signals
 from bakeoff.measure import ceiling
-from bakeoff.measure.environment import cuda_devices, usable_cores
+from bakeoff.measure.environment import OTHER_WORK_CORES, cuda_devices, usable_cores
 from bakeoff.measure.profile import PROFILE_ENV, PROFILE_STEPS_ENV
 from bakeoff.measure.profile import Request as ProfileRequest
 from bakeoff.spec import Device, Parallelism, RunSpec, SpecError, Status, TrialResult
@@ -304,8 +303,9 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
         fresh: bool = False, retry_failed: bool = False, log_dir: Path | None = None,
         progress: Progress | None = None, annotations: dict[str, dict] | None = None,
         validated: bool = False, order_seed: int = 0, keep_models: Path | None = None,
-        profile_steps: int = 0) -> RunSummary:
-    """Run every spec not already recorded, in :func:`order`, storing each result as it finishes.
+        profile_steps: int = 0, retry_busy: bool = False) -> RunSummary:
+    """Run every spec not already recorded (or recorded but measured again: :func:`measure_again`), in
+    :func:`order`, storing each result as it finishes.
 
     ``annotations`` maps spec keys to extras recorded with that trial's result (e.g. its batch-size search).
     ``validated``: the caller already ran :func:`validate` on these specs (it loads every data set once).
@@ -324,24 +324,31 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
     with interruptible():
         summary = _run(order(identified, order_seed), store, suite, timeout_s, fresh, retry_failed,
                        log_dir or store.artifacts / "logs", progress, annotations, order_seed, keep_models,
-                       profile_steps)
+                       profile_steps, retry_busy)
     summary.specs = identified
     return summary
 
 
 def to_run(spec: RunSpec, recorded: dict[str, Status], fresh: bool, retry_failed: bool,
-           timeout_s: float | None = None, timed_out: Mapping[str, float] | None = None) -> bool:
-    """Whether a run with these options runs ``spec`` (identified) given the store's ``recorded`` statuses.
+           again: Collection[str] = ()) -> bool:
+    """Whether a run with these options runs ``spec`` (identified) given the store's ``recorded`` statuses and the
+    stored trials it measures ``again`` (:func:`measure_again`)."""
+    status = recorded.get(spec.key())
+    return status is None or fresh or spec.key() in again or (retry_failed and status is not Status.OK)
+
+
+def measure_again(store: Store, timeout_s: float | None, retry_busy: bool = False) -> set[str]:
+    """Keys of stored trials a run measures again although stored.
 
     The timeout is not part of a trial's key (it does not change what the trial measures), but a stored timeout
-    is no answer to a longer one: a trial that timed out under a shorter ``timeout_s`` than this run's
-    (``timed_out``: :meth:`bakeoff.store.Store.timeouts`) runs again.
+    is no answer to a longer one: a trial that timed out under a shorter timeout than ``timeout_s`` runs again.
+    With ``retry_busy``, so does a trial measured while other processes used more than
+    :data:`bakeoff.measure.environment.OTHER_WORK_CORES` of its cores (``bakeoff run --retry-busy``).
     """
-    status = recorded.get(spec.key())
-    if status is Status.TIMEOUT and timeout_s is not None and timed_out is not None:
-        if timed_out.get(spec.key(), math.inf) < timeout_s:
-            return True
-    return status is None or fresh or (retry_failed and status is not Status.OK)
+    again = {key for key, seconds in store.timeouts().items() if timeout_s is not None and seconds < timeout_s}
+    if retry_busy:
+        again |= {key for key, other in store.other_work().items() if other > OTHER_WORK_CORES}
+    return again
 
 
 TENSORBOARD_MARK = "bakeoff-trial.json"
@@ -439,12 +446,12 @@ def _claim(folder: Path, spec: RunSpec) -> None:
 
 def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh: bool, retry_failed: bool,
          log_dir: Path, progress: Progress | None, annotations: dict[str, dict], order_seed: int,
-         keep_models: Path | None = None, profile_steps: int = 0) -> RunSummary:
+         keep_models: Path | None = None, profile_steps: int = 0, retry_busy: bool = False) -> RunSummary:
     _store_unstored(store, log_dir, {spec.key(): suite for spec in specs})
-    recorded, timed_out = store.statuses(), store.timeouts()
+    recorded, again = store.statuses(), measure_again(store, timeout_s, retry_busy)
 
     def runs(spec: RunSpec) -> bool:
-        return to_run(spec, recorded, fresh, retry_failed, timeout_s, timed_out)
+        return to_run(spec, recorded, fresh, retry_failed, again)
 
     summary = RunSummary(ran=[], skipped=[])
     queued = [spec for spec in specs if runs(spec)]

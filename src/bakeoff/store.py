@@ -243,6 +243,13 @@ class Store:
         """Status of every recorded trial, by spec key."""
         return {k: Status(s) for k, s in self._db.execute("SELECT key, status FROM trials")}
 
+    def other_work(self) -> dict[str, float]:
+        """Cores other processes used during each stored successful trial's steady steps, by spec key, where it
+        was measured (``environment.cpu_sharing.other_cores``)."""
+        rows = self._db.execute("SELECT key, json_extract(result, '$.environment.cpu_sharing.other_cores') "
+                                "FROM trials WHERE status = ?", (Status.OK.value,))
+        return {key: float(value) for key, value in rows if value is not None}
+
     def timeouts(self) -> dict[str, float]:
         """The timeout, in seconds, under which each stored timed-out trial was killed, by spec key (a result
         stored before it was kept says it in its reason, "no result after 8 s; killed")."""

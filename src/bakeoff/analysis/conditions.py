@@ -9,6 +9,10 @@
   :data:`LOAD_GAP_PER_CORE` × the machine's cores: then half the cores were busy with other work on one side and
   not the other — with thread pools sized to every core, enough oversubscription to skew step times by tens of
   percent, and well beyond the jitter of a lagging 1-minute average (a trial's own previous neighbour included).
+* **Other work.** What other processes used of a trial's cores during its steady steps, measured step by step
+  (:class:`bakeoff.measure.environment.CpuSharing`). Unlike the load average this is absolute and exact in time:
+  a run with more than :data:`bakeoff.measure.environment.OTHER_WORK_CORES` of other work is flagged whatever
+  its rival saw, and ``bakeoff run --retry-busy`` measures it again.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import numpy as np
 from bakeoff import frameworks as records
 from bakeoff.analysis.quantities import fmt
 from bakeoff.analysis.stats import ConfigSummary
+from bakeoff.measure.environment import OTHER_WORK_CORES
 from bakeoff.spec import Execution
 
 FRAMEWORK_NAMES = {name: info.display for name, info in records.FRAMEWORKS.items()}
@@ -106,6 +111,29 @@ def loaded(configs: Sequence[ConfigSummary]) -> set[str]:
     if not known or not n_cores:
         return set()
     return {label for label, v in loads.items() if v is not None and v - min(known) > LOAD_GAP_PER_CORE * n_cores}
+
+
+def other_work(environment: dict) -> float | None:
+    """Cores other processes used on a run's cores during its steady steps (``cpu_sharing``), when measured."""
+    value = environment.get("cpu_sharing", {}).get("other_cores")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def busy_runs(cs: ConfigSummary) -> list[float]:
+    """The other-work figures of the configuration's successful runs measured on a busy machine: other processes
+    used more than :data:`OTHER_WORK_CORES` of its cores during its steady steps (an absolute test, whatever the
+    rival saw)."""
+    return [v for r in cs.ok if (v := other_work(r.environment)) is not None and v > OTHER_WORK_CORES]
+
+
+def busy_note(cs: ConfigSummary) -> str | None:
+    """A sentence when runs of ``cs`` were measured on a busy machine (:func:`busy_runs`); ``None`` otherwise."""
+    busy = busy_runs(cs)
+    if not busy:
+        return None
+    return (f"{len(busy)} of {cs.n_ok} {display_name(cs.label)} runs were measured while other processes used "
+            f"{fmt(max(busy))} of its cores (more than {OTHER_WORK_CORES:g}), so their timings are suspect; "
+            "`bakeoff run --retry-busy` measures them again")
 
 
 def threads(cs: ConfigSummary) -> str:

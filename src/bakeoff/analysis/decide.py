@@ -34,7 +34,7 @@ import numpy as np
 
 from bakeoff.analysis import intervals, verdict
 from bakeoff.analysis.bootstrap import RESAMPLES, Difference, rng_for
-from bakeoff.analysis.conditions import FRAMEWORK_NAMES, cores, display_name, load_gap, mode_notes
+from bakeoff.analysis.conditions import FRAMEWORK_NAMES, busy_note, cores, display_name, load_gap, mode_notes
 from bakeoff.analysis.mixing import Mix, pair_note, section_mixes
 from bakeoff.analysis.quantities import Quantity, quantity
 from bakeoff.analysis.stats import ConfigSummary
@@ -396,6 +396,7 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
     decision.mix_note = pair_note(w_cfg, r_cfg, decision.mixes)
     if (gap := load_gap(w_cfg, r_cfg, cores(scored))) is not None:
         decision.caveats.append(gap)
+    decision.caveats += [note for c in (w_cfg, r_cfg) if (note := busy_note(c))]
     decision.caveats += [note for c in (w_cfg, r_cfg) if (note := verdict.unfinished_note(c))]
     decision.margin = lead.score - runner.score
     decision.runs = (w_cfg.n_ok, r_cfg.n_ok)

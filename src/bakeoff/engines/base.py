@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from bakeoff.measure.environment import usable_cores
+from bakeoff.measure.environment import CpuSharing, usable_cores
 from bakeoff.measure.memory import MemoryProbe, RssProbe
 from bakeoff.spec import Batch, Dataset, RunSpec, TrialResult, Weights, Workload, shard_batch
 
@@ -331,6 +331,7 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     if state["step"] == 0:
         evaluate(0, 0.0)  # where the curve starts: time to target interpolates from it if the first evaluation hits
     memory.start()
+    sharing, first_steady = CpuSharing(), 1 + spec.warmup_steps  # who else used our cores in the steady steps
     done = state["step"] >= max_steps
     while not done:
         micro: list[Batch] = []
@@ -347,9 +348,14 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
                 units.setdefault(unit, []).append(count)
             local = [shard_batch(b, *shard) for b in micro]
             builds = engine.graph_builds()
+            steady_step = state["step"] >= first_steady
+            if steady_step:
+                sharing.begin()
             start = time.perf_counter()
             loss = engine.train_step(local)
             elapsed = time.perf_counter() - start
+            if steady_step:
+                sharing.end()
             if engine.graph_builds() > builds:  # this step traced / compiled a graph (a new shape, say)
                 result.extras.setdefault("graph_build_steps", []).append(state["step"] + 1)
             micro = []
@@ -386,8 +392,8 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
         result.extras["distributed"] = figures
     result.train_s = state["train_s"]
     result.first_step_s = result.step_times_s[0] if result.step_times_s else None
-    steady = result.step_times_s[1 + spec.warmup_steps:]
-    first_steady = 1 + spec.warmup_steps
+    steady = result.step_times_s[first_steady:]
+    result.environment["cpu_sharing"] = sharing.figures()  # a resumed trial: its steps since the resume
     # Asynchronous training (parameter servers) returns from a step when the oldest one in flight completes, and
     # completions of independent workers bunch up: there the mean call time is the time per completed step, and
     # the median of such calls is not. Every other trial's steady step is the median (robust to stragglers).

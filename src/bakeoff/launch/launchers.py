@@ -276,6 +276,19 @@ def _rank_summary(rank: int, result: TrialResult) -> dict:
             "replica_weights_sha256": dist.get("replica_weights_sha256", [])}
 
 
+def _group_sharing(base: TrialResult, results: Sequence[TrialResult | None]) -> None:
+    """The group's :class:`bakeoff.measure.environment.CpuSharing`: rank 0 counts the other ranks' CPU as other
+    processes'; the group's other work is the cores busy less every rank's own (ranks step together, so their
+    windows overlap). Ranks on other hosts (``--hosts``) would be subtracted too: an underestimate there."""
+    sharing = base.environment.get("cpu_sharing", {})
+    owns = [r.environment.get("cpu_sharing", {}).get("own_cores") for r in results if r is not None]
+    if "cores_busy" not in sharing or any(own is None for own in owns):
+        return
+    own = float(sum(owns))
+    base.environment["cpu_sharing"] = {**sharing, "own_cores": own, "ranks": len(owns),
+                                       "other_cores": max(0.0, sharing["cores_busy"] - own)}
+
+
 IMBALANCE = 0.10
 """Ranks of a synchronous group whose steady steps differ by more than this (slowest over fastest - 1) are flagged."""
 
@@ -326,6 +339,7 @@ def merge(spec: RunSpec, plan: Plan, results: Sequence[TrialResult | None], outc
         dist["member_peak_rss_bytes"] = dict(outcome.peak_rss_bytes)
     if spec.parallelism.synchronous:
         _slowest_rank(base, results, dist)
+    _group_sharing(base, results)
     base.extras["distributed"] = dist
     for rank, res in enumerate(results):
         if res is not None and res.status is not Status.OK and base.status is Status.OK:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import time
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
@@ -54,6 +55,62 @@ def cuda_devices(dev: Path = Path("/dev"), environ: Mapping[str, str] | None = N
     if not wanted:
         return 0, f"CUDA_VISIBLE_DEVICES={visible!r} hides the machine's {len(found)} GPU(s)"
     return min(len(wanted), len(found)), ""
+
+
+OTHER_WORK_CORES = 0.5
+"""Other processes' CPU use, in cores of this trial's own, above which its steady steps count as measured on a
+busy machine: half a core taken from a trial whose thread pools are sized to its cores skews its steps by tens of
+percent. Flagged in the report and verdict; ``bakeoff run --retry-busy`` measures such trials again."""
+
+
+def busy_seconds(cpus: set[int] | None = None) -> float | None:
+    """CPU seconds the given CPUs (default: those this process may run on) have spent busy since boot, whoever ran
+    on them (``/proc/stat``: all but idle and iowait); None where it cannot be read."""
+    cpus = cpus if cpus is not None else (os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None)
+    try:
+        with open("/proc/stat") as f:
+            lines = [line.split() for line in f if line.startswith("cpu") and line[3:4].isdigit()]
+    except OSError:
+        return None
+    ticks = 0
+    for name, *fields in lines:
+        if cpus is None or int(name[3:]) in cpus:
+            values = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+            ticks += sum(values) - values[3] - values[4]
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+class CpuSharing:
+    """Who used this trial's cores while its steady steps ran: each step is bracketed by :meth:`begin` and
+    :meth:`end` (outside its timed region); the sums give the cores busy, this process's own share, and the rest,
+    other processes' (another trial, a build, a browser). Kernel CPU accounting is in clock ticks (10 ms), so a
+    single short step is coarse, and a trial's steady steps together are not."""
+
+    def __init__(self) -> None:
+        self.busy = self.own = self.wall = 0.0
+        self.readable = busy_seconds() is not None
+        self._start: tuple[float, float, float] | None = None
+
+    def begin(self) -> None:
+        if self.readable:
+            self._start = (busy_seconds() or 0.0, time.process_time(), time.perf_counter())
+
+    def end(self) -> None:
+        if self._start is not None:
+            busy, own, wall = busy_seconds() or 0.0, time.process_time(), time.perf_counter()
+            self.busy += busy - self._start[0]
+            self.own += own - self._start[1]
+            self.wall += wall - self._start[2]
+            self._start = None
+
+    def figures(self) -> dict[str, Any]:
+        """``{"cores_busy", "own_cores", "other_cores", "seconds"}`` over the bracketed steps, or why not."""
+        if not self.readable:
+            return {"missing": "/proc/stat cannot be read here: other processes' CPU use is not measured"}
+        if self.wall <= 0:
+            return {"missing": "no steady steps were timed"}
+        return {"cores_busy": self.busy / self.wall, "own_cores": self.own / self.wall,
+                "other_cores": max(0.0, (self.busy - self.own) / self.wall), "seconds": self.wall}
 
 
 def total_memory() -> int | None:

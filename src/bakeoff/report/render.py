@@ -18,7 +18,15 @@ from typing import Any
 import numpy as np
 
 from bakeoff.analysis.bootstrap import CONFIDENCE, RESAMPLES, TIE_BAND
-from bakeoff.analysis.conditions import LOAD_GAP_PER_CORE, config_load, display_name, loaded, threads
+from bakeoff.analysis.conditions import (
+    LOAD_GAP_PER_CORE,
+    busy_runs,
+    config_load,
+    display_name,
+    loaded,
+    other_work,
+    threads,
+)
 from bakeoff.analysis.decide import MEASURED, Decision, Qualitative, decide_each
 from bakeoff.analysis.intervals import ROBUST_CONFIDENCE
 from bakeoff.analysis.mixing import batch_text
@@ -27,6 +35,7 @@ from bakeoff.analysis.scaling import SCALING_COLUMNS, scaling_cells, scaling_row
 from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, fmt, short_reason, summarise_groups
 from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, percent, ratio_text
 from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE, size_note
+from bakeoff.measure.environment import OTHER_WORK_CORES
 from bakeoff.report import deployment, plots
 from bakeoff.report.templates import Block, Heading, Image, Para, Table, to_html, to_markdown
 from bakeoff.report.what_ran import mix_warning, what_ran_blocks
@@ -34,6 +43,7 @@ from bakeoff.spec import SpecError, Status, TrialResult
 
 NOISY_MARK = "†"
 LOAD_MARK = "‡"
+BUSY_MARK = "§"
 
 
 class _Footnotes:
@@ -188,19 +198,27 @@ def _conditions_table(configs: Sequence[ConfigSummary]) -> Table | None:
     """Threads (when they differ between configurations) and machine load per configuration."""
     pools = {c.label: threads(c) for c in configs if c.n_ok}
     loads = {c.label: config_load(c) for c in configs if c.n_ok}
+    others = {c.label: [v for r in c.ok if (v := other_work(r.environment)) is not None] for c in configs if c.n_ok}
+    flagged = {c.label: busy_runs(c) for c in configs if c.n_ok}
     show_threads = len(set(pools.values())) > 1
     show_load = any(v[2] is not None for v in loads.values())
-    if not (show_threads or show_load):
+    show_other = any(others.values())
+    if not (show_threads or show_load or show_other):
         return None
     busy = loaded(configs)
     header = ["configuration"] + (["threads intra / inter-op"] if show_threads else [])
     header += ["1-min load average, start → end (median)"] if show_load else []
+    header += ["other work on its cores, steady steps (cores, max over runs)"] if show_other else []
     rows = []
     for label in pools:
         row = [label] + ([pools[label]] if show_threads else [])
         if show_load:
             start, end, _ = loads[label]
             row.append(f"{fmt(start)} → {fmt(end)}" + (f" {LOAD_MARK}" if label in busy else ""))
+        if show_other:
+            worst = max(others[label], default=None)
+            marked = f" {BUSY_MARK} ({len(flagged[label])} of {len(others[label])} runs)" if flagged[label] else ""
+            row.append(("—" if worst is None else fmt(worst)) + marked)
         rows.append(row)
     notes = []
     if show_threads:
@@ -210,6 +228,10 @@ def _conditions_table(configs: Sequence[ConfigSummary]) -> Table | None:
         notes.append(f"{LOAD_MARK} ran under clearly more load than the least-loaded configuration: median run load "
                      f"(the larger of start and end) above it by more than {LOAD_GAP_PER_CORE:g} × the cores — other "
                      "work competed for the CPU, so its timings may be pessimistic.")
+    if any(flagged.values()):
+        notes.append(f"{BUSY_MARK} measured while other processes used more than {OTHER_WORK_CORES:g} of the trial's "
+                     "cores during its steady steps: its timings are suspect. `bakeoff run --retry-busy` (same "
+                     "options) measures those runs again.")
     return Table(header, rows, notes, align="l" * len(header))
 
 
@@ -416,13 +438,14 @@ def _flatten(env: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 def environment_line(configs: Sequence[ConfigSummary]) -> str:
     """Every environment key the trials recorded; a key whose value differs lists each value with its framework.
 
-    The load averages, which differ from trial to trial, are in the run-conditions table instead.
+    The load averages and the other work on a trial's cores, which differ from trial to trial, are in the
+    run-conditions table instead.
     """
     seen: dict[str, dict[str, list[str]]] = {}  # key -> value -> frameworks
     for c in configs:
         for r in c.trials:
             for k, v in _flatten(r.environment).items():
-                if k.startswith("load_average"):
+                if k.startswith(("load_average", "cpu_sharing")):
                     continue
                 frameworks = seen.setdefault(k, {}).setdefault(v, [])
                 if c.framework not in frameworks:
