@@ -8,7 +8,7 @@ import shlex
 import pytest
 
 from bakeoff import registry
-from bakeoff.analysis.decide import decide
+from bakeoff.analysis.decide import decide, decide_each
 from bakeoff.analysis.mixing import section_mixes
 from bakeoff.analysis.stats import summarise_groups
 from bakeoff.report.render import render_report
@@ -191,20 +191,23 @@ def mixed_data():
             + tf_runs(data={"train": "data/train.csv"}, data_hashes={"train": TRAIN_B}))
 
 
-def test_different_data_contents_are_warned_before_the_tables_and_in_the_verdict(tmp_path):
-    md = markdown(mixed_data(), tmp_path)
-    warning = ("> **Not like with like:** these trials differ in what a comparison needs equal — data: train 9f8e7d6c "
-               "(tensorflow/graph); train 1a2b3c4d (torch/eager). Their numbers come from different experiments: "
-               "re-run the configurations so that they match (the same data files, bakeoff version and settings), "
-               "or read each part on its own.")
-    assert warning in md
-    assert md.index(verdict(md)) < md.index(warning) < md.index("### What ran") < md.index("### Configurations")
-    assert verdict(md).startswith("**Verdict:** PyTorch (eager) wins text_classifier/tiny (compares different data "
-                                  "sets: train 1a2b3c4d vs train 9f8e7d6c) over TensorFlow (graph) on ")
-    assert "- **Data:** train=data/train.csv (content 9f8e7d6c) (tensorflow/graph); train=ux/data/train.csv " \
-           "(content 1a2b3c4d) (torch/eager)" in md
+def test_different_data_contents_are_separate_sections_never_one_verdict(tmp_path):
+    """Before: one verdict compared accuracy on two different test sets (a JSONL and a CSV run in one store), with
+    one data set's target applied to both, flagged only by hashes. Now each data set is a section of its own."""
+    both = mixed_data() + runs("torch", "eager", data={"train": "data/train.csv"}, data_hashes={"train": TRAIN_B})
+    md = markdown(both, tmp_path)
+    assert "## text_classifier / tiny · data train 1a2b3c4d\n" in md and "## text_classifier / tiny · data train " \
+        "9f8e7d6c\n" in md
+    verdicts = sorted({line for line in md.splitlines() if line.startswith("**Verdict:**")})  # top and section
+    assert len(verdicts) == 2 and "different data" not in md and "Not like with like" not in md
+    alone, compared = sorted(verdicts, key=lambda v: "9f8e7d6c" in v)
+    assert "1a2b3c4d" in alone and "TensorFlow" not in alone  # PyTorch alone on that data: nothing to compare
+    assert "text_classifier/tiny · data train 9f8e7d6c" in compared and "TensorFlow" in compared
+    d = decide_each(summarise_groups(both))
+    assert sorted(d) == [("text_classifier", "tiny · data train 1a2b3c4d"),
+                         ("text_classifier", "tiny · data train 9f8e7d6c")]
     page = (tmp_path / "report.html").read_text()
-    assert '<p class="warning"><strong>Not like with like:</strong> these trials differ' in page
+    assert page.count("tiny · data train 9f8e7d6c</h2>") == 1
 
 
 def test_one_file_through_two_paths_is_one_data_set_and_one_configuration(tmp_path):

@@ -229,19 +229,40 @@ def _distinct_labels(specs: Sequence[RunSpec]) -> list[str]:
     return labels
 
 
+def data_set(spec: RunSpec) -> str:
+    """The data a trial trained and was tested on, by content: ``"train 1a2b3c4d, test 9f8e7d6c"`` (the short hash
+    of each file a data option names), or ``"shipped data"``."""
+    content = dict(spec.content)
+    hashed = [f"{k} {short_hash(content[f'data:{k}'])}" for k, _ in spec.data if f"data:{k}" in content]
+    return ", ".join(hashed) or "shipped data"
+
+
+def section_preset(workload: str, preset: str, data: str, data_sets: int) -> str:
+    """A section's preset as reports and verdicts name it: the preset, and the data set when the results of this
+    workload and preset hold more than one (``"tiny · data train 1a2b3c4d"``)."""
+    return preset if data_sets < 2 else f"{preset} · data {data}"
+
+
 def group_results(results: Sequence[TrialResult]) -> dict[tuple[str, str, str], list[TrialResult]]:
     """Results keyed by (workload, preset, configuration label), so repeats and seeds share a group; sorted.
 
     A configuration is everything in the spec but seed and repeat; configurations that :meth:`RunSpec.label`
     alone cannot tell apart (two batch sizes, padded against bucketed batches) get the differences in the label.
+    Results of one workload and preset on different data (files of different content) are never one comparison:
+    each data set is a section of its own, its preset naming the data (:func:`section_preset`), with its own
+    target and verdict.
     """
+    sets: dict[tuple[str, str], set[str]] = {}
+    for r in results:
+        sets.setdefault((r.run_spec.workload, r.run_spec.preset), set()).add(data_set(r.run_spec))
     by_identity: dict[str, list[TrialResult]] = {}
     for r in results:
         by_identity.setdefault(_identity(r.run_spec), []).append(r)
     by_label: dict[tuple[str, str, str], list[list[TrialResult]]] = {}
     for trials in by_identity.values():
         spec = trials[0].run_spec
-        by_label.setdefault((spec.workload, spec.preset, spec.label()), []).append(trials)
+        preset = section_preset(spec.workload, spec.preset, data_set(spec), len(sets[(spec.workload, spec.preset)]))
+        by_label.setdefault((spec.workload, preset, spec.label()), []).append(trials)
     groups: dict[tuple[str, str, str], list[TrialResult]] = {}
     for (workload, preset, label), clashing in by_label.items():
         labels = _distinct_labels([t[0].run_spec for t in clashing]) if len(clashing) > 1 else [label]
