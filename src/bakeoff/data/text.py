@@ -429,6 +429,16 @@ class WordTokenizer:
         return len(self._vocab)
 
 
+def reading(texts: Sequence[str], seq_len: int) -> dict[str, float | int]:
+    """How much of each text a model reading its first ``seq_len`` tokens sees: the texts' mean and median length
+    in tokens, the share of texts cut, and the share of all their tokens left unread."""
+    lengths = np.array([len(WordTokenizer.tokenize(t)) for t in texts], dtype=np.int64)
+    total = int(lengths.sum())
+    return {"seq_len": seq_len, "mean_tokens": float(lengths.mean()), "median_tokens": float(np.median(lengths)),
+            "texts_cut": float((lengths > seq_len).mean()),
+            "tokens_unread": float(np.maximum(lengths - seq_len, 0).sum() / total) if total else 0.0}
+
+
 def encode_dataset(
     data: TextData, vocab_size: int, seq_len: int
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], WordTokenizer]:

@@ -64,7 +64,7 @@ class TextClassifierWorkload(Workload):
         return cfg
 
     def load_data(self, spec: RunSpec) -> Dataset:
-        from bakeoff.data.text import encode_dataset, load_text_dataset
+        from bakeoff.data.text import encode_dataset, load_text_dataset, reading
 
         cfg = self.config(spec.preset, spec)  # the tokenizer follows the configured vocab_size and seq_len
         text = load_text_dataset(spec.data_options)
@@ -76,6 +76,9 @@ class TextClassifierWorkload(Workload):
             "classes": list(text.classes),
             "vocab_size_used": len(tokenizer),
             "majority_rate": majority,
+            "class_counts": {split: np.bincount(rows["labels"], minlength=len(text.classes)).tolist()
+                             for split, rows in (("train", train), ("test", test))},
+            "reading": reading(text.train_texts + text.test_texts, cfg["seq_len"]),
         }
         if spec.data_options:  # the user's file: the shipped data's measured target says nothing about it
             info["target"] = halfway_from_majority(majority)
@@ -106,8 +109,19 @@ class TextClassifierWorkload(Workload):
 
     def metric(self, outputs: np.ndarray, split: Mapping[str, np.ndarray]) -> float:
         # outputs: (N,) probability of class 1, or (N, C) class probabilities.
-        pred = (outputs > 0.5).astype(np.int64) if outputs.ndim == 1 else outputs.argmax(axis=1)
-        return float((pred == split["labels"]).mean())
+        return float((self._predicted(outputs) == split["labels"]).mean())
+
+    def metrics(self, outputs: np.ndarray, split: Mapping[str, np.ndarray]) -> dict[str, float]:
+        """Accuracy, and balanced accuracy (the mean over the test split's classes of each one's recall): beside
+        accuracy on imbalanced classes, where always answering the majority scores its share, it shows whether
+        the small classes are learned."""
+        predicted, labels = self._predicted(outputs), split["labels"]
+        recalls = [float((predicted[labels == c] == c).mean()) for c in np.unique(labels)]
+        return {"accuracy": float((predicted == labels).mean()), "balanced_accuracy": float(np.mean(recalls))}
+
+    @staticmethod
+    def _predicted(outputs: np.ndarray) -> np.ndarray:
+        return (outputs > 0.5).astype(np.int64) if outputs.ndim == 1 else outputs.argmax(axis=1)
 
     def units_per_example(self, batch: Batch) -> dict[str, float]:
         return {"tokens": float((batch["tokens"] != 0).sum())}
