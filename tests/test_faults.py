@@ -627,3 +627,55 @@ def test_a_trial_measured_beside_other_work_is_flagged_and_measured_again_on_req
     assert other > OTHER_WORK_CORES, result.environment["cpu_sharing"]
     assert "run  (stored: ok)" in bakeoff(*trial, "--retry-busy", "--dry-run", cwd=tmp_path).stdout
     assert "skip (stored: ok)" in bakeoff(*trial, "--dry-run", cwd=tmp_path).stdout
+
+
+# --- no process outlives its trial ----------------------------------------------------------------------------------
+
+def _marked(mark: str) -> list[int]:
+    """Live processes whose environment holds ``mark`` (the trial's processes inherit the test's)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if mark.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("framework, parallelism", [("torch", "data_parallel"), ("tensorflow", "multi_worker"),
+                                                    ("jax", "multi_worker")])
+def test_a_timed_out_two_rank_trial_leaves_no_process(monkeypatch, tmp_path, framework, parallelism):
+    """The fault as a user met it: `--timeout` recorded a DDP trial as timed out while torchrun's ranks, each in a
+    session of its own, trained on through the next trial. Every framework's 2-rank group, hung past its timeout
+    (far more steps than it can run), is killed whole."""
+    if not registry.installed(framework):
+        pytest.skip(f"needs {framework}")
+    mark = f"BAKEOFF_TEST_GROUP={os.urandom(8).hex()}"
+    monkeypatch.setenv(*mark.split("="))
+    spec = RunSpec(workload="mnist", framework=framework, execution="graph", parallelism=parallelism, workers=2,
+                   batch_size=32, max_steps=100_000, eval_every=100_000)
+    seen: set[int] = set()
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for pid in _marked(mark):
+                with contextlib.suppress(OSError):
+                    if b"bakeoff.trial" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        seen.add(pid)
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        result = runner.run_one(spec, 12, tmp_path / "logs")  # the ranks are up within seconds
+    finally:
+        stop.set()
+        watcher.join(5)
+        left = _marked(mark)
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    assert len(seen) >= 2, "the ranks were never seen running"
+    assert result.status is Status.TIMEOUT, result.reason
+    assert left == [], "a process of the timed-out trial outlived it"
