@@ -455,7 +455,7 @@ def test_a_timeout_stored_before_its_budget_was_kept_is_read_from_its_reason(tmp
         store.put(new, "s")
         assert store.timeouts() == {"k1": 8.0, "k2": 59.5}
         assert runner.measure_again(store, 900) == {"k1", "k2"}  # a longer timeout: both run again
-        assert runner.measure_again(store, 60) == {"k1"}
+        assert runner.measure_again(store, 59.5) == {"k1"}
         assert runner.measure_again(store, 8) == set()  # the same timeout: the stored result stands
     assert runner.to_run(spec, {spec.key(): Status.TIMEOUT}, False, False, again={spec.key()})
     assert not runner.to_run(spec, {spec.key(): Status.TIMEOUT}, False, False, again={"k1"})
@@ -679,3 +679,43 @@ def test_a_timed_out_two_rank_trial_leaves_no_process(monkeypatch, tmp_path, fra
     assert len(seen) >= 2, "the ranks were never seen running"
     assert result.status is Status.TIMEOUT, result.reason
     assert left == [], "a process of the timed-out trial outlived it"
+
+
+@TORCH
+@pytest.mark.parametrize("parallelism", ["none", "data_parallel"])
+def test_killing_bakeoff_itself_kills_its_trial(tmp_path, parallelism):
+    """kill -9 of `bakeoff run` (or its crash, or an out-of-memory kill) can run no clean-up: the kernel kills each
+    member when the runner dies (bakeoff.tether), and torchrun's ranks when torchrun dies."""
+    mark = f"BAKEOFF_TEST_GROUP={os.urandom(8).hex()}"
+    env = {**os.environ, mark.split("=")[0]: mark.split("=")[1]}
+    run = subprocess.Popen([sys.executable, "-m", "bakeoff.cli", "run", "--workload", "mnist", "--framework", "torch",
+                            "--execution", "eager", "--parallelism", parallelism, "--workers",
+                            "1" if parallelism == "none" else "2", "--max-steps", "100000", "--eval-every", "100000",
+                            "--store", "r.sqlite", "--no-report"], cwd=tmp_path, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        trials: list[int] = []
+        wanted = 1 if parallelism == "none" else 2
+        while time.monotonic() < deadline and len(trials) < wanted:
+            trials = [pid for pid in _marked(mark) if pid != run.pid and _is_trial_process(pid)]
+            time.sleep(0.1)
+        assert len(trials) >= wanted, "the trial never started"
+        time.sleep(2)  # past the ranks' start, which the kernel's tether covers from its first statement on
+        run.kill()
+        run.wait()
+        deadline = time.monotonic() + 10
+        while _marked(mark) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _marked(mark) == [], "a process of the trial outlived bakeoff"
+    finally:
+        run.kill()
+        for pid in _marked(mark):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _is_trial_process(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return b"bakeoff.trial" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return False

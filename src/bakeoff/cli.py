@@ -267,8 +267,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(suite, args)
     sizes = runner.validate(suite.specs)  # bad input fails here, before a store or report is created
-    with Store(args.store):  # a damaged store, or a folder, fails here: before any search or trial
-        pass
+    if args.store.exists():  # a damaged store, or a folder, fails here: before any search or trial; nothing written
+        Store(args.store, readonly=True).close()
     specs, annotations = suite.specs, {}
     def say(line: str) -> None:
         console.print(line, soft_wrap=True)

@@ -7,7 +7,12 @@ status and reason when the trial could not finish; the exit code is 0 when a res
 
 from __future__ import annotations
 
-import dataclasses
+if __name__ == "__main__":  # first, before the imports: a rank whose launcher (torchrun) dies goes with it
+    from bakeoff.tether import die_with_parent
+
+    die_with_parent()
+
+import dataclasses  # noqa: E402 (after the tether, on purpose)
 import json
 import logging
 import os

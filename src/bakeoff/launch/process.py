@@ -24,6 +24,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from bakeoff import tether
+
 KILL_GRACE_S = 3.0
 """Seconds an interrupted trial's process group gets between SIGTERM and SIGKILL."""
 
@@ -180,8 +182,8 @@ def process_groups(commands: Sequence[tuple[Sequence[str], dict[str, Any]]], wha
     procs = Family()
     _GATE.held += 1  # a signal during the start is raised below, once the groups are ours to kill
     try:
-        for command, popen in commands:
-            procs.append(subprocess.Popen(command, start_new_session=True, **popen))
+        for command, popen in commands:  # each tethered: killed by the kernel if this process dies first
+            procs.append(subprocess.Popen(tether.command(list(command)), start_new_session=True, **popen))
             procs.sessions.add(procs[-1].pid)  # a new session's id is its leader's pid
     except BaseException:
         kill_groups(procs, grace_s=0)
