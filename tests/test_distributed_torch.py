@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from bakeoff import registry, runner
+from bakeoff.measure.environment import usable_cores
 from bakeoff.spec import RunSpec, Status, TrialResult
 from parity_checks import check_losses
 
@@ -66,7 +67,9 @@ def test_two_replicas_complete_identical_with_their_figures(trials):
     assert all(r["status"] == "ok" for r in dist["ranks"])
     assert dist["ranks"][0]["final_loss"] == dist["ranks"][1]["final_loss"]  # every rank reports the global loss
     assert dist["launcher"] == "torchrun" and dist["batch_size"] == {"global": 16, "per_replica": 8}
-    assert dist["warnings"] == []  # 2 replicas on 2 cores, one thread each
+    cores = usable_cores()  # a pytest-xdist worker has its share of the machine's cores
+    assert dist["warnings"] == ([] if cores >= 2 else [  # 2 replicas on 2 cores, one thread each
+        f"2 replicas on {cores} CPU cores: replicas share cores, so throughput measures overhead more than speed-up"])
     assert dist["strategy"].startswith("DistributedDataParallel (gloo)")
     assert 0 < dist["setup_s"] < dist["startup_s"]
     parts = dist["setup_parts_s"]  # joining the process group, then wrapping the module in DDP
