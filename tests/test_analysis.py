@@ -339,22 +339,23 @@ def test_runs_measured_beside_other_work_are_flagged_whatever_the_rival_saw(tmp_
     results = [*repeats("torch", "graph", [900] * 3, [2.0] * 3, final_metric=[0.8] * 3),
                *repeats("tensorflow", "graph", [500] * 3, [4.0] * 3, final_metric=[0.8] * 3)]
     for i, r in enumerate(results):
-        r.environment["cpu_sharing"] = {"cores_busy": 2.0, "own_cores": 1.2, "seconds": 3.0,
-                                        "other_cores": 0.8 if i in (0, 4) else 0.1}  # a torch run and a TF run
+        other = 0.8 if i in (0, 4) else 0.1  # a torch run and a TF run
+        r.environment["cpu_sharing"] = {"cores": 2, "cores_busy": 2.0, "own_cores": 2.0 - other, "seconds": 3.0,
+                                        "other_cores": other, "other_share": other / 2}
     d = decide(summarise_groups(results))
     assert d.caveats == [
-        "1 of 3 PyTorch (graph) runs were measured while other processes used 0.8 of its cores (more than 0.5), so "
+        "1 of 3 PyTorch (graph) runs were measured while other processes used 40% of its cores (more than 25%), so "
         "their timings are suspect; `bakeoff run --retry-busy` measures them again",
-        "1 of 3 TensorFlow (graph) runs were measured while other processes used 0.8 of its cores (more than 0.5), "
+        "1 of 3 TensorFlow (graph) runs were measured while other processes used 40% of its cores (more than 25%), "
         "so their timings are suspect; `bakeoff run --retry-busy` measures them again"]
     assert "`bakeoff run --retry-busy` measures them again." in d.verdict
     from bakeoff.report.render import render_report
 
     markdown = render_report(results, tmp_path)["markdown"].read_text()
-    assert "other work on its cores, steady steps (cores, max over runs)" in markdown
-    assert "0.8 § (1 of 3 runs)" in markdown and "§ measured while other processes used more than 0.5" in markdown
+    assert "other work on its cores, steady steps (share, max over runs)" in markdown
+    assert "40% § (1 of 3 runs)" in markdown and "§ measured while other processes used more than 25%" in markdown
     for r in results:
-        r.environment["cpu_sharing"]["other_cores"] = 0.5  # at the bound: not flagged
+        r.environment["cpu_sharing"]["other_share"] = 0.25  # at the bound: not flagged
     assert decide(summarise_groups(results)).caveats == []
 
 

@@ -601,9 +601,10 @@ def test_device_cuda_without_a_gpu_is_refused_before_any_trial(tmp_path):
 
 @TORCH
 def test_a_trial_measured_beside_other_work_is_flagged_and_measured_again_on_request(tmp_path):
-    """Three busy loops share the one core the run is confined to: the trial gets about a quarter of it, and its
-    record says other processes used most of its core, however its rival might have fared."""
-    from bakeoff.measure.environment import OTHER_WORK_CORES
+    """Busy loops share the one core the run is confined to: the trial, in a session of its own, gets about half of
+    it (Linux shares a contested core between sessions first), over steady steps of a second or more (CPU time is
+    counted in 10 ms ticks), and its record says other processes used the rest, however its rival might have fared."""
+    from bakeoff.measure.environment import OTHER_WORK_SHARE
     from bakeoff.store import Store
 
     core = {min(os.sched_getaffinity(0))}
@@ -611,8 +612,8 @@ def test_a_trial_measured_beside_other_work_is_flagged_and_measured_again_on_req
     def confine() -> None:
         os.sched_setaffinity(0, core)
 
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=confine) for _ in range(3)]
-    trial = [*MNIST_RUN, "--max-steps", "30", "--eval-every", "30", "--store", "r.sqlite"]
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=confine) for _ in range(4)]
+    trial = [*MNIST_RUN, "--max-steps", "120", "--eval-every", "120", "--store", "r.sqlite"]
     try:
         done = subprocess.run([sys.executable, "-m", "bakeoff.cli", *trial], cwd=tmp_path, capture_output=True,
                               text=True, timeout=600, preexec_fn=confine)
@@ -624,7 +625,7 @@ def test_a_trial_measured_beside_other_work_is_flagged_and_measured_again_on_req
     with Store(tmp_path / "r.sqlite") as store:
         (other,) = store.other_work().values()
         (result,) = store.results()
-    assert other > OTHER_WORK_CORES, result.environment["cpu_sharing"]
+    assert other > OTHER_WORK_SHARE, result.environment["cpu_sharing"]
     assert "run  (stored: ok)" in bakeoff(*trial, "--retry-busy", "--dry-run", cwd=tmp_path).stdout
     assert "skip (stored: ok)" in bakeoff(*trial, "--dry-run", cwd=tmp_path).stdout
 

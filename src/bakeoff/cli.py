@@ -78,8 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fresh", action="store_true", help="re-run trials already in the store")
     run.add_argument("--retry-failed", action="store_true", help="re-run recorded trials that did not succeed")
     run.add_argument("--retry-busy", action="store_true",
-                     help="measure again the stored trials measured while other processes used more than half a "
-                          "core of their cores (the report marks them §)")
+                     help="measure again the stored trials measured while other processes used more than a "
+                          "quarter of their cores (the report marks them §)")
     run.add_argument("--concurrent", action="store_true",
                      help="run at once even while another bakeoff run measures on this machine (by default a run "
                           "waits for it: two at once each time the other's load into its figures)")

@@ -50,7 +50,7 @@ from bakeoff.launch import launchers
 from bakeoff.launch.process import OomKills, interruptible, read_oom_kills
 from bakeoff.launch.process import hold as hold_signals
 from bakeoff.measure import ceiling
-from bakeoff.measure.environment import OTHER_WORK_CORES, cuda_devices, usable_cores
+from bakeoff.measure.environment import OTHER_WORK_SHARE, cuda_devices, usable_cores
 from bakeoff.measure.profile import PROFILE_ENV, PROFILE_STEPS_ENV
 from bakeoff.measure.profile import Request as ProfileRequest
 from bakeoff.spec import Device, Parallelism, RunSpec, SpecError, Status, TrialResult
@@ -343,11 +343,11 @@ def measure_again(store: Store, timeout_s: float | None, retry_busy: bool = Fals
     The timeout is not part of a trial's key (it does not change what the trial measures), but a stored timeout
     is no answer to a longer one: a trial that timed out under a shorter timeout than ``timeout_s`` runs again.
     With ``retry_busy``, so does a trial measured while other processes used more than
-    :data:`bakeoff.measure.environment.OTHER_WORK_CORES` of its cores (``bakeoff run --retry-busy``).
+    :data:`bakeoff.measure.environment.OTHER_WORK_SHARE` of its cores (``bakeoff run --retry-busy``).
     """
     again = {key for key, seconds in store.timeouts().items() if timeout_s is not None and seconds < timeout_s}
     if retry_busy:
-        again |= {key for key, other in store.other_work().items() if other > OTHER_WORK_CORES}
+        again |= {key for key, share in store.other_work().items() if share > OTHER_WORK_SHARE}
     return again
 
 

@@ -244,9 +244,9 @@ class Store:
         return {k: Status(s) for k, s in self._db.execute("SELECT key, status FROM trials")}
 
     def other_work(self) -> dict[str, float]:
-        """Cores other processes used during each stored successful trial's steady steps, by spec key, where it
-        was measured (``environment.cpu_sharing.other_cores``)."""
-        rows = self._db.execute("SELECT key, json_extract(result, '$.environment.cpu_sharing.other_cores') "
+        """The share of its cores other processes used during each stored successful trial's steady steps, by
+        spec key, where it was measured (``environment.cpu_sharing.other_share``)."""
+        rows = self._db.execute("SELECT key, json_extract(result, '$.environment.cpu_sharing.other_share') "
                                 "FROM trials WHERE status = ?", (Status.OK.value,))
         return {key: float(value) for key, value in rows if value is not None}
 

@@ -11,7 +11,8 @@
   percent, and well beyond the jitter of a lagging 1-minute average (a trial's own previous neighbour included).
 * **Other work.** What other processes used of a trial's cores during its steady steps, measured step by step
   (:class:`bakeoff.measure.environment.CpuSharing`). Unlike the load average this is absolute and exact in time:
-  a run with more than :data:`bakeoff.measure.environment.OTHER_WORK_CORES` of other work is flagged whatever
+  a run whose cores other work used more than :data:`bakeoff.measure.environment.OTHER_WORK_SHARE` of is flagged
+  whatever
   its rival saw, and ``bakeoff run --retry-busy`` measures it again.
 """
 
@@ -24,7 +25,7 @@ import numpy as np
 from bakeoff import frameworks as records
 from bakeoff.analysis.quantities import fmt
 from bakeoff.analysis.stats import ConfigSummary
-from bakeoff.measure.environment import OTHER_WORK_CORES
+from bakeoff.measure.environment import OTHER_WORK_SHARE
 from bakeoff.spec import Execution
 
 FRAMEWORK_NAMES = {name: info.display for name, info in records.FRAMEWORKS.items()}
@@ -114,16 +115,16 @@ def loaded(configs: Sequence[ConfigSummary]) -> set[str]:
 
 
 def other_work(environment: dict) -> float | None:
-    """Cores other processes used on a run's cores during its steady steps (``cpu_sharing``), when measured."""
-    value = environment.get("cpu_sharing", {}).get("other_cores")
+    """The share of a run's cores other processes used during its steady steps (``cpu_sharing``), if measured."""
+    value = environment.get("cpu_sharing", {}).get("other_share")
     return float(value) if isinstance(value, int | float) else None
 
 
 def busy_runs(cs: ConfigSummary) -> list[float]:
-    """The other-work figures of the configuration's successful runs measured on a busy machine: other processes
-    used more than :data:`OTHER_WORK_CORES` of its cores during its steady steps (an absolute test, whatever the
+    """The other-work shares of the configuration's successful runs measured on a busy machine: other processes
+    used more than :data:`OTHER_WORK_SHARE` of its cores during its steady steps (an absolute test, whatever the
     rival saw)."""
-    return [v for r in cs.ok if (v := other_work(r.environment)) is not None and v > OTHER_WORK_CORES]
+    return [v for r in cs.ok if (v := other_work(r.environment)) is not None and v > OTHER_WORK_SHARE]
 
 
 def busy_note(cs: ConfigSummary) -> str | None:
@@ -132,7 +133,7 @@ def busy_note(cs: ConfigSummary) -> str | None:
     if not busy:
         return None
     return (f"{len(busy)} of {cs.n_ok} {display_name(cs.label)} runs were measured while other processes used "
-            f"{fmt(max(busy))} of its cores (more than {OTHER_WORK_CORES:g}), so their timings are suspect; "
+            f"{max(busy):.0%} of its cores (more than {OTHER_WORK_SHARE:.0%}), so their timings are suspect; "
             "`bakeoff run --retry-busy` measures them again")
 
 

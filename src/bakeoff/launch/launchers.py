@@ -285,8 +285,9 @@ def _group_sharing(base: TrialResult, results: Sequence[TrialResult | None]) -> 
     if "cores_busy" not in sharing or any(own is None for own in owns):
         return
     own = float(sum(owns))
-    base.environment["cpu_sharing"] = {**sharing, "own_cores": own, "ranks": len(owns),
-                                       "other_cores": max(0.0, sharing["cores_busy"] - own)}
+    other = max(0.0, sharing["cores_busy"] - own)
+    base.environment["cpu_sharing"] = {**sharing, "own_cores": own, "ranks": len(owns), "other_cores": other,
+                                       "other_share": other / sharing.get("cores", 1)}
 
 
 IMBALANCE = 0.10

@@ -57,10 +57,12 @@ def cuda_devices(dev: Path = Path("/dev"), environ: Mapping[str, str] | None = N
     return min(len(wanted), len(found)), ""
 
 
-OTHER_WORK_CORES = 0.5
-"""Other processes' CPU use, in cores of this trial's own, above which its steady steps count as measured on a
-busy machine: half a core taken from a trial whose thread pools are sized to its cores skews its steps by tens of
-percent. Flagged in the report and verdict; ``bakeoff run --retry-busy`` measures such trials again."""
+OTHER_WORK_SHARE = 0.25
+"""The share of a trial's cores other processes may use during its steady steps before the trial counts as
+measured on a busy machine: a quarter of the cores taken from a trial whose thread pools are sized to them skews
+its steps by tens of percent. Flagged in the report and verdict; ``bakeoff run --retry-busy`` measures such trials
+again. (On Linux a trial, in a session of its own, gets about half a contested core whatever else runs there: the
+scheduler shares a core between sessions first.)"""
 
 
 def busy_seconds(cpus: set[int] | None = None) -> float | None:
@@ -104,13 +106,15 @@ class CpuSharing:
             self._start = None
 
     def figures(self) -> dict[str, Any]:
-        """``{"cores_busy", "own_cores", "other_cores", "seconds"}`` over the bracketed steps, or why not."""
+        """``{"cores", "cores_busy", "own_cores", "other_cores", "other_share", "seconds"}`` over the bracketed
+        steps (``other_share``: other processes' cores over the trial's), or why not."""
         if not self.readable:
             return {"missing": "/proc/stat cannot be read here: other processes' CPU use is not measured"}
         if self.wall <= 0:
             return {"missing": "no steady steps were timed"}
-        return {"cores_busy": self.busy / self.wall, "own_cores": self.own / self.wall,
-                "other_cores": max(0.0, (self.busy - self.own) / self.wall), "seconds": self.wall}
+        cores, other = usable_cores(), max(0.0, (self.busy - self.own) / self.wall)
+        return {"cores": cores, "cores_busy": self.busy / self.wall, "own_cores": self.own / self.wall,
+                "other_cores": other, "other_share": other / cores, "seconds": self.wall}
 
 
 def total_memory() -> int | None:

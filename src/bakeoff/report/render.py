@@ -35,7 +35,7 @@ from bakeoff.analysis.scaling import SCALING_COLUMNS, scaling_cells, scaling_row
 from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, fmt, short_reason, summarise_groups
 from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, percent, ratio_text
 from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE, size_note
-from bakeoff.measure.environment import OTHER_WORK_CORES
+from bakeoff.measure.environment import OTHER_WORK_SHARE
 from bakeoff.report import deployment, plots
 from bakeoff.report.templates import Block, Heading, Image, Para, Table, to_html, to_markdown
 from bakeoff.report.what_ran import mix_warning, what_ran_blocks
@@ -208,7 +208,7 @@ def _conditions_table(configs: Sequence[ConfigSummary]) -> Table | None:
     busy = loaded(configs)
     header = ["configuration"] + (["threads intra / inter-op"] if show_threads else [])
     header += ["1-min load average, start → end (median)"] if show_load else []
-    header += ["other work on its cores, steady steps (cores, max over runs)"] if show_other else []
+    header += ["other work on its cores, steady steps (share, max over runs)"] if show_other else []
     rows = []
     for label in pools:
         row = [label] + ([pools[label]] if show_threads else [])
@@ -218,7 +218,7 @@ def _conditions_table(configs: Sequence[ConfigSummary]) -> Table | None:
         if show_other:
             worst = max(others[label], default=None)
             marked = f" {BUSY_MARK} ({len(flagged[label])} of {len(others[label])} runs)" if flagged[label] else ""
-            row.append(("—" if worst is None else fmt(worst)) + marked)
+            row.append(("—" if worst is None else f"{worst:.0%}") + marked)
         rows.append(row)
     notes = []
     if show_threads:
@@ -229,9 +229,9 @@ def _conditions_table(configs: Sequence[ConfigSummary]) -> Table | None:
                      f"(the larger of start and end) above it by more than {LOAD_GAP_PER_CORE:g} × the cores — other "
                      "work competed for the CPU, so its timings may be pessimistic.")
     if any(flagged.values()):
-        notes.append(f"{BUSY_MARK} measured while other processes used more than {OTHER_WORK_CORES:g} of the trial's "
-                     "cores during its steady steps: its timings are suspect. `bakeoff run --retry-busy` (same "
-                     "options) measures those runs again.")
+        notes.append(f"{BUSY_MARK} measured while other processes used more than {OTHER_WORK_SHARE:.0%} of the "
+                     "trial's cores during its steady steps: its timings are suspect. `bakeoff run --retry-busy` "
+                     "(same options) measures those runs again.")
     return Table(header, rows, notes, align="l" * len(header))
 
 
