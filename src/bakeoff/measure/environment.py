@@ -90,16 +90,17 @@ class CpuSharing:
 
     def __init__(self) -> None:
         self.busy = self.own = self.wall = 0.0
-        self.readable = busy_seconds() is not None
+        self.cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None  # read once, not per step
+        self.readable = busy_seconds(self.cpus) is not None
         self._start: tuple[float, float, float] | None = None
 
     def begin(self) -> None:
         if self.readable:
-            self._start = (busy_seconds() or 0.0, time.process_time(), time.perf_counter())
+            self._start = (busy_seconds(self.cpus) or 0.0, time.process_time(), time.perf_counter())
 
     def end(self) -> None:
         if self._start is not None:
-            busy, own, wall = busy_seconds() or 0.0, time.process_time(), time.perf_counter()
+            busy, own, wall = busy_seconds(self.cpus) or 0.0, time.process_time(), time.perf_counter()
             self.busy += busy - self._start[0]
             self.own += own - self._start[1]
             self.wall += wall - self._start[2]
@@ -112,7 +113,7 @@ class CpuSharing:
             return {"missing": "/proc/stat cannot be read here: other processes' CPU use is not measured"}
         if self.wall <= 0:
             return {"missing": "no steady steps were timed"}
-        cores, other = usable_cores(), max(0.0, (self.busy - self.own) / self.wall)
+        cores, other = len(self.cpus) if self.cpus else usable_cores(), max(0.0, (self.busy - self.own) / self.wall)
         return {"cores": cores, "cores_busy": self.busy / self.wall, "own_cores": self.own / self.wall,
                 "other_cores": other, "other_share": other / cores, "seconds": self.wall}
 
