@@ -20,7 +20,7 @@ demo: $(STAMP)
 # 4), each pinned to its own cores: tests/conftest.py.
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench scripts
-	$(PY) -m pytest -n auto --maxprocesses 4 --dist loadgroup --durations=25
+	$(PY) -m pytest -n auto --maxprocesses 4 --dist loadfile --durations=25
 
 # The benches also compare with public reference implementations: the bench extra, and keras-hub without its
 # tensorflow-text -> tensorflow dependency (which would install the full TensorFlow wheel over tensorflow-cpu).

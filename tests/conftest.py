@@ -18,14 +18,14 @@ import pytest
 from bakeoff.launch.machine import LOCK_ENV
 from parity_checks import Probes, parity_command
 
-SHARED_FIXTURES = {"test_parity": "parity", "test_parity_jax": "parity"}
+SHARED_FIXTURES = {"test_parity_jax": "test_parity"}
 """Files that share a session fixture (the parity probes) run on one worker, so it is made once."""
-FIRST = ("test_readme.py",)
-"""The longest test (every README command, the quick suite among them) starts first, not last on one worker."""
+FIRST = ("test_readme", "test_parity", "test_parity_jax", "test_parity_speech_ctc_jax", "test_distributed_torch")
+"""The longest files start first (longest first: 660, 560, 130, 460, 300 s on one core, 2026-12-03), so the
+short ones fill in at the end instead of one long file running alone."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "xdist_group(name): tests that run on one pytest-xdist worker")
     # Each worker's runs hold a machine lock of their own (bakeoff.launch.machine): workers measure on disjoint
     # cores, and no test should wait for a developer's own `bakeoff run` in another terminal.
     os.environ[LOCK_ENV] = str(Path(tempfile.gettempdir()) / f"bakeoff-tests-{os.getpid()}.lock")
@@ -37,11 +37,31 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each file is one xdist group (module fixtures are made once), the README test first."""
-    for item in items:
-        stem = item.path.stem
-        item.add_marker(pytest.mark.xdist_group(SHARED_FIXTURES.get(stem, stem)))
-    items.sort(key=lambda item: item.path.name not in FIRST)  # stable: the rest keep their order
+    """The longest files first, in FIRST's order; the rest keep theirs."""
+    rank = {stem: i for i, stem in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(FIRST)))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadfile``, files sharing a session fixture sent together, in the collection's order.
+
+    Each file goes to one worker (its module fixtures are made once), and files are handed out in the order
+    collected, longest first, to whichever worker is free. (``--dist loadgroup`` would do it with markers, but
+    pytest 9.2 keeps node ids where pytest-xdist 3.8 can no longer add the group to them, so every group was
+    split across the workers and its module fixtures were made on each.)
+    """
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFixtureFiles(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            stem = Path(path).stem
+            return str(Path(path).with_name(SHARED_FIXTURES.get(stem, stem) + ".py"))
+
+    config.option.loadscopereorder = False  # keep the order above, not the number of tests per file
+    return SharedFixtureFiles(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -33,9 +33,13 @@ from parity_checks import (
     check_weights,
 )
 
-# Fewer steps than test_parity_speech_ctc.py's 6 and 3: eager JAX compiles each primitive again for every new
-# batch shape (~120 small XLA computations, ~7 s here), and speech batches change length every step.
+# Fewer steps than test_parity_speech_ctc.py's 6 and 3, and every probe's batches padded to a multiple of 64
+# frames (the workload's `pad_multiple` data option): eager JAX compiles each primitive again for every new batch
+# shape (~120 small XLA computations, ~7 s here) and jax.jit the whole step. Padded so, the 4 training batches take
+# 2 lengths (192, then 250 three times: a retrace, then reuse) and the accumulation's micro-batches 3 (128 to 250:
+# still padded apart), against 12 distinct lengths unpadded; the JAX probes took 130 and 81 s then.
 STEPS, ACCUM_STEPS = 4, 2
+DATA = (("pad_multiple", "64"),)
 JAX = (Mode("jax"), Mode("jax", "graph"))
 MODES = (*JAX, *EAGER)  # the slow probes first: two run at a time
 PAIRS = [(j, o) for j in JAX for o in EAGER]  # every JAX probe against each other framework's eager probe
@@ -50,7 +54,7 @@ def probe(framework: str, execution: str = "eager", precision: str = "fp32") -> 
     from test_parity_speech_ctc import _ctc_losses, _tight
 
     out = common_probe("speech_ctc", framework, steps=STEPS, batch_size=16, execution=execution,
-                       precision=precision, examples=32, accum_steps=ACCUM_STEPS, extra=_tight)
+                       precision=precision, examples=32, accum_steps=ACCUM_STEPS, data=DATA, extra=_tight)
     rng = np.random.default_rng(3)  # the same fixed logits and labels as test_parity_speech_ctc.probe
     ctc_case = (rng.normal(0, 2, (4, 30, 29)).astype(np.float32), rng.integers(1, 29, (4, 12)).astype(np.int32),
                 np.array([12, 1, 7, 10], np.int32), np.array([30, 9, 30, 21], np.int32))
@@ -71,7 +75,7 @@ def _train_batches() -> list[dict[str, np.ndarray]]:
     from bakeoff.spec import RunSpec
 
     wl = registry.workload("speech_ctc")
-    data = wl.load_data(RunSpec(workload="speech_ctc", framework="jax", preset="tiny", max_steps=STEPS))
+    data = wl.load_data(RunSpec(workload="speech_ctc", framework="jax", preset="tiny", max_steps=STEPS, data=DATA))
     return list(itertools.islice(wl.batches(data.train, 16, 0, 0), STEPS))
 
 

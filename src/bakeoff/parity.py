@@ -70,15 +70,17 @@ def _engine(workload: Workload, spec: RunSpec, config: dict[str, Any], weights: 
 
 def probe(workload_name: str, framework: str, preset: str = "tiny", steps: int = 5, batch_size: int = 16,
           execution: str = "eager", precision: str = "fp32", seed: int = 0, examples: int = 64,
-          accum_steps: int = 0,
+          accum_steps: int = 0, data: tuple[tuple[str, str], ...] = (),
           extra: Callable[[Any, Workload, dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
           ) -> dict[str, np.ndarray]:
     """Run the probe in this process and return the arrays described in the module docstring.
 
-    ``extra(engine, workload, test)``, called with the initial weights loaded, adds a workload's own checks.
+    ``extra(engine, workload, test)``, called with the initial weights loaded, adds a workload's own checks;
+    ``data`` are the workload's data options (a trial's ``--data KEY=VALUE``).
     """
     spec = RunSpec(workload=workload_name, framework=framework, preset=preset, execution=Execution(execution),
-                   precision=Precision(precision), max_steps=steps, batch_size=batch_size, seed=seed, device="cpu")
+                   precision=Precision(precision), max_steps=steps, batch_size=batch_size, seed=seed, device="cpu",
+                   data=data)
     workload = registry.workload(workload_name)
     data = workload.load_data(spec)
     config = workload.config(preset, spec, data)
