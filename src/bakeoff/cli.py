@@ -175,7 +175,12 @@ def _add_trial_options(parser: argparse.ArgumentParser, rules: str = "") -> None
     grid.add_argument("--hosts", type=_csv, help="multi_worker across machines: one host per worker, the first the "
                                                  "rendezvous host; others are reached with ssh and must see the "
                                                  "store's folder at the same path [all on this machine]")
-    grid.add_argument("--repeats", type=int, help="repeats per configuration, seeds seed..seed+N-1 [1]")
+    grid.add_argument("--repeats", type=_repeats,
+                      help="repeats per configuration, seeds seed..seed+N-1; or 'auto': 3, then one more at a time "
+                           "where a verdict is unsettled, up to --max-repeats (its intervals widened for the "
+                           "looks) [1]")
+    grid.add_argument("--max-repeats", type=int, help="with --repeats auto: at most this many runs per "
+                                                       "configuration [6]")
     grid.add_argument("--batch-size", help="examples per micro-batch, or 'auto': the largest that fits under "
                                            "--memory-cap [32]")
     grid.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step [1]")
@@ -203,6 +208,16 @@ def _add_trial_options(parser: argparse.ArgumentParser, rules: str = "") -> None
                            "IDX files); autoencoder: seed=N")
 
 
+def _repeats(text: str) -> int | str:
+    """``--repeats``: a number, or ``auto``."""
+    if text.strip() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of repeats or 'auto', got {text!r}") from None
+
+
 def _key_values(items: list[str], what: str) -> dict[str, str]:
     from bakeoff.spec import SpecError
 
@@ -217,7 +232,7 @@ def _key_values(items: list[str], what: str) -> dict[str, str]:
 
 # Flags that describe trials (argparse dest = suite field or override key, see bakeoff.suite.check_overrides).
 TRIAL_FLAGS = ("workload", "preset", "config", "target", "framework", "execution", "precision", "parallelism",
-               "workers", "hosts", "repeats",
+               "workers", "hosts", "repeats", "max_repeats",
                "batch_size", "grad_accum", "memory_cap", "batch_step", "checkpoint_every", "max_steps", "max_epochs",
                "max_seconds", "eval_every", "stop_at_target", "seed", "threads", "device", "data")
 
@@ -279,10 +294,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             specs, annotations = _search_batch_sizes(suite, sizes, artifacts_dir(args.store) / "logs", timeout)
         with Store(args.store) as store, RunProgress(len(specs), store) as progress:
             store.put_suite(suite.name, suite.source, suite.weights, suite.qualitative)
-            summary = runner.run(specs, store, suite.name, timeout_s=timeout, fresh=args.fresh,
-                                 retry_failed=args.retry_failed, progress=progress, annotations=annotations,
-                                 validated=True, order_seed=args.order_seed, retry_busy=args.retry_busy,
-                                 profile_steps=args.profile_steps if args.profile else 0)
+            options = dict(timeout_s=timeout, fresh=args.fresh, retry_failed=args.retry_failed, progress=progress,
+                           annotations=annotations, validated=True, order_seed=args.order_seed,
+                           retry_busy=args.retry_busy, profile_steps=args.profile_steps if args.profile else 0)
+            if suite.adaptive is None:
+                summary = runner.run(specs, store, suite.name, **options)
+            else:
+                from bakeoff import adaptive
+
+                summary = adaptive.run(specs, store, suite.name, suite.adaptive["first"], suite.adaptive["max"],
+                                       suite.weights, suite.qualitative, say=say, grow=progress.extend, **options)
             results = store.results(suite=suite.name, keys=[s.key() for s in summary.specs])
     console.print(f"ran {len(summary.ran)} trials, skipped {len(summary.skipped)} already in the store")
     skipped = {spec.key() for spec in summary.skipped}
@@ -632,6 +653,12 @@ def _dry_run(suite, args: argparse.Namespace) -> int:  # suite: bakeoff.suite.Su
                 + (f", {unknown} more trials without an estimate" if unknown else ""))
     console.print(f"dry run: {len(planned)} trials, {stored} already stored, {runs} to run; {when}. "
                   "Nothing was run or written (data files were hashed, not loaded).", soft_wrap=True)
+    if suite.adaptive is not None:
+        first, most = suite.adaptive["first"], suite.adaptive["max"]
+        console.print(f"repeats auto: these are the first {first} runs of each configuration; a section whose "
+                      f"verdict is still unsettled then gets one more run per configuration at a time, up to {most} "
+                      f"(at most {len(planned) * (most - first) // first} more trials, about "
+                      f"{duration(seconds * (most - first) / first)} more).", soft_wrap=True)
     return 0
 
 

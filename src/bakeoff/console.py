@@ -80,6 +80,11 @@ class RunProgress:
         if kind is None and self._tensorboard is not None and self._tensorboard.is_dir():
             console.print(f"TensorBoard: {self._tensorboard}  (tensorboard --logdir {self._tensorboard})")
 
+    def extend(self, more: int) -> None:
+        """``more`` trials join the run (adaptive repeats add them after a look)."""
+        self._total += more
+        self._progress.update(self._task, total=self._total)
+
     def remaining_s(self) -> tuple[float, bool]:
         """Estimated seconds left and whether every trial still to run had an estimate."""
         left, known = 0.0, True

@@ -4,7 +4,8 @@ A suite names default spec fields, a matrix of values to cross, and how many rep
 
     name = "quick"
     description = "..."
-    repeats = 1                 # each repeat gets seed = defaults.seed + repeat
+    repeats = 1                 # each repeat gets seed = defaults.seed + repeat; or "auto" (adaptive, below)
+    max_repeats = 6             # with repeats = "auto": at most this many runs per configuration
     timeout_s = 600             # per trial
 
     [defaults]                  # any RunSpec field (but repeat and content)
@@ -52,7 +53,10 @@ choices), so a typo fails with the line before any trial runs.
 Command-line flags override a suite (:func:`load_suite`'s ``overrides``) as if written into it: the field is set
 in every trial and removed from the matrix and the variants; a list flag (``--framework torch,tensorflow``)
 becomes the matrix's list; a budget flag replaces the whole budget; ``--data`` and ``--set`` merge key by key;
-``--repeats`` sets every variant's repeats. A configuration without parallelism has one worker whatever the
+``--repeats`` sets every variant's repeats. ``repeats = "auto"`` (``--repeats auto``) is adaptive: every
+configuration runs :data:`FIRST_REPEATS` times, then each (workload, preset) whose verdict is not settled gets
+one more run per configuration, again and again, up to ``max_repeats`` (``--max-repeats``) runs
+(:mod:`bakeoff.adaptive`). A configuration without parallelism has one worker whatever the
 matrix's ``workers`` (``--parallelism none,data_parallel --workers 2`` is a single-device baseline and 2 replicas).
 The suite's excludes still apply (``--framework torch`` on a suite
 that excludes torch in graph mode runs torch's other trials). ``--workload`` is refused with a
@@ -82,8 +86,8 @@ from typing import Any
 
 from bakeoff.spec import Framework, RunSpec, SpecError
 
-TOP_LEVEL = ("name", "description", "repeats", "timeout_s", "defaults", "config", "matrix", "variant", "exclude",
-             "weights", "qualitative", "batch_search")
+TOP_LEVEL = ("name", "description", "repeats", "max_repeats", "timeout_s", "defaults", "config", "matrix", "variant",
+             "exclude", "weights", "qualitative", "batch_search")
 SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec) if f.name not in ("repeat", "content"))
 """The RunSpec fields a suite (or a flag) may set: ``repeat`` comes from ``repeats``, ``content`` from the runner."""
 
@@ -93,7 +97,12 @@ TABLES = ("data", "config")  # fields that merge key by key
 POSITIVE = ("workers", "batch_size", "grad_accum", "eval_every", "max_steps", "max_epochs", "max_seconds",
             "learning_rate")
 SIGNED = ("target",)  # any finite number: the workload checks it against its metric's range
-OVERRIDE_ONLY = ("repeats", "memory_cap", "batch_step")  # override keys that are not RunSpec fields
+OVERRIDE_ONLY = ("repeats", "max_repeats", "memory_cap", "batch_step")  # override keys that are not RunSpec fields
+FIRST_REPEATS = 3
+"""Adaptive repeats (``repeats = "auto"``) start with this many runs per configuration: the fewest a verdict may
+say "wins" on (:data:`bakeoff.analysis.verdict.MIN_RUNS`)."""
+DEFAULT_MAX_REPEATS = 6
+"""Adaptive repeats add runs, one repeat at a time, to the sections whose verdict is unsettled, up to this many."""
 
 _HINTS = typing.get_type_hints(RunSpec)
 
@@ -108,6 +117,8 @@ class Suite:
     qualitative: dict[str, dict[str, float]]
     source: str
     auto_batch: dict[str, Any] | None = None  # batch_size = "auto": {"memory_cap": bytes|None, "step": int|None}
+    # repeats = "auto": {"first": FIRST_REPEATS, "max": max_repeats}; specs then hold the first repeats only
+    adaptive: dict[str, int] | None = None
     # Command-line flags that overrode the suite file in every trial, flag -> value as given ({"--max-steps": "4"});
     # empty for a suite run as written and for ad-hoc trials (whose flags are the suite).
     overrides: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -268,6 +279,11 @@ def check_overrides(overrides: Mapping[str, Any], with_suite: bool = True) -> di
             for item in value:
                 if problem := field_problem(key, item):
                     raise refuse(problem)
+        elif key == "repeats" and value == "auto":
+            pass
+        elif key == "max_repeats":
+            if not (isinstance(value, int) and value >= FIRST_REPEATS):
+                raise refuse(f"max repeats must be an integer >= {FIRST_REPEATS}, got {value!r}")
         elif key == "repeats" or key == "batch_step":
             if not (isinstance(value, int) and value >= 1):
                 raise refuse(f"{key.replace('_', ' ')} must be a positive integer, got {value!r}")
@@ -325,6 +341,8 @@ def _apply_overrides(raw: dict[str, Any], overrides: Mapping[str, Any]) -> dict[
             matrix[key] = list(overrides[key])
         else:
             defaults[key] = overrides[key]
+    if "max_repeats" in overrides:
+        raw["max_repeats"] = overrides["max_repeats"]
     if "repeats" in overrides:
         raw["repeats"] = overrides["repeats"]
         for variant in variants:
@@ -425,10 +443,23 @@ def _build(raw: dict[str, Any], source: str, text: str, overrides: dict[str, Any
                 raise fail(key, f"unknown field {key!r} in [{table}]; accepted: {accepted}")
     repeats = raw.get("repeats", 1)
     for value in [repeats, *(v["repeats"] for v in variants if "repeats" in v)]:
+        if value == "auto" and value is repeats:
+            continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise fail("repeats", f"repeats must be a positive integer, got {value!r}")
+            raise fail("repeats", f"repeats must be a positive integer, got {value!r}"
+                                  + (' (or "auto" at the top of the suite)' if value == "auto" else ""))
 
     raw = _apply_overrides(raw, overrides)
+    adaptive = None
+    if raw.get("repeats", 1) == "auto":
+        most = raw.get("max_repeats", DEFAULT_MAX_REPEATS)
+        if not isinstance(most, int) or isinstance(most, bool) or most < FIRST_REPEATS:
+            raise fail("max_repeats", f"max_repeats must be an integer >= {FIRST_REPEATS}, got {most!r}")
+        adaptive, raw["repeats"] = {"first": FIRST_REPEATS, "max": most}, FIRST_REPEATS
+    elif "max_repeats" in overrides:
+        raise SpecError('--max-repeats applies only with --repeats auto (or repeats = "auto" in the suite)')
+    elif "max_repeats" in raw:
+        raise fail("max_repeats", 'max_repeats applies only with repeats = "auto" (or --repeats auto)')
     defaults: dict[str, Any] = raw["defaults"]
     matrix: dict[str, Any] = raw["matrix"]
     variants, excludes, repeats = raw.get("variant", [{}]), raw.get("exclude", []), raw.get("repeats", 1)
@@ -485,7 +516,7 @@ def _build(raw: dict[str, Any], source: str, text: str, overrides: dict[str, Any
         said = ", ".join(f"{flag} {value}" for flag, value in shown.items())
         description = f"{description} (overridden from the command line in every trial: {said})".lstrip()
     return Suite(name=name, description=description, specs=specs, timeout_s=float(timeout), weights=weights,
-                 qualitative=qualitative, source=source, auto_batch=auto_batch, overrides=shown)
+                 qualitative=qualitative, source=source, auto_batch=auto_batch, overrides=shown, adaptive=adaptive)
 
 
 def _expand(defaults: dict[str, Any], matrix: dict[str, list[Any]], variants: list[dict[str, Any]],

@@ -175,6 +175,7 @@ class Difference:
     high: float | None
     better: str | None
     equivalent: bool
+    confidence: float = 0.95  # of the interval
 
     @property
     def tie(self) -> bool:
@@ -186,7 +187,7 @@ class Difference:
             return None if v is None else float(ratio(1.0, v))
 
         return Difference(self.quantity, self.b, self.a, inv(self.ratio), inv(self.high), inv(self.low),
-                          {"a": "b", "b": "a"}.get(self.better or ""), self.equivalent)
+                          {"a": "b", "b": "a"}.get(self.better or ""), self.equivalent, self.confidence)
 
 
 def difference(name: str, a: float | None, b: float | None, a_reps: np.ndarray, b_reps: np.ndarray,

@@ -74,10 +74,13 @@ class Scenario:
     noise: tuple[Noise, ...]
     speeds: tuple[float, ...] = (1.0, 1.0)
     frameworks: tuple[str, ...] = ("torch", "tensorflow", "jax")
-    # Adaptive repeats (the procedure `--repeats auto` is to follow; not built yet): add a run to every side while
-    # the verdict is unsettled, up to this many runs. Without a correction for the repeated looks it inflates false
-    # wins (measured: 3.0% -> 6.5% with up to 10 runs, throughput-only noise of 25%).
+    # Adaptive repeats (the procedure of `--repeats auto`): add a run to every side while the verdict is unsettled,
+    # up to this many runs; each run records the looks it allows (max_runs - runs + 1), as the runner's do.
     max_runs: int = 0
+
+    @property
+    def looks(self) -> int:
+        return max(1, self.max_runs - self.runs + 1)
 
     @property
     def null(self) -> bool:
@@ -100,14 +103,17 @@ def _spec(framework: str, repeat: int) -> dict:
                    warmup_steps=WARMUP).to_dict()
 
 
-def draw_run(framework: str, repeat: int, speed: float, noise: Noise, rng: np.random.Generator) -> TrialResult:
-    """One run of a side: its level, steps, first step, time to target, memory and quality drawn from ``noise``."""
+def draw_run(framework: str, repeat: int, speed: float, noise: Noise, rng: np.random.Generator,
+             looks: int = 1) -> TrialResult:
+    """One run of a side: its level, steps, first step, time to target, memory and quality drawn from ``noise``;
+    made by a run that could look ``looks`` times (adaptive repeats), recorded as the runner records it."""
     spec = _spec(framework, repeat)
     env = {"cores": 2, "load_average_1m_at_start": 1.0, "load_average_1m_at_end": 1.0}
+    extras = {"adaptive_repeats": {"looks": looks}} if looks > 1 else {}
     if rng.random() < noise.timeout:
         return TrialResult(spec=spec, key=f"{framework}-{repeat}", status=Status.TIMEOUT,
                            reason="timeout after 60 s: killed", environment=env, metric_name="accuracy",
-                           target=TARGET)
+                           target=TARGET, extras=extras)
     level = speed * TRUE["examples_per_s"] * math.exp(noise.throughput * rng.standard_normal())
     steady = BATCH / level * np.exp(_ar1(rng, STEPS - 1, noise.phi, noise.steps))
     first = TRUE["first_step_s"] * math.exp(noise.first_step * rng.standard_normal())
@@ -125,12 +131,13 @@ def draw_run(framework: str, repeat: int, speed: float, noise: Noise, rng: np.ra
         step_times_s=steps, examples_per_step=BATCH, steady_step_s=median,
         throughput={"examples_per_s": BATCH / median}, memory_kind="rss", memory_baseline_bytes=200 * MIB,
         memory_train_peak_bytes=200 * MIB + increment, memory_increment_bytes=increment, curve=curve,
-        metric_name="accuracy", target=TARGET, time_to_target_s=ttt, final_metric=final, train_s=float(clock[-1]))
+        metric_name="accuracy", target=TARGET, time_to_target_s=ttt, final_metric=final, train_s=float(clock[-1]),
+        extras=extras)
 
 
 def draw(scenario: Scenario, rng: np.random.Generator) -> list[TrialResult]:
     """One bake-off of ``scenario``: ``runs`` runs of every side."""
-    return [draw_run(fw, i, speed, noise, rng)
+    return [draw_run(fw, i, speed, noise, rng, scenario.looks)
             for fw, speed, noise in zip(scenario.frameworks, scenario.speeds, scenario.noise, strict=False)
             for i in range(scenario.runs)]
 
@@ -157,8 +164,8 @@ class Tally:
 
 
 def settled(decision: Decision) -> bool:
-    """Whether adaptive repeats may stop: a winner, a tie shown, or nothing to compare."""
-    return decision.winner is not None or decision.tie or len(decision.ranking) < 2
+    """Whether adaptive repeats may stop (:attr:`~bakeoff.analysis.decide.Decision.settled`)."""
+    return decision.settled
 
 
 def _true_ratio(criterion: str, speed_a: float, speed_b: float) -> float:
@@ -181,7 +188,7 @@ def simulate(scenario: Scenario, draws: int, seed: int = 0) -> Tally:
         for extra in range(scenario.runs, scenario.max_runs):  # the adaptive procedure of ``--repeats auto``
             if settled(d):
                 break
-            results += [draw_run(fw, extra, sp, noise, rng) for fw, sp, noise in
+            results += [draw_run(fw, extra, sp, noise, rng, scenario.looks) for fw, sp, noise in
                         zip(scenario.frameworks, scenario.speeds, scenario.noise, strict=False)]
             d = decide(summarise_groups(results))
         tally.draws += 1
@@ -213,6 +220,17 @@ def scenarios(sides: int = 2) -> list[Scenario]:
                             ("failures", (Noise.uniform(0.10, timeout=0.2, never=0.2),) * 3)):
             out.append(Scenario(f"{name}, n = {runs}, {sides} sides", runs, noise, (1.0,) * sides))
     return out
+
+
+def adaptive_scenarios(max_runs: int = 6) -> list[Scenario]:
+    """Adaptive repeats (``--repeats auto``) from 3 runs up to ``max_runs``: the null scenarios where a verdict
+    stays unsettled longest (more looks, more chances of a chance win), and the power scenario."""
+    out = [Scenario(f"{name}, n = 3 to {max_runs} (adaptive), 2 sides", 3, noise, max_runs=max_runs)
+           for name, noise in (("10%", (Noise.uniform(0.10),) * 2), ("25%", (Noise.uniform(0.25),) * 2),
+                               ("1% vs 25%", (Noise.uniform(0.01), Noise.uniform(0.25))),
+                               ("drift phi 0.9", (Noise.uniform(0.05, phi=0.9),) * 2))]
+    return [*out, Scenario(f"power: 1.3x at 5%, n = 3 to {max_runs} (adaptive)", 3, (Noise.uniform(0.05),) * 2,
+                           (1.3, 1.0), max_runs=max_runs)]
 
 
 def table(tallies: Sequence[Tally]) -> list[dict[str, object]]:

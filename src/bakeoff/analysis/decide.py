@@ -14,6 +14,9 @@ The verdict, leader against runner-up:
   interval; an interval reaching into ±5% is a tie, and the verdict never cites a tie;
 * a winner is declared only when its lead survives with the ties counted as ties; otherwise "tie" (every interval
   inside ±5%) or "inconclusive";
+* runs made with adaptive repeats (``--repeats auto``) widen every interval for the looks their run could take
+  (:func:`bakeoff.analysis.intervals.for_looks`), so stopping once a verdict looked settled does not make a
+  false "wins" likelier;
 * fewer than :data:`MIN_RUNS` runs on either side make it "provisional (n = ...)", never robust;
 * robustness covers noise and weights together: :data:`~bakeoff.analysis.bootstrap.RESAMPLES` joint resamples of
   the measurements (the bootstrap replicates) and of the weights (each scaled by a log-uniform factor in [½, 2])
@@ -148,6 +151,12 @@ class Decision:
     # tie reaching outside the band). "Wins" needs the first to weigh at least as much as the second.
     settled_weight: float = 0.0
     unsettled_weight: float = 0.0
+    looks: int = 1  # adaptive repeats: the looks the run could take; the intervals are widened for them
+
+    @property
+    def settled(self) -> bool:
+        """Whether adaptive repeats may stop adding runs here: a winner, a tie shown, or nothing to compare."""
+        return self.winner is not None or self.tie or len(self.ranking) < 2
 
 
 def resolve_weights(weights: Mapping[str, float] | None, qualitative: Qualitative | None) -> dict[str, float]:
@@ -402,14 +411,20 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
     decision.runs = (w_cfg.n_ok, r_cfg.n_ok)
     decision.provisional = min(decision.runs) < MIN_RUNS
     compared = [c for c in norm if c in MEASURED]
-    decision.head_to_head = {c: _head_to_head(MEASURED[c].record, w_cfg, r_cfg) for c in compared}
+    decision.looks = max(w_cfg.looks, r_cfg.looks)
+    confidence = intervals.for_looks(intervals.CONFIDENCE, decision.looks)
+    if decision.looks > 1:
+        decision.caveats.append(f"adaptive repeats: runs were added while the verdict was unsettled, up to "
+                                f"{decision.looks} looks, so each interval is at {confidence * 100:.3g}% and not 95%")
+    decision.head_to_head = {c: _head_to_head(MEASURED[c].record, w_cfg, r_cfg, confidence) for c in compared}
     decision.win_share = _win_shares(scored, norm, qualitative, rng_for(*keys[0], "weights"))
     decision.resamples = RESAMPLES
     decision.settled_weight, decision.unsettled_weight = _weights_behind(norm, decision.head_to_head, w_cfg, r_cfg,
                                                                          qualitative)
     if _leads(norm, decision.head_to_head, w_cfg, r_cfg, w_parts, r_parts, qualitative):
         decision.winner = lead.framework
-        strict = {c: _head_to_head(MEASURED[c].record, w_cfg, r_cfg, intervals.ROBUST_CONFIDENCE) for c in compared}
+        robust_confidence = intervals.for_looks(intervals.ROBUST_CONFIDENCE, decision.looks)
+        strict = {c: _head_to_head(MEASURED[c].record, w_cfg, r_cfg, robust_confidence) for c in compared}
         decision.robust = (not decision.provisional and decision.win_share[lead.framework] >= ROBUST_SHARE
                            and _leads(norm, strict, w_cfg, r_cfg, w_parts, r_parts, qualitative)
                            and all(len(c.unfinished) <= MAX_UNFINISHED * c.n_total for c in (w_cfg, r_cfg))

@@ -139,6 +139,12 @@ class ConfigSummary:
         """Runs that failed, timed out or ran out of memory (:data:`UNFINISHED`)."""
         return [r for r in self.trials if r.status in UNFINISHED]
 
+    @property
+    def looks(self) -> int:
+        """How many times the run that made these trials could look at the verdict before stopping: 1, or with
+        adaptive repeats (``--repeats auto``) what each trial recorded (``extras["adaptive_repeats"]["looks"]``)."""
+        return max((int(r.extras.get("adaptive_repeats", {}).get("looks", 1)) for r in self.trials), default=1)
+
     def runs(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """One value per run, as the verdict compares them, and each run's lower bound where it is censored.
 

@@ -44,9 +44,9 @@ def ratio_text(ratio: float | None, unit: str = "x") -> str:
     return f"{ratio:.2f}{unit}"
 
 
-def interval_text(low: float | None, high: float | None) -> str:
-    """``"95% CI 1.76–1.89x"``."""
-    return f"95% CI {ratio_text(low, '')}–{ratio_text(high)}"
+def interval_text(low: float | None, high: float | None, confidence: float = 0.95) -> str:
+    """``"95% CI 1.76–1.89x"`` (``"98.8% CI …"`` for a wider one)."""
+    return f"{confidence * 100:.3g}% CI {ratio_text(low, '')}–{ratio_text(high)}"
 
 
 def _shown(q: Quantity, v: float | None) -> str:
@@ -72,7 +72,8 @@ def difference_phrase(d: Difference, a: ConfigSummary, b: ConfigSummary) -> str:
     quantity, the runs that got there (and no ratio when a side never did: its interval still shows)."""
     q = quantity(d.quantity)
     reach = (f"reached in {a.reached}/{_counted(a)} vs {b.reached}/{_counted(b)} runs" if q.censored else "")
-    ci = interval_text(d.low, d.high) if d.low is not None and d.high is not None else "one run a side: no interval"
+    ci = (interval_text(d.low, d.high, d.confidence) if d.low is not None and d.high is not None
+          else "one run a side: no interval")
     if d.a is not None and d.b is not None and (math.isinf(d.a) or math.isinf(d.b)):
         return f"{a.title(q.name)}: {_pair(q, d.a, d.b)} ({reach}; ratio {ci})"
     return f"{a.title(q.name)}: {_pair(q, d.a, d.b)} ({ratio_text(d.ratio)}, {ci}{', ' + reach if reach else ''})"
@@ -150,7 +151,8 @@ def mfu_sentence(d: Difference | None, w: ConfigSummary, r: ConfigSummary) -> st
     (pw, cw), (pr, cr) = _ceiling_text(w), _ceiling_text(r)
     precision = pw if pw == pr else f"{pw} / {pr}"
     return (f" MFU: {display_name(w.label)} runs at {percent(a)} of this {device}'s {precision} matmul ceiling, "
-            f"{display_name(r.label)} at {percent(b)} ({ratio_text(d.ratio)}, {interval_text(d.low, d.high)}; "
+            f"{display_name(r.label)} at {percent(b)} ({ratio_text(d.ratio)}, "
+            f"{interval_text(d.low, d.high, d.confidence)}; "
             f"ceilings {cw} and {cr}, each framework's own on this machine, as `bakeoff env` shows).")
 
 

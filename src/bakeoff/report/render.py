@@ -250,7 +250,8 @@ def _head_to_head_table(decision: Decision) -> Table | None:
         def shown(v: float | None, q: Quantity = q) -> str:
             return "—" if v is None else "never" if math.isinf(v) else fmt(v * q.scale)
 
-        rows.append([criterion, shown(d.a), shown(d.b), ratio_text(d.ratio), interval_text(d.low, d.high), outcome])
+        rows.append([criterion, shown(d.a), shown(d.b), ratio_text(d.ratio), interval_text(d.low, d.high, d.confidence),
+                     outcome])
     notes = [f"Ratio {lead} / {runner} of the medians over runs. Its {CONFIDENCE:.0%} interval is Welch's t interval "
              "on the log of one value per run (a run's throughput from its own median step), exponentiated: the "
              "ratio of geometric means. A run that never reached the target, or did not finish, counts as never: "
