@@ -7,10 +7,9 @@ BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: demo test lint bench clean
 
-# scripts/install.py: uv with pip's own sources and constraints (7x faster), pip where uv cannot.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) scripts/install.py '.[all,dev]'
+	$(PY) -m pip install -e '.[all,dev]'
 	touch $(STAMP)
 
 # Install everything, run the quick suite on the embedded data, write the report.
@@ -27,7 +26,7 @@ test: $(STAMP)
 # tensorflow-text -> tensorflow dependency (which would install the full TensorFlow wheel over tensorflow-cpu).
 $(BENCH_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) scripts/install.py '.[all,dev,bench]'
+	$(PY) -m pip install -e '.[all,dev,bench]'
 	$(PY) -m pip install --no-deps 'keras-hub==0.32.0'
 	touch $(BENCH_STAMP)
 
