@@ -65,7 +65,7 @@ def test_sentence_names_efficiency_sync_share_and_shared_cores() -> None:
     configs = summarise_groups(results)
     sentence = scaling_sentence(scaling_rows(configs), configs)
     assert "PyTorch DDP (eager) at 2 replicas runs at 70% scaling efficiency against one device" in sentence
-    assert "gradient sync 25% of the step" in sentence
+    assert "one step's gradient all-reduce timed alone 25% of a step" in sentence
     assert "n = 3 vs 3." in sentence
     one = summarise_groups([*_distributed(_torch([700]), "data_parallel", 2), *_torch([500, 500, 500])])
     assert "provisional (n = 1 vs 3; 3 runs per side needed)" in scaling_sentence(scaling_rows(one), one)
@@ -89,7 +89,9 @@ def test_report_has_a_scaling_table_and_chart(tmp_path) -> None:
     row = next(line for line in text.splitlines() if line.startswith("| torch/eager/data_parallelx2 | DDP"))
     assert "| 2 |" in row and "80%" in row and "**no**" in row  # replicas differed: shown, not hidden
     assert "Scaling: PyTorch DDP (eager) at 2 replicas runs at 80% scaling efficiency" in text
-    assert "Gradient sync timed by DDP: a separately timed all-reduce of the gradients." in text
+    assert "All-reduce alone: one step's gradient synchronisation, timed on its own after training" in text
+    assert "DDP: a separately timed all-reduce of the gradients." in text
+    assert "| all-reduce alone (ms) | all-reduce alone / step (%) |" in text
     assert paths["scaling"].read_bytes()[:4] == b"\x89PNG"
     plain = render_report(_torch([500, 510, 520]), tmp_path / "plain")
     assert "scaling" not in plain and "### Scaling" not in plain["markdown"].read_text()
@@ -105,8 +107,8 @@ def test_accumulation_is_compared_with_one_micro_batch_per_step() -> None:
         r.extras["distributed"]["sync"]["per_step_s"] = 0.1 * r.steady_step_s
     configs = summarise_groups(results)
     sentence = scaling_sentence(scaling_rows(configs), configs)
-    assert ("Gradient sync's share of the step, accumulating micro-batches: PyTorch DDP at 2 replicas: 20% with 1 "
-            "micro-batch per step, 10% with 2, 1 all-reduce per step.") in sentence
+    assert ("One step's gradient all-reduce timed alone, against the step, accumulating micro-batches: PyTorch DDP "
+            "at 2 replicas: 20% with 1 micro-batch per step, 10% with 2, 1 all-reduce per step.") in sentence
 
 
 def test_xla_under_a_strategy_that_compiles_less_than_the_step_is_named(tmp_path) -> None:
@@ -123,3 +125,18 @@ def test_xla_under_a_strategy_that_compiles_less_than_the_step_is_named(tmp_path
     text = render_report(results, tmp_path)["markdown"].read_text()
     assert ("tensorflow/xla/data_parallelx2: XLA compiled each replica's forward and backward (local_sums), not the "
             "whole step as on one device.") in text
+
+
+def test_parameter_servers_are_not_strong_scaling_and_their_pull_and_push_is_no_share_of_a_step(tmp_path) -> None:
+    tf = [*_distributed(repeats("tensorflow", "graph", [900] * 3, [None] * 3, final_metric=[0.8] * 3),
+                        "parameter_server", 2, sync_s=0.5),
+          *repeats("tensorflow", "graph", [500] * 3, [None] * 3, final_metric=[0.8] * 3)]
+    configs = summarise_groups(tf)
+    (row,) = scaling_rows(configs)
+    assert row.efficiency == pytest.approx(0.9)  # 900 against 2 x 500: N workers against N times one device
+    assert row.config.value("sync_s") == 0.5 and row.config.value("sync_share") is None  # steps overlap
+    sentence = scaling_sentence([row], configs)
+    assert "each worker taking whole global batches, steps in flight at once (not strong scaling)" in sentence
+    assert "timed alone" not in sentence
+    text = render_report(tf, tmp_path)["markdown"].read_text()
+    assert "its efficiency is N workers' throughput against N times one device's, not strong scaling" in text

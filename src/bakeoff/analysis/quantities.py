@@ -152,6 +152,10 @@ def _distributed(*path: str) -> Callable[[TrialResult, float | None], float | No
 
 
 def _sync_share(r: TrialResult, budget: float | None) -> float | None:
+    """The gradients' all-reduce, timed alone, against the steady step. None under parameter servers: their steps
+    overlap (up to one per worker in flight), so a step's time is not a step's length and the share is no share."""
+    if r.run_spec.parallelism.value == "parameter_server":
+        return None
     sync = _distributed("sync", "per_step_s")(r, budget)
     return sync / r.steady_step_s if sync is not None and r.steady_step_s else None
 
@@ -214,11 +218,14 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
              "peak during training steps", table=None, shown_unit="MiB", scale=1 / MIB),
     Quantity("peak_memory_bytes", "bytes", False, _field("peak_memory_bytes"), "peak over the whole trial",
              table="memory", shown_unit="MiB", scale=1 / MIB),
-    # Distributed trials (extras["distributed"]): how the gradient synchronisation was timed is in its "method"
-    Quantity("sync_s", "s", False, _distributed("sync", "per_step_s"), "gradient sync per optimizer step",
-             table="distributed", shown_unit="ms", scale=1000, optional=True),
-    Quantity("sync_share", "share", False, _sync_share, "sync share of the steady step", table="distributed",
-             shown_unit="%", scale=100, optional=True),
+    # Distributed trials (extras["distributed"]): one step's gradient synchronisation, timed alone after training
+    # (how, per framework, is in its "method"): in training it may overlap the backward pass, so this is what it
+    # costs when nothing hides it, not a share of the measured step
+    Quantity("sync_s", "s", False, _distributed("sync", "per_step_s"),
+             "one step's gradient all-reduce, timed alone after training", table="distributed", shown_unit="ms",
+             scale=1000, optional=True),
+    Quantity("sync_share", "share", False, _sync_share, "that all-reduce against the steady step",
+             table="distributed", shown_unit="%", scale=100, optional=True),
     Quantity("startup_s", "s", False, _distributed("startup_s"),
              "start-up before the first step (launch, import, rendezvous, set-up)", table="distributed",
              optional=True),

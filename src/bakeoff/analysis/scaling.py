@@ -7,8 +7,14 @@ that ran (the strategy's own overhead is then in both), else the single-device t
 * **scaling efficiency** = throughput(N) / (N × throughput(baseline)), medians over repeats, with a 95% bootstrap
   interval from the two configurations' replicates. The global batch is the same at every N (each replica takes
   ``batch / N``), so this is strong scaling: 1.0 is linear speed-up.
-* **sync share** = gradient synchronisation per optimizer step / the steady step (each engine says how it timed
-  the synchronisation, in ``extras["distributed"]["sync"]["method"]``).
+* **all-reduce alone / step** = one optimizer step's gradient synchronisation, timed alone after training, over
+  the steady step (each engine says how it timed it, in ``extras["distributed"]["sync"]["method"]``). In training
+  the frameworks overlap it with the backward pass (DDP's buckets, XLA's scheduling), so it is what
+  synchronisation costs when nothing hides it — an upper bound on what it adds to a step, not a share of it.
+* **parameter servers** are not strong scaling: each step is one whole global batch, run on whichever worker is
+  free, up to one step per worker in flight (asynchronous updates). Their efficiency is N workers' throughput
+  against N times one device's; their "sync" is a pull and push of every variable, timed alone, and has no share
+  of a step (steps overlap).
 * **start-up** = process launch + framework import + rendezvous and strategy set-up, before the first step, apart
   from training.
 
@@ -93,7 +99,8 @@ def accumulation_sentence(rows: Sequence[ScalingRow]) -> str | None:
                      f"{_pct(a)} with 1 micro-batch per step, {_pct(b)} with {k}{rounds}")
     if not parts:
         return None
-    return "Gradient sync's share of the step, accumulating micro-batches: " + "; ".join(parts) + "."
+    return ("One step's gradient all-reduce timed alone, against the step, accumulating micro-batches: "
+            + "; ".join(parts) + ".")
 
 
 def _spec_of(c: ConfigSummary) -> tuple[str, int]:
@@ -168,7 +175,7 @@ def _runs(r: ScalingRow) -> str:
 
 def scaling_sentence(rows: Sequence[ScalingRow], configs: Sequence[ConfigSummary]) -> str | None:
     """The verdict's line on scaling: each framework's strategies at their largest replica count, with efficiency
-    and sync share, and what shared cores mean for the figures. ``None`` without distributed trials."""
+    and the all-reduce timed alone, and what shared cores mean for the figures. ``None`` without distributed trials."""
     measured = [r for r in rows if r.efficiency is not None]
     if not measured:
         return None
@@ -182,7 +189,9 @@ def scaling_sentence(rows: Sequence[ScalingRow], configs: Sequence[ConfigSummary
         share = r.config.value("sync_share")
         interval = (f" (95% CI {_pct(r.efficiency_interval[0])}–{_pct(r.efficiency_interval[1])})"
                     if r.efficiency_interval else "")
-        sync = f", gradient sync {_pct(share)} of the step" if share is not None else ""
+        sync = f", one step's gradient all-reduce timed alone {_pct(share)} of a step" if share is not None else ""
+        if r.parallelism == Parallelism.PARAMETER_SERVER.value:
+            sync = ", each worker taking whole global batches, steps in flight at once (not strong scaling)"
         base = "one replica" if r.baseline and _spec_of(r.baseline)[0] != "none" else "one device"
         parts.append(f"{FRAMEWORK_NAMES.get(r.framework, r.framework)} {r.strategy} ({r.config.execution}) at "
                      f"{r.workers} replicas runs at {_pct(r.efficiency)} scaling efficiency against {base}"
@@ -226,5 +235,6 @@ def scaling_cells(r: ScalingRow) -> list[str]:
 
 
 SCALING_COLUMNS = ["configuration", "strategy", "replicas", "examples/s (range)", "scaling efficiency (95% CI)",
-                   "baseline", "sync per step (ms)", "sync share (%)", "all-reduces per step", "start-up (s)",
+                   "baseline", "all-reduce alone (ms)", "all-reduce alone / step (%)", "all-reduces per step",
+                   "start-up (s)",
                    "largest worker peak (MiB)", "replicas identical", "runs ok"]

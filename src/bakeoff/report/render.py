@@ -184,13 +184,20 @@ def _scaling_table(configs: Sequence[ConfigSummary]) -> Table | None:
              "counts the all-reduce ops of its traced step (graph mode packs the gradients into one, plus one for "
              "the loss sum and count; eager mode reduces each tensor on its own)."]
     methods = {f"{r.strategy}: {r.sync_method}" for r in rows if r.sync_method}
-    notes += [f"Gradient sync timed by {m}." for m in sorted(methods)]
+    notes.append("All-reduce alone: one step's gradient synchronisation, timed on its own after training; in training "
+                 "it overlaps the backward pass (DDP's buckets, XLA's scheduling), so this is its cost when nothing "
+                 "hides it, an upper bound on what it adds to a step. Each framework's way of timing it:")
+    notes += [f"{m}." for m in sorted(methods)]
     notes += sorted({w for r in rows for w in r.warnings})
     notes += sorted({f"{r.config.label}: XLA compiled {r.xla_scope}, not the whole step as on one device."
                      for r in rows if r.xla_scope})
     if any(r.parallelism == "parameter_server" for r in rows):
         notes.append("ParameterServerStrategy trains asynchronously: workers apply their own updates, so its losses "
-                     "and quality are not those of synchronous training with the same global batch.")
+                     "and quality are not those of synchronous training with the same global batch. Each of its "
+                     "steps is a whole global batch on whichever worker is free, up to one step per worker in "
+                     "flight: its efficiency is N workers' throughput against N times one device's, not strong "
+                     "scaling, and its all-reduce column is a pull and push of every variable, with no share of "
+                     "a step (steps overlap).")
     return Table(SCALING_COLUMNS, [scaling_cells(r) for r in rows], notes, align="ll" + "r" * 11)
 
 
