@@ -33,15 +33,12 @@ def record(first: int, most: int) -> dict[str, Any]:
 
 def unsettled(results: Sequence[Any], weights: Mapping[str, float], qualitative: Mapping[str, Any]) -> set[str]:
     """The keys of the stored ``results`` that belong to a section whose verdict is not settled."""
-    from bakeoff.analysis.decide import decide
+    from bakeoff.analysis.decide import decide_each
     from bakeoff.analysis.stats import summarise_groups
 
     summaries = summarise_groups(results)
-    sections: dict[tuple[str, str], list] = {}
-    for s in summaries:
-        sections.setdefault((s.workload, s.preset), []).append(s)
-    return {r.key for group in sections.values() if not decide(group, weights, qualitative).settled
-            for s in group for r in s.trials}
+    decisions = decide_each(summaries, weights, qualitative)
+    return {r.key for s in summaries if not decisions[(s.workload, s.preset)].settled for r in s.trials}
 
 
 def run(specs: Sequence[RunSpec], store: Store, suite: str, first: int, most: int, weights: Mapping[str, float],

@@ -442,9 +442,8 @@ def _build(raw: dict[str, Any], source: str, text: str, overrides: dict[str, Any
             if not (key in SPEC_FIELDS or (table == "variant" and key == "repeats")):
                 raise fail(key, f"unknown field {key!r} in [{table}]; accepted: {accepted}")
     repeats = raw.get("repeats", 1)
-    for value in [repeats, *(v["repeats"] for v in variants if "repeats" in v)]:
-        if value == "auto" and value is repeats:
-            continue
+    given = [v["repeats"] for v in variants if "repeats" in v] + ([] if repeats == "auto" else [repeats])
+    for value in given:  # "auto" is for the whole suite only
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise fail("repeats", f"repeats must be a positive integer, got {value!r}"
                                   + (' (or "auto" at the top of the suite)' if value == "auto" else ""))

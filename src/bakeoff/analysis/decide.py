@@ -414,8 +414,8 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
     decision.looks = max(w_cfg.looks, r_cfg.looks)
     confidence = intervals.for_looks(intervals.CONFIDENCE, decision.looks)
     if decision.looks > 1:
-        decision.caveats.append(f"adaptive repeats: runs were added while the verdict was unsettled, up to "
-                                f"{decision.looks} looks, so each interval is at {confidence * 100:.3g}% and not 95%")
+        decision.caveats.append(f"adaptive repeats (runs added while a verdict is unsettled, up to {decision.looks} "
+                                f"looks): each interval is at {confidence * 100:.3g}%, not 95%")
     decision.head_to_head = {c: _head_to_head(MEASURED[c].record, w_cfg, r_cfg, confidence) for c in compared}
     decision.win_share = _win_shares(scored, norm, qualitative, rng_for(*keys[0], "weights"))
     decision.resamples = RESAMPLES
