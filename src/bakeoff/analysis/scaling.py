@@ -10,7 +10,8 @@ that ran (the strategy's own overhead is then in both), else the single-device t
 * **all-reduce alone / step** = one optimizer step's gradient synchronisation, timed alone after training, over
   the steady step (each engine says how it timed it, in ``extras["distributed"]["sync"]["method"]``). In training
   the frameworks overlap it with the backward pass (DDP's buckets, XLA's scheduling), so it is what
-  synchronisation costs when nothing hides it — an upper bound on what it adds to a step, not a share of it.
+  synchronisation costs when nothing hides it; what it adds to a training step was not measured (overlap can hide
+  some of it, contention for the cores can add to it), so it is not a share of the step.
 * **parameter servers** are not strong scaling: each step is one whole global batch, run on whichever worker is
   free, up to one step per worker in flight (asynchronous updates). Their efficiency is N workers' throughput
   against N times one device's; their "sync" is a pull and push of every variable, timed alone, and has no share

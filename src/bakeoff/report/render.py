@@ -186,7 +186,8 @@ def _scaling_table(configs: Sequence[ConfigSummary]) -> Table | None:
     methods = {f"{r.strategy}: {r.sync_method}" for r in rows if r.sync_method}
     notes.append("All-reduce alone: one step's gradient synchronisation, timed on its own after training; in training "
                  "it overlaps the backward pass (DDP's buckets, XLA's scheduling), so this is its cost when nothing "
-                 "hides it, an upper bound on what it adds to a step. Each framework's way of timing it:")
+                 "hides it; what it adds to a training step is not measured (overlap hides some, contention for "
+                 "cores can add). Each framework's way of timing it:")
     notes += [f"{m}." for m in sorted(methods)]
     notes += sorted({w for r in rows for w in r.warnings})
     notes += sorted({f"{r.config.label}: XLA compiled {r.xla_scope}, not the whole step as on one device."
