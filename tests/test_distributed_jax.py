@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from bakeoff import registry
+from bakeoff.measure import sync as measure_sync
 from bakeoff.runner import run_one
 from bakeoff.spec import RunSpec, Status, TrialResult
 
@@ -77,7 +78,8 @@ def test_a_mesh_of_two_devices_trains_like_one_device_with_identical_replicas(tr
     sync = dist["sync"]
     # XLA combines the step's gradient all-reduces into one; timed on its own after training
     assert sync["compiled_collectives_per_step"] == {"all-reduce": 1}
-    assert sync["bytes_per_step"] == 4 * mesh.num_params and len(sync["samples_s"]) == 20
+    assert sync["gradient_bytes"] == 4 * mesh.num_params and sync["bytes_per_step"] == 4 * mesh.num_params + 8
+    assert sync["definition"] == measure_sync.DEFINITION and len(sync["samples_s"]) == measure_sync.REPEATS
     assert mesh.extras["graph_builds"] == 1  # the figures' extra compile is not a training graph build
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from bakeoff import registry
+from bakeoff.measure import sync as measure_sync
 from bakeoff.runner import run_one
 from bakeoff.spec import RunSpec, Status, TrialResult
 
@@ -88,7 +89,8 @@ def test_mirrored_two_replicas_are_identical_and_train_like_one_device(trials):
     sync = _sync(mirrored)
     # one all-reduce of (summed loss, count) and one of all 36 gradients, packed: counted in the traced step
     assert sync["allreduces_per_step"] == 2.0
-    assert sync["bytes_per_step"] == 4 * mirrored.num_params + 8
+    assert sync["gradient_bytes"] == 4 * mirrored.num_params and sync["bytes_per_step"] == 4 * mirrored.num_params + 8
+    assert sync["definition"] == measure_sync.DEFINITION  # the same method as PyTorch's and JAX's
     assert len(sync["samples_s"]) == 20 and sync["per_step_s"] > 0  # its share of the step: bench/distributed.py
     assert mirrored.extras["train_step_traces"] == 1
 

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from bakeoff import registry, runner
+from bakeoff.measure import sync as measure_sync
 from bakeoff.measure.environment import usable_cores
 from bakeoff.spec import RunSpec, Status, TrialResult
 from parity_checks import check_losses
@@ -79,7 +80,8 @@ def test_two_replicas_complete_identical_with_their_figures(trials):
     assert sync["per_step_s"] > 0 and all(t > 0 for t in sync["samples_s"])  # its share of the step: a bench figure
     # One round of DDP's buckets per step; the buffers hold every gradient (fp32) once.
     assert sync["rounds_per_step"] == 1 and sync["allreduces_per_step"] == sync["buckets"]
-    assert sync["bytes_per_step"] == 4 * result.num_params
+    assert sync["gradient_bytes"] == 4 * result.num_params and sync["bytes_per_step"] == 4 * result.num_params + 8
+    assert sync["definition"] == measure_sync.DEFINITION  # the same method as TensorFlow's and JAX's
     assert result.environment["distributed"] == "gloo, rank 0 of 2"
     assert result.examples_per_step == 16
 

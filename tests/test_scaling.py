@@ -6,6 +6,7 @@ import pytest
 
 from bakeoff.analysis.scaling import scaling_rows, scaling_sentence
 from bakeoff.analysis.stats import summarise_groups
+from bakeoff.measure import sync
 from bakeoff.report.render import render_report
 from fake_results import repeats, respec
 
@@ -95,6 +96,25 @@ def test_report_has_a_scaling_table_and_chart(tmp_path) -> None:
     assert paths["scaling"].read_bytes()[:4] == b"\x89PNG"
     plain = render_report(_torch([500, 510, 520]), tmp_path / "plain")
     assert "scaling" not in plain and "### Scaling" not in plain["markdown"].read_text()
+
+
+def test_the_common_sync_method_is_said_once_and_each_frameworks_call_after_it(tmp_path) -> None:
+    torch_sync = sync.figures([0.002] * 3, 400, "PyTorch: all_reduce of DDP's buckets")
+    tf_sync = sync.figures([0.003] * 3, 400, "TensorFlow: two reductions through strategy.run")
+    results = [*_distributed(_torch([500, 500, 500]), "data_parallel", 1),
+               *_distributed(_torch([800, 800, 800]), "data_parallel", 2),
+               *_distributed(repeats("tensorflow", "graph", [400] * 3, [None] * 3, final_metric=[0.8] * 3),
+                             "none", 1),
+               *_distributed(repeats("tensorflow", "graph", [700] * 3, [None] * 3, final_metric=[0.8] * 3),
+                             "data_parallel", 2)]
+    for r in results:
+        tensorflow = r.run_spec.framework == "tensorflow"
+        r.extras["distributed"]["sync"] = {**(tf_sync if tensorflow else torch_sync), "allreduces_per_step": 1.0}
+    text = " ".join(render_report(results, tmp_path)["markdown"].read_text().split())
+    assert text.count(sync.DEFINITION) == 1
+    assert f"The same method in every framework: {sync.DEFINITION}. What each one's timed call ran:" in text
+    assert "DDP: PyTorch: all_reduce of DDP's buckets." in text
+    assert "MirroredStrategy: TensorFlow: two reductions through strategy.run." in text
 
 
 def test_accumulation_is_compared_with_one_micro_batch_per_step() -> None:

@@ -219,8 +219,9 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
     Quantity("peak_memory_bytes", "bytes", False, _field("peak_memory_bytes"), "peak over the whole trial",
              table="memory", shown_unit="MiB", scale=1 / MIB),
     # Distributed trials (extras["distributed"]): one step's gradient synchronisation, timed alone after training
-    # (how, per framework, is in its "method"): in training it may overlap the backward pass, so this is what it
-    # costs when nothing hides it, not a share of the measured step
+    # by one method in every framework (bakeoff.measure.sync; what each framework's call ran is its "how"): in
+    # training it may overlap the backward pass, so this is what it costs when nothing hides it, not a share of the
+    # measured step
     Quantity("sync_s", "s", False, _distributed("sync", "per_step_s"),
              "one step's gradient all-reduce, timed alone after training", table="distributed", shown_unit="ms",
              scale=1000, optional=True),

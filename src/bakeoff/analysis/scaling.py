@@ -8,7 +8,9 @@ that ran (the strategy's own overhead is then in both), else the single-device t
   interval from the two configurations' replicates. The global batch is the same at every N (each replica takes
   ``batch / N``), so this is strong scaling: 1.0 is linear speed-up.
 * **all-reduce alone / step** = one optimizer step's gradient synchronisation, timed alone after training, over
-  the steady step (each engine says how it timed it, in ``extras["distributed"]["sync"]["method"]``). In training
+  the steady step, by one method in every framework (:mod:`bakeoff.measure.sync`: the step's reductions, gradients
+  and loss totals, blocking, from a barrier, median of 20 after 3 untimed; each engine says what its call ran in
+  ``extras["distributed"]["sync"]["method"]``). In training
   the frameworks overlap it with the backward pass (DDP's buckets, XLA's scheduling), so it is what
   synchronisation costs when nothing hides it; what it adds to a training step was not measured (overlap can hide
   some of it, contention for the cores can add to it), so it is not a share of the step.
@@ -63,9 +65,10 @@ class ScalingRow:
     efficiency_interval: tuple[float, float] | None
     replicas_identical: bool | None  # every run's replicas identical (None: not checked, one replica)
     allreduces_per_step: float | None
-    sync_method: str
+    sync_method: str  # what the framework's timed call ran (the whole method for results stored before one method)
     warnings: list[str]
     xla_scope: str = ""  # what XLA compiled under the strategy, when less than the whole step
+    sync_definition: str = ""  # the method common to every framework (bakeoff.measure.sync), when recorded
 
     @property
     def strategy(self) -> str:
@@ -127,8 +130,8 @@ def _xla_scope(c: ConfigSummary) -> str:
     return "; ".join(sorted(s for s in scopes if s and s != "whole step"))
 
 
-def _figures(c: ConfigSummary) -> tuple[bool | None, float | None, str, list[str]]:
-    identical, allreduces, methods, warnings = [], [], set(), []
+def _figures(c: ConfigSummary) -> tuple[bool | None, float | None, str, str, list[str]]:
+    identical, allreduces, hows, definitions, warnings = [], [], set(), set(), []
     for r in c.ok:
         dist = r.extras.get("distributed", {})
         if dist.get("replicas_identical") is not None:
@@ -136,11 +139,13 @@ def _figures(c: ConfigSummary) -> tuple[bool | None, float | None, str, list[str
         sync = dist.get("sync", {})
         if isinstance(sync.get("allreduces_per_step"), int | float):
             allreduces.append(float(sync["allreduces_per_step"]))
-        if sync.get("method"):
-            methods.add(str(sync["method"]))
+        if sync.get("how") or sync.get("method"):
+            hows.add(str(sync.get("how") or sync["method"]))
+        if sync.get("definition"):
+            definitions.add(str(sync["definition"]))
         warnings += [w for w in dist.get("warnings", []) if w not in warnings]
     return (all(identical) if identical else None, float(np.median(allreduces)) if allreduces else None,
-            "; ".join(sorted(methods)), warnings)
+            "; ".join(sorted(hows)), "; ".join(sorted(definitions)), warnings)
 
 
 def scaling_rows(configs: Sequence[ConfigSummary]) -> list[ScalingRow]:
@@ -157,9 +162,9 @@ def scaling_rows(configs: Sequence[ConfigSummary]) -> list[ScalingRow]:
             single = group.get((Parallelism.NONE.value, 1))
             base = single if workers == 1 else group.get((parallelism, 1)) or single
             eff, interval = _efficiency(c, base, workers) if base is not None else (None, None)
-            identical, allreduces, method, warnings = _figures(c)
+            identical, allreduces, how, definition, warnings = _figures(c)
             rows.append(ScalingRow(c, base, c.framework, parallelism, workers, eff, interval, identical,
-                                   allreduces, method, warnings, _xla_scope(c)))
+                                   allreduces, how, warnings, _xla_scope(c), definition))
     return sorted(rows, key=lambda r: (r.framework, r.parallelism, r.config.label, r.workers))
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import statistics
 import time
 from typing import Any
 
@@ -32,13 +31,10 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bakeoff.engines.base import Unsupported
+from bakeoff.measure import sync
 from bakeoff.spec import Parallelism, RunSpec, Weights
 
 State = dict[str, Any]
-
-SYNC_REPEATS = 20
-"""Timed repetitions of one step's gradient all-reduce in :meth:`Sharded.figures` (the median is kept)."""
-
 
 def configure(spec: RunSpec) -> float:
     """What must happen before JAX starts its backends: join the ``jax.distributed`` cluster (multi_worker; the
@@ -148,20 +144,22 @@ class Sharded:
         self._hlo_collectives = {op: ops.count(op) for op in sorted(set(ops))}
 
     def _sync_samples(self, params: Any) -> tuple[list[float], int]:
-        """Seconds one all-reduce of a gradient-sized pytree takes over the mesh, blocking: each device holds its
-        own copy of the gradients' shapes, summed by a compiled ``psum``."""
+        """Seconds one step's all-reduce takes (:mod:`bakeoff.measure.sync`): each device holds its own copy of the
+        gradients' shapes and of the loss totals, summed over the mesh by one compiled program; and the gradients'
+        bytes. Each call starts from a barrier of every process (under ``jax.distributed``)."""
         n = self.spec.workers
-        stacked = jax.tree.map(lambda x: self._global(self.split, np.zeros((self._local_rows(n), *x.shape),
-                                                                             np.float32)), params)
-        reduce = jax.jit(lambda t: jax.tree.map(lambda x: jnp.sum(x, axis=0), t), out_shardings=self.replicated)
-        jax.block_until_ready(reduce(stacked))  # compile off the clock
-        samples = []
-        for _ in range(SYNC_REPEATS):
-            start = time.perf_counter()
-            jax.block_until_ready(reduce(stacked))
-            samples.append(time.perf_counter() - start)
-        nbytes = sum(int(np.prod(x.shape)) * 4 for x in jax.tree.leaves(params))
-        return samples, nbytes
+        tree = {"gradients": params, "loss_totals": np.zeros(2, np.float32)}
+        stacked = jax.tree.map(lambda x: self._global(self.split, np.zeros((self._local_rows(n), *np.shape(x)),
+                                                                             np.float32)), tree)
+        summed = jax.jit(lambda t: jax.tree.map(lambda x: jnp.sum(x, axis=0), t), out_shardings=self.replicated)
+        samples = sync.time_reductions(lambda: jax.block_until_ready(summed(stacked)), self._barrier)
+        return samples, sum(int(np.prod(x.shape)) * 4 for x in jax.tree.leaves(params))
+
+    def _barrier(self) -> None:
+        if self.multi_process:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("bakeoff sync figure")
 
     def _local_rows(self, n: int) -> int:
         return n // self.world
@@ -176,15 +174,11 @@ class Sharded:
             "setup_parts_s": self.setup_parts,
         }
         if samples:
-            figures["sync"] = {
-                "method": (f"after training, all replicas together: one compiled all-reduce (a sum over the mesh) of "
-                           f"a pytree shaped as the gradients ({nbytes} bytes), blocking, median of "
-                           f"{SYNC_REPEATS}; in training XLA schedules the step's all-reduces inside the compiled "
-                           "program, where they may overlap other work"),
-                "per_step_s": statistics.median(samples),
-                "samples_s": samples,
-                "bytes_per_step": nbytes,
-            }
+            figures["sync"] = sync.figures(
+                samples, nbytes,
+                "JAX: one jax.jit program summing over the mesh a pytree shaped as the gradients and the loss totals "
+                "(XLA's all-reduce), blocked on; in training XLA schedules the step's all-reduces inside the "
+                "compiled step, where they may overlap other work")
             if self._hlo_collectives is not None:
                 figures["sync"]["compiled_collectives_per_step"] = self._hlo_collectives
         return figures

@@ -44,10 +44,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from bakeoff.engines.base import Unsupported  # noqa: E402
+from bakeoff.measure import sync  # noqa: E402
 from bakeoff.spec import Batch, Parallelism, RunSpec, Weights, shard_batch  # noqa: E402
 
-SYNC_REPEATS = 20  # timed repetitions of the gradient synchronisation, after SYNC_WARMUP untimed ones
-SYNC_WARMUP = 3
 SERVER_WAIT_S = 120.0  # how long the chief waits for the cluster's servers to listen
 _COLLECTIVE_OPS = ("CollectiveReduce", "CollectiveReduceV2", "CollectiveReduceV3", "NcclAllReduce")
 SUM = tf.distribute.ReduceOp.SUM
@@ -120,14 +119,18 @@ class _Synchronous(Distribution):
     def scope(self) -> contextlib.AbstractContextManager:
         return self.strategy.scope()
 
+    _count: Callable[[], tf.Tensor] | None = None
+
     def _barrier(self) -> None:
         """One scalar all-reduce across every replica: the cluster is connected and complete before training
-        (part of ``setup_s``, not of the first step)."""
-        @tf.function  # a tf.function, as the steps will be (eagerly, TensorFlow warns of strategy overhead)
-        def count() -> tf.Tensor:
-            return self.strategy.reduce(SUM, self.strategy.run(lambda: tf.constant(1.0)), axis=None)
+        (part of ``setup_s``, not of the first step), and every process is there before each timed reduction."""
+        if self._count is None:
+            @tf.function  # a tf.function, as the steps will be (eagerly, TensorFlow warns of strategy overhead)
+            def count() -> tf.Tensor:
+                return self.strategy.reduce(SUM, self.strategy.run(lambda: tf.constant(1.0)), axis=None)
 
-        total = float(count().numpy())
+            self._count = count  # traced once, called again before each timed reduction
+        total = float(self._count().numpy())
         if total != self.replicas:
             raise RuntimeError(f"{self.words}: {total:g} replicas answered, expected {self.replicas}")
 
@@ -166,9 +169,10 @@ class _Synchronous(Distribution):
         return out
 
     def figures(self, variables: Sequence[Any], step: Callable | None, args: Any, eager: bool) -> dict[str, Any]:
-        """The step's own reductions, timed apart: the scalar all-reduce of (summed loss, count) and the
-        all-reduce of per-replica tensors shaped like the gradients, run by every replica of every process
-        together, the way the step runs them (eagerly, or in a ``tf.function``)."""
+        """The step's own reductions, timed apart (:mod:`bakeoff.measure.sync`): the scalar all-reduce of (summed
+        loss, count) and the all-reduce of per-replica tensors shaped like the gradients, run by every replica of
+        every process together, the way the step runs them (eagerly, or in a ``tf.function``), each call from
+        :meth:`_barrier`."""
         shapes = [tuple(v.shape) for v in variables]
         local, devices = self.local_replicas, self.strategy.extended.worker_devices
 
@@ -188,47 +192,37 @@ class _Synchronous(Distribution):
             xs = [tf.identity(x) for x in xs]
             return tf.stack([*xs[:2], *(tf.reshape(g, [-1])[0] for g in xs[2:])])
 
-        def timed(replica_fn: Callable) -> tuple[list[float], np.ndarray]:
+        def caller(replica_fn: Callable) -> Callable[[], np.ndarray]:
             def call(xs: Any) -> Any:
                 return self.strategy.run(replica_fn, args=(xs,))
 
-            call = call if eager else tf.function(call)
-            samples = []
-            for repeat in range(SYNC_WARMUP + SYNC_REPEATS):
-                start = time.perf_counter()
-                out = self.strategy.experimental_local_results(call(tensors))[0].numpy()
-                if repeat >= SYNC_WARMUP:
-                    samples.append(time.perf_counter() - start)
-            return samples, out
+            run = call if eager else tf.function(call)
+            return lambda: self.strategy.experimental_local_results(run(tensors))[0].numpy()
 
-        samples, out = timed(reduce)
-        expected = self.replicas * (self.replicas + 1) / 2  # replica r sent r + 1 everywhere
+        reduced = caller(reduce)
+        samples = sync.time_reductions(reduced, self._barrier)
+        out, expected = reduced(), self.replicas * (self.replicas + 1) / 2  # replica r sent r + 1 everywhere
         if not np.all(out == expected):
             raise RuntimeError(f"{self.words}: the timed all-reduce summed to {out[:3]}, expected {expected:g}")
-        dispatch, _ = timed(nothing)
-        per_replica = self.local_replicas
-        collectives = _collectives_per_step(step, args, per_replica) if not eager else None
+        dispatch = sync.time_reductions(caller(nothing), self._barrier)
+        collectives = _collectives_per_step(step, args, self.local_replicas) if not eager else None
         grad_bytes = sum(4 * int(np.prod(s)) for s in shapes)
         how = "eagerly" if eager else "in a tf.function"
         return {
             "strategy": self.words,
             "setup_s": self.setup_s,
-            "sync": {
-                "method": (f"after training, every replica together: the step's two cross-replica reductions "
-                           f"(ReplicaContext.all_reduce SUM of the summed loss and count, then of per-replica "
-                           f"fp32 tensors shaped like the {len(shapes)} gradients, as Keras' optimizer reduces "
-                           f"them), run {how} through strategy.run, timed from call to host copy; median of "
-                           f"{SYNC_REPEATS} after {SYNC_WARMUP} untimed; dispatch_s is the same call without "
-                           "the reductions"),
-                "per_step_s": statistics.median(samples),
-                "samples_s": samples,
-                "dispatch_s": statistics.median(dispatch),
-                "allreduces_per_step": collectives if collectives is not None else float(len(shapes) + 2),
-                "allreduces_counted": ("collective ops in the traced training step, per replica" if
-                                       collectives is not None else "eager: TensorFlow all-reduces each tensor "
-                                       "apart (no packing), so 2 scalars + one per gradient"),
-                "bytes_per_step": grad_bytes + 8,
-            },
+            "sync": sync.figures(
+                samples, grad_bytes,
+                f"TensorFlow: the step's two cross-replica reductions (ReplicaContext.all_reduce SUM of the summed "
+                f"loss and count, then of per-replica fp32 tensors shaped like the {len(shapes)} gradients, as "
+                f"Keras' optimizer reduces them), run {how} through strategy.run, until the host copy; dispatch_s "
+                "is the same call without the reductions",
+                dispatch_s=statistics.median(dispatch),
+                allreduces_per_step=collectives if collectives is not None else float(len(shapes) + 2),
+                allreduces_counted=("collective ops in the traced training step, per replica" if collectives is not
+                                    None else "eager: TensorFlow all-reduces each tensor apart (no packing), so 2 "
+                                    "scalars + one per gradient"),
+            ),
         }
 
 
@@ -403,10 +397,10 @@ class ParameterServer(Distribution):
 
         def timed(fn: Callable) -> list[float]:
             samples = []
-            for repeat in range(SYNC_WARMUP + SYNC_REPEATS):
+            for repeat in range(sync.WARMUP + sync.REPEATS):
                 start = time.perf_counter()
                 self.coordinator.schedule(fn).fetch()
-                if repeat >= SYNC_WARMUP:
+                if repeat >= sync.WARMUP:
                     samples.append(time.perf_counter() - start)
             return samples
 
@@ -421,7 +415,7 @@ class ParameterServer(Distribution):
                            "from the parameter server and pushes as many gradients to it. Timed after training: a "
                            "tf.function scheduled on a worker through the ClusterCoordinator that pulls every "
                            "variable and pushes a tensor of its size back, from schedule to fetch; median of "
-                           f"{SYNC_REPEATS} after {SYNC_WARMUP} untimed; dispatch_s is an empty function's round "
+                           f"{sync.REPEATS} after {sync.WARMUP} untimed; dispatch_s is an empty function's round "
                            "trip"),
                 "per_step_s": statistics.median(samples),
                 "samples_s": samples,

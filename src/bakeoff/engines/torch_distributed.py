@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-import statistics
 import time
 from typing import Any, Protocol
 
@@ -26,10 +25,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from bakeoff.engines.base import Unsupported
+from bakeoff.measure import sync
 from bakeoff.spec import Parallelism, RunSpec
-
-SYNC_REPEATS = 20
-"""Timed repetitions of one step's gradient all-reduces in :meth:`DataParallel.figures` (the median is kept)."""
 
 
 class Strategy(Protocol):
@@ -205,21 +202,25 @@ class DataParallel:
         return {"distributed": f"{self.backend}, rank {self.rank} of {self.world}"}
 
     def _sync_samples(self) -> list[float]:
-        """Seconds one step's gradient all-reduces take, blocking, on buffers shaped as DDP's buckets were in the
-        last step, every repetition started from a barrier."""
+        """Seconds one step's all-reduces take (:mod:`bakeoff.measure.sync`): buffers shaped as DDP's buckets were
+        in the last step, all-reduced one after another, then the loss totals, blocking."""
         buffers = [torch.zeros(n, dtype=dtype, device=self._device) for n, dtype in self.last_round]
-        samples = []
-        for _ in range(SYNC_REPEATS):
-            dist.barrier()
+        buffers.append(torch.zeros(2, dtype=torch.float32, device=self._device))  # global_totals' (sum, count)
+
+        def settle() -> None:
             if self._device.type == "cuda":
                 torch.cuda.synchronize(self._device)
-            start = time.perf_counter()
+
+        def reduce() -> None:
             for buffer in buffers:
                 dist.all_reduce(buffer)
-            if self._device.type == "cuda":
-                torch.cuda.synchronize(self._device)
-            samples.append(time.perf_counter() - start)
-        return samples
+            settle()
+
+        def barrier() -> None:
+            dist.barrier()
+            settle()
+
+        return sync.time_reductions(reduce, barrier)
 
     def figures(self) -> dict[str, Any]:
         """Set-up and synchronisation figures, then the process group is destroyed (training is over)."""
@@ -230,20 +231,16 @@ class DataParallel:
             "backend": self.backend,
             "setup_s": self.setup_s,
             "setup_parts_s": self.setup_parts,  # process group (rendezvous) and DDP wrap
-            "sync": {
-                "method": (f"after training, all ranks together: the all-reduces of one step's gradient buckets "
-                           f"(as DDP bucketed them in the last step: {len(self.last_round)} of "
-                           f"{[n for n, _ in self.last_round]} elements), run one after another and blocking, "
-                           f"timed from a barrier, median of {SYNC_REPEATS}; in training DDP overlaps them with "
-                           "the backward pass, so this is what synchronisation costs when nothing hides it"),
-                "per_step_s": statistics.median(samples),
-                "samples_s": samples,
-                "allreduces_per_step": self.allreduces / steps,  # one per bucket per round
-                "buckets": len(self.last_round),
-                "rounds_per_step": self.sync_rounds / steps,  # 1 with accumulation too: no_sync
-                "bytes_per_step": round(self.bytes / steps),
-                "loss_allreduces_per_step": 1,  # global_totals: the loss sum and count, 8 bytes
-            },
+            "sync": sync.figures(
+                samples, round(self.bytes / steps),
+                f"PyTorch: torch.distributed.all_reduce of buffers shaped as DDP's {len(self.last_round)} gradient "
+                f"buckets of the last step ({[n for n, _ in self.last_round]} elements), one after another, then "
+                "of the loss totals; in training DDP overlaps the buckets' all-reduces with the backward pass",
+                allreduces_per_step=self.allreduces / steps,  # one per bucket per round
+                buckets=len(self.last_round),
+                rounds_per_step=self.sync_rounds / steps,  # 1 with accumulation too: no_sync
+                loss_allreduces_per_step=1,  # global_totals: the loss sum and count, 8 bytes
+            ),
         }
         dist.destroy_process_group()
         return figures

@@ -184,11 +184,14 @@ def _scaling_table(configs: Sequence[ConfigSummary]) -> Table | None:
              "counts the all-reduce ops of its traced step (graph mode packs the gradients into one, plus one for "
              "the loss sum and count; eager mode reduces each tensor on its own)."]
     methods = {f"{r.strategy}: {r.sync_method}" for r in rows if r.sync_method}
+    definitions = sorted({r.sync_definition for r in rows if r.sync_definition})
+    how = (f"The same method in every framework: {'; '.join(definitions)}. What each one's timed call ran:"
+           if definitions else "Each framework's way of timing it:")
     notes.append("All-reduce alone: one step's gradient synchronisation, timed on its own after training; in training "
                  "it overlaps the backward pass (DDP's buckets, XLA's scheduling), so this is its cost when nothing "
                  "hides it; what it adds to a training step is not measured (overlap hides some, contention for "
-                 "cores can add). Each framework's way of timing it:")
-    notes += [f"{m}." for m in sorted(methods)]
+                 f"cores can add). {how}")
+    notes += [f"{m.rstrip('.')}." for m in sorted(methods)]
     notes += sorted({w for r in rows for w in r.warnings})
     notes += sorted({f"{r.config.label}: XLA compiled {r.xla_scope}, not the whole step as on one device."
                      for r in rows if r.xla_scope})
