@@ -118,7 +118,11 @@ def test_env_measures_once_then_shows_what_is_kept(tmp_path):
     assert len(reprobed) == len(lines)
     for before, after in zip(lines, reprobed, strict=True):  # kept unless higher: never lower than before
         fp32 = [float(line.split("fp32 ")[1].split(" GFLOP/s")[0].replace(",", "")) for line in (before, after)]
-        assert fp32[1] >= fp32[0] and ("not kept" in after) == (fp32[1] == fp32[0])
+        assert fp32[1] >= fp32[0]
+        if "not kept" in after:  # the kept figure, shown again
+            assert fp32[1] == fp32[0]
+        if fp32[1] > fp32[0]:  # a higher median is kept (one a few hundredths higher shows as the same 0.1)
+            assert "not kept" not in after
 
 
 def test_the_kept_ceiling_is_the_highest_median_measured():

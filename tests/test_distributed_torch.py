@@ -1,7 +1,8 @@
 """PyTorch DistributedDataParallel trials, end to end: real process groups started by torchrun through the runner.
 
-Every trial is the tiny text classifier, global batch 16, 12 steps, on gloo (CPU). Exactness against one device
-needs dropout 0: each replica draws its own dropout masks, which no single device draws for the same examples.
+Every trial is the tiny text classifier (MNIST under torch.compile), global batch 16, 12 steps, on gloo (CPU).
+Exactness against one device needs dropout 0: each replica draws its own dropout masks, which no single device
+draws for the same examples.
 
 Tolerances are the project's training-loss ones (tests/parity_checks.py, ``check_losses``): fp32 losses within 1e-4
 relative per step of one device's; bf16 within u = 2^-8 at the first step and 8u after. Two shards summed and then
@@ -117,10 +118,14 @@ def test_multi_worker_two_torchrun_agents(trials):
 
 
 def test_compiled_under_ddp_matches_eager(trials):
-    result = trials(execution="graph", **DDP2)
+    # On MNIST: two ranks compiling share one core here, and its step compiles in about half the text classifier's
+    # time. Both models fit DDP's first bucket, so what torch.compile meets under DDP is the same: one bucket's
+    # all-reduce per step, through the compiled backward.
+    mnist = dict(workload="mnist", **DDP2)
+    result = trials(execution="graph", **mnist)
     assert result.extras["graph_builds"] > 0 and result.extras["distributed"]["replicas_identical"] is True
     assert result.extras["distributed"]["sync"]["rounds_per_step"] == 1
-    assert_losses_close(result, trials(**DDP2))
+    assert_losses_close(result, trials(**mnist))
 
 
 def _rank_process(rank: int, mentions: str) -> int | None:
