@@ -26,6 +26,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # parity_checks, when this file runs as a probe script
 
+import parity_checks  # noqa: E402
 from parity_checks import (  # noqa: E402
     Mode,
     Probes,
@@ -36,7 +37,7 @@ from parity_checks import (  # noqa: E402
     check_weights,
 )
 
-STEPS = 3  # training steps per probe; the accumulating run takes as many
+STEPS = parity_checks.STEPS  # training steps per probe, the native probes' (test_parity.py's, shared)
 BACKENDS = {"keras-jax": "jax", "keras-torch": "torch", "keras-tensorflow": "tensorflow"}
 EXECUTION = {"keras-jax": "graph", "keras-torch": "eager", "keras-tensorflow": "graph"}
 # tiny preset, the native models' exact counts (tests/test_parity.py spells them out)
@@ -50,40 +51,48 @@ def _installed(module: str) -> bool:
 
 
 def _command(workload: str, mode: Mode, out: Path) -> list[str]:
-    backend = BACKENDS.get(mode.framework, "tensorflow")  # the native TF engine is Keras on TF too
-    env = ["env", f"KERAS_BACKEND={backend}", "TF_CPP_MIN_LOG_LEVEL=2"]
-    if mode.framework in BACKENDS:
-        return [*env, sys.executable, __file__, workload, mode.framework, mode.execution, str(out)]
-    return [*env, sys.executable, "-m", "bakeoff.parity", workload, mode.framework, str(out), "--steps", str(STEPS),
-            "--execution", mode.execution, "--accum-steps", str(STEPS)]
+    env = ["env", f"KERAS_BACKEND={BACKENDS[mode.framework]}", "TF_CPP_MIN_LOG_LEVEL=2"]
+    return [*env, sys.executable, __file__, workload, mode.framework, mode.execution, str(out)]
+
+
+class KerasProbes:
+    """The Keras probes (this file as a script), and the native eager ones from the session's parity probes
+    (``python -m bakeoff.parity``, the same STEPS: run once for this file and tests/test_parity.py)."""
+
+    def __init__(self, keras: Probes, native: Probes) -> None:
+        self.keras, self.native = keras, native
+
+    def get(self, workload: str, mode: Mode) -> dict[str, np.ndarray]:
+        return (self.keras if mode.framework in BACKENDS else self.native).get(workload, mode)
 
 
 @pytest.fixture(scope="module")
-def probes(tmp_path_factory: pytest.TempPathFactory) -> Probes:
-    return Probes(tmp_path_factory.mktemp("keras"), _command)
+def probes(tmp_path_factory: pytest.TempPathFactory, parity_probes: Probes) -> KerasProbes:
+    return KerasProbes(Probes(tmp_path_factory.mktemp("keras"), _command), parity_probes)
 
 
-def _keras(probes: Probes, workload: str, framework: str) -> dict[str, np.ndarray]:
+def _keras(probes: KerasProbes, workload: str, framework: str) -> dict[str, np.ndarray]:
     for module in ("keras", BACKENDS[framework]):
         if not _installed(module):
             pytest.skip(f"{framework} needs {module}: pip install 'bakeoff[keras]' and the backend")
     return probes.get(workload, Mode(framework, EXECUTION[framework]))
 
 
-def _native(probes: Probes, workload: str, framework: str) -> dict[str, np.ndarray]:
+def _native(probes: KerasProbes, workload: str, framework: str) -> dict[str, np.ndarray]:
     if not _installed(framework):
         pytest.skip(f"the native {framework} model needs {framework} installed")
     return probes.get(workload, Mode(framework))
 
 
 @pytest.mark.parametrize(("workload", "framework"), CASES)
-def test_parameter_counts_equal_the_native_ones(probes: Probes, workload: str, framework: str) -> None:
+def test_parameter_counts_equal_the_native_ones(probes: KerasProbes, workload: str, framework: str) -> None:
     assert int(_keras(probes, workload, framework)["num_params"]) == PARAMS[workload]
     assert int(_native(probes, workload, "torch")["num_params"]) == PARAMS[workload]
 
 
 @pytest.mark.parametrize(("workload", "framework"), CASES)
-def test_outputs_match_the_native_models_with_copied_weights(probes: Probes, workload: str, framework: str) -> None:
+def test_outputs_match_the_native_models_with_copied_weights(probes: KerasProbes, workload: str,
+                                                             framework: str) -> None:
     k = _keras(probes, workload, framework)
     assert bool(k["roundtrip_same_keys"]) and float(k["roundtrip_max_err"]) == 0.0
     for native in ("torch", "tensorflow"):
@@ -93,7 +102,7 @@ def test_outputs_match_the_native_models_with_copied_weights(probes: Probes, wor
 
 
 @pytest.mark.parametrize(("workload", "framework"), CASES)
-def test_training_matches_native_torch(probes: Probes, workload: str, framework: str) -> None:
+def test_training_matches_native_torch(probes: KerasProbes, workload: str, framework: str) -> None:
     """Losses per step, gradients per tensor, weights after training: Keras' own train step against PyTorch."""
     k, torch = _keras(probes, workload, framework), _native(probes, workload, "torch")
     check_losses(k["losses"], torch["losses"], "fp32")
@@ -103,14 +112,14 @@ def test_training_matches_native_torch(probes: Probes, workload: str, framework:
 
 
 @pytest.mark.parametrize(("workload", "framework"), CASES)
-def test_gradient_accumulation_is_exact(probes: Probes, workload: str, framework: str) -> None:
+def test_gradient_accumulation_is_exact(probes: KerasProbes, workload: str, framework: str) -> None:
     """4 micro-batches give the batch's gradient (the probe), and Keras' gradient_accumulation_steps trains as
     the plain run on the same examples does."""
     check_accumulation(_keras(probes, workload, framework))
 
 
 @pytest.mark.parametrize("framework", list(BACKENDS))
-def test_checkpoint_resumes_exactly_with_dropout(probes: Probes, framework: str) -> None:
+def test_checkpoint_resumes_exactly_with_dropout(probes: KerasProbes, framework: str) -> None:
     k = _keras(probes, "mnist", framework)
     straight, resumed = k["resume_straight"], k["resume_resumed"]
     assert len(straight) == 4 and len(resumed) == 2
@@ -119,7 +128,7 @@ def test_checkpoint_resumes_exactly_with_dropout(probes: Probes, framework: str)
 
 
 @pytest.mark.parametrize("framework", list(BACKENDS))
-def test_a_keras_process_loads_its_backend_only(probes: Probes, framework: str) -> None:
+def test_a_keras_process_loads_its_backend_only(probes: KerasProbes, framework: str) -> None:
     """Keras 3.15 imports JAX (keras.callbacks.orbax_checkpoint) and set_random_seed imports TensorFlow on every
     backend, when installed; the engine blocks both optional imports on the other backends."""
     loaded = set(_keras(probes, "mnist", framework)["frameworks_loaded"].tolist())
