@@ -18,7 +18,8 @@ import pytest
 from bakeoff.launch.machine import LOCK_ENV
 from parity_checks import Probes, parity_command
 
-SHARED_FIXTURES = {"test_parity_jax": "test_parity", "test_keras_backends": "test_parity"}
+SHARED_FIXTURES = {"test_parity_jax": "test_parity", "test_keras_backends": "test_parity",
+                   "test_parity_speech_ctc_jax": "test_parity_speech_ctc"}
 """Files that share a session fixture (the parity probes) run on one worker, so it is made once."""
 FIRST = ("test_readme", "test_parity", "test_parity_jax", "test_parity_speech_ctc_jax", "test_distributed_torch")
 """The longest files start first (longest first: 660, 560, 130, 460, 300 s on one core, 2026-12-03), so the
@@ -69,3 +70,12 @@ def parity_probes(tmp_path_factory: pytest.TempPathFactory) -> Probes:
     """The ``bakeoff.parity`` probes, each (workload, framework, mode) run once per test session and compared by
     every file that needs it: test_parity.py's PyTorch and TensorFlow probes are test_parity_jax.py's references."""
     return Probes(tmp_path_factory.mktemp("parity"), parity_command)
+
+
+@pytest.fixture(scope="session")
+def speech_probes(tmp_path_factory: pytest.TempPathFactory) -> Probes:
+    """test_parity_speech_ctc.py's probes (that file run as a script), each (framework, mode) run once per session:
+    its PyTorch and TensorFlow eager probes are test_parity_speech_ctc_jax.py's references too."""
+    from test_parity_speech_ctc import speech_command
+
+    return Probes(tmp_path_factory.mktemp("parity_speech"), speech_command)

@@ -4,7 +4,8 @@ Each probe is one framework in one mode, in its own process: this file run as a 
 THIS_FILE FRAMEWORK EXECUTION PRECISION OUT.npz``), through the real engine and model code, dropout off:
 ``bakeoff.parity.probe`` plus what speech needs, the padded-frame check and CTC on its own. The cross-framework
 checks and tolerances are tests/parity_checks.py's; the modes compared: eager in both frameworks and
-TensorFlow's tf.function (its production mode), fp32.
+TensorFlow's tf.function (its production mode), fp32. The probes are the session's ``speech_probes``
+(tests/conftest.py): the eager ones are also test_parity_speech_ctc_jax.py's references, run once for both files.
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ from parity_checks import (
 )
 
 FRAMEWORKS = ("torch", "tensorflow")
-STEPS = 6
+# Every probe's batches are padded to a multiple of 64 frames (the workload's `pad_multiple` data option): a new
+# batch length is a new trace for tf.function and jax.jit, and a new compile of every primitive for eager JAX. So
+# padded, the training batches take 2 lengths (a retrace, then reuse) and the accumulation's micro-batches 3 (128
+# to 250 frames: still padded apart), against 12 distinct lengths unpadded.
+STEPS, ACCUM_STEPS = 6, 3
+DATA = (("pad_multiple", "64"),)
 MODES = (*EAGER, Mode("tensorflow", "graph"))
 pytestmark = pytest.mark.skipif(not all(registry.installed(f) for f in FRAMEWORKS),
                                 reason="parity needs both torch and tensorflow installed")
@@ -65,26 +71,33 @@ def _tight(engine, workload, test: dict[str, np.ndarray]) -> dict[str, np.ndarra
 def probe(framework: str, execution: str = "eager", precision: str = "fp32") -> dict[str, np.ndarray]:
     from bakeoff.parity import probe as common_probe
 
-    # 3 accumulating steps: tf.function retraces each one, for its 4 micro-batches' new shapes (~4 s a trace)
     out = common_probe("speech_ctc", framework, steps=STEPS, batch_size=16, execution=execution,
-                       precision=precision, examples=32, accum_steps=3, extra=_tight)
+                       precision=precision, examples=32, accum_steps=ACCUM_STEPS, data=DATA, extra=_tight)
     rng = np.random.default_rng(3)  # CTC alone, on fixed logits: (4 utterances, 30 frames, 29 classes)
     ctc_case = (rng.normal(0, 2, (4, 30, 29)).astype(np.float32), rng.integers(1, 29, (4, 12)).astype(np.int32),
                 np.array([12, 1, 7, 10], np.int32), np.array([30, 9, 30, 21], np.int32))
+    if framework == "jax":
+        import jax.numpy as jnp
+
+        from bakeoff.workloads.speech_ctc.jax_model import ctc_losses
+
+        logits, labels, label_lengths, logit_lengths = map(jnp.asarray, ctc_case)
+        out["ctc"] = np.asarray(ctc_losses(logits, logit_lengths, labels, label_lengths))
+        return out
     out["ctc"] = _ctc_losses(framework, *ctc_case)
-    out["ctc_sparse"] = _ctc_losses(framework, *ctc_case, sparse=framework == "tensorflow")
+    out["ctc_sparse"] = _ctc_losses(framework, *ctc_case, sparse=framework == "tensorflow")  # as the models call it
     return out
 
 
-def _command(workload: str, mode: Mode, out: Path) -> list[str]:
+def speech_command(workload: str, mode: Mode, out: Path) -> list[str]:
+    """The probe of ``mode``: this file run as a script."""
     return [sys.executable, __file__, mode.framework, mode.execution, mode.precision, str(out)]
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Probes:
-    found = Probes(tmp_path_factory.mktemp("parity_speech"), _command)
-    found.prefetch([("speech_ctc", mode) for mode in MODES[::-1]])  # tf.function's (slowest) first
-    return found
+def runs(speech_probes: Probes) -> Probes:
+    speech_probes.prefetch([("speech_ctc", mode) for mode in MODES[::-1]])  # tf.function's (slowest) first
+    return speech_probes
 
 
 @pytest.fixture(scope="module")

@@ -5,17 +5,14 @@ The checks are test_parity_speech_ctc.py's: parameter counts; the canonical weig
 log-probabilities with copied weights; padding never changing a real frame; gradient accumulation exact across
 micro-batches padded to different lengths; every training loss, gradient and trained tensor; every tensor moved;
 CTC alone on fixed logits. Each JAX probe (eager, jit) is compared with PyTorch's and TensorFlow's eager probe.
-Each probe is one framework in one mode, in its own process, through the real engine, dropout off: this file run
-as a script (``python THIS_FILE FRAMEWORK EXECUTION PRECISION OUT.npz``), test_parity_speech_ctc.py's probe with
-fewer steps, so PyTorch and TensorFlow are probed again here with the same steps.
+The probes are test_parity_speech_ctc.py's (that file run as a script, one framework and mode in its own process,
+its batches padded to a multiple of 64 frames), the session's ``speech_probes``: the PyTorch and TensorFlow eager
+ones are run once for both files.
 """
 
 from __future__ import annotations
 
 import itertools
-import sys
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,42 +29,14 @@ from parity_checks import (
     check_outputs,
     check_weights,
 )
+from test_parity_speech_ctc import DATA, STEPS
 
-# Fewer steps than test_parity_speech_ctc.py's 6 and 3, and every probe's batches padded to a multiple of 64
-# frames (the workload's `pad_multiple` data option): eager JAX compiles each primitive again for every new batch
-# shape (~120 small XLA computations, ~7 s here) and jax.jit the whole step. Padded so, the 4 training batches take
-# 2 lengths (192, then 250 three times: a retrace, then reuse) and the accumulation's micro-batches 3 (128 to 250:
-# still padded apart), against 12 distinct lengths unpadded; the JAX probes took 130 and 81 s then.
-STEPS, ACCUM_STEPS = 4, 2
-DATA = (("pad_multiple", "64"),)
 JAX = (Mode("jax"), Mode("jax", "graph"))
-MODES = (*JAX, *EAGER)  # the slow probes first: two run at a time
+MODES = (*JAX, *EAGER)  # the slow probes first
 PAIRS = [(j, o) for j in JAX for o in EAGER]  # every JAX probe against each other framework's eager probe
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not all(registry.installed(f) for f in ("jax", "torch", "tensorflow")),
                                  reason="JAX speech parity needs jax, torch and tensorflow installed")]
-
-
-def probe(framework: str, execution: str = "eager", precision: str = "fp32") -> dict[str, np.ndarray]:
-    """test_parity_speech_ctc.probe, with fewer steps (below) and JAX's CTC for the CTC-alone case."""
-    from bakeoff.parity import probe as common_probe
-    from test_parity_speech_ctc import _ctc_losses, _tight
-
-    out = common_probe("speech_ctc", framework, steps=STEPS, batch_size=16, execution=execution,
-                       precision=precision, examples=32, accum_steps=ACCUM_STEPS, data=DATA, extra=_tight)
-    rng = np.random.default_rng(3)  # the same fixed logits and labels as test_parity_speech_ctc.probe
-    ctc_case = (rng.normal(0, 2, (4, 30, 29)).astype(np.float32), rng.integers(1, 29, (4, 12)).astype(np.int32),
-                np.array([12, 1, 7, 10], np.int32), np.array([30, 9, 30, 21], np.int32))
-    if framework == "jax":
-        import jax.numpy as jnp
-
-        from bakeoff.workloads.speech_ctc.jax_model import ctc_losses
-
-        logits, labels, label_lengths, logit_lengths = map(jnp.asarray, ctc_case)
-        out["ctc"] = np.asarray(ctc_losses(logits, logit_lengths, labels, label_lengths))
-    else:
-        out["ctc"] = _ctc_losses(framework, *ctc_case, sparse=framework == "tensorflow")  # as the models call it
-    return out
 
 
 def _train_batches() -> list[dict[str, np.ndarray]]:
@@ -79,15 +48,10 @@ def _train_batches() -> list[dict[str, np.ndarray]]:
     return list(itertools.islice(wl.batches(data.train, 16, 0, 0), STEPS))
 
 
-def _command(workload: str, mode: Mode, out: Path) -> list[str]:
-    return [sys.executable, __file__, mode.framework, mode.execution, mode.precision, str(out)]
-
-
 @pytest.fixture(scope="module")
-def probes(tmp_path_factory: pytest.TempPathFactory) -> dict[Mode, dict[str, np.ndarray]]:
-    found = Probes(tmp_path_factory.mktemp("parity_speech_jax"), _command)
-    with ThreadPoolExecutor(2) as pool:  # two probes at a time: 2 cores
-        return dict(zip(MODES, pool.map(lambda m: found.get("speech_ctc", m), MODES), strict=True))
+def probes(speech_probes: Probes) -> dict[Mode, dict[str, np.ndarray]]:
+    speech_probes.prefetch([("speech_ctc", m) for m in MODES])
+    return {m: speech_probes.get("speech_ctc", m) for m in MODES}
 
 
 def _ids(value: object) -> str:
@@ -142,8 +106,9 @@ def test_training_moved_every_tensor(probes, mode):
 
 
 @pytest.mark.parametrize("other", EAGER, ids=_ids)
-def test_ctc_losses_agree_on_the_same_logits(probes, other):
-    a, b = probes[Mode("jax")]["ctc"], probes[other]["ctc"]
+@pytest.mark.parametrize("labels", ["ctc", "ctc_sparse"])  # TensorFlow's dense labels, and sparse as on CPU
+def test_ctc_losses_agree_on_the_same_logits(probes, other, labels):
+    a, b = probes[Mode("jax")]["ctc"], probes[other][labels]
     assert a.shape == b.shape == (4,)
     assert np.all(np.isfinite(a)) and np.all(a > 0)
     assert np.abs(a - b).max() / np.abs(b).max() <= 1e-5, (a, b)
@@ -166,6 +131,3 @@ def test_eager_and_jitted_jax_agree(probes):
     check_losses(graph["losses"], eager["losses"], "fp32")
     check_gradients(graph, eager)
 
-
-if __name__ == "__main__":
-    np.savez(sys.argv[4], **probe(*sys.argv[1:4]))
