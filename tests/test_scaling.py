@@ -99,8 +99,8 @@ def test_report_has_a_scaling_table_and_chart(tmp_path) -> None:
 
 
 def test_the_common_sync_method_is_said_once_and_each_frameworks_call_after_it(tmp_path) -> None:
-    torch_sync = sync.figures([0.002] * 3, 400, "PyTorch: all_reduce of DDP's buckets")
-    tf_sync = sync.figures([0.003] * 3, 400, "TensorFlow: two reductions through strategy.run")
+    torch_sync = sync.figures([0.002] * 3, 400, "all_reduce of DDP's buckets")
+    tf_sync = sync.figures([0.003] * 3, 400, "two reductions through strategy.run")
     results = [*_distributed(_torch([500, 500, 500]), "data_parallel", 1),
                *_distributed(_torch([800, 800, 800]), "data_parallel", 2),
                *_distributed(repeats("tensorflow", "graph", [400] * 3, [None] * 3, final_metric=[0.8] * 3),
@@ -113,8 +113,8 @@ def test_the_common_sync_method_is_said_once_and_each_frameworks_call_after_it(t
     text = " ".join(render_report(results, tmp_path)["markdown"].read_text().split())
     assert text.count(sync.DEFINITION) == 1
     assert f"The same method in every framework: {sync.DEFINITION}. What each one's timed call ran:" in text
-    assert "DDP: PyTorch: all_reduce of DDP's buckets." in text
-    assert "MirroredStrategy: TensorFlow: two reductions through strategy.run." in text
+    assert "DDP: all_reduce of DDP's buckets." in text
+    assert "MirroredStrategy: two reductions through strategy.run." in text
 
 
 def test_accumulation_is_compared_with_one_micro_batch_per_step() -> None:

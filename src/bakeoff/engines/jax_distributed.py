@@ -176,7 +176,7 @@ class Sharded:
         if samples:
             figures["sync"] = sync.figures(
                 samples, nbytes,
-                "JAX: one jax.jit program summing over the mesh a pytree shaped as the gradients and the loss totals "
+                "one jax.jit program summing over the mesh a pytree shaped as the gradients and the loss totals "
                 "(XLA's all-reduce), blocked on; in training XLA schedules the step's all-reduces inside the "
                 "compiled step, where they may overlap other work")
             if self._hlo_collectives is not None:

@@ -213,7 +213,7 @@ class _Synchronous(Distribution):
             "setup_s": self.setup_s,
             "sync": sync.figures(
                 samples, grad_bytes,
-                f"TensorFlow: the step's two cross-replica reductions (ReplicaContext.all_reduce SUM of the summed "
+                f"the step's two cross-replica reductions (ReplicaContext.all_reduce SUM of the summed "
                 f"loss and count, then of per-replica fp32 tensors shaped like the {len(shapes)} gradients, as "
                 f"Keras' optimizer reduces them), run {how} through strategy.run, until the host copy; dispatch_s "
                 "is the same call without the reductions",

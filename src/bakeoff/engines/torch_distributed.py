@@ -226,6 +226,7 @@ class DataParallel:
         """Set-up and synchronisation figures, then the process group is destroyed (training is over)."""
         samples = self._sync_samples()
         steps = max(self.steps, 1)
+        buckets = [n for n, _ in self.last_round]
         figures = {
             "strategy": f"DistributedDataParallel ({self.backend}), {self.world} ranks",
             "backend": self.backend,
@@ -233,9 +234,9 @@ class DataParallel:
             "setup_parts_s": self.setup_parts,  # process group (rendezvous) and DDP wrap
             "sync": sync.figures(
                 samples, round(self.bytes / steps),
-                f"PyTorch: torch.distributed.all_reduce of buffers shaped as DDP's {len(self.last_round)} gradient "
-                f"buckets of the last step ({[n for n, _ in self.last_round]} elements), one after another, then "
-                "of the loss totals; in training DDP overlaps the buckets' all-reduces with the backward pass",
+                f"torch.distributed.all_reduce of buffers shaped as DDP's gradient bucket{'s' * (len(buckets) > 1)} "
+                f"of the last step ({buckets} elements), one after another, then of the loss totals; in training "
+                "DDP overlaps the buckets' all-reduces with the backward pass",
                 allreduces_per_step=self.allreduces / steps,  # one per bucket per round
                 buckets=len(self.last_round),
                 rounds_per_step=self.sync_rounds / steps,  # 1 with accumulation too: no_sync
