@@ -395,14 +395,8 @@ class ParameterServer(Distribution):
         def nothing() -> tf.Tensor:
             return tf.constant(0.0)
 
-        def timed(fn: Callable) -> list[float]:
-            samples = []
-            for repeat in range(sync.WARMUP + sync.REPEATS):
-                start = time.perf_counter()
-                self.coordinator.schedule(fn).fetch()
-                if repeat >= sync.WARMUP:
-                    samples.append(time.perf_counter() - start)
-            return samples
+        def timed(fn: Callable) -> list[float]:  # sync's loop; no barrier: the coordinator drives every worker
+            return sync.time_reductions(lambda: self.coordinator.schedule(fn).fetch(), lambda: None)
 
         samples, dispatch = timed(pull_push), timed(nothing)
         grad_bytes = sum(4 * int(np.prod(v.shape)) for v in variables)

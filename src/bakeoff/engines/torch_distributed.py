@@ -238,7 +238,7 @@ class DataParallel:
                 f"of the last step ({buckets} elements), one after another, then of the loss totals; in training "
                 "DDP overlaps the buckets' all-reduces with the backward pass",
                 allreduces_per_step=self.allreduces / steps,  # one per bucket per round
-                buckets=len(self.last_round),
+                buckets=len(buckets),
                 rounds_per_step=self.sync_rounds / steps,  # 1 with accumulation too: no_sync
                 loss_allreduces_per_step=1,  # global_totals: the loss sum and count, 8 bytes
             ),
