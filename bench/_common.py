@@ -10,8 +10,8 @@ from typing import Any
 
 def build_engine(framework: str, workload_name: str = "text_classifier", **spec_fields: Any):  # noqa: ANN201
     """(engine, workload, data, spec) for a CPU spec, the model built from the workload's initial weights."""
-    from bakeoff import registry
-    from bakeoff.spec import RunSpec
+    from bakeoff.core import registry
+    from bakeoff.core.spec import RunSpec
 
     spec = RunSpec(**{"workload": workload_name, "framework": framework, "max_steps": 10**6, "device": "cpu",
                       **spec_fields})

@@ -19,7 +19,7 @@ def main() -> None:
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "bakeoff.cli", "--help"], check=True, capture_output=True)
         times.append(time.perf_counter() - start)
-    probe = ("import sys, bakeoff.cli as c; c.build_parser().format_help(); "
+    probe = ("import sys, bakeoff.cli.main as c; c.build_parser().format_help(); "
              "print(' '.join(m for m in ('torch','tensorflow','jax','keras') if m in sys.modules) or 'none')")
     leaked = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout.strip()
     median = statistics.median(times)

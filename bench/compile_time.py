@@ -1,10 +1,10 @@
 """Compile time of each framework's compiled mode on the text classifier: jax.jit against tf.function, XLA and
 torch.compile, each the whole training step, measured the way every trial measures it.
 
-Each case is a real trial (``bakeoff.runner.run_one``: a fresh process, empty compile caches), text classifier
-``tiny``, batch 32, 8 steps, 3 repeats, the frameworks interleaved. The compile cost is the first step's time minus
-the median steady step (the first step also runs the step once), and the import and model-build times are shown
-beside it; the graphs built are each engine's count (a new input shape would add one).
+Each case is a real trial (``bakeoff.run.executors.local.run_one``: a fresh process, empty compile caches),
+text classifier ``tiny``, batch 32, 8 steps, 3 repeats, the frameworks interleaved. The compile cost is the
+first step's time minus the median steady step (the first step also runs the step once), and the import and
+model-build times are shown beside it; the graphs built are each engine's count (a new input shape would add one).
 
 Run: .venv/bin/python bench/compile_time.py [REPEATS]     (about 4 minutes on 2 cores)
 """
@@ -16,9 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bakeoff import registry
-from bakeoff.runner import run_one
-from bakeoff.spec import RunSpec, Status
+from bakeoff.core import registry
+from bakeoff.core.spec import RunSpec, Status
+from bakeoff.run.executors.local import run_one
 
 CASES = [("jax", "graph"), ("tensorflow", "graph"), ("tensorflow", "xla"), ("torch", "graph")]
 

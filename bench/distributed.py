@@ -17,9 +17,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bakeoff import registry, runner
-from bakeoff.identity import identify
-from bakeoff.spec import RunSpec, TrialResult
+from bakeoff.core import registry
+from bakeoff.core.identity import identify
+from bakeoff.core.spec import RunSpec, TrialResult
+from bakeoff.run.executors import local as runner
 
 MODES = {"torch": "eager", "tensorflow": "graph"}  # each framework as its users train
 SETUPS = [("none", 1), ("data_parallel", 1), ("data_parallel", 2), ("multi_worker", 2), ("parameter_server", 2)]

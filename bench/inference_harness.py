@@ -32,7 +32,7 @@ def child(fmt: str, path: str, calls: int) -> None:
 
     import numpy as np
 
-    from bakeoff.deploy import formats
+    from bakeoff.core import formats
     from bakeoff.deploy.infer import latencies, timer_cost
 
     runtime = importlib.import_module(formats.get(fmt).runtime_module)
@@ -58,7 +58,7 @@ def main() -> None:
     calls = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
     import numpy as np
 
-    from bakeoff import registry
+    from bakeoff.core import registry
     from bakeoff.deploy import torch_deploy
 
     workload = registry.workload("mnist")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def main() -> None:
-    from bakeoff.store import Store
+    from bakeoff.results.store import Store
 
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()

@@ -128,9 +128,9 @@ def time_steps(step: Callable[[dict], float], batches: Sequence[dict], warmup: i
 
 def measure(side: str, framework: str, execution: str, preset: str) -> dict:
     """One side's steady step time in this (fresh) process."""
-    from bakeoff import registry
+    from bakeoff.core import registry
+    from bakeoff.core.spec import RunSpec
     from bakeoff.engines.base import threads_for
-    from bakeoff.spec import RunSpec
 
     warmup, steps = STEPS[preset]
     if side == "reference":
@@ -157,8 +157,8 @@ def check_reference(framework: str, preset: str) -> dict:
     """In this (fresh) process: build ``framework``'s reference at ``preset``, take one step on 4 examples, and
     return its parameter count against bakeoff's, its output shape and that first loss."""
     from _references import REFERENCE_LIBRARY, REFERENCES
-    from bakeoff import registry
-    from bakeoff.spec import RunSpec
+    from bakeoff.core import registry
+    from bakeoff.core.spec import RunSpec
 
     if importlib.util.find_spec(REFERENCE_LIBRARY[framework]) is None:
         return {"missing": REFERENCE_LIBRARY[framework]}

@@ -23,8 +23,8 @@ STEPS, ROUNDS = 40, 7
 
 
 def measure(framework: str) -> dict[str, float]:
+    from bakeoff.core.spec import Status, TrialResult
     from bakeoff.engines.base import train
-    from bakeoff.spec import Status, TrialResult
 
     engine, workload, data, spec = build_engine(framework, max_steps=STEPS, eval_every=10**9, warmup_steps=0)
     batches = list(workload.batches(data.train, spec.batch_size, spec.seed, 0))[:STEPS]
@@ -58,8 +58,8 @@ def measure(framework: str) -> dict[str, float]:
 
 def bookkeeping(workload, data, spec) -> float:  # noqa: ANN001
     """Seconds per step that ``train`` spends outside ``train_step``: clocks, batch slicing, counters."""
+    from bakeoff.core.spec import RunSpec, Status, TrialResult
     from bakeoff.engines.base import Engine, train
-    from bakeoff.spec import RunSpec, Status, TrialResult
 
     class NullEngine(Engine):
         def setup(self, weights): ...

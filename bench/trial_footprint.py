@@ -12,9 +12,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bakeoff import registry, runner
-from bakeoff.identity import identify
-from bakeoff.spec import RunSpec
+from bakeoff.core import registry
+from bakeoff.core.identity import identify
+from bakeoff.core.spec import RunSpec
+from bakeoff.run.executors import local as runner
 
 MIB = 2**20
 MODES = {"torch": "eager", "tensorflow": "graph"}  # each framework as its users train

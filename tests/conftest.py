@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.launch.machine import LOCK_ENV
+from bakeoff.run.machine import LOCK_ENV
 from parity_checks import Probes, parity_command
 
 SHARED_FIXTURES = {"test_parity_jax": "test_parity", "test_keras_backends": "test_parity",
@@ -27,7 +27,7 @@ short ones fill in at the end instead of one long file running alone."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Each worker's runs hold a machine lock of their own (bakeoff.launch.machine): workers measure on disjoint
+    # Each worker's runs hold a machine lock of their own (bakeoff.run.machine): workers measure on disjoint
     # cores, and no test should wait for a developer's own `bakeoff run` in another terminal.
     os.environ[LOCK_ENV] = str(Path(tempfile.gettempdir()) / f"bakeoff-tests-{os.getpid()}.lock")
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
@@ -67,7 +67,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
 @pytest.fixture(scope="session")
 def parity_probes(tmp_path_factory: pytest.TempPathFactory) -> Probes:
-    """The ``bakeoff.parity`` probes, each (workload, framework, mode) run once per test session and compared by
+    """The ``bakeoff.trial.parity`` probes, each (workload, framework, mode) run once per test session and compared by
     every file that needs it: test_parity.py's PyTorch and TensorFlow probes are test_parity_jax.py's references."""
     return Probes(tmp_path_factory.mktemp("parity"), parity_command)
 

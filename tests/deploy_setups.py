@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bakeoff import registry
-from bakeoff.deploy import formats
-from bakeoff.spec import RunSpec
+from bakeoff.core import formats, registry
+from bakeoff.core.spec import RunSpec
 
 WORKLOADS = ("text_classifier", "autoencoder", "mnist", "speech_ctc")
 EXAMPLES = 4
@@ -24,7 +23,7 @@ class Setup:
     """One workload's model in one framework, with its test inputs (``config``: preset overrides that shrink it)."""
 
     def __init__(self, framework: str, workload: str, root: Path, config: tuple = ()) -> None:
-        from bakeoff.parity import perturbed
+        from bakeoff.trial.parity import perturbed
 
         self.adapter = importlib.import_module(formats.adapter_module(framework))
         self.workload = workload

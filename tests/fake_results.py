@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bakeoff.spec import RunSpec, Status, TrialResult
+from bakeoff.core.spec import RunSpec, Status, TrialResult
 
 TARGET = 0.78
 BATCH = 32

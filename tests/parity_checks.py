@@ -1,6 +1,6 @@
 """The cross-framework parity checks and their tolerances, shared by test_parity.py and test_parity_speech_ctc.py.
 
-A probe (``bakeoff.parity``) is one framework in one execution mode and precision, in its own process. The tests
+A probe (``bakeoff.trial.parity``) is one framework in one execution mode and precision, in its own process. The tests
 compare every PyTorch probe with every TensorFlow probe of the same precision — so compiled modes
 (``torch.compile``, ``tf.function``, XLA) are checked against the other framework's eager and compiled modes —
 and each probe with itself (gradient accumulation) and with the initial weights (training moved them).
@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from bakeoff.measure.environment import usable_cores
-from bakeoff.parity import per_tensor_errors, unflatten
+from bakeoff.trial.parity import per_tensor_errors, unflatten
 
 BF16_U = 2.0**-8
 
@@ -65,12 +65,12 @@ def pairs(modes: tuple[Mode, ...]) -> list[tuple[Mode, Mode]]:
 
 
 STEPS = 6
-"""Training steps of a ``bakeoff.parity`` probe (each also accumulates over as many micro-batches)."""
+"""Training steps of a ``bakeoff.trial.parity`` probe (each also accumulates over as many micro-batches)."""
 
 
 def parity_command(workload: str, mode: Mode, out: Path) -> list[str]:
-    """The ``python -m bakeoff.parity`` probe of ``workload`` in ``mode``, writing its arrays to ``out``."""
-    return [sys.executable, "-m", "bakeoff.parity", workload, mode.framework, str(out), "--steps", str(STEPS),
+    """The ``python -m bakeoff.trial.parity`` probe of ``workload`` in ``mode``, writing its arrays to ``out``."""
+    return [sys.executable, "-m", "bakeoff.trial.parity", workload, mode.framework, str(out), "--steps", str(STEPS),
             "--execution", mode.execution, "--precision", mode.precision, "--accum-steps", str(STEPS)]
 
 

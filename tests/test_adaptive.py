@@ -1,4 +1,4 @@
-"""Adaptive repeats (``--repeats auto``, :mod:`bakeoff.adaptive`): the run adds repeats only to the sections whose
+"""Adaptive repeats (``--repeats auto``, :mod:`bakeoff.run.adaptive`): the run adds repeats only to the sections whose
 verdict is unsettled, stops when all are settled or at ``max_repeats``, records the looks on every run, and
 resumes from the store.
 
@@ -15,11 +15,12 @@ import zlib
 import numpy as np
 import pytest
 
-from bakeoff import adaptive, runner
 from bakeoff.analysis.calibration import Noise, draw_run
-from bakeoff.spec import RunSpec
-from bakeoff.store import Store
-from bakeoff.suite import parse_suite
+from bakeoff.core.spec import RunSpec
+from bakeoff.plan.suite import parse_suite
+from bakeoff.results.store import Store
+from bakeoff.run import adaptive
+from bakeoff.run.executors import local as runner
 
 SUITE = """
 name = "adaptive"
@@ -99,8 +100,8 @@ def test_an_adaptive_run_again_resumes_from_the_store_and_runs_nothing_twice(tmp
 
 
 def test_repeats_auto_and_max_repeats_are_checked_naming_the_flag_or_line():
-    from bakeoff.spec import SpecError
-    from bakeoff.suite import load_suite
+    from bakeoff.core.spec import SpecError
+    from bakeoff.plan.suite import load_suite
 
     assert load_suite("quick", {"repeats": "auto"}).adaptive == {"first": 3, "max": 6}
     assert load_suite("quick", {"repeats": "auto", "max_repeats": 4}).adaptive == {"first": 3, "max": 4}
@@ -117,7 +118,7 @@ def test_repeats_auto_and_max_repeats_are_checked_naming_the_flag_or_line():
 
 
 def test_the_dry_run_says_how_many_more_trials_repeats_auto_may_add(tmp_path, capsys):
-    from bakeoff.cli import main
+    from bakeoff.cli.main import main
 
     assert main(["run", "--repeats", "auto", "--max-repeats", "5", "--dry-run", "--store",
                  str(tmp_path / "s.sqlite")]) == 0

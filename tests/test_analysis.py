@@ -10,7 +10,7 @@ import pytest
 
 from bakeoff.analysis.decide import DEFAULT_WEIGHTS, decide, decide_each, display_name, resolve_weights
 from bakeoff.analysis.stats import group_results, summarise, summarise_groups
-from bakeoff.spec import RunSpec
+from bakeoff.core.spec import RunSpec
 from fake_results import MIB, default_results, failed, repeats, trial
 
 FAMILIARITY = {"team_familiarity": {"torch": 1, "tensorflow": 5}}
@@ -464,7 +464,7 @@ def test_three_frameworks_are_ranked_and_judged_alike():
 
 
 def _timed_out(framework: str, execution: str, count: int, first: int = 3) -> list:
-    from bakeoff.spec import Status
+    from bakeoff.core.spec import Status
 
     return [failed(framework, execution, repeat=first + i, status=Status.TIMEOUT, reason="timeout after 60 s: killed")
             for i in range(count)]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bakeoff.core.spec import RunSpec
 from bakeoff.data import DataError
-from bakeoff.spec import RunSpec
 from bakeoff.workloads.autoencoder.workload import AutoencoderWorkload, make_sequences
 
 

@@ -12,13 +12,13 @@ from types import SimpleNamespace
 import pytest
 
 import fake_results as fake
-from bakeoff import registry
 from bakeoff.analysis.decide import decide
 from bakeoff.analysis.stats import summarise_groups
+from bakeoff.core import registry
+from bakeoff.core.spec import RunSpec, Status
 from bakeoff.measure import ceiling
 from bakeoff.report.render import render_report
-from bakeoff.spec import RunSpec, Status
-from bakeoff.store import Store
+from bakeoff.results.store import Store
 
 INSTALLED = [fw for fw in ("torch", "tensorflow", "jax") if registry.installed(fw)]
 
@@ -215,7 +215,7 @@ def test_a_result_without_mfu_says_why_in_the_report():
 
 @pytest.mark.skipif("torch" not in INSTALLED, reason="needs torch")
 def test_a_run_probes_the_ceiling_once_in_its_first_trial_and_keeps_it(tmp_path):
-    from bakeoff.runner import run
+    from bakeoff.run.executors.local import run
 
     store_path = tmp_path / "s.sqlite"
     specs = [RunSpec(workload="mnist", framework="torch", max_steps=12, eval_every=12, seed=s, threads=1)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff import registry
+from bakeoff.core import registry
 
 BOTH = pytest.mark.skipif(not (registry.installed("torch") and registry.installed("tensorflow")),
                           reason="needs torch and tensorflow")
@@ -29,7 +29,7 @@ def trials(db: Path) -> list[tuple]:
 
 def test_help_is_fast_path_and_imports_no_framework():
     code = ("import sys, contextlib, io\n"
-            "import bakeoff.cli as c\n"
+            "import bakeoff.cli.main as c\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    c.build_parser().print_help()\n"
             "c.main(['list'])\n"
@@ -221,9 +221,9 @@ if mode:
     ("raise", "out_of_memory", "MemoryError: simulated"),
 ])
 def test_crashing_trials_become_results(tmp_path, monkeypatch, mode, status, reason):
-    from bakeoff import runner
-    from bakeoff.spec import RunSpec
-    from bakeoff.store import Store
+    from bakeoff.core.spec import RunSpec
+    from bakeoff.results.store import Store
+    from bakeoff.run.executors import local as runner
 
     (tmp_path / "sitecustomize.py").write_text(CRASHER)
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}")

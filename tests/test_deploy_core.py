@@ -8,12 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from bakeoff.deploy import formats, infer, model_dir, pipeline
+from bakeoff.core import formats
+from bakeoff.core.spec import RunSpec, SpecError
+from bakeoff.deploy import infer, pipeline
 from bakeoff.deploy.exporting import export_loads, probe_batch
 from bakeoff.report import deployment
 from bakeoff.report.templates import Table, to_html, to_markdown
-from bakeoff.spec import RunSpec, SpecError
-from bakeoff.store import Store
+from bakeoff.results import model_dir
+from bakeoff.results.store import Store
 
 
 def test_every_format_names_its_runtime_module_and_adapter_and_is_unique_per_framework():

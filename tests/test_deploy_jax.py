@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bakeoff import registry
-from bakeoff.deploy import Unsupported, formats
+from bakeoff.core import formats, registry
+from bakeoff.deploy import Unsupported
 from bakeoff.deploy.exporting import probe_batch
 from deploy_setups import EXAMPLES, WORKLOADS, Runner, runner, setups_fixture, worst
 

@@ -9,10 +9,11 @@ import json
 import numpy as np
 import pytest
 
-from bakeoff import registry
-from bakeoff.deploy import model_dir, pipeline
-from bakeoff.spec import RunSpec, SpecError
-from bakeoff.store import Store
+from bakeoff.core import registry
+from bakeoff.core.spec import RunSpec, SpecError
+from bakeoff.deploy import pipeline
+from bakeoff.results import model_dir
+from bakeoff.results.store import Store
 
 pytestmark = pytest.mark.skipif(not registry.installed("torch"), reason="needs PyTorch")
 
@@ -92,7 +93,7 @@ def test_formats_of_another_framework_or_unknown_are_refused_before_anything_run
 
 
 def test_report_shows_the_deployments_and_weighs_them_when_asked(kept, tmp_path):
-    from bakeoff import cli
+    from bakeoff.cli import main as cli
 
     store, directory, _ = kept
     pipeline.export_and_measure(directory, store, SETTINGS, ["torch-onnx"])

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bakeoff import registry
-from bakeoff.deploy import Unsupported, formats
-from bakeoff.spec import RunSpec
+from bakeoff.core import formats, registry
+from bakeoff.core.spec import RunSpec
+from bakeoff.deploy import Unsupported
 
 torch = pytest.importorskip("torch")
 td = pytest.importorskip("bakeoff.deploy.torch_deploy")

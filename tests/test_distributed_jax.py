@@ -1,4 +1,5 @@
-"""JAX data parallel, through real trials (``bakeoff.runner.run_one``): one process over a mesh of 2 CPU devices
+"""JAX data parallel, through real trials
+(``bakeoff.run.executors.local.run_one``): one process over a mesh of 2 CPU devices
 (``jax_num_cpu_devices``) and 2 processes joined by ``jax.distributed`` (bakeoff's ``jax_distributed`` launcher,
 gloo collectives), and a process killed mid-trial.
 
@@ -21,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bakeoff import registry
+from bakeoff.core import registry
+from bakeoff.core.spec import RunSpec, Status, TrialResult
 from bakeoff.measure import sync as measure_sync
-from bakeoff.runner import run_one
-from bakeoff.spec import RunSpec, Status, TrialResult
+from bakeoff.run.executors.local import run_one
 
 pytestmark = pytest.mark.skipif(not registry.installed("jax"), reason="needs jax")
 
@@ -127,7 +128,7 @@ def test_a_killed_process_fails_the_trial_and_leaves_none_behind(tmp_path, monke
         while time.monotonic() < deadline and not killed:
             training = any(b"train/loss" in p.read_bytes() for p in events.glob("events.out.tfevents.*"))
             for pid, (environ, *cmdline) in _processes(mark).items():
-                if training and "\0JAX_PROCESS_ID=1\0" in "\0" + environ and "bakeoff.trial" in cmdline:
+                if training and "\0JAX_PROCESS_ID=1\0" in "\0" + environ and "bakeoff.trial.main" in cmdline:
                     killed["pid"] = pid
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.1)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bakeoff import registry
-from bakeoff.runner import run_one
-from bakeoff.spec import RunSpec, Status
+from bakeoff.core import registry
+from bakeoff.core.spec import RunSpec, Status
+from bakeoff.run.executors.local import run_one
 from parity_checks import check_losses
 
 pytestmark = pytest.mark.skipif(not (registry.installed("torch") and registry.installed("tensorflow")),

@@ -1,4 +1,5 @@
-"""TensorFlow distribution strategies, through real trials (``bakeoff.runner.run_one``): MirroredStrategy over 2
+"""TensorFlow distribution strategies, through real trials
+(``bakeoff.run.executors.local.run_one``): MirroredStrategy over 2
 logical CPU devices, MultiWorkerMirroredStrategy over 2 worker processes, a parameter-server cluster (chief, 2
 workers, 1 parameter server), and a worker killed mid-trial.
 
@@ -23,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bakeoff import registry
+from bakeoff.core import registry
+from bakeoff.core.spec import RunSpec, Status, TrialResult
 from bakeoff.measure import sync as measure_sync
-from bakeoff.runner import run_one
-from bakeoff.spec import RunSpec, Status, TrialResult
+from bakeoff.run.executors.local import run_one
 
 pytestmark = pytest.mark.skipif(not registry.installed("tensorflow"), reason="needs tensorflow")
 
@@ -180,8 +181,8 @@ def test_killed_worker_fails_the_trial_and_leaves_no_process(tmp_path, monkeypat
             # Training started: the chief's TensorBoard events hold a training loss.
             training = any(b"train/loss" in p.read_bytes() for p in events.glob("events.out.tfevents.*"))
             for pid, (environ, cmdline) in _processes(mark).items():
-                if training and b"\0BAKEOFF_RANK=1\0" in b"\0" + environ and "bakeoff.trial" in cmdline:
-                    killed.update(pid=pid, spec_path=cmdline[cmdline.index("bakeoff.trial") + 1])
+                if training and b"\0BAKEOFF_RANK=1\0" in b"\0" + environ and "bakeoff.trial.main" in cmdline:
+                    killed.update(pid=pid, spec_path=cmdline[cmdline.index("bakeoff.trial.main") + 1])
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.1)
 

@@ -25,10 +25,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bakeoff import registry, runner
+from bakeoff.core import registry
+from bakeoff.core.spec import RunSpec, Status, TrialResult
 from bakeoff.measure import sync as measure_sync
 from bakeoff.measure.environment import usable_cores
-from bakeoff.spec import RunSpec, Status, TrialResult
+from bakeoff.run.executors import local as runner
 from parity_checks import check_losses
 
 pytestmark = pytest.mark.skipif(not registry.installed("torch"), reason="needs torch")
@@ -136,7 +137,7 @@ def _rank_process(rank: int, mentions: str) -> int | None:
         with contextlib.suppress(OSError):
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
             environ = (entry / "environ").read_bytes().split(b"\0")
-            if (b"bakeoff.trial" in cmdline and f"RANK={rank}".encode() in environ
+            if (b"bakeoff.trial.main" in cmdline and f"RANK={rank}".encode() in environ
                     and any(mentions.encode() in arg for arg in cmdline)):
                 return int(entry.name)
     return None

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import fake_results as fr
-from bakeoff import registry
-from bakeoff.spec import RunSpec, Status, TrialResult
-from bakeoff.store import Store
+from bakeoff.core import registry
+from bakeoff.core.spec import RunSpec, Status, TrialResult
+from bakeoff.results.store import Store
 
 LEAK = "print('LEAKED', sorted(m for m in ('torch', 'tensorflow', 'jax', 'keras') if m in sys.modules))\n"
 
@@ -27,8 +27,8 @@ def bakeoff(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def in_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """``bakeoff ARGS`` through bakeoff.cli.main in a fresh interpreter that then reports the frameworks loaded."""
-    code = (f"import sys\nimport bakeoff.cli\ncode = bakeoff.cli.main({args!r})\n{LEAK}"
+    """``bakeoff ARGS`` through bakeoff.cli.main.main in a fresh interpreter that then reports the frameworks loaded."""
+    code = (f"import sys\nimport bakeoff.cli.main\ncode = bakeoff.cli.main.main({args!r})\n{LEAK}"
             "print('EXIT', code)\n")
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
 
@@ -72,8 +72,8 @@ def test_dry_run_lists_stored_and_to_run_with_an_estimate_and_imports_no_framewo
     assert "4 trials, 0 already stored, 4 to run; no stored results" in first.stdout
     assert not (tmp_path / "r.sqlite").exists() and not (tmp_path / "r").exists()  # nothing written
 
-    from bakeoff.preview import plan
-    from bakeoff.suite import load_suite
+    from bakeoff.plan.preview import plan
+    from bakeoff.plan.suite import load_suite
 
     planned = plan(load_suite(str(tmp_path / "mini.toml")).specs, tmp_path / "r.sqlite")
     stored = next(p.spec for p in planned if p.spec.framework.value == "torch" and p.spec.seed == 0)
@@ -92,7 +92,7 @@ def test_dry_run_lists_stored_and_to_run_with_an_estimate_and_imports_no_framewo
 
 
 def test_version_names_the_package_hash_and_imports_no_framework(tmp_path):
-    code = ("import sys\nimport bakeoff.cli\ntry:\n    bakeoff.cli.main(['--version'])\n"
+    code = ("import sys\nimport bakeoff.cli.main\ntry:\n    bakeoff.cli.main.main(['--version'])\n"
             f"except SystemExit as e:\n    print('EXIT', e.code)\n{LEAK}")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     import bakeoff
@@ -135,7 +135,7 @@ def test_show_lists_suites_and_filters_trials(demo):
 
 
 def test_prune_lists_until_yes_then_deletes_with_the_trials_files(demo):
-    from bakeoff.catalog import Filters, select
+    from bakeoff.results.catalog import Filters, select
 
     r = bakeoff("prune", "--store", "a.sqlite", "--status", "failed", cwd=demo)
     assert r.returncode == 0 and "would delete 1 trial(s)" in r.stdout and "tensorflow/xla" in r.stdout
@@ -162,8 +162,8 @@ def test_prune_lists_until_yes_then_deletes_with_the_trials_files(demo):
 
 
 def test_stale_means_another_bakeoff_or_framework_than_installed():
-    from bakeoff.catalog import stale_reason
-    from bakeoff.identity import identify
+    from bakeoff.core.identity import identify
+    from bakeoff.results.catalog import stale_reason
 
     [spec] = identify([RunSpec(workload="text_classifier", framework="torch", max_steps=2)])
 
@@ -180,7 +180,7 @@ def test_stale_means_another_bakeoff_or_framework_than_installed():
 # --- compare -----------------------------------------------------------------------------------------------------
 
 def test_compare_gives_ratios_with_intervals_and_the_environment_that_differs(tmp_path):
-    from bakeoff.compare import compare_stores
+    from bakeoff.results.compare import compare_stores
 
     fill(tmp_path / "a.sqlite", fr.default_results())
     faster = [scaled(r, 1.3 if r.spec["framework"] == "torch" else 1.0, "Intel Xeon 8480")
@@ -254,7 +254,7 @@ def test_fail_if_slower_than_exit_codes(demo, gate, code, said):
 # --- progress: ETA, resumed; TensorBoard run folders ---------------------------------------------------------------
 
 def test_progress_estimates_from_stored_then_finished_trials_and_says_resumed(tmp_path):
-    from bakeoff.console import RunProgress, console
+    from bakeoff.cli.console import RunProgress, console
 
     a, b, c = (RunSpec(workload="mnist", framework=fw, max_steps=2, seed=s)
                for fw, s in (("torch", 0), ("torch", 1), ("tensorflow", 0)))
@@ -276,7 +276,7 @@ def test_progress_estimates_from_stored_then_finished_trials_and_says_resumed(tm
 
 
 def test_tensorboard_runs_are_named_by_workload_preset_mode_and_seed(tmp_path):
-    from bakeoff.runner import TENSORBOARD_MARK, tensorboard_runs
+    from bakeoff.run.executors.local import TENSORBOARD_MARK, tensorboard_runs
 
     def spec(**kw) -> RunSpec:
         return RunSpec(**{"workload": "text_classifier", "framework": "torch", "max_steps": 2, **kw})
@@ -310,8 +310,8 @@ def test_a_run_keeps_logs_and_tensorboard_in_the_stores_folder_and_prints_it(tmp
 
 
 def test_report_by_suite_name_uses_the_weights_and_scores_recorded_when_it_ran(tmp_path):
-    from bakeoff import cli
-    from bakeoff.store import Store
+    from bakeoff.cli import main as cli
+    from bakeoff.results.store import Store
     from fake_results import default_results
 
     with Store(tmp_path / "r.sqlite") as store:

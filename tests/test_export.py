@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 
 from bakeoff.analysis.quantities import QUANTITIES
-from bakeoff.store import export
+from bakeoff.results.store import export
 from fake_results import MIB, failed, trial
 
 

@@ -17,11 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff import registry, runner
 from bakeoff.analysis.decide import resolve_weights
-from bakeoff.launch import machine, process
-from bakeoff.spec import RunSpec, Status
-from bakeoff.suite import parse_suite
+from bakeoff.core import registry
+from bakeoff.core.spec import RunSpec, Status
+from bakeoff.plan import order as plan_order
+from bakeoff.plan.suite import parse_suite
+from bakeoff.run import machine, process
+from bakeoff.run.executors import local as runner
 
 TORCH = pytest.mark.skipif(not registry.installed("torch"), reason="needs torch")
 
@@ -110,20 +112,20 @@ execution = "xla"
 
 def test_order_interleaves_frameworks_within_each_repeat_and_keeps_every_trial():
     specs = parse_suite(ORDER_SUITE).specs  # repeat-major, every torch configuration before every TF one
-    ordered = runner.order(specs, seed=0)
+    ordered = plan_order.order(specs, seed=0)
     assert sorted(s.key() for s in ordered) == sorted(s.key() for s in specs)
     frameworks = [(s.repeat, s.framework.value) for s in ordered]
     # torch has 2 configurations, TF 3: they alternate, the rotation puts TF first in repeat 1
     assert frameworks == [(0, "torch"), (0, "tensorflow"), (0, "torch"), (0, "tensorflow"), (0, "tensorflow"),
                           (1, "tensorflow"), (1, "torch"), (1, "tensorflow"), (1, "torch"), (1, "tensorflow")]
-    assert runner.order(specs, seed=0) == ordered  # the seed fixes the shuffle
-    shuffles = {tuple(s.label() for s in runner.order(specs, seed=k) if s.framework.value == "tensorflow")
+    assert plan_order.order(specs, seed=0) == ordered  # the seed fixes the shuffle
+    shuffles = {tuple(s.label() for s in plan_order.order(specs, seed=k) if s.framework.value == "tensorflow")
                 for k in range(10)}
     assert len(shuffles) > 1  # configurations are shuffled, not kept in suite order
 
 
 def test_each_result_records_its_position_in_the_run(tmp_path):
-    from bakeoff.store import Store
+    from bakeoff.results.store import Store
 
     # JAX has no engine yet: each trial is recorded at once as unsupported, no process started
     specs = [RunSpec(workload="mnist", framework="jax", max_steps=2, repeat=r, seed=r) for r in (1, 0)]
@@ -153,7 +155,7 @@ time.sleep(600)
 
 OWNER = """
 import sys, time
-from bakeoff.launch import process
+from bakeoff.run import process
 marker = sys.argv[1]
 try:
     with process.interruptible(), process.process_group([sys.executable, "-c", sys.argv[2], marker], "stubborn"):
@@ -183,7 +185,7 @@ def test_a_signal_kills_the_whole_group_even_a_process_that_ignores_sigterm(tmp_
 
 HOLDER = """
 import os, signal, time
-from bakeoff.launch import process
+from bakeoff.run import process
 with process.interruptible():
     try:
         with process.hold():  # as while a result row is written
@@ -385,7 +387,7 @@ def test_a_second_measuring_run_waits_for_the_first_or_runs_at_once_when_told(tm
 def test_a_killed_run_leaves_the_machine_free(tmp_path, monkeypatch):
     lock = tmp_path / "measuring.lock"
     monkeypatch.setenv(machine.LOCK_ENV, str(lock))
-    holder = subprocess.Popen([sys.executable, "-c", "import time; from bakeoff.launch import machine\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import time; from bakeoff.run import machine\n"
                                "with machine.measuring('r.sqlite'):\n    print('held', flush=True); time.sleep(120)"],
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -442,8 +444,8 @@ def test_a_stored_timeout_is_explained_and_runs_again_under_a_longer_timeout(tmp
 
 
 def test_a_timeout_stored_before_its_budget_was_kept_is_read_from_its_reason(tmp_path):
-    from bakeoff.spec import TrialResult
-    from bakeoff.store import Store
+    from bakeoff.core.spec import TrialResult
+    from bakeoff.results.store import Store
 
     spec = RunSpec(workload="mnist", framework="torch", max_steps=2)
     old = TrialResult(spec=spec.to_dict(), key="k1", status=Status.TIMEOUT, reason="no result after 8 s; killed "
@@ -454,12 +456,12 @@ def test_a_timeout_stored_before_its_budget_was_kept_is_read_from_its_reason(tmp
         store.put(old, "s")
         store.put(new, "s")
         assert store.timeouts() == {"k1": 8.0, "k2": 59.5}
-        assert runner.measure_again(store, 900) == {"k1", "k2"}  # a longer timeout: both run again
-        assert runner.measure_again(store, 59.5) == {"k1"}
-        assert runner.measure_again(store, 8) == set()  # the same timeout: the stored result stands
-    assert runner.to_run(spec, {spec.key(): Status.TIMEOUT}, False, False, again={spec.key()})
-    assert not runner.to_run(spec, {spec.key(): Status.TIMEOUT}, False, False, again={"k1"})
-    assert runner.to_run(spec, {spec.key(): Status.TIMEOUT}, False, True)  # --retry-failed
+        assert plan_order.measure_again(store, 900) == {"k1", "k2"}  # a longer timeout: both run again
+        assert plan_order.measure_again(store, 59.5) == {"k1"}
+        assert plan_order.measure_again(store, 8) == set()  # the same timeout: the stored result stands
+    assert plan_order.to_run(spec, {spec.key(): Status.TIMEOUT}, False, False, again={spec.key()})
+    assert not plan_order.to_run(spec, {spec.key(): Status.TIMEOUT}, False, False, again={"k1"})
+    assert plan_order.to_run(spec, {spec.key(): Status.TIMEOUT}, False, True)  # --retry-failed
 
 
 # --- no traceback, nothing half-written ----------------------------------------------------------------------------
@@ -470,7 +472,7 @@ MNIST_RUN = ("run", "--workload", "mnist", "--framework", "torch", "--execution"
 
 def _stored_trial(store: Path) -> None:
     import fake_results
-    from bakeoff.store import Store
+    from bakeoff.results.store import Store
 
     with Store(store) as s:
         s.put(fake_results.trial("torch", "eager"), "quick")
@@ -545,7 +547,7 @@ def test_a_full_disk_while_writing_the_report_leaves_the_old_one_whole(tmp_path)
 def test_a_full_disk_while_storing_keeps_the_result_and_the_next_run_stores_it(tmp_path):
     """Before: `database or disk is full` as a traceback; the trial ran and its result was discarded. The store is
     alone on a small disk (its logs folder is a link to a roomy one), filled once the trial has started."""
-    from bakeoff.store import Store
+    from bakeoff.results.store import Store
 
     with small_disk(tmp_path / "disk", "4m") as disk:
         store, roomy = disk / "r.sqlite", tmp_path / "artifacts"
@@ -605,7 +607,7 @@ def test_a_trial_measured_beside_other_work_is_flagged_and_measured_again_on_req
     it (Linux shares a contested core between sessions first), over steady steps of a second or more (CPU time is
     counted in 10 ms ticks), and its record says other processes used the rest, however its rival might have fared."""
     from bakeoff.measure.environment import OTHER_WORK_SHARE
-    from bakeoff.store import Store
+    from bakeoff.results.store import Store
 
     core = {min(os.sched_getaffinity(0))}
 
@@ -662,7 +664,7 @@ def test_a_timed_out_two_rank_trial_leaves_no_process(monkeypatch, tmp_path, fra
         while not stop.is_set():
             for pid in _marked(mark):
                 with contextlib.suppress(OSError):
-                    if b"bakeoff.trial" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    if b"bakeoff.trial.main" in Path(f"/proc/{pid}/cmdline").read_bytes():
                         seen.add(pid)
             time.sleep(0.1)
 
@@ -686,7 +688,7 @@ def test_a_timed_out_two_rank_trial_leaves_no_process(monkeypatch, tmp_path, fra
 @pytest.mark.parametrize("parallelism", ["none", "data_parallel"])
 def test_killing_bakeoff_itself_kills_its_trial(tmp_path, parallelism):
     """kill -9 of `bakeoff run` (or its crash, or an out-of-memory kill) can run no clean-up: the kernel kills each
-    member when the runner dies (bakeoff.tether), and torchrun's ranks when torchrun dies."""
+    member when the runner dies (bakeoff.core.tether), and torchrun's ranks when torchrun dies."""
     mark = f"BAKEOFF_TEST_GROUP={os.urandom(8).hex()}"
     env = {**os.environ, mark.split("=")[0]: mark.split("=")[1]}
     run = subprocess.Popen([sys.executable, "-m", "bakeoff.cli", "run", "--workload", "mnist", "--framework", "torch",
@@ -718,5 +720,5 @@ def test_killing_bakeoff_itself_kills_its_trial(tmp_path, parallelism):
 
 def _is_trial_process(pid: int) -> bool:
     with contextlib.suppress(OSError):
-        return b"bakeoff.trial" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        return b"bakeoff.trial.main" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     return False

@@ -1,6 +1,6 @@
 """Each workload's FLOPs per example against an independent count: torch's FlopCounterMode over real training
 steps (forward and backward) of the PyTorch model at the tiny preset, on real batches of the shipped data. The
-convention (:meth:`bakeoff.spec.Workload.flops_per_example`): what the step computes, padding included."""
+convention (:meth:`bakeoff.core.spec.Workload.flops_per_example`): what the step computes, padding included."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from bakeoff import registry
-from bakeoff.spec import RunSpec
+from bakeoff.core import registry
+from bakeoff.core.spec import RunSpec
 
 pytestmark = pytest.mark.skipif(not registry.installed("torch"), reason="needs PyTorch")
 BATCH = 8

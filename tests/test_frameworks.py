@@ -1,14 +1,16 @@
-"""A framework is one record (bakeoff.frameworks): every reader takes it from there, and what a record does not list
-is refused before any process starts, naming what is accepted."""
+"""A framework is one record (bakeoff.core.frameworks): every reader takes it from there, and what a record does not
+list is refused before any process starts, naming what is accepted."""
 
 from __future__ import annotations
 
 import pytest
 
-from bakeoff import frameworks, registry, runner, trial
 from bakeoff.analysis.conditions import FRAMEWORK_NAMES
+from bakeoff.core import frameworks, registry
+from bakeoff.core.spec import Framework, RunSpec, Status
 from bakeoff.report.plots import colour
-from bakeoff.spec import Framework, RunSpec, Status
+from bakeoff.run.executors import local as runner
+from bakeoff.trial import main as trial
 
 
 def _spec(framework: str, **kw) -> RunSpec:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff import registry
-from bakeoff.identity import digest, identify
-from bakeoff.spec import RunSpec
+from bakeoff.core import registry
+from bakeoff.core.identity import digest, identify
+from bakeoff.core.spec import RunSpec
 
 
 def _csv(path: Path, flip: bool = False) -> Path:

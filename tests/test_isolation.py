@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff import registry, runner
+from bakeoff.core import registry
+from bakeoff.core.spec import RunSpec, Status
 from bakeoff.measure.events import EventWriter, crc32c
 from bakeoff.measure.isolation import foreign_frameworks, loaded_frameworks
-from bakeoff.spec import RunSpec, Status
+from bakeoff.run.executors import local as runner
 
 TF_LIBS = ["/venv/site-packages/tensorflow/libtensorflow_cc.so.2",
            "/venv/site-packages/tensorflow/libtensorflow_framework.so.2"]

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bakeoff import registry
-from bakeoff.spec import RunSpec
+from bakeoff.core import registry
+from bakeoff.core.spec import RunSpec
 
 pytestmark = pytest.mark.skipif(not registry.installed("jax"), reason="needs jax (pip install 'bakeoff[jax]')")
 

@@ -2,8 +2,8 @@
 native PyTorch and TensorFlow models compute, and trains alike, with the tolerances of tests/parity_checks.py.
 
 Each probe is one framework in one process with its ``KERAS_BACKEND`` set explicitly: the native ones are
-``python -m bakeoff.parity``; a Keras one is this file run as a script (``python tests/test_keras_backends.py
-WORKLOAD FRAMEWORK EXECUTION OUT.npz``), which runs the same ``bakeoff.parity.probe`` and adds an exact-resume
+``python -m bakeoff.trial.parity``; a Keras one is this file run as a script (``python tests/test_keras_backends.py
+WORKLOAD FRAMEWORK EXECUTION OUT.npz``), which runs the same ``bakeoff.trial.parity.probe`` and adds an exact-resume
 check and the frameworks its process loaded.
 
 Modes probed, to keep the file near 2 minutes on 2 cores: each backend in Keras' compiled mode where it is cheap
@@ -57,7 +57,7 @@ def _command(workload: str, mode: Mode, out: Path) -> list[str]:
 
 class KerasProbes:
     """The Keras probes (this file as a script), and the native eager ones from the session's parity probes
-    (``python -m bakeoff.parity``, the same STEPS: run once for this file and tests/test_parity.py)."""
+    (``python -m bakeoff.trial.parity``, the same STEPS: run once for this file and tests/test_parity.py)."""
 
     def __init__(self, keras: Probes, native: Probes) -> None:
         self.keras, self.native = keras, native
@@ -139,7 +139,7 @@ def test_a_keras_jax_trial_runs_end_to_end(tmp_path: Path) -> None:
     """``python -m bakeoff.trial`` on keras-jax: status ok, a trained model, Keras' compiled step counted once."""
     if not (_installed("keras") and _installed("jax")):
         pytest.skip("keras-jax needs keras and jax installed")
-    from bakeoff.spec import RunSpec
+    from bakeoff.core.spec import RunSpec
 
     spec = RunSpec(workload="mnist", framework="keras-jax", execution="graph", batch_size=32, max_steps=40,
                    eval_every=20, warmup_steps=1, seed=0, device="cpu")
@@ -170,8 +170,8 @@ def _loaded_frameworks() -> list[str]:
 def _resume_losses(workload_name: str, framework: str, execution: str, tmp: Path) -> dict[str, np.ndarray]:
     """Four steps straight, against two steps, a checkpoint, a fresh engine that loads it and two more steps —
     dropout on, so the Dropout layers' seed states must come back too."""
-    from bakeoff import registry
-    from bakeoff.spec import RunSpec
+    from bakeoff.core import registry
+    from bakeoff.core.spec import RunSpec
 
     def engine():  # noqa: ANN202
         spec = RunSpec(workload=workload_name, framework=framework, execution=execution, batch_size=16,
@@ -198,7 +198,7 @@ def _resume_losses(workload_name: str, framework: str, execution: str, tmp: Path
 def _probe(workload: str, framework: str, execution: str, out: Path) -> None:
     import tempfile
 
-    from bakeoff import parity
+    from bakeoff.trial import parity
 
     arrays = parity.probe(workload, framework, steps=STEPS, execution=execution, accum_steps=STEPS)
     if workload == "mnist":

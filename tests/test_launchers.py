@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff import registry, runner
-from bakeoff.launch import launchers
-from bakeoff.launch.launchers import Member, Plan
-from bakeoff.spec import RunSpec, SpecError, Status, TrialResult
+from bakeoff.core import registry
+from bakeoff.core.spec import RunSpec, SpecError, Status, TrialResult
+from bakeoff.run import launchers
+from bakeoff.run.executors import local as runner
+from bakeoff.run.launchers import Member, Plan
 
 ARGS = ["spec.json", "result.json", "", ""]
 
@@ -257,7 +258,7 @@ def test_an_interrupt_kills_every_member(tmp_path) -> None:
     import signal
     import threading
 
-    from bakeoff.launch import process
+    from bakeoff.run import process
 
     files = [tmp_path / "pids0", tmp_path / "pids1"]
     members = [Member(f"worker {i}", [sys.executable, "-c", SLEEPER, str(f)], dict(os.environ), True)
@@ -281,7 +282,7 @@ def test_an_interrupt_kills_every_member(tmp_path) -> None:
 
 
 def test_flags_cross_a_single_device_baseline_with_distributed_trials() -> None:
-    from bakeoff.suite import adhoc_suite
+    from bakeoff.plan.suite import adhoc_suite
 
     suite = adhoc_suite({"workload": "mnist", "framework": ["torch"], "execution": ["eager"],
                          "parallelism": ["none", "multi_worker"], "workers": [2], "hosts": ["127.0.0.1", "h2"],

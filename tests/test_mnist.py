@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bakeoff.core.spec import RunSpec
 from bakeoff.data import DataError
 from bakeoff.data.images import load_mnist
-from bakeoff.spec import RunSpec
 from bakeoff.workloads.mnist.workload import MnistWorkload
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from bakeoff import registry, runner
+from bakeoff.core import registry
+from bakeoff.core.spec import RunSpec, SpecError
 from bakeoff.measure.environment import usable_cores
-from bakeoff.spec import RunSpec, SpecError
-from bakeoff.store import Store
+from bakeoff.results.store import Store
+from bakeoff.run.executors import local as runner
 
 BOTH = pytest.mark.skipif(not (registry.installed("torch") and registry.installed("tensorflow")),
                           reason="needs torch and tensorflow")
@@ -75,7 +76,7 @@ def test_interrupted_trial_resumes_to_the_same_losses(tmp_path, monkeypatch, fra
     with Store(tmp_path / "resumed" / "r.sqlite") as store:
         [killed] = runner.run([spec], store, "s", timeout_s=600).ran
         assert killed.status.value == "failed" and "exited with code 7" in killed.reason
-        key = killed.key  # keyed by content (bakeoff.identity), as its checkpoint folder is
+        key = killed.key  # keyed by content (bakeoff.core.identity), as its checkpoint folder is
         assert (tmp_path / "resumed" / "r" / "checkpoints" / key / "loop.json").exists()  # the store's folder
         monkeypatch.delenv("BAKEOFF_TEST_DIE_AT_STEP")
         [resumed] = runner.run([spec], store, "s", timeout_s=600, retry_failed=True).ran
@@ -98,7 +99,8 @@ def test_interrupted_trial_resumes_to_the_same_losses(tmp_path, monkeypatch, fra
 
 
 def test_batch_size_candidates_and_memory_sizes():
-    from bakeoff.batch_search import _sizes, parse_size
+    from bakeoff.plan.suite import parse_size
+    from bakeoff.run.batch_search import _sizes
 
     assert _sizes(8, None, 100) == [8, 16, 32, 64]
     assert _sizes(8, 24, 100) == [24, 48, 72, 96]

@@ -3,7 +3,7 @@ alike, in the modes trials are timed in.
 
 One declarative harness: each workload row names its exact parameter count, output shape and the probes it runs
 beyond eager fp32 (compiled modes, bf16); the checks and their tolerances are tests/parity_checks.py's, the same
-for every workload. Each probe is one framework in one mode, in its own process (`python -m bakeoff.parity`),
+for every workload. Each probe is one framework in one mode, in its own process (`python -m bakeoff.trial.parity`),
 through the real engine and model code, dropout off. speech_ctc has its own file (tests/test_parity_speech_ctc.py:
 its micro-batches are padded to different lengths and CTC is checked on its own).
 
@@ -19,7 +19,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from bakeoff import registry
+from bakeoff.core import registry
 from parity_checks import (
     EAGER,
     STEPS,

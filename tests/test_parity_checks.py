@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bakeoff.parity import flatten, per_tensor_errors, unflatten
+from bakeoff.trial.parity import flatten, per_tensor_errors, unflatten
 from parity_checks import BF16_U, check_gradients, check_losses, check_moved, check_weights
 
 

@@ -17,7 +17,7 @@ import itertools
 import numpy as np
 import pytest
 
-from bakeoff import registry
+from bakeoff.core import registry
 from parity_checks import (
     EAGER,
     Mode,
@@ -40,8 +40,8 @@ pytestmark = [pytest.mark.slow,
 
 
 def _train_batches() -> list[dict[str, np.ndarray]]:
-    """The probe's training batches (bakeoff.parity.probe: batch 16, seed 0, epoch 0), framework-free."""
-    from bakeoff.spec import RunSpec
+    """The probe's training batches (bakeoff.trial.parity.probe: batch 16, seed 0, epoch 0), framework-free."""
+    from bakeoff.core.spec import RunSpec
 
     wl = registry.workload("speech_ctc")
     data = wl.load_data(RunSpec(workload="speech_ctc", framework="jax", preset="tiny", max_steps=STEPS, data=DATA))

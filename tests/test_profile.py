@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bakeoff import registry, runner
+from bakeoff.core import registry
+from bakeoff.core.spec import RunSpec, Status, TrialResult
 from bakeoff.engines.base import Unsupported, next_steps, train
-from bakeoff.measure import profile
-from bakeoff.spec import RunSpec, Status, TrialResult
+from bakeoff.run.executors import local as runner
+from bakeoff.trial import profile
 from bakeoff.workloads.text_classifier.workload import TextClassifierWorkload
 from test_training_loop import CountingEngine, _data
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff import registry
+from bakeoff.core import registry
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BIN = Path(sys.executable).parent

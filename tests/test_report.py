@@ -13,8 +13,8 @@ import pytest
 
 from bakeoff.analysis.decide import decide
 from bakeoff.analysis.stats import summarise_groups
+from bakeoff.core.spec import Status
 from bakeoff.report.render import environment_line, render_report
-from bakeoff.spec import Status
 from fake_results import brute_force_throughput, default_results, failed, repeats, trial
 
 LABELS = ["tensorflow/eager", "tensorflow/graph", "tensorflow/xla", "torch/eager", "torch/graph"]
@@ -213,7 +213,7 @@ def test_graph_builds_column_appears_when_graphs_were_built(tmp_path):
 def test_batch_column_appears_when_configurations_differ_in_examples_per_step(tmp_path):
     import dataclasses
 
-    from bakeoff.spec import RunSpec
+    from bakeoff.core.spec import RunSpec
     from fake_results import trial
 
     def with_batch(result, batch_size, grad_accum=1):

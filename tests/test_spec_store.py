@@ -7,8 +7,8 @@ import sqlite3
 
 import pytest
 
-from bakeoff.spec import SCHEMA_VERSION, Execution, Framework, RunSpec, SpecError, Status, TrialResult
-from bakeoff.store import Store, export
+from bakeoff.core.spec import SCHEMA_VERSION, Execution, Framework, RunSpec, SpecError, Status, TrialResult
+from bakeoff.results.store import Store, export
 
 
 def spec(**kw) -> RunSpec:

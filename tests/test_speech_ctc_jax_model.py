@@ -9,15 +9,15 @@ import itertools
 import numpy as np
 import pytest
 
-from bakeoff import registry
+from bakeoff.core import registry
 
 pytestmark = pytest.mark.skipif(not registry.installed("jax"), reason="needs jax installed (pip install jax)")
 
 
 @pytest.fixture(scope="module")
 def setup():
-    from bakeoff.parity import perturbed
-    from bakeoff.spec import RunSpec
+    from bakeoff.core.spec import RunSpec
+    from bakeoff.trial.parity import perturbed
     from bakeoff.workloads.speech_ctc.jax_model import SpeechCTC
 
     wl = registry.workload("speech_ctc")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bakeoff.analysis.decide import resolve_weights
-from bakeoff.spec import SpecError
-from bakeoff.suite import adhoc_suite, load_suite, parse_suite, shipped_suites
+from bakeoff.core.spec import SpecError
+from bakeoff.plan.suite import adhoc_suite, load_suite, parse_suite, shipped_suites
 
 SUITE = """
 name = "s"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bakeoff.core.spec import Dataset, RunSpec, Status, TrialResult
 from bakeoff.engines.base import Engine, train
-from bakeoff.spec import Dataset, RunSpec, Status, TrialResult
 from bakeoff.workloads.text_classifier.workload import TextClassifierWorkload
 
 

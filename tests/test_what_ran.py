@@ -8,13 +8,13 @@ import shlex
 import numpy as np
 import pytest
 
-from bakeoff import registry
 from bakeoff.analysis.decide import decide, decide_each
 from bakeoff.analysis.mixing import section_mixes
 from bakeoff.analysis.stats import summarise_groups
+from bakeoff.core import registry
+from bakeoff.core.spec import RunSpec
 from bakeoff.report.render import render_report
 from bakeoff.report.what_ran import reproduce_commands
-from bakeoff.spec import RunSpec
 from fake_results import TRAIN_ROWS, respec, trial
 
 TRAIN_A, TRAIN_B = "1a2b3c4d5e6f7a8b", "9f8e7d6c5b4a3921"
@@ -150,7 +150,8 @@ def test_a_full_cross_of_modes_is_one_command_with_every_flag_the_specs_set():
 
 
 def test_the_reproduce_command_parses_back_into_the_same_trials():
-    from bakeoff import cli, suite
+    from bakeoff.cli import main as cli
+    from bakeoff.plan import suite
 
     results = [respec(r, grad_accum=2, stop_at_target=True, data={"split_seed": "3"}, max_steps=None,
                       max_epochs=2.0, eval_every=20)

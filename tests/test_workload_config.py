@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bakeoff import registry
-from bakeoff.spec import RunSpec, SpecError
+from bakeoff.core import registry
+from bakeoff.core.spec import RunSpec, SpecError
 
 
 def spec(workload: str, **fields) -> RunSpec:

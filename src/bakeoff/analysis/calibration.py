@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bakeoff.spec import RunSpec, Status, TrialResult
+from bakeoff.core.spec import RunSpec, Status, TrialResult
 
 if TYPE_CHECKING:
     from bakeoff.analysis.decide import Decision

@@ -1,7 +1,7 @@
 """Like with like: whether each framework ran as its users train it, with which threads, under what machine load.
 
 * **Modes.** A framework judged without any of its production modes (its record's ``production``,
-  :mod:`bakeoff.frameworks`: TensorFlow in eager mode only) or without its compiled mode is not judged as it is
+  :mod:`bakeoff.core.frameworks`: TensorFlow in eager mode only) or without its compiled mode is not judged as it is
   used; the verdict says so.
 * **Threads.** Intra-/inter-op thread pools per configuration, as the engines recorded them.
 * **Load.** The 1-minute load average at a trial's start and end; a run's load is the larger of the two. Two
@@ -22,11 +22,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bakeoff import frameworks as records
 from bakeoff.analysis.quantities import fmt
 from bakeoff.analysis.stats import ConfigSummary
+from bakeoff.core import frameworks as records
+from bakeoff.core.spec import Execution
 from bakeoff.measure.environment import OTHER_WORK_SHARE
-from bakeoff.spec import Execution
 
 FRAMEWORK_NAMES = {name: info.display for name, info in records.FRAMEWORKS.items()}
 

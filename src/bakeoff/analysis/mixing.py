@@ -24,7 +24,7 @@ from typing import Any
 
 from bakeoff.analysis.quantities import fmt
 from bakeoff.analysis.stats import ConfigSummary, short_hash
-from bakeoff.spec import RunSpec, TrialResult
+from bakeoff.core.spec import RunSpec, TrialResult
 
 
 def data_hashes(spec: RunSpec) -> dict[str, str]:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from bakeoff.spec import Status, TrialResult
+from bakeoff.core.spec import Status, TrialResult
 
 MIB = 2**20
 
@@ -142,7 +142,7 @@ def _rate(key: str) -> Callable[[TrialResult, float | None], float | None]:
 
 
 def _distributed(*path: str) -> Callable[[TrialResult, float | None], float | None]:
-    """A figure of ``extras["distributed"]`` (see :mod:`bakeoff.launch.launchers`), ``None`` when not recorded."""
+    """A figure of ``extras["distributed"]`` (see :mod:`bakeoff.run.launchers`), ``None`` when not recorded."""
     def get(r: TrialResult, _budget: float | None) -> float | None:
         value: object = r.extras.get("distributed", {})
         for key in path:

@@ -33,13 +33,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bakeoff import frameworks
 from bakeoff.analysis.bootstrap import percentile_interval
 from bakeoff.analysis.conditions import FRAMEWORK_NAMES, cores
 from bakeoff.analysis.quantities import fmt
 from bakeoff.analysis.stats import ConfigSummary
 from bakeoff.analysis.verdict import MIN_RUNS
-from bakeoff.spec import Parallelism
+from bakeoff.core import frameworks
+from bakeoff.core.spec import Parallelism
 
 STRATEGY_NAMES = {(name, parallelism.value): strategy for name, info in frameworks.FRAMEWORKS.items()
                   for parallelism, strategy in info.strategies.items()}

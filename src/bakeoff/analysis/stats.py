@@ -19,7 +19,7 @@ import numpy as np
 
 from bakeoff.analysis.bootstrap import RESAMPLES, Resampler, percentile_interval, rng_for
 from bakeoff.analysis.quantities import QUANTITIES, Quantity, common_budget, fmt, quantity, steady_steps
-from bakeoff.spec import RunSpec, Status, TrialResult
+from bakeoff.core.spec import RunSpec, Status, TrialResult
 
 __all__ = ["HASH_CHARS", "NOISY_THRESHOLD", "ConfigSummary", "Summary", "fmt", "group_results", "short_hash",
            "short_reason", "summarise", "summarise_groups"]
@@ -217,7 +217,7 @@ def _identity(spec: RunSpec) -> str:
     return json.dumps(_comparable(spec), sort_keys=True, default=str)
 
 
-def _distinct_labels(specs: Sequence[RunSpec]) -> list[str]:
+def distinct_labels(specs: Sequence[RunSpec]) -> list[str]:
     """:meth:`RunSpec.label` of each spec, extended with ``field=value`` for the fields (and data options) that
     tell apart configurations sharing a label: ``torch/graph/batching=bucket``, ``torch/eager/batch_size=16``,
     ``torch/eager/data:train=1a2b3c4d`` (another file content), ``torch/eager/bakeoff=0.1.0+9f8e7d6c``."""
@@ -271,7 +271,7 @@ def group_results(results: Sequence[TrialResult]) -> dict[tuple[str, str, str], 
         by_label.setdefault((spec.workload, preset, spec.label()), []).append(trials)
     groups: dict[tuple[str, str, str], list[TrialResult]] = {}
     for (workload, preset, label), clashing in by_label.items():
-        labels = _distinct_labels([t[0].run_spec for t in clashing]) if len(clashing) > 1 else [label]
+        labels = distinct_labels([t[0].run_spec for t in clashing]) if len(clashing) > 1 else [label]
         for name, trials in zip(labels, clashing, strict=True):
             groups[(workload, preset, name)] = trials
     return dict(sorted(groups.items()))

@@ -9,7 +9,7 @@ The flow::
     python -m bakeoff.deploy.infer REQUEST.json RESULT.json    ──► one format, one process, its runtime only
 
 Framework adapters (``<framework>_deploy.py``) and runtimes (``<runtime>_runtime.py``) are the only modules here
-that import a framework; :mod:`bakeoff.deploy.formats` names which module serves which format.
+that import a framework; :mod:`bakeoff.core.formats` names which module serves which format.
 
 **Adapter contract** (module ``bakeoff.deploy.<framework>_deploy``)::
 

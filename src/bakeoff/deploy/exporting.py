@@ -19,9 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff import frameworks as records
-from bakeoff.deploy import Unsupported, formats, model_dir, request_main
+from bakeoff.core import formats
+from bakeoff.core import frameworks as records
+from bakeoff.deploy import Unsupported, request_main
 from bakeoff.measure.isolation import refuse_all_but
+from bakeoff.results import model_dir
 
 INPUTS = "inputs.npz"  # the evaluation split (every array, for the metric) and the probe's serving inputs
 REFERENCE = "reference.npz"  # the framework model's outputs on both
@@ -56,7 +58,7 @@ def probe_batch(split: Mapping[str, np.ndarray], axes: Mapping[str, tuple[str | 
 
 def _reference(request: Mapping[str, Any], manifest: model_dir.Manifest, directory: Path, out: Path,
                adapter: Any) -> dict[str, Any]:
-    from bakeoff import registry
+    from bakeoff.core import registry
 
     workload = registry.workload(manifest.workload)
     data = workload.load_data(manifest.run_spec)

@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.deploy import Unsupported, formats, request_main
+from bakeoff.core import formats
+from bakeoff.deploy import Unsupported, request_main
 from bakeoff.measure.isolation import foreign_frameworks, loaded_frameworks, refuse_all_but
 from bakeoff.measure.memory import RssProbe
 
@@ -90,7 +91,7 @@ def compare(outputs: np.ndarray, reference: np.ndarray) -> float:
 def measure(fmt: formats.Format, path: Path, threads: int, batch: int, calls: int, warmup: int, rounds: int,
             exports: Path, workload_name: str) -> dict[str, Any]:
     """Everything the module docstring lists, for ``fmt`` at ``path``."""
-    from bakeoff import registry
+    from bakeoff.core import registry
     from bakeoff.deploy.exporting import read_inputs
 
     split, probe, reference = read_inputs(exports)

@@ -32,8 +32,8 @@ import numpy as np
 from flax.traverse_util import flatten_dict
 from jax import export as jax_export
 
-from bakeoff import registry
-from bakeoff.spec import Weights
+from bakeoff.core import registry
+from bakeoff.core.spec import Weights
 from bakeoff.workloads.common.jax_encoder import canonical_name
 
 log = logging.getLogger(__name__)

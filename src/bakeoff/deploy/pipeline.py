@@ -24,11 +24,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bakeoff import frameworks as records
-from bakeoff.deploy import formats, model_dir
+from bakeoff.core import formats
+from bakeoff.core import frameworks as records
+from bakeoff.core.spec import RunSpec, SpecError
 from bakeoff.measure.environment import usable_cores
-from bakeoff.spec import RunSpec, SpecError
-from bakeoff.store import Store
+from bakeoff.results import model_dir
+from bakeoff.results.store import Store
 
 log = logging.getLogger("bakeoff.deploy")
 
@@ -67,8 +68,8 @@ def train(specs: Sequence[RunSpec], store: Store, models: Path, timeout_s: float
           progress: Any = None) -> list[tuple[RunSpec, Path | None, str]]:
     """Train each spec and keep its model under ``models``; ``(identified spec, model directory or None, reason)``
     per spec, reusing a model already kept for the same trial key."""
-    from bakeoff import runner
-    from bakeoff.identity import identify
+    from bakeoff.core.identity import identify
+    from bakeoff.run.executors import local as runner
 
     runner.validate(specs)
     identified = identify(specs)
@@ -96,7 +97,7 @@ def _kept(directory: Path) -> bool:
 
 def row_key(manifest: model_dir.Manifest, fmt: str, settings: Settings) -> str:
     """A deployment row's identity: the kept model, the format, the settings and bakeoff's version."""
-    from bakeoff.identity import bakeoff_version
+    from bakeoff.core.identity import bakeoff_version
 
     raw = json.dumps([ROW_VERSION, manifest.key, manifest.created_at, fmt, dataclasses.asdict(settings),
                       settings.cpu_threads, bakeoff_version()])

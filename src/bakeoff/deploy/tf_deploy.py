@@ -28,9 +28,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bakeoff import registry  # noqa: E402
+from bakeoff.core import registry  # noqa: E402
+from bakeoff.core.spec import Weights  # noqa: E402
 from bakeoff.deploy import Unsupported  # noqa: E402
-from bakeoff.spec import Weights  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from bakeoff import registry
-from bakeoff.deploy import Unsupported, formats
-from bakeoff.spec import Weights
+from bakeoff.core import formats, registry
+from bakeoff.core.spec import Weights
+from bakeoff.deploy import Unsupported
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from bakeoff.core.spec import Batch, Dataset, RunSpec, TrialResult, Weights, Workload, shard_batch
 from bakeoff.measure.environment import CpuSharing, usable_cores
 from bakeoff.measure.memory import MemoryProbe, RssProbe
-from bakeoff.spec import Batch, Dataset, RunSpec, TrialResult, Weights, Workload, shard_batch
 
 
 class Unsupported(RuntimeError):
@@ -102,7 +102,7 @@ class Engine(ABC):
         return 0
 
     # Distributed training. A process of a distributed trial trains on its shard of every global batch; the
-    # loop slices the shard (:func:`bakeoff.spec.shard_batch`) and passes the engine its local micro-batches.
+    # loop slices the shard (:func:`bakeoff.core.spec.shard_batch`) and passes the engine its local micro-batches.
 
     def data_shard(self) -> tuple[int, int]:
         """``(rank, world)``: which share of each global batch this process feeds its replicas. ``(0, 1)`` when
@@ -140,7 +140,7 @@ class Engine(ABC):
 
     def profiler(self, directory: Path) -> contextlib.AbstractContextManager[StepTrace]:
         """The framework's own profiler, recording while the block runs and writing its trace into ``directory``
-        when the block ends (:mod:`bakeoff.measure.profile` runs the steps). Raises :class:`Unsupported` when
+        when the block ends (:mod:`bakeoff.trial.profile` runs the steps). Raises :class:`Unsupported` when
         called, before the block, where this engine cannot profile (nor take more steps)."""
         raise Unsupported(f"{type(self).__name__} has no profiler")
 

@@ -30,9 +30,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from bakeoff.core.spec import Parallelism, RunSpec, Weights
 from bakeoff.engines.base import Unsupported
 from bakeoff.measure import sync
-from bakeoff.spec import Parallelism, RunSpec, Weights
 
 State = dict[str, Any]
 

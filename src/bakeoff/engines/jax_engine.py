@@ -37,12 +37,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bakeoff.core.registry import model_class
+from bakeoff.core.spec import Batch, Device, Execution, Precision, RunSpec, Weights
 from bakeoff.engines import jax_distributed
 from bakeoff.engines.base import Engine, Unsupported, threads_for
 from bakeoff.measure.environment import usable_cores
 from bakeoff.measure.memory import MemoryProbe
-from bakeoff.registry import model_class
-from bakeoff.spec import Batch, Device, Execution, Precision, RunSpec, Weights
 
 State = dict[str, Any]  # {"params", "opt_state", "rng"}: everything the step reads and replaces
 
@@ -325,7 +325,7 @@ class _StepTrace:
 def trace(directory: Path) -> Iterator[_StepTrace]:
     """JAX's profiler over the block, written when it ends into ``directory/plugins/profile/<time>/``:
     ``<host>.xplane.pb`` for TensorBoard's profile plugin, and ``<host>.trace.json.gz`` and
-    ``perfetto_trace.json.gz`` for Perfetto (:mod:`bakeoff.measure.profile`)."""
+    ``perfetto_trace.json.gz`` for Perfetto (:mod:`bakeoff.trial.profile`)."""
     jax.profiler.start_trace(str(directory), create_perfetto_trace=True)
     try:
         yield _StepTrace()

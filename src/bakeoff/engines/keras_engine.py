@@ -50,11 +50,11 @@ from typing import Any
 
 import numpy as np
 
+from bakeoff.core.registry import model_class
+from bakeoff.core.spec import Batch, Device, Execution, Parallelism, Precision
 from bakeoff.engines.base import Engine, Unsupported, threads_for
 from bakeoff.measure.environment import usable_cores
 from bakeoff.measure.memory import MemoryProbe
-from bakeoff.registry import model_class
-from bakeoff.spec import Batch, Device, Execution, Parallelism, Precision
 
 BACKENDS = {"keras-jax": "jax", "keras-torch": "torch", "keras-tensorflow": "tensorflow"}
 

@@ -30,12 +30,12 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bakeoff import registry  # noqa: E402
+from bakeoff.core import registry  # noqa: E402
+from bakeoff.core.spec import Batch, Device, Execution, Precision, Weights  # noqa: E402
 from bakeoff.engines import tf_distributed  # noqa: E402
 from bakeoff.engines.base import Engine, Unsupported, threads_for  # noqa: E402
 from bakeoff.engines.tf_optim import Adam  # noqa: E402
 from bakeoff.measure.memory import MemoryProbe  # noqa: E402
-from bakeoff.spec import Batch, Device, Execution, Precision, Weights  # noqa: E402
 
 
 def matmul_rates(precision: str, n: int, repeats: int, threads: int) -> list[float]:
@@ -301,7 +301,7 @@ class _StepTrace:
 @contextlib.contextmanager
 def trace(directory: Path) -> Iterator[_StepTrace]:
     """TensorFlow's profiler over the block, written when it ends as ``plugins/profile/<time>/<host>.xplane.pb``
-    under ``directory``, which TensorBoard's profile plugin opens (:mod:`bakeoff.measure.profile`). Also the
+    under ``directory``, which TensorBoard's profile plugin opens (:mod:`bakeoff.trial.profile`). Also the
     Keras engine's on TensorFlow."""
     tf.profiler.experimental.start(str(directory))
     try:

@@ -1,6 +1,6 @@
 """``python -m bakeoff.engines.tf_server``: one worker or parameter server of a TensorFlow parameter-server cluster.
 
-The launcher (:func:`bakeoff.launch.launchers.plan`) starts one per worker and parameter server, each with its
+The launcher (:func:`bakeoff.run.launchers.plan`) starts one per worker and parameter server, each with its
 ``TF_CONFIG``, beside the chief (the trial process). This starts a ``tf.distribute.Server`` for its task and
 serves until the launcher kills it when the chief is done: the chief's ``ClusterCoordinator`` sends every step,
 and the variables live on the parameter servers. A server exiting on its own is a failure of the trial.
@@ -38,7 +38,7 @@ def main() -> int:
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     kind, index = resolver.task_type, int(resolver.task_id)
     if kind not in ("worker", "ps"):
-        log.error("TF_CONFIG names task %r; a server is a worker or a ps (the chief runs bakeoff.trial)", kind)
+        log.error("TF_CONFIG names task %r; a server is a worker or a ps (the chief runs bakeoff.trial.main)", kind)
         return 2
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:

@@ -24,9 +24,9 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
+from bakeoff.core.spec import Parallelism, RunSpec
 from bakeoff.engines.base import Unsupported
 from bakeoff.measure import sync
-from bakeoff.spec import Parallelism, RunSpec
 
 
 class Strategy(Protocol):

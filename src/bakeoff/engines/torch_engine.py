@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from bakeoff.core.registry import model_class
+from bakeoff.core.spec import Batch, Device, Execution, Parallelism, Precision
 from bakeoff.engines.base import Engine, Unsupported, threads_for
 from bakeoff.engines.torch_distributed import strategy_for
 from bakeoff.measure.memory import MemoryProbe
-from bakeoff.registry import model_class
-from bakeoff.spec import Batch, Device, Execution, Parallelism, Precision
 
 
 def _pin_threads(threads: int) -> None:
@@ -297,7 +297,7 @@ class _StepTrace:
 def trace(directory: Path, cuda: bool) -> Iterator[_StepTrace]:
     """``torch.profiler`` over the block (CPU ops with their input shapes; CUDA kernels too with ``cuda``), written
     when it ends as a Chrome trace, ``<host>.pt.trace.json`` (the ending PyTorch's TensorBoard plugin reads), which
-    Perfetto and chrome://tracing open (:mod:`bakeoff.measure.profile`). Also the Keras engine's on PyTorch."""
+    Perfetto and chrome://tracing open (:mod:`bakeoff.trial.profile`). Also the Keras engine's on PyTorch."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if cuda:
         activities.append(torch.profiler.ProfilerActivity.CUDA)

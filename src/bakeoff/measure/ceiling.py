@@ -44,9 +44,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bakeoff import frameworks as records
+from bakeoff.core import frameworks as records
+from bakeoff.core.spec import Parallelism, RunSpec, Status, TrialResult
 from bakeoff.measure.environment import cpu_model, usable_cores
-from bakeoff.spec import Parallelism, RunSpec, Status, TrialResult
 
 SIZE = 1024  # 2.1 GFLOP a product: long enough to time on a CPU, short enough to probe in seconds
 REPEATS = 20  # about 0.6 s of fp32 products on a 2-core CPU: what a trial's probe adds to its process
@@ -65,7 +65,7 @@ def family(framework: str) -> str:
 
 def fingerprint(framework: str, threads: int, device: str = "auto") -> dict[str, Any]:
     """What a ceiling depends on: the machine (CPU model, cores), the framework's version, threads, device."""
-    from bakeoff.identity import framework_version
+    from bakeoff.core.identity import framework_version
 
     return {"framework": framework, "version": framework_version(framework), "cpu": cpu_model(),
             "cores": os.cpu_count(), "threads": threads, "device": device}

@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bakeoff import frameworks
+from bakeoff.core import frameworks
 
 
 def cpu_model() -> str:

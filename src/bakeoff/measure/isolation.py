@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Mapping
 
-from bakeoff import frameworks as records
+from bakeoff.core import frameworks as records
 
 
 def _mapped_paths() -> list[str]:

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from bakeoff.analysis.conditions import display_name
-from bakeoff.deploy.formats import FORMATS
+from bakeoff.core.formats import FORMATS
 from bakeoff.report.templates import Block, Facts, Heading, Para, Table
 
 COLUMNS = ("framework", "format", "status", "export s", "size", "load s", "first ms", "p50 ms", "p95 ms", "p99 ms",

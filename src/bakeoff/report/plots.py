@@ -10,9 +10,9 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bakeoff import frameworks
 from bakeoff.analysis.stats import ConfigSummary
-from bakeoff.spec import Status
+from bakeoff.core import frameworks
+from bakeoff.core.spec import Status
 
 COLOURS = {name: info.colour for name, info in frameworks.FRAMEWORKS.items()}
 LINESTYLES = {"eager": (0, (1, 1.5)), "graph": "-", "xla": "-."}

@@ -34,12 +34,12 @@ from bakeoff.analysis.quantities import MIB, QUANTITIES, Quantity
 from bakeoff.analysis.scaling import SCALING_COLUMNS, scaling_cells, scaling_rows, scaling_sentence
 from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, fmt, short_reason, summarise_groups
 from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, percent, ratio_text
+from bakeoff.core.spec import SpecError, Status, TrialResult
 from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE, size_note
 from bakeoff.measure.environment import OTHER_WORK_SHARE
 from bakeoff.report import deployment, plots
 from bakeoff.report.templates import Block, Heading, Image, Para, Table, to_html, to_markdown
 from bakeoff.report.what_ran import mix_warning, what_ran_blocks
-from bakeoff.spec import SpecError, Status, TrialResult
 
 NOISY_MARK = "†"
 LOAD_MARK = "‡"
@@ -521,7 +521,8 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
             (``extras["suite"]`` is read when a key is missing).
         decisions: :func:`bakeoff.analysis.decide.decide_each` of these results with these weights, when the caller
             already has them (the bootstrap is not run twice); computed here otherwise.
-        deployments: stored deployment rows (:meth:`bakeoff.store.Store.deployments`) for the Deployment section.
+        deployments: stored deployment rows (:meth:`bakeoff.results.store.Store.deployments`) for the Deployment
+            section.
 
     Returns:
         ``{"markdown", "html", "throughput", "quality_vs_time"}`` (and ``"scaling"`` when distributed trials

@@ -21,8 +21,8 @@ from bakeoff.analysis.conditions import threads
 from bakeoff.analysis.mixing import Mix, budget_text, config_of, data_hashes, framework_version
 from bakeoff.analysis.quantities import fmt, steady_steps
 from bakeoff.analysis.stats import ConfigSummary, short_hash
+from bakeoff.core.spec import Device, Parallelism, RunSpec, TrialResult
 from bakeoff.report.templates import Block, Code, Facts, Heading, Para
-from bakeoff.spec import Device, Parallelism, RunSpec, TrialResult
 
 MAX_CLASS_NAMES = 8
 """Class names listed before "…"."""
@@ -356,7 +356,7 @@ def suite_commands(configs: Sequence[ConfigSummary], suites: Mapping[str, str]) 
     """``bakeoff run --suite NAME`` for the shipped suites the trials came from; a placeholder for other suite files.
     Ad-hoc runs (``adhoc-*``) and suites overridden from the command line (stored as ``NAME+HASH``) have none:
     the flag lines are their command."""
-    from bakeoff.suite import shipped_suites
+    from bakeoff.plan.suite import shipped_suites
 
     names = sorted({n for c in configs for r in c.trials if (n := suites.get(r.key) or r.extras.get("suite"))})
     shipped = shipped_suites()

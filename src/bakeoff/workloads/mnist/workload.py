@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bakeoff.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload
+from bakeoff.core.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload
 from bakeoff.workloads.common.targets import halfway_from_majority
 
 PRESETS: dict[str, dict[str, Any]] = {

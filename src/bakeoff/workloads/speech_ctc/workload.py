@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bakeoff.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload, shard_batch
+from bakeoff.core.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload, shard_batch
 
 PRESETS: dict[str, dict[str, Any]] = {
     # CPU demo size: 216,445 parameters.

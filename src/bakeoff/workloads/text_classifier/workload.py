@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bakeoff.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload
+from bakeoff.core.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload
 from bakeoff.workloads.common.encoder import LAYER_NORM_EPS, glorot, init_encoder_block
 from bakeoff.workloads.common.targets import halfway_from_majority
 

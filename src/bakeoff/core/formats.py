@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from bakeoff.spec import SpecError
+from bakeoff.core.spec import SpecError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Parity probe: what one framework computes from given weights and batches, for cross-framework comparison.
 
-``python -m bakeoff.parity WORKLOAD FRAMEWORK OUT.npz [--preset tiny] [--steps 5] [--execution eager]
+``python -m bakeoff.trial.parity WORKLOAD FRAMEWORK OUT.npz [--preset tiny] [--steps 5] [--execution eager]
 [--precision fp32] [--accum-steps 0]``
 
 Runs in its own process (frameworks never share one), through the real engine and model code in the given
@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff import registry
-from bakeoff.spec import Execution, Precision, RunSpec, Weights, Workload
+from bakeoff.core import registry
+from bakeoff.core.spec import Execution, Precision, RunSpec, Weights, Workload
 
 ACCUM = 4  # micro-batches per step in the accumulation checks
 
@@ -121,7 +121,7 @@ def probe(workload_name: str, framework: str, preset: str = "tiny", steps: int =
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bakeoff.parity", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bakeoff.trial.parity", description=__doc__.splitlines()[0])
     parser.add_argument("workload")
     parser.add_argument("framework")
     parser.add_argument("out", type=Path)

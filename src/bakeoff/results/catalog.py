@@ -1,6 +1,6 @@
 """What a store holds, for people: suites with trial counts and dates, one line per trial, and pruning.
 
-Framework-free and fast: rows are read with :meth:`bakeoff.store.Store.trials`, which decodes no samples.
+Framework-free and fast: rows are read with :meth:`bakeoff.results.store.Store.trials`, which decodes no samples.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from bakeoff.spec import SpecError, Status
-from bakeoff.store import Store, TrialRow
+from bakeoff.core.spec import SpecError, Status
+from bakeoff.results.store import Store, TrialRow
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +42,7 @@ def parse_statuses(text: str | None) -> tuple[Status, ...] | None:
 def stale_reason(row: TrialRow) -> str | None:
     """Why a stored trial's content no longer matches this installation (another bakeoff version or package hash,
     or another version of its framework), so no run here would reuse it; ``None`` when it matches."""
-    from bakeoff.identity import bakeoff_version, framework_version
+    from bakeoff.core.identity import bakeoff_version, framework_version
 
     content = dict(row.spec.get("content") or {})
     if "bakeoff" not in content:

@@ -56,7 +56,7 @@ becomes the matrix's list; a budget flag replaces the whole budget; ``--data`` a
 ``--repeats`` sets every variant's repeats. ``repeats = "auto"`` (``--repeats auto``) is adaptive: every
 configuration runs :data:`FIRST_REPEATS` times, then each (workload, preset) whose verdict is not settled gets
 one more run per configuration, again and again, up to ``max_repeats`` (``--max-repeats``) runs
-(:mod:`bakeoff.adaptive`). A configuration without parallelism has one worker whatever the
+(:mod:`bakeoff.run.adaptive`). A configuration without parallelism has one worker whatever the
 matrix's ``workers`` (``--parallelism none,data_parallel --workers 2`` is a single-device baseline and 2 replicas).
 The suite's excludes still apply (``--framework torch`` on a suite
 that excludes torch in graph mode runs torch's other trials). ``--workload`` is refused with a
@@ -84,7 +84,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from bakeoff.spec import Framework, RunSpec, SpecError
+from bakeoff.core.spec import Framework, RunSpec, SpecError
 
 TOP_LEVEL = ("name", "description", "repeats", "max_repeats", "timeout_s", "defaults", "config", "matrix", "variant",
              "exclude", "weights", "qualitative", "batch_search")
@@ -231,7 +231,7 @@ def field_problem(name: str, value: Any) -> str:
         return "" if ok else f"{name} must be {want}, got {value!r}"
     if kind is str:
         if name == "workload":
-            from bakeoff.registry import WORKLOADS
+            from bakeoff.core.registry import WORKLOADS
 
             if value not in WORKLOADS:
                 return f"unknown workload {value!r}; accepted: {', '.join(WORKLOADS)}"
@@ -288,8 +288,6 @@ def check_overrides(overrides: Mapping[str, Any], with_suite: bool = True) -> di
             if not (isinstance(value, int) and value >= 1):
                 raise refuse(f"{key.replace('_', ' ')} must be a positive integer, got {value!r}")
         elif key == "memory_cap":
-            from bakeoff.batch_search import parse_size
-
             try:
                 parse_size(value)  # kept as given, so it is shown as given
             except SpecError as exc:
@@ -483,8 +481,6 @@ def _build(raw: dict[str, Any], source: str, text: str, overrides: dict[str, Any
         if unknown:
             raise fail("batch_search", f"unknown key(s) {', '.join(unknown)} in [batch_search]; "
                                        "accepted: memory_cap, step")
-        from bakeoff.batch_search import parse_size
-
         cap, step = options.get("memory_cap"), options.get("step")
         if step is not None and not (isinstance(step, int) and not isinstance(step, bool) and step >= 1):
             raise fail("batch_search", f"[batch_search] step must be a positive integer, got {step!r}")
@@ -526,7 +522,8 @@ def _expand(defaults: dict[str, Any], matrix: dict[str, list[Any]], variants: li
     specs: dict[str, RunSpec] = {}
     base_seed = int(defaults.get("seed", 0))
     # Repeat-major order: repeat 0 of every configuration, then repeat 1, ... The runner keeps repeats in turn and
-    # interleaves frameworks within each (bakeoff.runner.order), so drift of the machine lands on every side.
+    # interleaves frameworks within each (bakeoff.run.executors.local.order), so drift of the machine lands on
+    # every side.
     for repeat in range(max(repeats, *(v.get("repeats", repeats) for v in variants))):
         for combo, variant in itertools.product(itertools.product(*(matrix[k] for k in keys)), variants):
             if repeat >= variant.get("repeats", repeats):
@@ -554,3 +551,11 @@ def _expand(defaults: dict[str, Any], matrix: dict[str, list[Any]], variants: li
     if not specs:
         raise SpecError(f"{source}: the suite expands to no trials")
     return list(specs.values())
+
+
+def parse_size(text: str) -> int:
+    """``"6GiB"``, ``"512MiB"``, ``"2G"`` or plain bytes → bytes (K, M, G, T are binary units either way)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
+    if not match:
+        raise SpecError(f"cannot read memory size {text!r}; write e.g. 6GiB, 512MiB or 2G")
+    return int(float(match[1]) * 1024 ** " kmgt".index(match[2].lower() or " "))

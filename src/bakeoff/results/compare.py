@@ -1,6 +1,6 @@
 """The same configurations in two stores (two machines, two versions): B against A, with intervals.
 
-Configurations are matched by :func:`bakeoff.preview.configuration`: every spec field but seed and repeat, a data
+Configurations are matched by :func:`bakeoff.core.identity.configuration`: every spec field but seed and repeat, a data
 file counted by its content, the resolved model configuration by its hash, and *not* the bakeoff or framework
 versions, so the same suite run by two releases, or on two machines, lines up. Per matched configuration:
 
@@ -22,9 +22,9 @@ import numpy as np
 
 from bakeoff.analysis.bootstrap import Difference, Resampler, difference, rng_for
 from bakeoff.analysis.quantities import quantity
-from bakeoff.preview import configuration
-from bakeoff.spec import SpecError, Status, TrialResult
-from bakeoff.store import Store
+from bakeoff.core.identity import configuration
+from bakeoff.core.spec import SpecError, Status, TrialResult
+from bakeoff.results.store import Store
 
 QUANTITIES = ("examples_per_s", "time_to_target_s")
 """What a comparison shows per configuration."""

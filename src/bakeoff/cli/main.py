@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     env.add_argument("--threads", type=int, default=0, help="threads of the probe, as a trial's --threads [0: all "
                                                             "cores]")
     _add_store_commands(sub)
-    from bakeoff.deploy.commands import add_commands
+    from bakeoff.cli.deploy import add_commands
 
     add_commands(sub, _add_trial_options, DEFAULT_STORE)
     return parser
@@ -156,8 +156,8 @@ def _add_trial_options(parser: argparse.ArgumentParser, rules: str = "") -> None
                            "names each workload's fields)")
     grid.add_argument("--target", type=float, help="quality target on the test split [the workload's for the preset, "
                                                    "measured on the shipped data; derived from user data]")
-    from bakeoff import frameworks  # framework-free records (no framework imported)
-    from bakeoff.suite import ADHOC_MATRIX
+    from bakeoff.core import frameworks  # framework-free records (no framework imported)
+    from bakeoff.plan.suite import ADHOC_MATRIX
 
     grid.add_argument("--framework", type=_csv, help=f"comma-separated frameworks: {', '.join(frameworks.names())} "
                                                      f"(`bakeoff list` says what each runs) "
@@ -219,7 +219,7 @@ def _repeats(text: str) -> int | str:
 
 
 def _key_values(items: list[str], what: str) -> dict[str, str]:
-    from bakeoff.spec import SpecError
+    from bakeoff.core.spec import SpecError
 
     out = {}
     for item in items:
@@ -230,7 +230,7 @@ def _key_values(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
-# Flags that describe trials (argparse dest = suite field or override key, see bakeoff.suite.check_overrides).
+# Flags that describe trials (argparse dest = suite field or override key, see bakeoff.plan.suite.check_overrides).
 TRIAL_FLAGS = ("workload", "preset", "config", "target", "framework", "execution", "precision", "parallelism",
                "workers", "hosts", "repeats", "max_repeats",
                "batch_size", "grad_accum", "memory_cap", "batch_step", "checkpoint_every", "max_steps", "max_epochs",
@@ -252,8 +252,8 @@ def _trial_flags(args: argparse.Namespace) -> dict:
 
 
 def _suite(args: argparse.Namespace):  # -> Suite
-    from bakeoff.spec import SpecError
-    from bakeoff.suite import adhoc_suite, load_suite
+    from bakeoff.core.spec import SpecError
+    from bakeoff.plan.suite import adhoc_suite, load_suite
 
     if args.timeout is not None and not args.timeout > 0:
         raise SpecError(f"--timeout {args.timeout:g}: seconds per trial must be above 0")
@@ -268,10 +268,10 @@ def _suite(args: argparse.Namespace):  # -> Suite
 def cmd_run(args: argparse.Namespace) -> int:
     from collections import Counter
 
-    from bakeoff import runner
-    from bakeoff.console import RunProgress, console
-    from bakeoff.launch import machine, process
-    from bakeoff.store import Store, artifacts_dir
+    from bakeoff.cli.console import RunProgress, console
+    from bakeoff.results.store import Store, artifacts_dir
+    from bakeoff.run import machine, process
+    from bakeoff.run.executors import local as runner
 
     suite = _suite(args)
     timeout = args.timeout or suite.timeout_s
@@ -300,7 +300,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if suite.adaptive is None:
                 summary = runner.run(specs, store, suite.name, **options)
             else:
-                from bakeoff import adaptive
+                from bakeoff.run import adaptive
 
                 summary = adaptive.run(specs, store, suite.name, suite.adaptive["first"], suite.adaptive["max"],
                                        suite.weights, suite.qualitative, say=say, grow=progress.extend, **options)
@@ -332,8 +332,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _print_profiles(summary) -> None:
     """Where each trial of the run wrote its trace, and which trials got none (their stored result was reused)."""
-    from bakeoff.console import console
-    from bakeoff.measure.profile import describe
+    from bakeoff.cli.console import console
+    from bakeoff.trial.profile import describe
 
     for result in summary.ran:
         spec = result.run_spec
@@ -348,8 +348,8 @@ def _print_profiles(summary) -> None:
 
 
 def _search_batch_sizes(suite, sizes: dict, log_dir: Path, timeout: float):  # -> (specs, annotations)
-    from bakeoff import batch_search
-    from bakeoff.console import console
+    from bakeoff.cli.console import console
+    from bakeoff.run import batch_search
 
     def show(probe, status) -> None:
         console.print(f"  batch-size probe {probe.label()} batch {probe.batch_size}: {status.value}")
@@ -372,7 +372,7 @@ def _write_report(results, out: Path, weights: dict, qualitative: dict, title: s
     from bakeoff.analysis.decide import decide_each
     from bakeoff.analysis.scaling import scaling_rows, scaling_sentence
     from bakeoff.analysis.stats import summarise_groups
-    from bakeoff.console import console
+    from bakeoff.cli.console import console
     from bakeoff.report import deployment
     from bakeoff.report.render import render_report
 
@@ -395,8 +395,8 @@ def _write_report(results, out: Path, weights: dict, qualitative: dict, title: s
 def _with_deployment(summaries, weights: dict, qualitative: dict, deployments) -> dict:
     """The decision of each workload and preset, with the deployment criteria scored from its stored deployments."""
     from bakeoff.analysis.decide import decide
+    from bakeoff.core.spec import SpecError
     from bakeoff.report import deployment
-    from bakeoff.spec import SpecError
 
     rows = deployment.latest(deployments)
     out = {}
@@ -412,9 +412,9 @@ def _with_deployment(summaries, weights: dict, qualitative: dict, deployments) -
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from bakeoff.spec import SpecError
-    from bakeoff.store import Store, export
-    from bakeoff.suite import check_weights, load_suite, shipped_suites
+    from bakeoff.core.spec import SpecError
+    from bakeoff.plan.suite import check_weights, load_suite, shipped_suites
+    from bakeoff.results.store import Store, export
 
     weights: dict[str, float] = {}
     qualitative: dict = {}
@@ -453,7 +453,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return _report_json(results, out, weights, qualitative, args, suite_name, deployments)
     _write_report(results, out, weights, qualitative, f"bakeoff: {suite_name or 'all trials'}", suites, deployments)
     from bakeoff.analysis.stats import summarise_groups
-    from bakeoff.console import console
+    from bakeoff.cli.console import console
 
     checks = _fail_if_slower(summarise_groups(results), args.fail_if_slower_than)
     for check in checks:
@@ -462,9 +462,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from bakeoff import frameworks, registry
-    from bakeoff.console import console
-    from bakeoff.suite import shipped_suites
+    from bakeoff.cli.console import console
+    from bakeoff.core import frameworks, registry
+    from bakeoff.plan.suite import shipped_suites
 
     if args.presets or args.workload or args.config:
         return _list_presets(args)
@@ -487,9 +487,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 def _list_presets(args: argparse.Namespace) -> int:
     """``bakeoff list --presets``: each preset's fields (what ``--set`` overrides), the fields derived from them,
     the parameter count (framework-free, from the initial weights) and the target."""
-    from bakeoff import registry
-    from bakeoff.console import console
-    from bakeoff.spec import RunSpec, SpecError
+    from bakeoff.cli.console import console
+    from bakeoff.core import registry
+    from bakeoff.core.spec import RunSpec, SpecError
 
     if not args.presets:
         raise SpecError("--workload and --set go with --presets: bakeoff list --presets --workload NAME --set K=V")
@@ -519,7 +519,7 @@ def _shown(value: object) -> str:
 def cmd_env(args: argparse.Namespace) -> int:
     import json
 
-    from bakeoff.console import console
+    from bakeoff.cli.console import console
     from bakeoff.measure.environment import host_environment
 
     console.print_json(json.dumps(host_environment()))
@@ -532,10 +532,10 @@ def _ceilings(args: argparse.Namespace) -> list[str]:
     """Each installed framework's matmul ceiling on this machine: kept in the store, else measured now (one fresh
     process per framework, a few seconds each) and kept, unless --no-probe; with --reprobe, measured again and kept
     when higher (:func:`bakeoff.measure.ceiling.higher`)."""
-    from bakeoff import frameworks, registry
+    from bakeoff.core import frameworks, registry
     from bakeoff.measure import ceiling
     from bakeoff.measure.environment import usable_cores
-    from bakeoff.store import Store
+    from bakeoff.results.store import Store
 
     threads = args.threads or usable_cores()
     lines = [f"matmul ceiling ({ceiling.SIZE}x{ceiling.SIZE} products, median of {ceiling.REPEATS}, {threads} "
@@ -582,9 +582,9 @@ class _Version(argparse.Action):
                  option_string: str | None = None) -> None:
         import platform
 
-        from bakeoff import frameworks
-        from bakeoff.console import console
-        from bakeoff.identity import bakeoff_version, framework_version
+        from bakeoff.cli.console import console
+        from bakeoff.core import frameworks
+        from bakeoff.core.identity import bakeoff_version, framework_version
 
         found = [framework_version(fw) if framework_version(fw) != "not installed" else f"{fw} not installed"
                  for fw in frameworks.markers()]  # frameworks of their own (the Keras rows use these)
@@ -623,10 +623,10 @@ def _add_store_commands(sub: argparse._SubParsersAction) -> None:
                        help="delete them, with their logs, checkpoints and TensorBoard runs (default: only list)")
 
 
-def _dry_run(suite, args: argparse.Namespace) -> int:  # suite: bakeoff.suite.Suite
-    from bakeoff import registry
-    from bakeoff.console import console
-    from bakeoff.preview import duration, plan, total
+def _dry_run(suite, args: argparse.Namespace) -> int:  # suite: bakeoff.plan.suite.Suite
+    from bakeoff.cli.console import console
+    from bakeoff.core import registry
+    from bakeoff.plan.preview import duration, plan, total
 
     planned = plan(suite.specs, args.store, fresh=args.fresh, retry_failed=args.retry_failed,
                    order_seed=args.order_seed, timeout_s=args.timeout or suite.timeout_s, retry_busy=args.retry_busy)
@@ -662,8 +662,8 @@ def _dry_run(suite, args: argparse.Namespace) -> int:  # suite: bakeoff.suite.Su
     return 0
 
 
-def _fail_if_slower(summaries, items: list[str]) -> list:  # -> list[bakeoff.ci.Check]
-    from bakeoff.ci import parse_thresholds, slower_than
+def _fail_if_slower(summaries, items: list[str]) -> list:  # -> list[bakeoff.results.ci.Check]
+    from bakeoff.results.ci import parse_thresholds, slower_than
 
     return slower_than(summaries, parse_thresholds(items)) if items else []
 
@@ -674,11 +674,11 @@ def _report_json(results, out: Path, weights: dict, qualitative: dict, args: arg
 
     from bakeoff.analysis.decide import decide_each
     from bakeoff.analysis.stats import summarise_groups
-    from bakeoff.ci import decisions_json
-    from bakeoff.console import console, errors
-    from bakeoff.identity import bakeoff_version
+    from bakeoff.cli.console import console, errors
+    from bakeoff.core.identity import bakeoff_version
     from bakeoff.report.deployment import CRITERIA
     from bakeoff.report.render import report_folder, write_all
+    from bakeoff.results.ci import decisions_json
 
     summaries = summarise_groups(results)
     checks = _fail_if_slower(summaries, args.fail_if_slower_than)
@@ -700,10 +700,10 @@ def _report_json(results, out: Path, weights: dict, qualitative: dict, args: arg
 def cmd_show(args: argparse.Namespace) -> int:
     import json
 
-    from bakeoff.catalog import Filters, parse_statuses, select, suite_lines, trial_line
-    from bakeoff.console import console
-    from bakeoff.spec import SpecError
-    from bakeoff.store import Store
+    from bakeoff.cli.console import console
+    from bakeoff.core.spec import SpecError
+    from bakeoff.results.catalog import Filters, parse_statuses, select, suite_lines, trial_line
+    from bakeoff.results.store import Store
 
     with Store(args.store, readonly=True) as store:
         if args.key:
@@ -731,8 +731,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     import json
 
-    from bakeoff.compare import compare_stores, lines, to_dict
-    from bakeoff.console import console
+    from bakeoff.cli.console import console
+    from bakeoff.results.compare import compare_stores, lines, to_dict
 
     comparison = compare_stores(args.store_a, args.store_b, args.suite)
     if args.format == "json":
@@ -744,10 +744,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from bakeoff.catalog import Filters, parse_statuses, remove, select, stale_reason, trial_line
-    from bakeoff.console import console
-    from bakeoff.spec import SpecError
-    from bakeoff.store import Store
+    from bakeoff.cli.console import console
+    from bakeoff.core.spec import SpecError
+    from bakeoff.results.catalog import Filters, parse_statuses, remove, select, stale_reason, trial_line
+    from bakeoff.results.store import Store
 
     filters = Filters(args.suite, args.workload, args.framework, parse_statuses(args.status), args.older_than,
                       args.stale)
@@ -767,9 +767,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _deploy_command(name: str):  # the deployment commands live in bakeoff.deploy.commands
+def _deploy_command(name: str):  # the deployment commands live in bakeoff.cli.deploy
     def command(args: argparse.Namespace) -> int:
-        from bakeoff.deploy import commands
+        from bakeoff.cli import deploy as commands
 
         return getattr(commands, f"cmd_{name}")(args)
     return command
@@ -788,8 +788,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    from bakeoff.core.spec import SpecError
     from bakeoff.data import DataError
-    from bakeoff.spec import SpecError
 
     try:
         return COMMANDS[args.command](args)
@@ -802,7 +802,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _interrupted(command: str, exc: KeyboardInterrupt) -> str:
-    """What an interrupted command tells the user (``exc`` is a :class:`bakeoff.launch.process.Interrupted` when the
+    """What an interrupted command tells the user (``exc`` is a :class:`bakeoff.run.process.Interrupted` when the
     run's own signal handling caught it)."""
     name = getattr(exc, "signal_name", "SIGINT")
     if command != "run":
@@ -812,7 +812,3 @@ def _interrupted(command: str, exc: KeyboardInterrupt) -> str:
             if stopped else "no trial was running")
     return (f"bakeoff run: interrupted by {name}; {what}. Finished trials are in the store: "
             "`bakeoff run` with the same options resumes, running only what is missing.\n")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,21 +7,20 @@ a cap on the trial process's resident set (default: half the machine's memory), 
 it is the device's memory, and the framework's own out-of-memory error ends the probe. Sizes grow as powers of
 two, or by a fixed step when one is given, until a probe fails or the training set is exhausted.
 
-Probes are trials run by :func:`bakeoff.runner.run_one`, so SIGINT or SIGTERM during the search kills the running
-probe's process group and raises :class:`bakeoff.launch.process.Interrupted`, as during the run itself.
+Probes are trials run by :func:`bakeoff.run.executors.local.run_one`, so SIGINT or SIGTERM during the search kills
+the running probe's process group and raises :class:`bakeoff.run.process.Interrupted`, as during the run itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bakeoff import runner
-from bakeoff.launch import process
+from bakeoff.core.spec import RunSpec, SpecError, Status
 from bakeoff.measure.environment import total_memory
-from bakeoff.spec import RunSpec, SpecError, Status
+from bakeoff.run import process
+from bakeoff.run.executors import local as runner
 
 PROBE_STEPS = 3
 
@@ -39,14 +38,6 @@ class SearchResult:
 
 def default_memory_cap() -> int:
     return (total_memory() or 8 * 2**30) // 2  # half the RAM (8 GiB assumed when the OS does not say)
-
-
-def parse_size(text: str) -> int:
-    """``"6GiB"``, ``"512MiB"``, ``"2G"`` or plain bytes → bytes (K, M, G, T are binary units either way)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
-    if not match:
-        raise SpecError(f"cannot read memory size {text!r}; write e.g. 6GiB, 512MiB or 2G")
-    return int(float(match[1]) * 1024 ** " kmgt".index(match[2].lower() or " "))
 
 
 def search(spec: RunSpec, train_size: int, log_dir: Path, memory_cap: int | None = None, step: int | None = None,

@@ -2,7 +2,7 @@
 should take, estimated from stored results of the same configuration.
 
 Framework-free and fast (``bakeoff run --dry-run`` answers in well under a second): specs are identified by
-content (:func:`bakeoff.identity.identify` hashes files and reads package metadata; it imports no framework), the
+content (:func:`bakeoff.core.identity.identify` hashes files and reads package metadata; it imports no framework), the
 store is read without decoding samples, and no data set is loaded.
 
 Estimates (:class:`Durations`): the median ``wall_s`` (the trial's whole process) of the successful stored trials
@@ -14,25 +14,15 @@ of every trial finished in this run.
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bakeoff.spec import RunSpec, Status
-from bakeoff.store import Store
-
-
-def configuration(spec: Mapping[str, Any]) -> str:
-    """What a duration depends on: the spec (as a dict) without seed, repeat and versions; a data option whose
-    content is hashed counts by its hash, as in :meth:`RunSpec.key`."""
-    content = dict(spec.get("content") or {})
-    kept = {k: v for k, v in content.items() if k.startswith("data:") or k == "config"}
-    raw = {k: v for k, v in spec.items() if k not in ("seed", "repeat", "content")}
-    raw["data"] = {k: v for k, v in dict(spec.get("data") or {}).items() if f"data:{k}" not in content}
-    raw["content"] = kept
-    return json.dumps(raw, sort_keys=True, default=str)
+from bakeoff.core.identity import configuration
+from bakeoff.core.spec import RunSpec, Status
+from bakeoff.plan.order import measure_again, order, to_run
+from bakeoff.results.store import Store
 
 
 def _label(spec: Mapping[str, Any] | RunSpec) -> tuple[str, str, str]:
@@ -91,19 +81,18 @@ def plan(specs: Sequence[RunSpec], store_path: Path, fresh: bool = False, retry_
          order_seed: int = 0, timeout_s: float | None = None, retry_busy: bool = False) -> list[Planned]:
     """The trials a ``bakeoff run`` of ``specs`` would go through, in its order, without running or writing anything
     (a missing store means nothing is stored yet; it is not created)."""
-    from bakeoff import runner
-    from bakeoff.identity import identify
+    from bakeoff.core.identity import identify
 
-    identified = runner.order(identify(specs), order_seed)
+    identified = order(identify(specs), order_seed)
     recorded: dict[str, Status] = {}
     again: set[str] = set()
     durations = Durations()
     if store_path.exists():
         with Store(store_path, readonly=True) as store:
             recorded, durations = store.statuses(), Durations.from_store(store)
-            again = runner.measure_again(store, timeout_s, retry_busy)
+            again = measure_again(store, timeout_s, retry_busy)
     return [Planned(i, spec, recorded.get(spec.key()),
-                    runs := runner.to_run(spec, recorded, fresh, retry_failed, again),
+                    runs := to_run(spec, recorded, fresh, retry_failed, again),
                     durations.stored(spec) if runs else None)
             for i, spec in enumerate(identified, 1)]
 

@@ -13,13 +13,14 @@ import dataclasses
 import functools
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import bakeoff
-from bakeoff import frameworks, registry
-from bakeoff.spec import RunSpec
+from bakeoff.core import frameworks, registry
+from bakeoff.core.spec import RunSpec
 
 DIGEST_CHARS = 16
 
@@ -82,7 +83,7 @@ def framework_version(framework: str) -> str:
 
 def content(spec: RunSpec) -> dict[str, str]:
     """``RunSpec.content`` for ``spec``: the hash of the files each data option stands for
-    (:meth:`bakeoff.spec.Workload.data_files`), of the resolved configuration, and the bakeoff and framework
+    (:meth:`bakeoff.core.spec.Workload.data_files`), of the resolved configuration, and the bakeoff and framework
     versions."""
     workload = registry.workload(spec.workload)
     out = {f"data:{key}": digest(paths[0]) if len(paths) == 1 else _combined(paths)
@@ -97,3 +98,14 @@ def content(spec: RunSpec) -> dict[str, str]:
 def identify(specs: Sequence[RunSpec]) -> list[RunSpec]:
     """The specs with their ``content`` filled in (what :meth:`RunSpec.key` then depends on)."""
     return [dataclasses.replace(spec, content=content(spec)) for spec in specs]
+
+
+def configuration(spec: Mapping[str, Any]) -> str:
+    """What a duration depends on: the spec (as a dict) without seed, repeat and versions; a data option whose
+    content is hashed counts by its hash, as in :meth:`RunSpec.key`."""
+    content = dict(spec.get("content") or {})
+    kept = {k: v for k, v in content.items() if k.startswith("data:") or k == "config"}
+    raw = {k: v for k, v in spec.items() if k not in ("seed", "repeat", "content")}
+    raw["data"] = {k: v for k, v in dict(spec.get("data") or {}).items() if f"data:{k}" not in content}
+    raw["content"] = kept
+    return json.dumps(raw, sort_keys=True, default=str)

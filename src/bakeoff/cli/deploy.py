@@ -18,7 +18,7 @@ store; a format already measured for the same model and settings is reused unles
 
 
 def _add_export_options(parser: argparse.ArgumentParser) -> None:
-    from bakeoff.deploy import formats
+    from bakeoff.core import formats
 
     group = parser.add_argument_group("export and inference", EXPORT_HELP)
     group.add_argument("--formats", type=lambda v: [x.strip() for x in v.split(",") if x.strip()],
@@ -63,11 +63,10 @@ def add_commands(sub: argparse._SubParsersAction, add_trial_options: Any, defaul
 
 
 def _specs(args: argparse.Namespace) -> list:
-    from bakeoff import frameworks
-    from bakeoff.cli import _trial_flags
-    from bakeoff.deploy import formats
-    from bakeoff.spec import SpecError
-    from bakeoff.suite import adhoc_suite
+    from bakeoff.cli.main import _trial_flags
+    from bakeoff.core import formats, frameworks
+    from bakeoff.core.spec import SpecError
+    from bakeoff.plan.suite import adhoc_suite
 
     given = _trial_flags(args)
     if "workload" not in given:
@@ -92,7 +91,7 @@ def _settings(args: argparse.Namespace):  # -> pipeline.Settings
 
 
 def _train(args: argparse.Namespace, store) -> list[Path]:
-    from bakeoff.console import RunProgress, console
+    from bakeoff.cli.console import RunProgress, console
     from bakeoff.deploy import pipeline
 
     specs = _specs(args)
@@ -110,7 +109,7 @@ def _train(args: argparse.Namespace, store) -> list[Path]:
 
 
 def _export(dirs: list[Path], args: argparse.Namespace, store) -> list[dict]:
-    from bakeoff.console import console
+    from bakeoff.cli.console import console
     from bakeoff.deploy import pipeline
     from bakeoff.report import deployment
 
@@ -131,7 +130,7 @@ def _export(dirs: list[Path], args: argparse.Namespace, store) -> list[dict]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from bakeoff.store import Store
+    from bakeoff.results.store import Store
 
     with Store(args.store) as store:
         dirs = _train(args, store)
@@ -139,8 +138,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from bakeoff.deploy import model_dir
-    from bakeoff.store import Store
+    from bakeoff.results import model_dir
+    from bakeoff.results.store import Store
 
     for directory in args.model_dirs:  # every directory checked before anything runs
         model_dir.read(directory, workload=args.workload)
@@ -150,8 +149,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from bakeoff.cli import DEFAULT_REPORTS, _write_report
-    from bakeoff.store import Store
+    from bakeoff.cli.main import DEFAULT_REPORTS, _write_report
+    from bakeoff.results.store import Store
 
     with Store(args.store) as store:
         dirs = _train(args, store)
@@ -167,8 +166,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from bakeoff.console import console
-    from bakeoff.deploy import model_dir, pipeline
+    from bakeoff.cli.console import console
+    from bakeoff.deploy import pipeline
+    from bakeoff.results import model_dir
 
     manifests = [model_dir.read(d) for d in args.model_dirs]  # every directory checked before anything runs
     ok = True

@@ -4,25 +4,23 @@ Resume is the default: a trial whose spec key is already in the store is skipped
 interrupted run picks up where it stopped. ``retry_failed`` re-runs the recorded trials that did not succeed;
 ``fresh`` re-runs everything.
 
-Order (:func:`order`): repeat by repeat; within a repeat the frameworks take turns (round-robin, the framework
-that goes first rotating from one repeat to the next), and each framework's configurations are shuffled with a
-seed and the repeat number. Slow drift of the machine (heat, background load) so lands on every framework alike.
-Each result records its place in ``extras["order"]`` (``{"position": 3, "of": 18, "seed": 0}``, 1-based, in the
-planned order of the whole run, skipped trials included). Store keys do not depend on the order.
+Order and resume (:mod:`bakeoff.plan.order`): repeat by repeat, frameworks taking turns. Each result records its place
+in ``extras["order"]`` (``{"position": 3, "of": 18, "seed": 0}``, 1-based, in the planned order of the whole run,
+skipped trials included). Store keys do not depend on the order.
 
-Signals (:mod:`bakeoff.launch.process`): SIGINT or SIGTERM during :func:`run` kills the running trial's whole
-process group and raises :class:`~bakeoff.launch.process.Interrupted`. The stopped trial records nothing; its
+Signals (:mod:`bakeoff.run.process`): SIGINT or SIGTERM during :func:`run` kills the running trial's whole
+process group and raises :class:`~bakeoff.run.process.Interrupted`. The stopped trial records nothing; its
 checkpoint directory is kept for the next run to resume from. A result row is written whole or not at all:
 signals are held while it is stored.
 
 Files: a store's trial logs (``logs/<key>.log``), checkpoints (``checkpoints/<key>/``) and TensorBoard runs
 (``tensorboard/<workload>/<preset>/<framework-mode>/seed<N>``, see :func:`tensorboard_runs`) and, with
-``--profile``, profiler traces (``profiles/``, named alike: :mod:`bakeoff.measure.profile`) live in the folder
-named after the store (:func:`bakeoff.store.artifacts_dir`: ``results/bakeoff.sqlite`` -> ``results/bakeoff/``).
+``--profile``, profiler traces (``profiles/``, named alike: :mod:`bakeoff.trial.profile`) live in the folder
+named after the store (:func:`bakeoff.results.store.artifacts_dir`: ``results/bakeoff.sqlite`` -> ``results/bakeoff/``).
 
 A trial that dies of SIGKILL is out of memory only with evidence: the runner's own memory cap, or the kernel's
 OOM-kill counter of this process's memory cgroup having risen during the trial
-(:func:`bakeoff.launch.process.read_oom_kills`).
+(:func:`bakeoff.run.process.read_oom_kills`).
 """
 
 from __future__ import annotations
@@ -31,32 +29,32 @@ import dataclasses
 import json
 import logging
 import os
-import random
 import re
 import shutil
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-from bakeoff import frameworks, registry
-from bakeoff.deploy import model_dir
-from bakeoff.deploy.model_dir import KEEP_MODEL_ENV
+from bakeoff.core import frameworks, registry
+from bakeoff.core.identity import identify
+from bakeoff.core.spec import Device, Parallelism, RunSpec, SpecError, Status, TrialResult
 from bakeoff.engines.base import NO_EVALUATION_ENV
-from bakeoff.identity import identify
-from bakeoff.launch import launchers
-from bakeoff.launch.process import OomKills, interruptible, read_oom_kills
-from bakeoff.launch.process import hold as hold_signals
 from bakeoff.measure import ceiling
-from bakeoff.measure.environment import OTHER_WORK_SHARE, cuda_devices, usable_cores
-from bakeoff.measure.profile import PROFILE_ENV, PROFILE_STEPS_ENV
-from bakeoff.measure.profile import Request as ProfileRequest
-from bakeoff.spec import Device, Parallelism, RunSpec, SpecError, Status, TrialResult
-from bakeoff.store import Store, StoreWriteError
+from bakeoff.measure.environment import cuda_devices, usable_cores
+from bakeoff.plan.order import measure_again, order, to_run
+from bakeoff.results import model_dir
+from bakeoff.results.model_dir import KEEP_MODEL_ENV
+from bakeoff.results.store import Store, StoreWriteError
+from bakeoff.run import launchers
+from bakeoff.run.process import OomKills, interruptible, read_oom_kills
+from bakeoff.run.process import hold as hold_signals
+from bakeoff.trial.profile import PROFILE_ENV, PROFILE_STEPS_ENV
+from bakeoff.trial.profile import Request as ProfileRequest
 
-log = logging.getLogger("bakeoff.runner")
+log = logging.getLogger("bakeoff.run.executors.local")
 
 Progress = Callable[[str, RunSpec, TrialResult | None], None]
 """Called with ("queued" | "start" | "skip" | "done", spec, result) as the run goes: first "queued" for each
@@ -180,16 +178,16 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
             tensorboard_dir: Path | None = None, memory_cap: int | None = None,
             keep_dir: Path | None = None, probe_ceiling: bool = False,
             profile: ProfileRequest | None = None, evaluate: bool = True) -> TrialResult:
-    """Run one spec as a fresh process group (:mod:`bakeoff.launch.launchers`); a crash, hang or kill of any
+    """Run one spec as a fresh process group (:mod:`bakeoff.run.launchers`); a crash, hang or kill of any
     member becomes a result, never an exception.
 
     A checkpoint left in ``checkpoint_dir`` by an interrupted attempt is resumed from; it is deleted once the
     trial succeeds. ``tensorboard_dir`` receives the trial's TensorBoard event files. With ``memory_cap`` (bytes),
     the trial is killed and recorded as out of memory when its group's resident set grows past it. A group whose
     port was taken before it bound it is started again on new ports (``extras["port_retries"]``). With
-    ``keep_dir``, a trial that succeeds keeps its trained model there (:mod:`bakeoff.deploy.model_dir`). With
+    ``keep_dir``, a trial that succeeds keeps its trained model there (:mod:`bakeoff.results.model_dir`). With
     ``probe_ceiling``, the trial probes the matmul ceiling after its result (:mod:`bakeoff.measure.ceiling`). With
-    ``profile``, a trial that succeeds profiles a few more steps after its result (:mod:`bakeoff.measure.profile`).
+    ``profile``, a trial that succeeds profiles a few more steps after its result (:mod:`bakeoff.trial.profile`).
     Without ``evaluate``, the trial never evaluates its model (:func:`bakeoff.engines.base.train`).
     """
     reason = registry.unsupported(spec)
@@ -278,46 +276,26 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
     return result, False
 
 
-def order(specs: Sequence[RunSpec], seed: int = 0) -> list[RunSpec]:
-    """The order trials run in (see module docstring): repeat by repeat; within a repeat, frameworks take turns,
-    the first framework rotating with the repeat, and each framework's configurations are shuffled with
-    ``seed`` and the repeat."""
-    frameworks = list(dict.fromkeys(spec.framework for spec in specs))  # in order of first appearance
-    by_repeat: dict[int, dict] = {}
-    for spec in specs:
-        by_repeat.setdefault(spec.repeat, {f: [] for f in frameworks})[spec.framework].append(spec)
-    out: list[RunSpec] = []
-    for repeat in sorted(by_repeat):
-        rng = random.Random(f"{seed}:{repeat}")  # str seeds hash the same in every process
-        queues = list(by_repeat[repeat].values())
-        for queue in queues:
-            rng.shuffle(queue)
-        turn = repeat % len(queues)
-        queues = queues[turn:] + queues[:turn]
-        for i in range(max(len(q) for q in queues)):
-            out.extend(q[i] for q in queues if i < len(q))
-    return out
-
-
 def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 900,
         fresh: bool = False, retry_failed: bool = False, log_dir: Path | None = None,
         progress: Progress | None = None, annotations: dict[str, dict] | None = None,
         validated: bool = False, order_seed: int = 0, keep_models: Path | None = None,
         profile_steps: int = 0, retry_busy: bool = False) -> RunSummary:
-    """Run every spec not already recorded (or recorded but measured again: :func:`measure_again`), in
-    :func:`order`, storing each result as it finishes.
+    """Run every spec not already recorded (or recorded but measured again:
+    :func:`bakeoff.plan.order.measure_again`), in :func:`bakeoff.plan.order.order`, storing each result as it
+    finishes.
 
     ``annotations`` maps spec keys to extras recorded with that trial's result (e.g. its batch-size search).
     ``validated``: the caller already ran :func:`validate` on these specs (it loads every data set once).
     SIGINT or SIGTERM raises :class:`Interrupted` after killing the running trial, which is not recorded.
     With ``keep_models``, each trial that succeeds keeps its model in a folder of it named by
-    :func:`bakeoff.deploy.model_dir.directory_name`. With ``profile_steps``, each trial that runs and succeeds
-    then profiles that many steps (:mod:`bakeoff.measure.profile`) into its folder of the store's ``profiles``
+    :func:`bakeoff.results.model_dir.directory_name`. With ``profile_steps``, each trial that runs and succeeds
+    then profiles that many steps (:mod:`bakeoff.trial.profile`) into its folder of the store's ``profiles``
     (named as its TensorBoard run is: :func:`tensorboard_runs`); a trial reused from the store is not profiled.
     """
     if not validated:
         validate(specs)
-    # Keys by content (bakeoff.identity): a changed data file, configuration or version is a new trial.
+    # Keys by content (bakeoff.core.identity): a changed data file, configuration or version is a new trial.
     identified = identify(specs)
     annotations = {new.key(): (annotations or {}).get(old.key(), {}) for old, new in zip(specs, identified,
                                                                                            strict=True)}
@@ -327,28 +305,6 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
                        profile_steps, retry_busy)
     summary.specs = identified
     return summary
-
-
-def to_run(spec: RunSpec, recorded: dict[str, Status], fresh: bool, retry_failed: bool,
-           again: Collection[str] = ()) -> bool:
-    """Whether a run with these options runs ``spec`` (identified) given the store's ``recorded`` statuses and the
-    stored trials it measures ``again`` (:func:`measure_again`)."""
-    status = recorded.get(spec.key())
-    return status is None or fresh or spec.key() in again or (retry_failed and status is not Status.OK)
-
-
-def measure_again(store: Store, timeout_s: float | None, retry_busy: bool = False) -> set[str]:
-    """Keys of stored trials a run measures again although stored.
-
-    The timeout is not part of a trial's key (it does not change what the trial measures), but a stored timeout
-    is no answer to a longer one: a trial that timed out under a shorter timeout than ``timeout_s`` runs again.
-    With ``retry_busy``, so does a trial measured while other processes used more than
-    :data:`bakeoff.measure.environment.OTHER_WORK_SHARE` of its cores (``bakeoff run --retry-busy``).
-    """
-    again = {key for key, seconds in store.timeouts().items() if timeout_s is not None and seconds < timeout_s}
-    if retry_busy:
-        again |= {key for key, share in store.other_work().items() if share > OTHER_WORK_SHARE}
-    return again
 
 
 TENSORBOARD_MARK = "bakeoff-trial.json"
@@ -368,7 +324,7 @@ def tensorboard_runs(specs: Sequence[RunSpec], root: Path) -> dict[str, Path]:
     earlier trial of another key owns (its :data:`TENSORBOARD_MARK`), by the key: ``seed0-<key>``. A trial resumed
     or re-run under the same key writes into the same folder.
     """
-    from bakeoff.analysis.stats import _distinct_labels  # the report's names for configurations sharing a label
+    from bakeoff.analysis.stats import distinct_labels  # the report's names for configurations sharing a label
 
     by_base: dict[PurePosixPath, dict[str, RunSpec]] = {}
     for spec in specs:
@@ -376,7 +332,7 @@ def tensorboard_runs(specs: Sequence[RunSpec], root: Path) -> dict[str, Path]:
         by_base.setdefault(base, {})[spec.key()] = spec
     runs: dict[str, Path] = {}
     for base, group in by_base.items():
-        names = {key: _safe(label) for key, label in zip(group, _distinct_labels(list(group.values())), strict=True)}
+        names = {key: _safe(label) for key, label in zip(group, distinct_labels(list(group.values())), strict=True)}
         if len(group) > 1 and len(set(names.values())) < len(group):
             names = {key: f"{_safe(group[key].label())}-{key[:8]}" for key in group}
         for key, name in names.items():

@@ -11,10 +11,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from bakeoff.spec import RunSpec, TrialResult
+from bakeoff.core.spec import RunSpec, TrialResult
 
 if TYPE_CHECKING:
-    from bakeoff.store import Store
+    from bakeoff.results.store import Store
 
 console = Console(stderr=False, highlight=False)
 errors = Console(stderr=True, highlight=False)  # messages beside machine-readable output on stdout
@@ -53,13 +53,13 @@ class RunProgress:
     """A progress bar over trials plus one printed line per finished trial; usable as the runner's callback.
 
     Each finished trial's line ends with the run's place and, when it can be estimated, the time left: the
-    expected wall time of every trial still to run (:class:`bakeoff.preview.Durations`: stored results of the same
+    expected wall time of every trial still to run (:class:`bakeoff.plan.preview.Durations`: stored results of the same
     configuration in ``store``, else the trials finished in this run), less what the running one has already taken.
     At the end of a run it prints where the store's TensorBoard runs are.
     """
 
     def __init__(self, total: int, store: Store | None = None) -> None:
-        from bakeoff.preview import Durations
+        from bakeoff.plan.preview import Durations
 
         self._durations = Durations.from_store(store) if store is not None else Durations()
         self._tensorboard = store.artifacts / "tensorboard" if store is not None else None
@@ -101,7 +101,7 @@ class RunProgress:
 
     def eta_text(self) -> str:
         """``"about 3 min 20 s left"``, ``"at least 40 s left"`` (some trials without an estimate), or ``""``."""
-        from bakeoff.preview import duration
+        from bakeoff.plan.preview import duration
 
         if not self._queued and self._running is None:
             return ""

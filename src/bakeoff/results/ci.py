@@ -22,7 +22,7 @@ from typing import Any
 from bakeoff.analysis.bootstrap import difference
 from bakeoff.analysis.decide import MEASURED, Decision
 from bakeoff.analysis.stats import ConfigSummary
-from bakeoff.spec import SpecError
+from bakeoff.core.spec import SpecError
 
 FORMAT = "bakeoff.decisions/1"
 THROUGHPUT = "examples_per_s"

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bakeoff.spec import SCHEMA_VERSION, SpecError, Status, TrialResult
+from bakeoff.core.spec import SCHEMA_VERSION, SpecError, Status, TrialResult
 
 STORE_VERSION = 1
 

@@ -1,6 +1,6 @@
 """Tie a process to its parent's life: when the parent dies, however it dies, the kernel kills the process.
 
-``python -m bakeoff.tether PARENT_PID COMMAND...`` asks Linux for ``SIGKILL`` on its parent's death
+``python -m bakeoff.core.tether PARENT_PID COMMAND...`` asks Linux for ``SIGKILL`` on its parent's death
 (``prctl(PR_SET_PDEATHSIG)``, kept across ``exec``), checks the parent is still ``PARENT_PID`` (it may have died
 before the request), then becomes ``COMMAND``. The runner starts every member of a trial this way and each trial
 process asks the same for itself, so when bakeoff itself is killed (``kill -9``, an out-of-memory kill, a crash)
@@ -35,12 +35,12 @@ def die_with_parent() -> bool:
 
 def command(argv: list[str]) -> list[str]:
     """``argv`` started tethered to this process."""
-    return [sys.executable, "-m", "bakeoff.tether", str(os.getpid()), *argv]
+    return [sys.executable, "-m", "bakeoff.core.tether", str(os.getpid()), *argv]
 
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2 or not argv[0].isdigit():
-        sys.stderr.write("usage: python -m bakeoff.tether PARENT_PID COMMAND [ARG...]\n")
+        sys.stderr.write("usage: python -m bakeoff.core.tether PARENT_PID COMMAND [ARG...]\n")
         return 2
     die_with_parent()
     if os.getppid() != int(argv[0]):  # the parent died before the request: nothing is left to serve

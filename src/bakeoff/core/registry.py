@@ -1,5 +1,5 @@
 """Where each workload, model implementation and engine lives, imported only when a trial needs it, and what a
-spec's framework can run (from its record, :mod:`bakeoff.frameworks`).
+spec's framework can run (from its record, :mod:`bakeoff.core.frameworks`).
 
 Nothing here imports a framework: :func:`installed` asks importlib whether one *could* be imported.
 """
@@ -10,8 +10,8 @@ import importlib
 import importlib.util
 from typing import Any
 
-from bakeoff import frameworks
-from bakeoff.spec import Framework, Parallelism, RunSpec, SpecError, Workload
+from bakeoff.core import frameworks
+from bakeoff.core.spec import Framework, Parallelism, RunSpec, SpecError, Workload
 
 WORKLOADS: dict[str, str] = {
     "text_classifier": "bakeoff.workloads.text_classifier.workload:TextClassifierWorkload",
@@ -21,7 +21,7 @@ WORKLOADS: dict[str, str] = {
 }
 
 # Each workload's model class, the same name in every framework's module (as AlgoPerf does); where the module is
-# is the framework's record (bakeoff.frameworks).
+# is the framework's record (bakeoff.core.frameworks).
 MODEL_CLASSES: dict[str, str] = {
     "text_classifier": "TextClassifier",
     "speech_ctc": "SpeechCTC",
@@ -67,7 +67,7 @@ def unsupported(spec: RunSpec) -> str:
 
 
 def launcher(spec: RunSpec) -> str:
-    """The launcher that starts ``spec``'s processes (:mod:`bakeoff.launch.launchers`)."""
+    """The launcher that starts ``spec``'s processes (:mod:`bakeoff.run.launchers`)."""
     return frameworks.get(spec.framework.value).launchers[spec.parallelism]
 
 

@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from bakeoff.spec import Execution, Parallelism, Precision
+from bakeoff.core.spec import Execution, Parallelism, Precision
 
 __all__ = ["FRAMEWORKS", "FrameworkInfo", "LoadMarkers", "get", "markers", "names"]
 
@@ -54,7 +54,7 @@ class FrameworkInfo:
     production: tuple[Execution, ...]  # how its users train by default: a verdict must include one of these
     compiled: tuple[Execution, ...]  # its compiled modes (a verdict without any of them says so)
     precisions: tuple[Precision, ...]  # what its engine implements (device limits are the engine's to say)
-    launchers: Mapping[Parallelism, str]  # parallelism -> launcher (bakeoff.launch.launchers)
+    launchers: Mapping[Parallelism, str]  # parallelism -> launcher (bakeoff.run.launchers)
     strategies: Mapping[Parallelism, str]  # parallelism -> what its users call the strategy ("DDP")
     missing_modes: Mapping[Execution, str] = dataclasses.field(default_factory=_frozen)  # modes it lacks: why
     missing_strategies: Mapping[Parallelism, str] = dataclasses.field(default_factory=_frozen)  # and why

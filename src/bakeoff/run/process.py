@@ -7,7 +7,7 @@ torchrun's group alone leaves the ranks training): a :class:`Family`. Whatever e
 the family is killed (an exception: SIGTERM, then SIGKILL after :data:`KILL_GRACE_S`, before it propagates).
 :func:`hold` keeps a signal from interrupting a result while it is written; it is raised after.
 
-The deadline and memory cap of a trial are :func:`bakeoff.launch.launchers.run_group`'s; :func:`read_oom_kills`
+The deadline and memory cap of a trial are :func:`bakeoff.run.launchers.run_group`'s; :func:`read_oom_kills`
 reads the kernel's OOM-kill counter of this process's memory cgroup, the evidence that a SIGKILL was the kernel's.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from bakeoff import tether
+from bakeoff.core import tether
 
 KILL_GRACE_S = 3.0
 """Seconds an interrupted trial's process group gets between SIGTERM and SIGKILL."""

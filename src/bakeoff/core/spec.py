@@ -137,7 +137,7 @@ class RunSpec:
     data: tuple[tuple[str, str], ...] = ()  # workload data options, e.g. (("train", "reviews.csv"),)
     config: tuple[tuple[str, str], ...] = ()  # overrides of preset fields, e.g. (("d_model", "512"),)
     target: float | None = None  # the quality target; None: the workload's (derived from the data for user data)
-    # What the result depends on beyond these fields (see bakeoff.identity): content hashes of the data files the
+    # What the result depends on beyond these fields (see bakeoff.core.identity): content hashes of the data files the
     # data options name ("data:train"), of the resolved configuration, and the bakeoff and framework versions.
     # Filled in by the runner; a data option with a content hash counts in the key by its content, not its path.
     content: tuple[tuple[str, str], ...] = ()
@@ -373,7 +373,7 @@ class Workload(ABC):
         raises :class:`SpecError` when the fields do not fit together (``d_model`` not divisible by heads, ...)."""
 
     def data_files(self, spec: RunSpec) -> dict[str, list[Path]]:
-        """The files each data option stands for, whose content identifies the trial (:mod:`bakeoff.identity`):
+        """The files each data option stands for, whose content identifies the trial (:mod:`bakeoff.core.identity`):
         by default the file or folder an option names; a workload whose files name other files (a speech
         manifest and its audio) lists those too."""
         return {key: [Path(value)] for key, value in spec.data if value and Path(value).exists()}

@@ -7,7 +7,7 @@ deadline and kills every member (each in its own session, so a member's children
 hangs or the run is interrupted; :func:`merge` folds the ranks' results into one :class:`TrialResult`, keeping
 per-rank figures in ``extras["distributed"]["ranks"]``.
 
-Which launcher a framework's parallelism uses is data: its record's ``launchers`` (:mod:`bakeoff.frameworks`).
+Which launcher a framework's parallelism uses is data: its record's ``launchers`` (:mod:`bakeoff.core.frameworks`).
 The frameworks' own engines do the distributing: ``torch.distributed.run`` (torchrun) starts PyTorch's ranks,
 TensorFlow reads ``TF_CONFIG``. Nothing here imports a framework.
 
@@ -41,10 +41,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bakeoff import registry
-from bakeoff.launch.process import proc_status, process_groups, processes
+from bakeoff.core import registry
+from bakeoff.core.spec import Parallelism, RunSpec, Status, TrialResult
 from bakeoff.measure.environment import usable_cores
-from bakeoff.spec import Parallelism, RunSpec, Status, TrialResult
+from bakeoff.run.process import proc_status, process_groups, processes
 
 HOST = "127.0.0.1"
 PORT_IN_USE = ("address already in use", "eaddrinuse", "errno 98", "address in use")
@@ -212,7 +212,7 @@ def run_group(plan: Plan, log_paths: Sequence[Path], timeout_s: float, memory_ca
               what: str = "trial") -> GroupOutcome:
     """Run the plan's members to the end: until every result-writing member has exited, or until one member
     fails (a non-zero exit, or a server exiting at all), the deadline passes or the group's resident memory
-    passes ``memory_cap``; then every member's session is killed (:func:`bakeoff.launch.process.process_groups`,
+    passes ``memory_cap``; then every member's session is killed (:func:`bakeoff.run.process.process_groups`,
     which also kills them all on an interrupt, naming ``what``). Each member writes to its own log."""
     deadline = time.monotonic() + timeout_s
     with contextlib.ExitStack() as stack:
@@ -256,7 +256,7 @@ def run_group(plan: Plan, log_paths: Sequence[Path], timeout_s: float, memory_ca
 
 def rank_results(result_path: Path, ranks: int) -> list[TrialResult | None]:
     """The results the group's ranks wrote (None for a rank that wrote none)."""
-    from bakeoff.trial import rank_result_path
+    from bakeoff.trial.main import rank_result_path
 
     out: list[TrialResult | None] = []
     for rank in range(ranks):

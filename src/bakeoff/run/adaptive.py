@@ -1,6 +1,6 @@
 """Adaptive repeats (``repeats = "auto"``, ``--repeats auto``): as many runs as the verdicts need, and no more.
 
-Every configuration runs :data:`~bakeoff.suite.FIRST_REPEATS` times. Then, look after look, each section (a
+Every configuration runs :data:`~bakeoff.plan.suite.FIRST_REPEATS` times. Then, look after look, each section (a
 workload and preset, a data set of its own: :func:`bakeoff.analysis.stats.summarise_groups`) whose verdict is not
 settled — no winner, and not a tie shown (:attr:`bakeoff.analysis.decide.Decision.settled`) — gets one more run of
 every one of its configurations, until every verdict is settled or the configurations have ``max`` runs.
@@ -21,9 +21,9 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from bakeoff import runner
-from bakeoff.spec import RunSpec
-from bakeoff.store import Store
+from bakeoff.core.spec import RunSpec
+from bakeoff.results.store import Store
+from bakeoff.run.executors import local as runner
 
 
 def record(first: int, most: int) -> dict[str, Any]:
@@ -47,7 +47,7 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, first: int, most: in
         **options: Any) -> runner.RunSummary:
     """Run ``specs`` (the first ``first`` repeats of every configuration), then add repeats where the verdict is
     unsettled, up to ``most`` runs. ``grow(n)`` is told of the ``n`` trials each look adds; ``options`` are
-    :func:`bakeoff.runner.run`'s. The summary covers every look."""
+    :func:`bakeoff.run.executors.local.run`'s. The summary covers every look."""
     plan = record(first, most)
     notes = {spec.key(): {**(annotations or {}).get(spec.key(), {}), **plan} for spec in specs}
     summary = runner.run(specs, store, suite, annotations=notes, **options)

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.spec import RunSpec, SpecError, TrialResult, Weights
+from bakeoff.core.spec import RunSpec, SpecError, TrialResult, Weights
 
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.npz"
@@ -77,9 +77,8 @@ def keep(spec: RunSpec, config: Mapping[str, Any], weights: Weights, serving: Ma
          result: TrialResult, directory: Path) -> Manifest:
     """Write a model directory for the trained ``weights`` of this trial (atomically: a reader never sees half a
     directory, and an existing one is replaced whole)."""
-    from bakeoff import registry
-    from bakeoff.deploy import formats
-    from bakeoff.identity import bakeoff_version
+    from bakeoff.core import formats, registry
+    from bakeoff.core.identity import bakeoff_version
 
     framework = spec.framework.value
     if framework not in formats.exporting_frameworks():

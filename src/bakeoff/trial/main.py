@@ -7,12 +7,7 @@ status and reason when the trial could not finish; the exit code is 0 when a res
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # first, before the imports: a rank whose launcher (torchrun) dies goes with it
-    from bakeoff.tether import die_with_parent
-
-    die_with_parent()
-
-import dataclasses  # noqa: E402 (after the tether, on purpose)
+import dataclasses
 import json
 import logging
 import os
@@ -21,12 +16,12 @@ import time
 import traceback
 from pathlib import Path
 
-from bakeoff import frameworks, registry
-from bakeoff.deploy.model_dir import KEEP_MODEL_ENV
+from bakeoff.core import frameworks, registry
+from bakeoff.core.spec import Parallelism, RunSpec, Status, TrialResult
 from bakeoff.measure import ceiling
 from bakeoff.measure.environment import host_environment
 from bakeoff.measure.isolation import foreign_frameworks, loaded_frameworks, refuse_foreign
-from bakeoff.spec import Parallelism, RunSpec, Status, TrialResult
+from bakeoff.results.model_dir import KEEP_MODEL_ENV
 
 
 def _classify(exc: BaseException, framework: str) -> Status:
@@ -124,10 +119,10 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
 
 
 def _profile(spec: RunSpec, engine, data, result: TrialResult) -> None:
-    """When the runner asks (:mod:`bakeoff.measure.profile`), profile a few more steps: after every figure of the
+    """When the runner asks (:mod:`bakeoff.trial.profile`), profile a few more steps: after every figure of the
     result is final, so that none of them changes. Each process of a distributed trial into its ``rank<N>``."""
     from bakeoff.engines.base import next_steps
-    from bakeoff.measure import profile
+    from bakeoff.trial import profile
 
     request = profile.Request.from_env()
     if request is None:
@@ -138,8 +133,8 @@ def _profile(spec: RunSpec, engine, data, result: TrialResult) -> None:
 
 
 def _keep(spec: RunSpec, config: dict, engine, serving: dict, result: TrialResult, directory: Path) -> None:
-    """Keep the trained model (:mod:`bakeoff.deploy.model_dir`); a trial asked to keep one fails when it cannot."""
-    from bakeoff.deploy.model_dir import keep
+    """Keep the trained model (:mod:`bakeoff.results.model_dir`); a trial asked to keep one fails when it cannot."""
+    from bakeoff.results.model_dir import keep
 
     t0 = time.perf_counter()
     try:
@@ -159,7 +154,7 @@ def write_result(result: TrialResult, path: Path) -> None:
     os.replace(tmp, path)
 
 
-_MAIN_AT = time.time()  # when this interpreter reached bakeoff.trial (wall clock, comparable across processes)
+_MAIN_AT = time.time()  # when this interpreter reached this module (wall clock, comparable across processes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,7 +171,3 @@ def main(argv: list[str] | None = None) -> int:
     ceiling.in_trial(spec, result)  # when the runner asks: after every figure of the result is final
     write_result(result, rank_result_path(Path(argv[1]), process_rank()))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -32,8 +32,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from bakeoff.core.spec import Batch, TrialResult
 from bakeoff.engines.base import Engine, Unsupported
-from bakeoff.spec import Batch, TrialResult
 
 PROFILE_ENV = "BAKEOFF_PROFILE"
 """Set by the runner for ``bakeoff run --profile``: the folder the trial writes its trace into."""

@@ -1,0 +1,1 @@
+"""Parent side, no framework imported: what will run (suites, overrides, order, the dry-run preview)."""

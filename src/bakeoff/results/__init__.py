@@ -1,0 +1,1 @@
+"""What was measured, kept: the store, the catalog, comparisons, CI decisions, kept model directories."""
