@@ -151,6 +151,7 @@ def test_a_full_cross_of_modes_is_one_command_with_every_flag_the_specs_set():
 
 def test_the_reproduce_command_parses_back_into_the_same_trials():
     from bakeoff.cli import main as cli
+    from bakeoff.cli.options import trial_flags
     from bakeoff.plan import suite
 
     results = [respec(r, grad_accum=2, stop_at_target=True, data={"split_seed": "3"}, max_steps=None,
@@ -160,7 +161,7 @@ def test_the_reproduce_command_parses_back_into_the_same_trials():
     rebuilt = []
     for command in commands:
         args = cli.build_parser().parse_args(shlex.split(command)[1:])
-        rebuilt += suite.adhoc_suite(cli._trial_flags(args)).specs
+        rebuilt += suite.adhoc_suite(trial_flags(args)).specs
 
     def comparable(spec: RunSpec) -> dict:
         return {k: v for k, v in spec.to_dict().items() if k != "content"}

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+
+from bakeoff.cli.options import DEFAULT_STORE, add_trial_options
 
 DEFAULT_MODELS = Path("models")
 
@@ -32,7 +33,7 @@ def _add_export_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--fresh-exports", action="store_true", help="export and measure again what is stored")
 
 
-def add_commands(sub: argparse._SubParsersAction, add_trial_options: Any, default_store: Path) -> None:
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add train, export and deploy to the CLI's subcommands."""
     rules = ("With --workload: one trial per framework (default torch, tensorflow, jax; each in its production "
              "mode unless --execution is given), trained as `bakeoff run` trains it and kept.")
@@ -51,8 +52,8 @@ def add_commands(sub: argparse._SubParsersAction, add_trial_options: Any, defaul
     evaluate.add_argument("model_dirs", nargs="+", type=Path, metavar="MODEL_DIR", help="directories `bakeoff "
                                                                                          "train` kept")
     for parser in (train, deploy, export):
-        parser.add_argument("--store", type=Path, default=default_store, help=f"results database "
-                                                                               f"(default: {default_store})")
+        parser.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"results database "
+                                                                               f"(default: {DEFAULT_STORE})")
     for parser in (train, deploy):
         parser.add_argument("--models", type=Path, default=DEFAULT_MODELS,
                             help=f"where model directories are kept (default: {DEFAULT_MODELS})")
@@ -63,12 +64,12 @@ def add_commands(sub: argparse._SubParsersAction, add_trial_options: Any, defaul
 
 
 def _specs(args: argparse.Namespace) -> list:
-    from bakeoff.cli.main import _trial_flags
+    from bakeoff.cli.options import trial_flags
     from bakeoff.core import formats, frameworks
     from bakeoff.core.spec import SpecError
     from bakeoff.plan.suite import adhoc_suite
 
-    given = _trial_flags(args)
+    given = trial_flags(args)
     if "workload" not in given:
         raise SpecError(f"`bakeoff {args.command}` trains one configuration per framework: give --workload")
     names = given.pop("framework", None) or list(formats.exporting_frameworks())
@@ -149,7 +150,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from bakeoff.cli.main import DEFAULT_REPORTS, _write_report
+    from bakeoff.cli.options import DEFAULT_REPORTS
+    from bakeoff.cli.results import say_report
+    from bakeoff.report.write import write_report
     from bakeoff.results.store import Store
 
     with Store(args.store) as store:
@@ -159,8 +162,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         results = [r for r in store.results(suite="train") if any(k.endswith(r.key[:12]) for k in keys)]
     workload = args.workload
     if results:
-        _write_report(results, args.out or DEFAULT_REPORTS / f"deploy-{workload}", {}, {},
-                      f"bakeoff deploy: {workload}", {r.key: "train" for r in results}, deployments=rows)
+        say_report(write_report(results, args.out or DEFAULT_REPORTS / f"deploy-{workload}", {}, {},
+                                f"bakeoff deploy: {workload}", {r.key: "train" for r in results}, deployments=rows))
     ok = len(dirs) == len(_specs(args)) and all(r["status"] in ("ok", "unsupported") for r in rows)
     return 0 if ok else 1
 

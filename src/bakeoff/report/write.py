@@ -1,0 +1,122 @@
+"""The decision report of a set of stored results, as ``bakeoff run``, ``report`` and ``deploy`` write it: each
+section's decision (the deployment criteria scored from the stored deployments when one of them is weighted), the
+rendered report, and what a reader is told first (each verdict, and the scaling sentence where there is one).
+
+:func:`stored` reads what a report of a store needs (its results, the suites they ran in, the weights and scores to
+decide with, the deployments); :func:`write_report` decides and renders. Neither prints: the CLI says what they
+return.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bakeoff.analysis.decide import Decision, decide, decide_each
+from bakeoff.analysis.scaling import scaling_rows, scaling_sentence
+from bakeoff.analysis.stats import ConfigSummary, summarise_groups
+from bakeoff.core.spec import SpecError, TrialResult
+from bakeoff.report import deployment
+from bakeoff.report.render import render_report
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """A written report: its files (``html``, ``markdown``, ...), each section's decision and the summaries."""
+
+    paths: dict[str, Path]
+    decisions: dict[tuple[str, str], Decision]
+    summaries: list[ConfigSummary]
+
+    def headlines(self) -> list[tuple[str, str]]:
+        """What a reader is told first, as (heading, text): each section's verdict, then its scaling sentence."""
+        out = []
+        for (workload, preset), decision in self.decisions.items():
+            out.append(("verdict", decision.verdict))
+            configs = [s for s in self.summaries if (s.workload, s.preset) == (workload, preset)]
+            scaling = scaling_sentence(scaling_rows(configs), configs)
+            if scaling:
+                out.append(("scaling", scaling.removeprefix("Scaling: ")))
+        return out
+
+
+def decisions(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | None,
+              qualitative: Mapping[str, Any] | None,
+              deployments: Sequence[Mapping[str, Any]] = ()) -> dict[tuple[str, str], Decision]:
+    """The decision of each workload and preset; when a deployment criterion is weighted, with the deployment
+    criteria scored from that workload's stored ``deployments`` (refused when it has none)."""
+    if not any((weights or {}).get(c) for c in deployment.CRITERIA):
+        return decide_each(summaries, weights or None, qualitative or None)
+    rows = deployment.latest(deployments)
+    out = {}
+    for key in sorted({(s.workload, s.preset) for s in summaries}):
+        mine = [r for r in rows if (r["workload"], r["preset"]) == key]
+        if not mine:
+            raise SpecError(f"a deployment criterion is weighted, but no deployment of {key[0]} / {key[1]} is "
+                            f"stored: run `bakeoff deploy --workload {key[0]} --preset {key[1]}` first")
+        configs = [s for s in summaries if (s.workload, s.preset) == key]
+        scores = deployment.criteria(mine, {s.framework for s in configs})
+        out[key] = decide(configs, weights or {}, {**(qualitative or {}), **scores})
+    return out
+
+
+def write_report(results: Sequence[TrialResult], out: Path, weights: Mapping[str, float] | None,
+                 qualitative: Mapping[str, Any] | None, title: str, suites: Mapping[str, str] | None = None,
+                 deployments: Sequence[Mapping[str, Any]] = ()) -> Written:
+    """Decide each section of ``results`` and write the report into ``out`` (Markdown, HTML, plots)."""
+    summaries = summarise_groups(results)
+    decided = decisions(summaries, weights, qualitative, deployments)
+    paths = render_report(results, out, weights=weights or None, qualitative=qualitative or None, title=title,
+                          suites=suites, decisions=decided, deployments=deployments)
+    return Written(paths, decided, summaries)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """What a report of a store is made of (:func:`stored`)."""
+
+    results: list[TrialResult]
+    suites: dict[str, str]  # trial key -> the suite it ran in
+    suite_name: str | None
+    weights: dict[str, float]
+    qualitative: dict
+    deployments: list[dict]
+
+
+def stored(store_path: Path, suite: str | None, given_weights: Mapping[str, str], said: str = "") -> Stored:
+    """The results of ``suite`` (every trial when None) in the store at ``store_path``, with the weights and
+    qualitative scores to decide them with: a shipped suite's or a suite file's, else those the suite was recorded
+    with when it ran, ``given_weights`` over them; and the stored deployments of their workloads. ``said``: how
+    the weights were given (``--weight a=1``), named when they are refused."""
+    from bakeoff.plan.suite import check_weights, load_suite, shipped_suites
+    from bakeoff.results.store import Store
+
+    weights: dict[str, float] = {}
+    qualitative: dict = {}
+    from_file = bool(suite and (suite in shipped_suites() or suite.endswith(".toml")))
+    suite_name = suite
+    if from_file:
+        loaded = load_suite(suite)
+        weights, qualitative, suite_name = loaded.weights, loaded.qualitative, loaded.name
+    deploy_criteria = dict.fromkeys(deployment.CRITERIA, {})  # accepted by name; scored from the stored deployments
+    try:
+        weights = check_weights({**weights, **given_weights}, {**qualitative, **deploy_criteria})
+    except SpecError as exc:
+        raise SpecError(f"{said}: {exc}" if said else str(exc)) from None
+    if not store_path.exists():
+        raise SpecError(f"no results store at {store_path}; run `bakeoff run` first (or pass --store)")
+    with Store(store_path) as store:
+        recorded = store.suite_settings(suite_name) if suite_name and not from_file else None
+        if recorded:  # a suite known by name only: its weights and scores as they were when it ran
+            qualitative = recorded["qualitative"]
+            weights = check_weights({**recorded["weights"], **given_weights}, {**qualitative, **deploy_criteria})
+        results = store.results(suite=suite_name)
+        suites = {row.key: row.suite for row in store.trials(suite=suite_name)}
+        workloads = {r.run_spec.workload for r in results}
+        deployments = [d for d in store.deployments() if d["workload"] in workloads]
+        if not results:
+            have = ", ".join(store.suites()) or "none"
+            raise SpecError(f"no trials for suite {suite_name!r} in {store_path}; suites recorded: {have}")
+    return Stored(results, suites, suite_name, weights, qualitative, deployments)

@@ -1,0 +1,124 @@
+"""A whole ``bakeoff run``, from Python: :func:`run_suite` validates a suite's trials, searches batch sizes when
+asked, opens the store, runs what is not stored yet (adaptive repeats when the suite says so) and writes the
+report. The CLI parses its flags into a :class:`~bakeoff.plan.suite.Suite` and calls it; nothing here prints
+(``say`` is told what a user would want to read as the run goes).
+
+Signals: SIGINT and SIGTERM kill the running trial or probe and raise :class:`bakeoff.run.process.Interrupted`;
+nothing of the stopped trial is recorded. One measuring run per machine (:mod:`bakeoff.run.machine`) unless
+``concurrent``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+from bakeoff.core.spec import RunSpec, Status, TrialResult
+from bakeoff.plan.suite import Suite
+from bakeoff.report.write import Written, write_report
+from bakeoff.results.store import Store, artifacts_dir
+from bakeoff.run import machine, process
+from bakeoff.run.executors import local as runner
+
+log = logging.getLogger(__name__)
+
+ProgressFactory = Callable[[int, Store], AbstractContextManager]
+"""``factory(trials, store)`` → a context manager whose value is the runner's progress callback (or None); it may
+have ``extend(n)``, told of the trials each look of adaptive repeats adds."""
+
+
+@dataclasses.dataclass
+class Session:
+    """What a run did: the runner's summary (trials run and skipped), the stored results of every trial of the
+    suite, and the report written (None with ``report_dir=None``)."""
+
+    summary: runner.RunSummary
+    results: list[TrialResult]
+    report: Written | None
+
+    @property
+    def unsettled(self) -> Counter:
+        """Statuses of the skipped trials that did not succeed when stored (not run again without --retry-failed)."""
+        skipped = {spec.key() for spec in self.summary.skipped}
+        return Counter(r.status.value for r in self.results
+                       if r.key in skipped and r.status not in (Status.OK, Status.UNSUPPORTED))
+
+    @property
+    def unsupported(self) -> list[TrialResult]:
+        """Trials recorded as unsupported, decided before any process started, with their reasons."""
+        return [r for r in self.results if r.status is Status.UNSUPPORTED]
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every trial succeeded or is unsupported (a result, with its reason); 1 otherwise."""
+        return 0 if all(r.status in (Status.OK, Status.UNSUPPORTED) for r in self.results) else 1
+
+
+def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None, fresh: bool = False,
+              retry_failed: bool = False, retry_busy: bool = False, concurrent: bool = False, order_seed: int = 0,
+              profile_steps: int = 0, report_dir: Path | None = None, title: str | None = None,
+              say: Callable[[str], None] = log.info, progress: ProgressFactory | None = None) -> Session:
+    """Run ``suite`` into the store at ``store_path`` and, with ``report_dir``, write its report there.
+
+    Bad input (a spec, a data file, a damaged store) fails before a store or report is created. ``timeout_s``
+    per trial defaults to the suite's; ``fresh``, ``retry_failed``, ``retry_busy``, ``order_seed`` and
+    ``profile_steps`` are :func:`bakeoff.run.executors.local.run`'s.
+    """
+    timeout = timeout_s or suite.timeout_s
+    sizes = runner.validate(suite.specs)  # bad input fails here, before a store or report is created
+    if store_path.exists():  # a damaged store, or a folder, fails here: before any search or trial; nothing written
+        Store(store_path, readonly=True).close()
+    specs, annotations = suite.specs, {}
+    with process.interruptible(), machine.measuring(store_path, wait=not concurrent, say=say):
+        if suite.auto_batch is not None:
+            specs, annotations = search_batch_sizes(suite, sizes, artifacts_dir(store_path) / "logs", timeout, say)
+        with Store(store_path) as store, (progress or _no_progress)(len(specs), store) as shown:
+            store.put_suite(suite.name, suite.source, suite.weights, suite.qualitative)
+            options = dict(timeout_s=timeout, fresh=fresh, retry_failed=retry_failed, progress=shown,
+                           annotations=annotations, validated=True, order_seed=order_seed, retry_busy=retry_busy,
+                           profile_steps=profile_steps)
+            if suite.adaptive is None:
+                summary = runner.run(specs, store, suite.name, **options)
+            else:
+                from bakeoff.run import adaptive
+
+                summary = adaptive.run(specs, store, suite.name, suite.adaptive["first"], suite.adaptive["max"],
+                                       suite.weights, suite.qualitative, say=say,
+                                       grow=getattr(shown, "extend", None), **options)
+            results = store.results(suite=suite.name, keys=[s.key() for s in summary.specs])
+    written = None
+    if report_dir is not None:
+        written = write_report(results, report_dir, suite.weights, suite.qualitative,
+                               title or f"bakeoff: {suite.name}", {r.key: suite.name for r in results})
+    return Session(summary, results, written)
+
+
+def search_batch_sizes(suite: Suite, sizes: dict, log_dir: Path, timeout_s: float,
+                       say: Callable[[str], None] = log.info) -> tuple[list[RunSpec], dict[str, dict]]:
+    """``batch_size = "auto"``: the largest batch of each configuration (:mod:`bakeoff.run.batch_search`), and
+    the search record of each new spec key, stored with its trial."""
+    from bakeoff.run import batch_search
+
+    def show(probe: RunSpec, status: Status) -> None:
+        say(f"  batch-size probe {probe.label()} batch {probe.batch_size}: {status.value}")
+
+    specs, records = batch_search.resolve(suite.specs, sizes, log_dir, suite.auto_batch["memory_cap"],
+                                          suite.auto_batch["step"], timeout_s, progress=show)
+    shown: set[str] = set()
+    for spec in specs:
+        if spec.label() not in shown:
+            shown.add(spec.label())
+            record = records[spec.key()]
+            peak = record["peak_memory_bytes"] or 0
+            say(f"batch size for {spec.label()}: {record['batch_size']} "
+                f"(peak memory {peak / 2**20:,.0f} MiB, {record['memory_kind']})")
+    return specs, {key: {"batch_search": record} for key, record in records.items()}
+
+
+def _no_progress(trials: int, store: Store) -> AbstractContextManager[None]:
+    return contextlib.nullcontext()

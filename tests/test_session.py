@@ -1,0 +1,53 @@
+"""``bakeoff run`` from Python, without the CLI: :func:`bakeoff.run.session.run_suite` runs a suite into a store,
+writes its report, resumes, and refuses bad input before anything is written."""
+
+from __future__ import annotations
+
+import pytest
+
+from bakeoff.core.spec import SpecError, Status
+from bakeoff.data import DataError
+from bakeoff.plan.suite import parse_suite
+from bakeoff.run.session import run_suite
+
+SUITE = """
+name = "session"
+[defaults]
+workload = "mnist"
+max_steps = 3
+eval_every = 3
+[matrix]
+framework = ["torch"]
+execution = ["eager"]
+"""
+
+
+def test_run_suite_runs_stores_reports_and_resumes(tmp_path):
+    store, out, said = tmp_path / "r.sqlite", tmp_path / "report", []
+    session = run_suite(parse_suite(SUITE), store, report_dir=out, say=said.append, concurrent=True)
+    assert [r.status for r in session.results] == [Status.OK] and session.exit_code == 0
+    [result] = session.summary.ran
+    assert result.run_spec.label() == "torch/eager" and len(result.step_times_s) == 3
+    assert (out / "report.html").is_file() and session.report.paths["html"] == out / "report.html"
+    assert [heading for heading, _ in session.report.headlines()] == ["verdict"]
+    assert session.report.decisions.keys() == {("mnist", "tiny")}
+
+    again = run_suite(parse_suite(SUITE), store, say=said.append, concurrent=True)  # resumes: nothing runs
+    assert again.summary.ran == [] and [s.key() for s in again.summary.skipped] == [result.key]
+    assert again.report is None and [r.key for r in again.results] == [result.key]
+    assert again.unsettled == {} and again.unsupported == []
+
+
+def test_run_suite_refuses_a_damaged_store_before_writing_anything(tmp_path):
+    store = tmp_path / "r.sqlite"
+    store.write_bytes(b"not a database")
+    with pytest.raises(SpecError, match="is not a bakeoff results store"):
+        run_suite(parse_suite(SUITE), store, report_dir=tmp_path / "report", concurrent=True)
+    assert store.read_bytes() == b"not a database" and not (tmp_path / "report").exists()
+
+
+def test_run_suite_refuses_bad_data_before_a_store_exists(tmp_path):
+    suite = parse_suite(SUITE.replace('workload = "mnist"', 'workload = "mnist"\ndata = {dir = "nowhere"}'))
+    with pytest.raises((SpecError, DataError), match="nowhere"):
+        run_suite(suite, tmp_path / "r.sqlite", concurrent=True)
+    assert not (tmp_path / "r.sqlite").exists()
