@@ -10,17 +10,13 @@ from typing import Any
 
 def build_engine(framework: str, workload_name: str = "text_classifier", **spec_fields: Any):  # noqa: ANN201
     """(engine, workload, data, spec) for a CPU spec, the model built from the workload's initial weights."""
-    from bakeoff.core import registry
     from bakeoff.core.spec import RunSpec
+    from bakeoff.trial.build import build_trial
 
     spec = RunSpec(**{"workload": workload_name, "framework": framework, "max_steps": 10**6, "device": "cpu",
                       **spec_fields})
-    workload = registry.workload(workload_name)
-    data = workload.load_data(spec)
-    config = workload.config(spec.preset, spec, data)
-    engine = registry.engine_class(framework)(spec, workload, config)
-    engine.setup(workload.init_weights(config, 0))
-    return engine, workload, data, spec
+    parts = build_trial(spec)
+    return parts.build_engine(), parts.workload, parts.data, spec
 
 
 def in_child(script: str, *args: str) -> dict:

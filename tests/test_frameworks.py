@@ -76,3 +76,17 @@ def test_out_of_memory_is_read_with_the_frameworks_own_markers():
     assert trial._classify(MemoryError(), "torch") is Status.OUT_OF_MEMORY
     assert trial._classify(type("ResourceExhaustedError", (Exception,), {})("OOM"), "tensorflow") \
         is Status.OUT_OF_MEMORY
+
+
+def test_the_matmul_ceiling_and_the_deployment_adapter_are_named_in_the_record():
+    from bakeoff.core import formats
+    from bakeoff.measure.ceiling import family
+
+    for name, info in frameworks.FRAMEWORKS.items():  # a Keras row multiplies with its backend's matmul
+        backend = frameworks.get(family(name))
+        assert info.matmul == backend.matmul == f"{backend.engine.split(':')[0]}:matmul_rates", name
+    assert formats.exporting_frameworks() == ["torch", "tensorflow", "jax"]
+    assert [formats.adapter_module(n) for n in formats.exporting_frameworks()] == [
+        "bakeoff.deploy.torch_deploy", "bakeoff.deploy.tf_deploy", "bakeoff.deploy.jax_deploy"]
+    with pytest.raises(KeyError, match="bakeoff keeps and exports no keras-jax models"):
+        formats.adapter_module("keras-jax")

@@ -170,18 +170,14 @@ def _loaded_frameworks() -> list[str]:
 def _resume_losses(workload_name: str, framework: str, execution: str, tmp: Path) -> dict[str, np.ndarray]:
     """Four steps straight, against two steps, a checkpoint, a fresh engine that loads it and two more steps —
     dropout on, so the Dropout layers' seed states must come back too."""
-    from bakeoff.core import registry
     from bakeoff.core.spec import RunSpec
+    from bakeoff.trial.build import build_trial
 
     def engine():  # noqa: ANN202
         spec = RunSpec(workload=workload_name, framework=framework, execution=execution, batch_size=16,
                        max_steps=4, seed=0, device="cpu")
-        workload = registry.workload(workload_name)
-        data = workload.load_data(spec)
-        config = workload.config(spec.preset, spec, data)
-        e = registry.engine_class(framework)(spec, workload, config)
-        e.setup(workload.init_weights(config, 0))
-        return e, list(islice(workload.batches(data.train, 16, 0, 0), 4))
+        parts = build_trial(spec)
+        return parts.build_engine(), list(islice(parts.workload.batches(parts.data.train, 16, 0, 0), 4))
 
     a, batches = engine()
     straight = [a.train_step([b]) for b in batches]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from bakeoff.core import frameworks
 from bakeoff.core.spec import SpecError
 
 
@@ -46,8 +47,6 @@ class Format:
     def install_hint(self) -> str:
         return f"pip install 'bakeoff[{self.extra}]'"
 
-
-_ADAPTERS = {"torch": "torch_deploy", "tensorflow": "tf_deploy", "jax": "jax_deploy"}
 
 FLOAT_TOLERANCE = 1e-4  # fp32 graphs re-lowered by another compiler: fused and reordered sums, not new rounding
 
@@ -103,10 +102,13 @@ def get(name: str) -> Format:
 
 
 def exporting_frameworks() -> list[str]:
-    """The frameworks whose models bakeoff keeps and exports."""
-    return list(_ADAPTERS)
+    """The frameworks whose models bakeoff keeps and exports: those whose record names a deployment adapter."""
+    return [name for name, info in frameworks.FRAMEWORKS.items() if info.deploy]
 
 
 def adapter_module(framework: str) -> str:
-    """The module that keeps and exports ``framework``'s models."""
-    return f"bakeoff.deploy.{_ADAPTERS[framework]}"
+    """The module that keeps and exports ``framework``'s models (its record's ``deploy``)."""
+    module = frameworks.get(framework).deploy
+    if not module:
+        raise KeyError(f"bakeoff keeps and exports no {framework} models; it does {', '.join(exporting_frameworks())}")
+    return module

@@ -63,6 +63,8 @@ class FrameworkInfo:
     markers: LoadMarkers | None = None  # when it is a framework of its own that a process can load
     env: Mapping[str, str] = dataclasses.field(default_factory=_frozen)  # set in its trial processes
     oom_markers: tuple[str, ...] = ()  # substrings of an exception's type name or message meaning out of memory
+    matmul: str = ""  # "module:function" timing its matmul (the MFU ceiling, bakeoff.measure.ceiling)
+    deploy: str = ""  # the module that keeps and exports its models (bakeoff.deploy); "" when bakeoff does not
 
     @property
     def install_hint(self) -> str:
@@ -80,6 +82,7 @@ _ONE = {Parallelism.NONE: "single"}
 _TORCH = FrameworkInfo(
     name="torch", display="PyTorch", colour="#ee4c2c", modules=("torch",), extra="torch", dists=("torch",),
     engine="bakeoff.engines.torch_engine:TorchEngine", model_module="torch_model", workloads=None,
+    matmul="bakeoff.engines.torch_engine:matmul_rates", deploy="bakeoff.deploy.torch_deploy",
     executions=(Execution.EAGER, Execution.GRAPH),
     execution_notes=_frozen({Execution.EAGER: "PyTorch eager", Execution.GRAPH: "torch.compile of the whole step"}),
     # PyTorch users train eagerly; torch.compile is opt-in.
@@ -100,6 +103,7 @@ _TENSORFLOW = FrameworkInfo(
     name="tensorflow", display="TensorFlow", colour="#2c7fb8", modules=("tensorflow",), extra="tf",
     dists=("tensorflow", "tensorflow-cpu", "keras"),
     engine="bakeoff.engines.tf_engine:TensorFlowEngine", model_module="tf_model", workloads=None,
+    matmul="bakeoff.engines.tf_engine:matmul_rates", deploy="bakeoff.deploy.tf_deploy",
     executions=(Execution.EAGER, Execution.GRAPH, Execution.XLA),
     execution_notes=_frozen({Execution.EAGER: "TensorFlow eager", Execution.GRAPH: "tf.function of the whole step",
                              Execution.XLA: "tf.function(jit_compile=True) of the whole step"}),
@@ -133,6 +137,7 @@ _JAX = FrameworkInfo(
     name="jax", display="JAX", colour="#41ab5d", modules=("jax", "flax", "optax"), extra="jax",
     dists=("jax", "jaxlib", "flax", "optax"),
     engine="bakeoff.engines.jax_engine:JaxEngine", model_module="jax_model", workloads=None,
+    matmul="bakeoff.engines.jax_engine:matmul_rates", deploy="bakeoff.deploy.jax_deploy",
     executions=(Execution.GRAPH, Execution.EAGER),
     execution_notes=_frozen({Execution.GRAPH: "jax.jit of the whole step, compiled by XLA",
                              Execution.EAGER: "op by op without jax.jit, each op an XLA kernel"}),
@@ -181,6 +186,7 @@ def _keras(backend: str, display: str, colour: str, backend_info: FrameworkInfo,
         loads=backend_info.loads,
         env=_frozen({**backend_info.env, "KERAS_BACKEND": backend}),
         oom_markers=backend_info.oom_markers,
+        matmul=backend_info.matmul,  # a Keras row multiplies with its backend
     )
 
 

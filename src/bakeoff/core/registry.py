@@ -38,7 +38,7 @@ MODELS: dict[tuple[str, str], str] = {
 def unsupported(spec: RunSpec) -> str:
     """Why ``spec`` cannot run here, decided before any process starts ('' when it can): a workload, mode,
     precision or strategy its framework's record does not list, with the accepted ones named."""
-    info = frameworks.get(spec.framework.value)
+    info = spec.info
     name = info.display
     if not info.implements(spec.workload):
         return f"{name} has no {spec.workload} implementation; it implements {', '.join(info.workloads or ())}"
@@ -68,7 +68,7 @@ def unsupported(spec: RunSpec) -> str:
 
 def launcher(spec: RunSpec) -> str:
     """The launcher that starts ``spec``'s processes (:mod:`bakeoff.run.launchers`)."""
-    return frameworks.get(spec.framework.value).launchers[spec.parallelism]
+    return spec.info.launchers[spec.parallelism]
 
 
 def not_installed(framework: str) -> str:

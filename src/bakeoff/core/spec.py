@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import json
 from abc import ABC, abstractmethod
@@ -214,6 +215,13 @@ class RunSpec:
     @property
     def config_overrides(self) -> dict[str, str]:
         return dict(self.config)
+
+    @functools.cached_property
+    def info(self):  # -> bakeoff.core.frameworks.FrameworkInfo (a lazy import: frameworks imports this module)
+        """Its framework's record (:mod:`bakeoff.core.frameworks`), looked up once per spec."""
+        from bakeoff.core import frameworks
+
+        return frameworks.get(self.framework.value)
 
     def key(self) -> str:
         """A stable identifier: the hash of the canonical JSON form, in which a data option whose file content is

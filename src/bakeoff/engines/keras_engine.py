@@ -51,21 +51,18 @@ from typing import Any
 import numpy as np
 
 from bakeoff.core.registry import model_class
-from bakeoff.core.spec import Batch, Device, Execution, Parallelism, Precision
+from bakeoff.core.spec import Batch, Device, Execution, Precision
 from bakeoff.engines.base import Engine, Unsupported, threads_for
 from bakeoff.measure.environment import usable_cores
 from bakeoff.measure.memory import MemoryProbe
 
 BACKENDS = {"keras-jax": "jax", "keras-torch": "torch", "keras-tensorflow": "tensorflow"}
 
-# What each execution mode is on each backend (see the module docstring), and why a mode is missing.
+# What each execution mode is on each backend (see the module docstring); why a mode is missing is the record's
+# (bakeoff.core.frameworks).
 COMPILED_PATH = {
     ("jax", Execution.GRAPH): "jax.jit", ("torch", Execution.GRAPH): "torch.compile",
     ("tensorflow", Execution.GRAPH): "tf.function", ("tensorflow", Execution.XLA): "tf.function(jit_compile=True)",
-}
-MISSING_XLA = {
-    "jax": "Keras on JAX compiles its step with jax.jit, which is XLA already: use execution graph",
-    "torch": "Keras on PyTorch has no XLA mode (jit_compile means torch.compile): use execution graph",
 }
 
 
@@ -114,7 +111,7 @@ class KerasEngine(Engine):
             raise RuntimeError(f"framework {spec.framework.value} runs Keras on {self.backend}, but this process's "
                                f"Keras runs on {actual!r} (KERAS_BACKEND={os.environ.get('KERAS_BACKEND')!r}): "
                                f"set KERAS_BACKEND={self.backend} before keras is imported")
-        self._reject_unsupported()
+        # What the Keras rows cannot run (parallelism, some XLA, fp16) was refused before this process started.
         self.device = _pin_device_and_threads(self.backend, spec.device, threads_for(spec))
         # Dropout masks: each Dropout's SeedGenerator draws its seed from Python's random, seeded here. Keras'
         # set_random_seed also seeds TensorFlow when it can import it: not on the other backends.
@@ -155,17 +152,6 @@ class KerasEngine(Engine):
             return compute_loss(*args, **kwargs)
 
         self.module.compute_loss = counted
-
-    def _reject_unsupported(self) -> None:
-        spec = self.spec
-        if spec.parallelism is not Parallelism.NONE:
-            raise Unsupported(f"the Keras rows train on one device here; accepted parallelism: none "
-                              f"(got {spec.parallelism.value})")
-        if spec.execution is Execution.XLA and self.backend in MISSING_XLA:
-            raise Unsupported(MISSING_XLA[self.backend])
-        if spec.precision not in (Precision.FP32, Precision.BF16):
-            raise Unsupported(f"precision {spec.precision.value} is not wired for the Keras rows (fp16 needs a GPU "
-                              "and a LossScaleOptimizer); accepted: fp32, bf16")
 
     def _xy(self, batch: Batch) -> tuple[Any, Any]:
         """The batch as backend tensors: numpy arrays handed to Keras' torch.compile'd step break its graph

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
 import json
 import os
 import statistics
@@ -41,10 +40,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bakeoff.core import frameworks as records
+from bakeoff.core import registry
 from bakeoff.core.spec import Parallelism, RunSpec, Status, TrialResult
 from bakeoff.measure.environment import cpu_model, usable_cores
 
@@ -79,13 +80,13 @@ def probe(framework: str, n: int = SIZE, repeats: int = REPEATS, threads: int = 
     """Measure in this process (it loads ``framework``): ``{precision: {"median_flops_per_s", "samples"} or
     {"missing": reason}}``, with ``threads`` set first (0: as already set, in a trial process). The probe process
     refuses the other frameworks first (:func:`main`)."""
-    module = importlib.import_module(records.get(family(framework)).engine.split(":")[0])
+    rates = registry.load(records.get(framework).matmul)  # a Keras row's is its backend's
     out: dict[str, Any] = {"n": n, "repeats": repeats, "threads": threads, "precisions": {},
                            "load_average_1m_at_start": round(os.getloadavg()[0], 2)}
     for precision in PRECISIONS:
         try:
-            size = _size_within_budget(module, precision, n, repeats, threads)
-            samples = module.matmul_rates(precision, size, repeats, threads)
+            size = _size_within_budget(rates, precision, n, repeats, threads)
+            samples = rates(precision, size, repeats, threads)
             out["precisions"][precision] = {"median_flops_per_s": statistics.median(samples), "samples": samples,
                                             "n": size}
         except Exception as exc:  # noqa: BLE001 - a precision the framework lacks here is recorded, not fatal
@@ -93,13 +94,14 @@ def probe(framework: str, n: int = SIZE, repeats: int = REPEATS, threads: int = 
     return out
 
 
-def _size_within_budget(module: Any, precision: str, n: int, repeats: int, threads: int) -> int:
+def _size_within_budget(rates: Callable[..., list[float]], precision: str, n: int, repeats: int,
+                        threads: int) -> int:
     """The largest of ``n``, ``n/2``, ``n/4`` (never below ``n/4``) whose ``repeats`` products and 3 warm-ups take at
     most :data:`BUDGET_S`: each doubling is predicted from one product timed at the size below it (small products
     run at a lower rate than large ones, so a prediction from ``n/4`` alone would shrink a fast precision too)."""
     size = max(1, n // 4)
     while size < n:
-        rate = module.matmul_rates(precision, size, 1, threads)[0]
+        rate = rates(precision, size, 1, threads)[0]
         bigger = min(n, size * 2)
         if (repeats + 3) * 2 * bigger**3 / rate > BUDGET_S:
             break

@@ -33,12 +33,13 @@ import dataclasses
 import ipaddress
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bakeoff.core import registry
@@ -125,14 +126,122 @@ def _tf_config(cluster: dict[str, list[str]], kind: str, index: int) -> str:
     return json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}})
 
 
+@dataclasses.dataclass
+class Start:
+    """What a launcher starts its members from (:func:`plan`)."""
+
+    spec: RunSpec
+    args: Sequence[str]  # the trial's command-line arguments
+    env: dict[str, str]  # the environment every member starts from
+    ports: list[int]  # free ports, as many as the launcher's ``ports(workers)``
+    hosts: list[str]  # one per worker (loopback for every worker on this machine)
+    threads: int
+    warnings: list[str]
+
+    @property
+    def workers(self) -> int:
+        return self.spec.workers
+
+    def plan(self, launcher: str, members: list[Member], ranks: int, processes: int) -> Plan:
+        return Plan(launcher, members, ranks, processes, self.threads, self.warnings)
+
+
+@dataclasses.dataclass(frozen=True)
+class Launcher:
+    """One kind of process group: how many ports it needs, how its members start, and how its failures are read.
+    A framework's record names one per parallelism (:mod:`bakeoff.core.frameworks`); adding a launcher is one
+    record here and the function that starts its members."""
+
+    name: str
+    start: Callable[[Start], Plan]
+    program: str = "bakeoff"  # what starts the members and reports on them: bakeoff itself, or the framework's own
+    ports: Callable[[int], int] = lambda workers: 0  # free ports to choose for ``workers`` workers
+    group: bool = True  # several processes: each computing process shares the cores, ports can clash, ranks merge
+    root_cause: Callable[[str], tuple[int, int] | None] = lambda log: None
+    """(rank, exit code) of the failure the launcher's own log names as the one that ended the group, if any."""
+
+
+def _single(s: Start) -> Plan:
+    return s.plan("single", [Member("trial", _trial(s.args), s.env, True)], 1, 1)
+
+
+def _torchrun_command(s: Start, nodes: int, node: int, per_node: int) -> list[str]:
+    # Static rendezvous at the first host: its agent serves the store on the port (a port taken meanwhile
+    # fails with EADDRINUSE, and the group is started again on another).
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node-rank", str(node),
+            "--nproc-per-node", str(per_node), "--master-addr", s.hosts[0], "--master-port", str(s.ports[0]),
+            "--max-restarts", "0", "--monitor-interval", "0.5", "-m", "bakeoff.trial", *s.args]
+
+
+def _torchrun(s: Start) -> Plan:
+    n = s.workers
+    return s.plan("torchrun", [Member("torchrun", _torchrun_command(s, 1, 0, n), s.env, True)], n, n)
+
+
+def _torchrun_nodes(s: Start) -> Plan:  # one agent per node: the multi-host path, also on one machine
+    n = s.workers
+    members = [Member(f"node {i}", _torchrun_command(s, n, i, 1), s.env, True) for i in range(n)]
+    return s.plan("torchrun_nodes", _placed(members, s.hosts), n, n)
+
+
+def torchrun_root_cause(log: str) -> tuple[int, int] | None:
+    """(rank, exit code) of the failure torchrun reports as the root cause of ending its group, if it says."""
+    match = re.search(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", log,
+                      re.DOTALL)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _tf_workers(s: Start) -> Plan:
+    n = s.workers
+    cluster = {"worker": [f"{h}:{p}" for h, p in zip(s.hosts, s.ports[:n], strict=True)]}
+    members = [Member(f"worker {i}", _trial(s.args),
+                      {**s.env, "TF_CONFIG": _tf_config(cluster, "worker", i), "BAKEOFF_RANK": str(i)}, True)
+               for i in range(n)]
+    return s.plan("tf_config", _placed(members, s.hosts), n, n)
+
+
+def _jax_distributed(s: Start) -> Plan:
+    n = s.workers
+    # jax.distributed.initialize() reads these: process 0 serves the coordinator on the first host's port.
+    coordinator = {"JAX_COORDINATOR_ADDRESS": f"{s.hosts[0]}:{s.ports[0]}", "JAX_NUM_PROCESSES": str(n)}
+    members = [Member(f"process {i}", _trial(s.args),
+                      {**s.env, **coordinator, "JAX_PROCESS_ID": str(i), "BAKEOFF_RANK": str(i)}, True)
+               for i in range(n)]
+    return s.plan("jax_distributed", _placed(members, s.hosts), n, n)
+
+
+def _tf_parameter_server(s: Start) -> Plan:
+    # The chief runs the trial (its ClusterCoordinator schedules steps on the workers).
+    n, ports = s.workers, s.ports
+    cluster = {"chief": [f"{HOST}:{ports[0]}"], "worker": [f"{HOST}:{p}" for p in ports[1:1 + n]],
+               "ps": [f"{HOST}:{p}" for p in ports[1 + n:]]}
+    members = [Member("chief", _trial(s.args), {**s.env, "TF_CONFIG": _tf_config(cluster, "chief", 0)}, True)]
+    for kind in ("worker", "ps"):
+        for i in range(len(cluster[kind])):
+            members.append(Member(f"{kind} {i}", [sys.executable, "-m", TF_SERVER_MODULE],
+                                  {**s.env, "TF_CONFIG": _tf_config(cluster, kind, i)}, False))
+    return s.plan("tf_parameter_server", members, 1, len(members))
+
+
+LAUNCHERS = {launcher.name: launcher for launcher in (
+    Launcher("single", _single, group=False),
+    Launcher("torchrun", _torchrun, "torchrun", ports=lambda n: 1, root_cause=torchrun_root_cause),
+    Launcher("torchrun_nodes", _torchrun_nodes, "torchrun", ports=lambda n: 1, root_cause=torchrun_root_cause),
+    Launcher("tf_config", _tf_workers, ports=lambda n: n),
+    Launcher("jax_distributed", _jax_distributed, ports=lambda n: 1),
+    Launcher("tf_parameter_server", _tf_parameter_server, ports=lambda n: 1 + n + PARAMETER_SERVERS),
+)}
+"""Every launcher, by the name a framework's record gives it."""
+
+
 def plan(spec: RunSpec, args: Sequence[str], env: dict[str, str], ports: Sequence[int] | None = None,
          cores: int | None = None) -> Plan:
     """The process group that runs ``spec``: ``args`` are the trial's command-line arguments (spec file, result
     file, checkpoint and TensorBoard folders), ``env`` the environment every member starts from."""
-    launcher = registry.launcher(spec)
+    launcher = LAUNCHERS[registry.launcher(spec)]
     cores = cores or usable_cores()
     n = spec.workers
-    computing = 1 if launcher == "single" else n
+    computing = n if launcher.group else 1
     threads = spec.threads or max(1, cores // computing)
     env = {**env, "BAKEOFF_THREADS": str(threads), "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "BAKEOFF_LAUNCHED_AT": repr(time.time())}
@@ -140,50 +249,11 @@ def plan(spec: RunSpec, args: Sequence[str], env: dict[str, str], ports: Sequenc
     if spec.parallelism is not Parallelism.NONE and n > cores:
         warnings.append(f"{n} replicas on {cores} CPU cores: replicas share cores, so throughput measures "
                         "overhead more than speed-up")
-    needed = {"single": 0, "torchrun": 1, "torchrun_nodes": 1, "tf_config": n, "jax_distributed": 1,
-              "tf_parameter_server": 1 + n + PARAMETER_SERVERS}[launcher]
-    ports = list(ports) if ports is not None else free_ports(needed)
-    if launcher == "single":
-        members = [Member("trial", _trial(args), env, True)]
-        return Plan(launcher, members, 1, 1, threads, warnings)
+    ports = list(ports) if ports is not None else free_ports(launcher.ports(n))
     hosts = list(spec.hosts) or [HOST] * n
-    if spec.hosts:
+    if spec.hosts and launcher.group:
         threads = spec.threads or max(1, cores // max(1, sum(h == hosts[0] for h in hosts)))
-
-    def torchrun(nodes: int, node: int, per_node: int) -> list[str]:
-        # Static rendezvous at the first host: its agent serves the store on the port (a port taken meanwhile
-        # fails with EADDRINUSE, and the group is started again on another).
-        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node-rank", str(node),
-                "--nproc-per-node", str(per_node), "--master-addr", hosts[0], "--master-port", str(ports[0]),
-                "--max-restarts", "0", "--monitor-interval", "0.5", "-m", "bakeoff.trial", *args]
-
-    if launcher == "torchrun":
-        return Plan(launcher, [Member("torchrun", torchrun(1, 0, n), env, True)], n, n, threads, warnings)
-    if launcher == "torchrun_nodes":  # one agent per node: the multi-host path, also on one machine
-        members = [Member(f"node {i}", torchrun(n, i, 1), env, True) for i in range(n)]
-        return Plan(launcher, _placed(members, hosts), n, n, threads, warnings)
-    if launcher == "tf_config":
-        cluster = {"worker": [f"{h}:{p}" for h, p in zip(hosts, ports[:n], strict=True)]}
-        members = [Member(f"worker {i}", _trial(args),
-                          {**env, "TF_CONFIG": _tf_config(cluster, "worker", i), "BAKEOFF_RANK": str(i)}, True)
-                   for i in range(n)]
-        return Plan(launcher, _placed(members, hosts), n, n, threads, warnings)
-    if launcher == "jax_distributed":
-        # jax.distributed.initialize() reads these: process 0 serves the coordinator on the first host's port.
-        coordinator = {"JAX_COORDINATOR_ADDRESS": f"{hosts[0]}:{ports[0]}", "JAX_NUM_PROCESSES": str(n)}
-        members = [Member(f"process {i}", _trial(args),
-                          {**env, **coordinator, "JAX_PROCESS_ID": str(i), "BAKEOFF_RANK": str(i)}, True)
-                   for i in range(n)]
-        return Plan(launcher, _placed(members, hosts), n, n, threads, warnings)
-    # tf_parameter_server: the chief runs the trial (its ClusterCoordinator schedules steps on the workers)
-    cluster = {"chief": [f"{HOST}:{ports[0]}"], "worker": [f"{HOST}:{p}" for p in ports[1:1 + n]],
-               "ps": [f"{HOST}:{p}" for p in ports[1 + n:]]}
-    members = [Member("chief", _trial(args), {**env, "TF_CONFIG": _tf_config(cluster, "chief", 0)}, True)]
-    for kind in ("worker", "ps"):
-        for i in range(len(cluster[kind])):
-            members.append(Member(f"{kind} {i}", [sys.executable, "-m", TF_SERVER_MODULE],
-                                  {**env, "TF_CONFIG": _tf_config(cluster, kind, i)}, False))
-    return Plan(launcher, members, 1, len(members), threads, warnings)
+    return launcher.start(Start(spec, args, env, ports, hosts, threads, warnings))
 
 
 def _placed(members: list[Member], hosts: Sequence[str]) -> list[Member]:

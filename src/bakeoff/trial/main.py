@@ -16,12 +16,13 @@ import time
 import traceback
 from pathlib import Path
 
-from bakeoff.core import frameworks, registry
+from bakeoff.core import frameworks
 from bakeoff.core.spec import Parallelism, RunSpec, Status, TrialResult
 from bakeoff.measure import ceiling
 from bakeoff.measure.environment import host_environment
 from bakeoff.measure.isolation import foreign_frameworks, loaded_frameworks, refuse_foreign
 from bakeoff.results.model_dir import KEEP_MODEL_ENV
+from bakeoff.trial.build import build_trial
 
 
 def _classify(exc: BaseException, framework: str) -> Status:
@@ -57,27 +58,21 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
         result.extras["rank"] = process_rank()
     engine = None
     try:
-        workload = registry.workload(spec.workload)
-        data = workload.load_data(spec)
-        config = workload.config(spec.preset, spec, data)
+        parts = build_trial(spec)
+        data, config = parts.data, parts.config
         result.extras["config"] = config
         result.extras["data"] = {**data.info, "rows": {"train": data.num_train, "test": data.num_test}}
-        weights = workload.init_weights(config, spec.seed)
-
-        t0 = time.perf_counter()
         try:
-            engine_cls = registry.engine_class(spec.framework)  # imports the framework
+            engine_cls = parts.engine_class()  # imports the framework
         except ImportError as exc:
             result.status = Status.UNSUPPORTED
-            hint = frameworks.get(spec.framework.value).install_hint
+            hint = spec.info.install_hint
             result.reason = f"{spec.framework} is not installed ({exc}); install it with: {hint}"
             return result
-        result.import_s = time.perf_counter() - t0
-
-        engine = engine_cls(spec, workload, config)
-        t0 = time.perf_counter()
-        engine.setup(weights)
-        result.build_s = time.perf_counter() - t0
+        result.import_s = parts.import_s
+        engine = engine_cls(spec, parts.workload, config)
+        parts.set_up(engine)
+        result.build_s = parts.build_s
         result.num_params = engine.num_params()
         result.environment.update(engine.environment())
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.core import registry
 from bakeoff.core.spec import Execution, Precision, RunSpec, Weights, Workload
+from bakeoff.trial.build import build_trial
 
 ACCUM = 4  # micro-batches per step in the accumulation checks
 
@@ -62,12 +62,6 @@ def per_tensor_errors(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], 
     return {k: float(np.abs(a[k] - b[k]).max() / max(float(np.abs(b[k]).max()), floor)) for k in sorted(a)}
 
 
-def _engine(workload: Workload, spec: RunSpec, config: dict[str, Any], weights: Weights) -> Any:
-    engine = registry.engine_class(spec.framework)(spec, workload, config)
-    engine.setup(weights)
-    return engine
-
-
 def probe(workload_name: str, framework: str, preset: str = "tiny", steps: int = 5, batch_size: int = 16,
           execution: str = "eager", precision: str = "fp32", seed: int = 0, examples: int = 64,
           accum_steps: int = 0, data: tuple[tuple[str, str], ...] = (),
@@ -81,12 +75,10 @@ def probe(workload_name: str, framework: str, preset: str = "tiny", steps: int =
     spec = RunSpec(workload=workload_name, framework=framework, preset=preset, execution=Execution(execution),
                    precision=Precision(precision), max_steps=steps, batch_size=batch_size, seed=seed, device="cpu",
                    data=data)
-    workload = registry.workload(workload_name)
-    data = workload.load_data(spec)
-    config = workload.config(preset, spec, data)
-    config["dropout"] = 0.0  # dropout masks are framework RNG streams; parity is checked without them
-    weights = workload.init_weights(config, seed)
-    engine = _engine(workload, spec, config, weights)
+    # Dropout masks are framework RNG streams; parity is checked without them.
+    parts = build_trial(spec, {"dropout": 0.0})
+    workload, data, weights = parts.workload, parts.data, parts.weights
+    engine = parts.build_engine()
     test = {k: v[:examples] for k, v in data.test.items()}
     out: dict[str, np.ndarray] = {"num_params": np.array(engine.num_params())}
     out["outputs"] = engine.predict(test, examples)
@@ -113,7 +105,7 @@ def probe(workload_name: str, framework: str, preset: str = "tiny", steps: int =
     out.update(flatten("weights", engine.impl.get_weights()))
     if accum_steps:
         accum_spec = RunSpec(**{**spec.to_dict(), "batch_size": batch_size // ACCUM, "grad_accum": ACCUM})
-        engine = _engine(workload, accum_spec, config, weights)
+        engine = parts.build_engine(accum_spec)
         small = workload.batches(data.train, batch_size // ACCUM, seed, epoch=0)
         out["losses_accum"] = np.array([engine.train_step([next(small) for _ in range(ACCUM)])
                                         for _ in range(accum_steps)])

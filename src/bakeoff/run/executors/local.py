@@ -29,7 +29,6 @@ import dataclasses
 import json
 import logging
 import os
-import re
 import shutil
 import signal
 import sys
@@ -38,7 +37,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-from bakeoff.core import frameworks, registry
+from bakeoff.core import registry
 from bakeoff.core.identity import identify
 from bakeoff.core.spec import Device, Parallelism, RunSpec, SpecError, Status, TrialResult
 from bakeoff.engines.base import NO_EVALUATION_ENV
@@ -126,7 +125,7 @@ def _trial_env(spec: RunSpec, tmp: str, keep_dir: Path | None = None, probe_ceil
     env.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"), TRITON_CACHE_DIR=os.path.join(tmp, "triton"))
     threads = str(spec.threads or usable_cores())
     env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONUNBUFFERED="1")
-    env.update(frameworks.get(spec.framework.value).env)  # its record's settings (KERAS_BACKEND, XLA's allocator)
+    env.update(spec.info.env)  # its record's settings (KERAS_BACKEND, XLA's allocator)
     if spec.device.value == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     return env
@@ -159,13 +158,6 @@ def _log_paths(log_dir: Path, spec: RunSpec, plan: launchers.Plan) -> list[Path]
     key = spec.key()
     return [log_dir / (f"{key}.log" if i == 0 else f"{key}.{_safe(m.name).replace('_', '')}.log")
             for i, m in enumerate(plan.members)]
-
-
-def _torchrun_root_cause(log: str) -> tuple[int, int] | None:
-    """(rank, exit code) of the failure torchrun reports as the root cause of ending its group, if it says."""
-    match = re.search(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", log,
-                      re.DOTALL)
-    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def _tail(paths: Sequence[Path], first: str, names: Sequence[str]) -> str:
@@ -254,12 +246,13 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
     first = outcome.first_failure or names[0]
     code = outcome.codes.get(first)
     who = "trial process" if len(names) == 1 else f"{first} of the trial's {len(names)} processes"
-    if group.launcher != "single" and any(marker in tail.lower() for marker in launchers.PORT_IN_USE):
+    launcher = launchers.LAUNCHERS[group.launcher]
+    if launcher.group and any(marker in tail.lower() for marker in launchers.PORT_IN_USE):
         return _failure(spec, Status.FAILED, f"{who}: a port was in use: {tail[-300:]}"), True
-    cause = _torchrun_root_cause(tail) if group.launcher.startswith("torchrun") else None
-    if cause is not None:  # torchrun ended the group for a rank that failed: the rank is the first failure
+    cause = launcher.root_cause(tail)
+    if cause is not None:  # the launcher ended the group for a rank that failed: the rank is the first failure
         rank, code = cause
-        who = f"rank {rank} of {spec.workers} (torchrun's first observed failure)"
+        who = f"rank {rank} of {spec.workers} ({launcher.program}'s first observed failure)"
     if code == -signal.SIGKILL:
         result = _sigkill_failure(spec, oom_before, elapsed, tail)
         result.reason = f"{who} " + result.reason if who != "trial process" else result.reason
@@ -270,7 +263,7 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         result = _failure(spec, Status.FAILED, f"{who} exited after {elapsed:.0f} s before the trial ended: {tail}")
     else:
         result = _failure(spec, Status.FAILED, f"{who} exited with code {code} and wrote no result: {tail}")
-    if group.launcher != "single":
+    if launcher.group:
         result.extras["distributed"] = {"launcher": group.launcher, "first_failure": who, "exit_codes": outcome.codes,
                                         "logs": [str(p) for p in logs]}
     return result, False
