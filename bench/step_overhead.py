@@ -1,7 +1,7 @@
 """Instrumentation overhead: a step inside the engine's measured loop vs the same step in a bare loop.
 
 Both loops call the same ``engine.train_step`` (the real code path) on the same batches; the bare loop has one
-clock around all steps, the measured loop is ``bakeoff.engines.base.train`` with evaluation pushed past the end.
+clock around all steps, the measured loop is ``bakeoff.trial.loop.train`` with evaluation pushed past the end.
 The two alternate ROUNDS times per framework, each framework in its own process. On a shared 2-core VM the
 round-to-round noise (±4%) is larger than the effect, so the bench also measures the loop's own bookkeeping
 directly: ``train`` driving an engine whose step does nothing, which is exactly the per-step cost the
@@ -24,7 +24,7 @@ STEPS, ROUNDS = 40, 7
 
 def measure(framework: str) -> dict[str, float]:
     from bakeoff.core.spec import Status, TrialResult
-    from bakeoff.engines.base import train
+    from bakeoff.trial.loop import train
 
     engine, workload, data, spec = build_engine(framework, max_steps=STEPS, eval_every=10**9, warmup_steps=0)
     batches = list(workload.batches(data.train, spec.batch_size, spec.seed, 0))[:STEPS]
@@ -59,7 +59,8 @@ def measure(framework: str) -> dict[str, float]:
 def bookkeeping(workload, data, spec) -> float:  # noqa: ANN001
     """Seconds per step that ``train`` spends outside ``train_step``: clocks, batch slicing, counters."""
     from bakeoff.core.spec import RunSpec, Status, TrialResult
-    from bakeoff.engines.base import Engine, train
+    from bakeoff.engines.base import Engine
+    from bakeoff.trial.loop import train
 
     class NullEngine(Engine):
         def setup(self, weights): ...

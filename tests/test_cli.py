@@ -201,7 +201,7 @@ CRASHER = """
 import os
 mode = os.environ.get("BAKEOFF_TEST_CRASH")
 if mode:
-    import bakeoff.engines.base as base
+    import bakeoff.trial.loop as loop
 
     def crash(*args, **kwargs):
         if mode == "exit":
@@ -210,7 +210,7 @@ if mode:
             os.kill(os.getpid(), 9)
         raise MemoryError("simulated: cannot allocate 12 GiB")
 
-    base.train = crash
+    loop.train = crash
 """
 
 

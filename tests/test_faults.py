@@ -262,8 +262,8 @@ HANGER = """
 import os
 mode = os.environ.get("BAKEOFF_TEST_HANG")
 if mode:
-    import bakeoff.engines.base as base
-    real_train = base.train
+    import bakeoff.trial.loop as loop
+    real_train = loop.train
 
     def train(engine, data, result, *args, checkpoint_dir=None, **kwargs):
         # The second trial (or, in mode "probe", the first batch-size probe) hangs mid-training, with a worker
@@ -280,7 +280,7 @@ if mode:
             time.sleep(600)
         return real_train(engine, data, result, *args, checkpoint_dir=checkpoint_dir, **kwargs)
 
-    base.train = train
+    loop.train = train
 """
 
 MNIST = ("run", "--workload", "mnist", "--framework", "torch", "--execution", "eager", "--max-steps", "2",

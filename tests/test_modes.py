@@ -47,9 +47,9 @@ DIE_AT_STEP = """
 import os
 limit = os.environ.get("BAKEOFF_TEST_DIE_AT_STEP")
 if limit:
-    import bakeoff.engines.base as base
+    import bakeoff.trial.loop as loop
 
-    calls, units = [0], base._units
+    calls, units = [0], loop._units
 
     def counting_units(workload, micro_batches):  # called once per step, just before train_step
         calls[0] += 1
@@ -57,7 +57,7 @@ if limit:
             os._exit(7)
         return units(workload, micro_batches)
 
-    base._units = counting_units
+    loop._units = counting_units
 """
 
 

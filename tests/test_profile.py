@@ -16,9 +16,10 @@ import pytest
 
 from bakeoff.core import registry
 from bakeoff.core.spec import RunSpec, Status, TrialResult
-from bakeoff.engines.base import Unsupported, next_steps, train
+from bakeoff.engines.base import Unsupported
 from bakeoff.run.executors import local as runner
 from bakeoff.trial import profile
+from bakeoff.trial.loop import next_steps, train
 from bakeoff.workloads.text_classifier.workload import TextClassifierWorkload
 from test_training_loop import CountingEngine, _data
 

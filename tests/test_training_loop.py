@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from bakeoff.core.spec import Dataset, RunSpec, Status, TrialResult
-from bakeoff.engines.base import Engine, train
+from bakeoff.engines.base import Engine
+from bakeoff.trial.loop import train
 from bakeoff.workloads.text_classifier.workload import TextClassifierWorkload
 
 

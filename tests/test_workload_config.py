@@ -112,7 +112,7 @@ def test_the_data_follows_the_configured_sizes():
 
 def test_the_preset_target_is_measured_and_says_so():
     wl = registry.workload("mnist")
-    assert wl.target("tiny") == 0.93  # the call engines/base.py makes today
+    assert wl.target("tiny") == 0.93  # the call trial/loop.py makes today
     assert wl.target_and_rule("paper") == (0.96, "measured for preset paper on the shipped data")
     assert wl.target_and_rule("tiny", spec("mnist", config={"dropout": "0.2"}))[1].endswith(
         "the config overrides may move what is reachable")

@@ -76,7 +76,7 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
         result.num_params = engine.num_params()
         result.environment.update(engine.environment())
 
-        from bakeoff.engines.base import NO_EVALUATION_ENV, train
+        from bakeoff.trial.loop import NO_EVALUATION_ENV, train
 
         train(engine, data, result, checkpoint_dir=checkpoint_dir, tensorboard_dir=tensorboard_dir,
               evaluate_quality=not os.environ.get(NO_EVALUATION_ENV))
@@ -116,8 +116,8 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
 def _profile(spec: RunSpec, engine, data, result: TrialResult) -> None:
     """When the runner asks (:mod:`bakeoff.trial.profile`), profile a few more steps: after every figure of the
     result is final, so that none of them changes. Each process of a distributed trial into its ``rank<N>``."""
-    from bakeoff.engines.base import next_steps
     from bakeoff.trial import profile
+    from bakeoff.trial.loop import next_steps
 
     request = profile.Request.from_env()
     if request is None:

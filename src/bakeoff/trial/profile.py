@@ -10,7 +10,7 @@ and curve, the kept model and the wall time — so profiling changes no recorded
 
 What is profiled: :data:`WARMUP_STEPS` step unprofiled (a batch of a new shape compiles there, not in the trace),
 then the requested steps under the profiler, each marked as a step, on the training batches that follow the last
-one trained on (:func:`bakeoff.engines.base.next_steps`). The weights they change are never read again. In a
+one trained on (:func:`bakeoff.trial.loop.next_steps`). The weights they change are never read again. In a
 distributed trial every process takes the steps (their collectives need each other) and writes its own trace, into
 ``rank<N>`` of the folder; the result names rank 0's files.
 

@@ -40,7 +40,6 @@ from pathlib import Path, PurePosixPath
 from bakeoff.core import registry
 from bakeoff.core.identity import identify
 from bakeoff.core.spec import Device, Parallelism, RunSpec, SpecError, Status, TrialResult
-from bakeoff.engines.base import NO_EVALUATION_ENV
 from bakeoff.measure import ceiling
 from bakeoff.measure.environment import cuda_devices, usable_cores
 from bakeoff.plan.order import measure_again, order, to_run
@@ -50,6 +49,7 @@ from bakeoff.results.store import Store, StoreWriteError
 from bakeoff.run import launchers
 from bakeoff.run.process import OomKills, interruptible, read_oom_kills
 from bakeoff.run.process import hold as hold_signals
+from bakeoff.trial.loop import NO_EVALUATION_ENV
 from bakeoff.trial.profile import PROFILE_ENV, PROFILE_STEPS_ENV
 from bakeoff.trial.profile import Request as ProfileRequest
 
@@ -180,7 +180,7 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
     ``keep_dir``, a trial that succeeds keeps its trained model there (:mod:`bakeoff.results.model_dir`). With
     ``probe_ceiling``, the trial probes the matmul ceiling after its result (:mod:`bakeoff.measure.ceiling`). With
     ``profile``, a trial that succeeds profiles a few more steps after its result (:mod:`bakeoff.trial.profile`).
-    Without ``evaluate``, the trial never evaluates its model (:func:`bakeoff.engines.base.train`).
+    Without ``evaluate``, the trial never evaluates its model (:func:`bakeoff.trial.loop.train`).
     """
     reason = registry.unsupported(spec)
     if reason:
