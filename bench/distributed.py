@@ -19,7 +19,8 @@ from pathlib import Path
 
 from bakeoff.core import registry
 from bakeoff.core.identity import identify
-from bakeoff.core.spec import RunSpec, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec
 from bakeoff.run.executors import local as runner
 
 MODES = {"torch": "eager", "tensorflow": "graph"}  # each framework as its users train

@@ -23,7 +23,8 @@ STEPS, ROUNDS = 40, 7
 
 
 def measure(framework: str) -> dict[str, float]:
-    from bakeoff.core.spec import Status, TrialResult
+    from bakeoff.core.result import TrialResult
+    from bakeoff.core.spec import Status
     from bakeoff.trial.loop import train
 
     engine, workload, data, spec = build_engine(framework, max_steps=STEPS, eval_every=10**9, warmup_steps=0)
@@ -58,7 +59,8 @@ def measure(framework: str) -> dict[str, float]:
 
 def bookkeeping(workload, data, spec) -> float:  # noqa: ANN001
     """Seconds per step that ``train`` spends outside ``train_step``: clocks, batch slicing, counters."""
-    from bakeoff.core.spec import RunSpec, Status, TrialResult
+    from bakeoff.core.result import TrialResult
+    from bakeoff.core.spec import RunSpec, Status
     from bakeoff.engines.base import Engine
     from bakeoff.trial.loop import train
 

@@ -32,7 +32,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bakeoff.core.spec import RunSpec, Status, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec, Status
 
 TARGET = 0.78
 BATCH = 32

@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 
 from bakeoff.core import registry
-from bakeoff.core.spec import RunSpec, Status, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec, Status
 from bakeoff.measure import sync as measure_sync
 from bakeoff.run.executors.local import run_one
 

@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 
 from bakeoff.core import registry
-from bakeoff.core.spec import RunSpec, Status, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec, Status
 from bakeoff.measure import sync as measure_sync
 from bakeoff.measure.environment import usable_cores
 from bakeoff.run.executors import local as runner

@@ -15,7 +15,8 @@ import pytest
 
 import fake_results as fr
 from bakeoff.core import registry
-from bakeoff.core.spec import RunSpec, Status, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec, Status
 from bakeoff.results.store import Store
 
 LEAK = "print('LEAKED', sorted(m for m in ('torch', 'tensorflow', 'jax', 'keras') if m in sys.modules))\n"

@@ -444,7 +444,7 @@ def test_a_stored_timeout_is_explained_and_runs_again_under_a_longer_timeout(tmp
 
 
 def test_a_timeout_stored_before_its_budget_was_kept_is_read_from_its_reason(tmp_path):
-    from bakeoff.core.spec import TrialResult
+    from bakeoff.core.result import TrialResult
     from bakeoff.results.store import Store
 
     spec = RunSpec(workload="mnist", framework="torch", max_steps=2)

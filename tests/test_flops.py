@@ -1,6 +1,6 @@
 """Each workload's FLOPs per example against an independent count: torch's FlopCounterMode over real training
 steps (forward and backward) of the PyTorch model at the tiny preset, on real batches of the shipped data. The
-convention (:meth:`bakeoff.core.spec.Workload.flops_per_example`): what the step computes, padding included."""
+convention (:meth:`bakeoff.core.workload.Workload.flops_per_example`): what the step computes, padding included."""
 
 from __future__ import annotations
 

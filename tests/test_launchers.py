@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from bakeoff.core import registry
-from bakeoff.core.spec import RunSpec, SpecError, Status, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec, SpecError, Status
 from bakeoff.run import launchers
 from bakeoff.run.executors import local as runner
 from bakeoff.run.launchers import Member, Plan

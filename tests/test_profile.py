@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from bakeoff.core import registry
-from bakeoff.core.spec import RunSpec, Status, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec, Status
 from bakeoff.engines.base import Unsupported
 from bakeoff.run.executors import local as runner
 from bakeoff.trial import profile

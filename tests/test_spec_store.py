@@ -7,7 +7,8 @@ import sqlite3
 
 import pytest
 
-from bakeoff.core.spec import SCHEMA_VERSION, Execution, Framework, RunSpec, SpecError, Status, TrialResult
+from bakeoff.core.result import SCHEMA_VERSION, TrialResult
+from bakeoff.core.spec import Execution, Framework, RunSpec, SpecError, Status
 from bakeoff.results.store import Store, export
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bakeoff.core.spec import Dataset, RunSpec, Status, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec, Status
+from bakeoff.core.workload import Dataset
 from bakeoff.engines.base import Engine
 from bakeoff.trial.loop import train
 from bakeoff.workloads.text_classifier.workload import TextClassifierWorkload

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from bakeoff.analysis.quantities import Quantity, steady_steps
-from bakeoff.core.spec import TrialResult
+from bakeoff.core.result import TrialResult
 
 RESAMPLES = 2000
 """Bootstrap replicates per configuration (and joint resamples of the win probability)."""

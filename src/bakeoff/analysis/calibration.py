@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bakeoff.core.spec import RunSpec, Status, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec, Status
 
 if TYPE_CHECKING:
     from bakeoff.analysis.decide import Decision

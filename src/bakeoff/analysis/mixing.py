@@ -24,7 +24,8 @@ from typing import Any
 
 from bakeoff.analysis.quantities import fmt
 from bakeoff.analysis.stats import ConfigSummary, short_hash
-from bakeoff.core.spec import RunSpec, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec
 
 
 def data_hashes(spec: RunSpec) -> dict[str, str]:

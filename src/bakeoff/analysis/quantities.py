@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from bakeoff.core.spec import Status, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import Status
 
 MIB = 2**20
 

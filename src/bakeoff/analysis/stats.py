@@ -19,7 +19,8 @@ import numpy as np
 
 from bakeoff.analysis.bootstrap import RESAMPLES, Resampler, percentile_interval, rng_for
 from bakeoff.analysis.quantities import QUANTITIES, Quantity, common_budget, fmt, quantity, steady_steps
-from bakeoff.core.spec import RunSpec, Status, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec, Status
 
 __all__ = ["HASH_CHARS", "NOISY_THRESHOLD", "ConfigSummary", "Summary", "fmt", "group_results", "short_hash",
            "short_reason", "summarise", "summarise_groups"]

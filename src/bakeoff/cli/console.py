@@ -11,7 +11,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from bakeoff.core.spec import RunSpec, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec
 
 if TYPE_CHECKING:
     from bakeoff.results.store import Store

@@ -83,7 +83,7 @@ def framework_version(framework: str) -> str:
 
 def content(spec: RunSpec) -> dict[str, str]:
     """``RunSpec.content`` for ``spec``: the hash of the files each data option stands for
-    (:meth:`bakeoff.core.spec.Workload.data_files`), of the resolved configuration, and the bakeoff and framework
+    (:meth:`bakeoff.core.workload.Workload.data_files`), of the resolved configuration, and the bakeoff and framework
     versions."""
     workload = registry.workload(spec.workload)
     out = {f"data:{key}": digest(paths[0]) if len(paths) == 1 else _combined(paths)

@@ -11,7 +11,8 @@ import importlib.util
 from typing import Any
 
 from bakeoff.core import frameworks
-from bakeoff.core.spec import Framework, Parallelism, RunSpec, SpecError, Workload
+from bakeoff.core.spec import Framework, Parallelism, RunSpec, SpecError
+from bakeoff.core.workload import Workload
 
 WORKLOADS: dict[str, str] = {
     "text_classifier": "bakeoff.workloads.text_classifier.workload:TextClassifierWorkload",

@@ -33,7 +33,7 @@ from flax.traverse_util import flatten_dict
 from jax import export as jax_export
 
 from bakeoff.core import registry
-from bakeoff.core.spec import Weights
+from bakeoff.core.workload import Weights
 from bakeoff.workloads.common.jax_encoder import canonical_name
 
 log = logging.getLogger(__name__)

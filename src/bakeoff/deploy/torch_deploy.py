@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from bakeoff.core import formats, registry
-from bakeoff.core.spec import Weights
+from bakeoff.core.workload import Weights
 from bakeoff.deploy import Unsupported
 
 log = logging.getLogger(__name__)

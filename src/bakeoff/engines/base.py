@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from bakeoff.core.spec import Batch, RunSpec, Weights, Workload
+from bakeoff.core.spec import RunSpec
+from bakeoff.core.workload import Batch, Weights, Workload
 from bakeoff.measure.environment import usable_cores
 from bakeoff.measure.memory import MemoryProbe, RssProbe
 
@@ -100,7 +101,7 @@ class Engine(ABC):
         return 0
 
     # Distributed training. A process of a distributed trial trains on its shard of every global batch; the
-    # loop slices the shard (:func:`bakeoff.core.spec.shard_batch`) and passes the engine its local micro-batches.
+    # loop slices the shard (:func:`bakeoff.core.workload.shard_batch`) and passes the engine its local micro-batches.
 
     def data_shard(self) -> tuple[int, int]:
         """``(rank, world)``: which share of each global batch this process feeds its replicas. ``(0, 1)`` when

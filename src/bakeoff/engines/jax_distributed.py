@@ -30,7 +30,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bakeoff.core.spec import Parallelism, RunSpec, Weights
+from bakeoff.core.spec import Parallelism, RunSpec
+from bakeoff.core.workload import Weights
 from bakeoff.engines.base import Unsupported
 from bakeoff.measure import sync
 

@@ -38,7 +38,8 @@ import numpy as np
 import optax
 
 from bakeoff.core.registry import model_class
-from bakeoff.core.spec import Batch, Device, Execution, Precision, RunSpec, Weights
+from bakeoff.core.spec import Device, Execution, Precision, RunSpec
+from bakeoff.core.workload import Batch, Weights
 from bakeoff.engines import jax_distributed
 from bakeoff.engines.base import Engine, Unsupported, threads_for
 from bakeoff.measure.environment import usable_cores

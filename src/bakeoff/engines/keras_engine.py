@@ -51,7 +51,8 @@ from typing import Any
 import numpy as np
 
 from bakeoff.core.registry import model_class
-from bakeoff.core.spec import Batch, Device, Execution, Precision
+from bakeoff.core.spec import Device, Execution, Precision
+from bakeoff.core.workload import Batch
 from bakeoff.engines.base import Engine, Unsupported, threads_for
 from bakeoff.measure.environment import usable_cores
 from bakeoff.measure.memory import MemoryProbe

@@ -5,7 +5,7 @@ The engine composes its step builder with one :class:`Distribution`, chosen from
 * :class:`OneDevice` (parallelism none): no strategy; the step runs as written.
 * :class:`Mirrored` (data_parallel): ``MirroredStrategy`` over N devices of this one process — N logical CPU
   devices on a CPU host, the first N GPUs on a GPU host. The process takes whole global batches; each replica
-  gets its :func:`~bakeoff.core.spec.shard_batch` slice through ``experimental_distribute_values_from_function``.
+  gets its :func:`~bakeoff.core.workload.shard_batch` slice through ``experimental_distribute_values_from_function``.
 * :class:`MultiWorker` (multi_worker): ``MultiWorkerMirroredStrategy`` from ``TF_CONFIG``, one replica per worker
   process; the loop hands each worker its shard (``data_shard() = (task index, workers)``).
 * :class:`ParameterServer` (parameter_server): ``ParameterServerStrategy`` and a ``ClusterCoordinator`` in the
@@ -43,7 +43,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bakeoff.core.spec import Batch, Parallelism, RunSpec, Weights, shard_batch  # noqa: E402
+from bakeoff.core.spec import Parallelism, RunSpec
+from bakeoff.core.workload import Batch, Weights, shard_batch  # noqa: E402
 from bakeoff.engines.base import Unsupported  # noqa: E402
 from bakeoff.measure import sync  # noqa: E402
 

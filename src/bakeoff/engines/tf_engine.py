@@ -31,7 +31,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from bakeoff.core import registry  # noqa: E402
-from bakeoff.core.spec import Batch, Device, Execution, Precision, Weights  # noqa: E402
+from bakeoff.core.spec import Device, Execution, Precision
+from bakeoff.core.workload import Batch, Weights  # noqa: E402
 from bakeoff.engines import tf_distributed  # noqa: E402
 from bakeoff.engines.base import Engine, Unsupported, threads_for  # noqa: E402
 from bakeoff.engines.tf_optim import Adam  # noqa: E402

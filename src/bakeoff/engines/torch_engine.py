@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from bakeoff.core.registry import model_class
-from bakeoff.core.spec import Batch, Device, Execution, Parallelism, Precision
+from bakeoff.core.spec import Device, Execution, Parallelism, Precision
+from bakeoff.core.workload import Batch
 from bakeoff.engines.base import Engine, Unsupported, threads_for
 from bakeoff.engines.torch_distributed import strategy_for
 from bakeoff.measure.memory import MemoryProbe

@@ -46,7 +46,8 @@ from typing import Any
 
 from bakeoff.core import frameworks as records
 from bakeoff.core import registry
-from bakeoff.core.spec import Parallelism, RunSpec, Status, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import Parallelism, RunSpec, Status
 from bakeoff.measure.environment import cpu_model, usable_cores
 
 SIZE = 1024  # 2.1 GFLOP a product: long enough to time on a CPU, short enough to probe in seconds

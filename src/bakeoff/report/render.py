@@ -34,7 +34,8 @@ from bakeoff.analysis.quantities import MIB, QUANTITIES, Quantity
 from bakeoff.analysis.scaling import SCALING_COLUMNS, scaling_cells, scaling_rows, scaling_sentence
 from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, fmt, short_reason, summarise_groups
 from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, percent, ratio_text
-from bakeoff.core.spec import SpecError, Status, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import SpecError, Status
 from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE, size_note
 from bakeoff.measure.environment import OTHER_WORK_SHARE
 from bakeoff.report import deployment, plots

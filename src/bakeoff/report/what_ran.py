@@ -21,7 +21,8 @@ from bakeoff.analysis.conditions import threads
 from bakeoff.analysis.mixing import Mix, budget_text, config_of, data_hashes, framework_version
 from bakeoff.analysis.quantities import fmt, steady_steps
 from bakeoff.analysis.stats import ConfigSummary, short_hash
-from bakeoff.core.spec import Device, Parallelism, RunSpec, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import Device, Parallelism, RunSpec
 from bakeoff.report.templates import Block, Code, Facts, Heading, Para
 
 MAX_CLASS_NAMES = 8

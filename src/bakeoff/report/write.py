@@ -17,7 +17,8 @@ from typing import Any
 from bakeoff.analysis.decide import Decision, decide, decide_each
 from bakeoff.analysis.scaling import scaling_rows, scaling_sentence
 from bakeoff.analysis.stats import ConfigSummary, summarise_groups
-from bakeoff.core.spec import SpecError, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import SpecError
 from bakeoff.report import deployment
 from bakeoff.report.render import render_report
 

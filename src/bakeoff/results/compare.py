@@ -23,7 +23,8 @@ import numpy as np
 from bakeoff.analysis.bootstrap import Difference, Resampler, difference, rng_for
 from bakeoff.analysis.quantities import quantity
 from bakeoff.core.identity import configuration
-from bakeoff.core.spec import SpecError, Status, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import SpecError, Status
 from bakeoff.results.store import Store
 
 QUANTITIES = ("examples_per_s", "time_to_target_s")

@@ -26,7 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.core.spec import RunSpec, SpecError, TrialResult, Weights
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec, SpecError
+from bakeoff.core.workload import Weights
 
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.npz"

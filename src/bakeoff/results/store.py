@@ -26,7 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bakeoff.core.spec import SCHEMA_VERSION, SpecError, Status, TrialResult
+from bakeoff.core.result import SCHEMA_VERSION, TrialResult
+from bakeoff.core.spec import SpecError, Status
 
 STORE_VERSION = 1
 

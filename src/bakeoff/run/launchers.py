@@ -43,7 +43,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bakeoff.core import registry
-from bakeoff.core.spec import Parallelism, RunSpec, Status, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import Parallelism, RunSpec, Status
 from bakeoff.measure.environment import usable_cores
 from bakeoff.run.process import proc_status, process_groups, processes
 

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from bakeoff.core.spec import RunSpec, Status, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec, Status
 from bakeoff.plan.suite import Suite
 from bakeoff.report.write import Written, write_report
 from bakeoff.results.store import Store, artifacts_dir

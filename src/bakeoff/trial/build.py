@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from bakeoff.core import registry
-from bakeoff.core.spec import Dataset, RunSpec, Weights, Workload
+from bakeoff.core.spec import RunSpec
+from bakeoff.core.workload import Dataset, Weights, Workload
 
 
 @dataclasses.dataclass

@@ -26,7 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.core.spec import Batch, Dataset, RunSpec, TrialResult, Workload, shard_batch
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec
+from bakeoff.core.workload import Batch, Dataset, Workload, shard_batch
 from bakeoff.engines.base import Engine, SummaryWriter, weights_digest
 from bakeoff.measure.environment import CpuSharing
 from bakeoff.measure.memory import MemoryProbe

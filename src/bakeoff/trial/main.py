@@ -17,7 +17,8 @@ import traceback
 from pathlib import Path
 
 from bakeoff.core import frameworks
-from bakeoff.core.spec import Parallelism, RunSpec, Status, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import Parallelism, RunSpec, Status
 from bakeoff.measure import ceiling
 from bakeoff.measure.environment import host_environment
 from bakeoff.measure.isolation import foreign_frameworks, loaded_frameworks, refuse_foreign

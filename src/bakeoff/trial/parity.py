@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.core.spec import Execution, Precision, RunSpec, Weights, Workload
+from bakeoff.core.spec import Execution, Precision, RunSpec
+from bakeoff.core.workload import Weights, Workload
 from bakeoff.trial.build import build_trial
 
 ACCUM = 4  # micro-batches per step in the accumulation checks

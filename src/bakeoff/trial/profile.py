@@ -32,7 +32,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from bakeoff.core.spec import Batch, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.workload import Batch
 from bakeoff.engines.base import Engine, Unsupported
 
 PROFILE_ENV = "BAKEOFF_PROFILE"

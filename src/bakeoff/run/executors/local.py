@@ -39,7 +39,8 @@ from pathlib import Path, PurePosixPath
 
 from bakeoff.core import registry
 from bakeoff.core.identity import identify
-from bakeoff.core.spec import Device, Parallelism, RunSpec, SpecError, Status, TrialResult
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import Device, Parallelism, RunSpec, SpecError, Status
 from bakeoff.measure import ceiling
 from bakeoff.measure.environment import cuda_devices, usable_cores
 from bakeoff.plan.order import measure_again, order, to_run

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bakeoff.core.spec import Weights
+from bakeoff.core.workload import Weights
 from bakeoff.workloads.common.torch_encoder import encoder_layer, get_block_weights, put, set_block_weights, to_numpy
 
 

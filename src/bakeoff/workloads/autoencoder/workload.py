@@ -25,7 +25,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bakeoff.core.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload
+from bakeoff.core.spec import RunSpec, SpecError
+from bakeoff.core.workload import Batch, Dataset, Weights, Workload
 from bakeoff.data import DataError
 from bakeoff.workloads.common.encoder import LAYER_NORM_EPS, encoder_block_flops, glorot, init_encoder_block
 

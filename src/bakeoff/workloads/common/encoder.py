@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bakeoff.core.spec import Weights
+from bakeoff.core.workload import Weights
 
 LAYER_NORM_EPS = 1e-5  # pinned in both frameworks (Keras defaults to 1e-3, PyTorch to 1e-5)
 

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax.traverse_util import flatten_dict, unflatten_dict
 
-from bakeoff.core.spec import Weights
+from bakeoff.core.workload import Weights
 
 Params = Any  # a Flax params pytree: nested dicts of fp32 arrays
 Path = tuple[str, ...]

@@ -15,7 +15,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from bakeoff.core.spec import Weights
+from bakeoff.core.workload import Weights
 
 Rows = Sequence[tuple[str, keras.layers.Layer, Sequence[str]]]
 """(canonical prefix, Keras layer, canonical names of ``layer.get_weights()`` in order)."""

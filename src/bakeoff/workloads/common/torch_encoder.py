@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bakeoff.core.spec import Weights
+from bakeoff.core.workload import Weights
 
 
 def encoder_layer(d: int, heads: int, ff: int, dropout: float, eps: float) -> nn.TransformerEncoderLayer:

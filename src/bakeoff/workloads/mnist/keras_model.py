@@ -14,7 +14,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from bakeoff.core.spec import Weights
+from bakeoff.core.workload import Weights
 
 
 class MnistCNNNet(keras.Model):

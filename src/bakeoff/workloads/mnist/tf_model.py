@@ -16,7 +16,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bakeoff.core.spec import Weights  # noqa: E402
+from bakeoff.core.workload import Weights  # noqa: E402
 
 
 class MnistCNNNet(keras.Model):

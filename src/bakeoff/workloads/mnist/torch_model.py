@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bakeoff.core.spec import Weights
+from bakeoff.core.workload import Weights
 from bakeoff.workloads.mnist.workload import feature_size
 
 

@@ -23,7 +23,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bakeoff.core.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload
+from bakeoff.core.spec import RunSpec, SpecError
+from bakeoff.core.workload import Batch, Dataset, Weights, Workload
 from bakeoff.workloads.common.targets import halfway_from_majority
 
 PRESETS: dict[str, dict[str, Any]] = {

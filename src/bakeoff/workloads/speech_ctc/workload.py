@@ -30,7 +30,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bakeoff.core.spec import Batch, Dataset, RunSpec, SpecError, Weights, Workload, shard_batch
+from bakeoff.core.spec import RunSpec, SpecError
+from bakeoff.core.workload import Batch, Dataset, Weights, Workload, shard_batch
 
 PRESETS: dict[str, dict[str, Any]] = {
     # CPU demo size: 216,445 parameters.

@@ -15,7 +15,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from bakeoff.core.spec import Weights
+from bakeoff.core.workload import Weights
 from bakeoff.workloads.common import keras_encoder
 from bakeoff.workloads.common.keras_encoder import Rows, TransformerBlock
 

@@ -18,7 +18,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bakeoff.core.spec import Weights  # noqa: E402
+from bakeoff.core.workload import Weights  # noqa: E402
 from bakeoff.workloads.common import tf_encoder  # noqa: E402
 from bakeoff.workloads.common.tf_encoder import TransformerBlock  # noqa: E402
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bakeoff.core.spec import Weights
+from bakeoff.core.workload import Weights
 from bakeoff.workloads.common.torch_encoder import encoder_layer, get_block_weights, put, set_block_weights, to_numpy
 
 
