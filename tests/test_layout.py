@@ -62,3 +62,14 @@ def test_no_two_packages_import_each_other_round_any_circle():
     for package in graph:
         level(package)
     assert levels["core"] == 1 and levels["cli"] == max(levels.values())  # contracts at the bottom, the CLI on top
+
+
+ORDER = ("core", "data", "measure", "workloads", "engines", "analysis", "results", "trial", "plan", "report", "run",
+         "deploy", "cli")
+"""The packages from the bottom up, as the README's Layout lists them."""
+
+
+def test_every_import_points_down_the_readmes_order():
+    up = sorted(f"{package} -> {imported}" for package, imports in _imports().items() for imported in imports
+                if ORDER.index(imported) > ORDER.index(package))
+    assert up == [] and set(_imports()) == {*ORDER, "suites"}  # suites: the shipped TOML files, no code
