@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bakeoff.core.result import TrialResult
+from bakeoff.core.result import Training, TrialResult
 from bakeoff.core.spec import RunSpec, Status
 
 TARGET = 0.78
@@ -134,8 +134,8 @@ def trial(framework: str, execution: str, *, repeat: int = 0, seed: int = 0, exa
         final_metric=curve[-1]["metric"] if steps < STEPS else final_metric,
         best_metric=max(p["metric"] for p in curve), num_params=1_234_567, train_s=train_end,
         wall_s=train_end + import_s + 1.0,
+        training=Training(steady_steps=steps - 1 - spec.warmup_steps, epochs=steps * batch_size / TRAIN_ROWS),
         extras={"config": dict(CONFIG), "data": dict(DATA_INFO if data_info is None else data_info),
-                "steady_steps": steps - 1 - spec.warmup_steps, "epochs": steps * batch_size / TRAIN_ROWS,
                 "order": {"position": 1, "of": 1, "seed": 0}})
 
 

@@ -183,7 +183,7 @@ def test_run_isolates_failures_stores_everything_and_resumes(tmp_path):
     assert steps == [("tensorflow/xla", 6), ("torch/eager", 6)]
     evals = db.execute("SELECT step FROM samples WHERE kind = 'eval' ORDER BY key, idx").fetchall()
     assert evals == [(0,), (3,), (6,), (0,), (3,), (6,)]  # a step-0 evaluation starts every curve
-    results = {json.loads(raw)["spec"]["framework"]: json.loads(raw)["extras"]
+    results = {json.loads(raw)["spec"]["framework"]: json.loads(raw)["training"]
                for (raw,) in db.execute("SELECT result FROM trials WHERE status = 'ok'")}
     assert results["tensorflow"]["graph_builds"] == 1 and results["tensorflow"]["graph_build_steps"] == [1]
     assert results["torch"]["graph_builds"] == 0  # eager: no graphs
@@ -309,4 +309,4 @@ def test_set_changes_the_model_that_trains(overridden):
 
 def test_target_flag_is_the_trials_target(overridden):
     _, result = overridden
-    assert result["target"] == 0.6 and result["extras"]["target_rule"] == "set by the user"
+    assert result["target"] == 0.6 and result["training"]["target_rule"] == "set by the user"

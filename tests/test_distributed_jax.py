@@ -82,7 +82,7 @@ def test_a_mesh_of_two_devices_trains_like_one_device_with_identical_replicas(tr
     assert sync["compiled_collectives_per_step"] == {"all-reduce": 1}
     assert sync["gradient_bytes"] == 4 * mesh.num_params and sync["bytes_per_step"] == 4 * mesh.num_params + 8
     assert sync["definition"] == measure_sync.DEFINITION and len(sync["samples_s"]) == measure_sync.REPEATS
-    assert mesh.extras["graph_builds"] == 1  # the figures' extra compile is not a training graph build
+    assert mesh.training.graph_builds == 1  # the figures' extra compile is not a training graph build
 
 
 def test_accumulation_over_a_mesh_equals_accumulation_on_one_device(trials):

@@ -129,7 +129,7 @@ def test_parameter_server_trains_asynchronously(tmp_path):
     steady_calls = ps.step_times_s[1 + ps.run_spec.warmup_steps:]
     assert async_["steady_mean_step_s"] == pytest.approx(sum(steady_calls) / len(steady_calls), rel=0.05)
     # ...which is the trial's steady step (not the median of bunched completions), and its throughput's basis
-    assert ps.extras["steady_statistic"] == "mean"
+    assert ps.training.steady_statistic == "mean"
     assert ps.steady_step_s == pytest.approx(np.mean(steady_calls))
     assert ps.throughput["examples_per_s"] == pytest.approx(ps.examples_per_step / np.mean(steady_calls))
     losses = async_["step_losses"]

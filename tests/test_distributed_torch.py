@@ -125,7 +125,7 @@ def test_compiled_under_ddp_matches_eager(trials):
     # all-reduce per step, through the compiled backward.
     mnist = dict(workload="mnist", **DDP2)
     result = trials(execution="graph", **mnist)
-    assert result.extras["graph_builds"] > 0 and result.extras["distributed"]["replicas_identical"] is True
+    assert result.training.graph_builds > 0 and result.extras["distributed"]["replicas_identical"] is True
     assert result.extras["distributed"]["sync"]["rounds_per_step"] == 1
     assert_losses_close(result, trials(**mnist))
 

@@ -15,7 +15,7 @@ import pytest
 
 import fake_results as fr
 from bakeoff.core import registry
-from bakeoff.core.result import TrialResult
+from bakeoff.core.result import Training, TrialResult
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.results.store import Store
 
@@ -268,7 +268,7 @@ def test_progress_estimates_from_stored_then_finished_trials_and_says_resumed(tm
             assert progress.eta_text() == "at least 1 min 00 s left"  # tensorflow has no stored time yet
             progress("start", a, None)
             done = TrialResult(spec=a.to_dict(), key=a.key(), status=Status.OK, wall_s=10.0,
-                               extras={"resumed_at_steps": [4]}, throughput={"examples_per_s": 100.0})
+                               training=Training(resumed_at_steps=[4]), throughput={"examples_per_s": 100.0})
             progress("done", a, done)
             assert progress.eta_text() == "about 40 s left"  # b: 30 s stored; c: 10 s, from this run
     out = captured.get()

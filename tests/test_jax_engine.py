@@ -83,10 +83,10 @@ def trials(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
 def test_a_jitted_trial_builds_its_step_once_and_pays_the_compile_in_the_first_step(trials):
     r = trials["graph"]
     assert r["status"] == "ok", r.get("reason") or r
-    assert r["extras"]["graph_builds"] == 1 and r["extras"]["graph_build_steps"] == [1]
+    assert r["training"]["graph_builds"] == 1 and r["training"]["graph_build_steps"] == [1]
     assert r["extras"]["train_step_traces"] == 1 and r["extras"]["jax_xla_compile_count"] >= 2  # step, predict
     assert r["first_step_s"] > 5 * r["steady_step_s"]  # XLA's compile of the whole step is in the first step
-    assert r["extras"]["graph_build_s"] > 0
+    assert r["training"]["graph_build_s"] > 0
     env = r["environment"]
     assert env["mixed_precision"] == "off" and env["execution"] == "jax.jit (whole step)"
     assert env["framework_version"] == __import__("jax").__version__ and env["device"] == "cpu:0"
@@ -99,7 +99,7 @@ def test_a_jitted_trial_builds_its_step_once_and_pays_the_compile_in_the_first_s
 def test_an_eager_bf16_trial_runs_op_by_op_in_bf16_accumulating(trials):
     r = trials["eager"]
     assert r["status"] == "ok", r.get("reason") or r
-    assert r["extras"]["graph_builds"] == 0 and "graph_build_steps" not in r["extras"]
+    assert r["training"]["graph_builds"] == 0 and r["training"]["graph_build_steps"] == []
     assert r["environment"]["mixed_precision"].startswith("flax dtype=bfloat16")
     assert r["environment"]["execution"] == "op by op (no jit)"
     assert r["examples_per_step"] == 64 and len(r["losses"]) == 8  # 2 micro-batches of 32 per step
@@ -111,9 +111,9 @@ def test_a_killed_trial_resumes_to_the_same_losses_bit_for_bit(trials):
     assert trials["killed_code"]["code"] == 7  # died before step 6, after the step-4 checkpoint
     resumed, straight = trials["resumed"], trials["graph"]
     assert resumed["status"] == "ok", resumed.get("reason") or resumed
-    assert resumed["extras"]["resumed_at_steps"] == [4]
+    assert resumed["training"]["resumed_at_steps"] == [4]
     assert resumed["losses"] == straight["losses"]  # params, Adam state and the dropout key restored
-    assert resumed["extras"]["graph_build_steps"] == [5]  # a new process compiles the step again
+    assert resumed["training"]["graph_build_steps"] == [5]  # a new process compiles the step again
 
 
 @pytest.mark.slow

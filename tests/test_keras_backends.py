@@ -152,7 +152,7 @@ def test_a_keras_jax_trial_runs_end_to_end(tmp_path: Path) -> None:
     assert result["status"] == "ok", result["reason"]
     assert result["num_params"] == PARAMS["mnist"] and len(result["losses"]) == 40
     assert result["final_metric"] > 0.5  # 40 steps of batch 32: well above chance (0.10)
-    assert result["environment"]["compiled"] == "jax.jit" and result["extras"]["graph_builds"] == 1
+    assert result["environment"]["compiled"] == "jax.jit" and result["training"]["graph_builds"] == 1
     assert set(result["environment"]["frameworks_loaded"]) == {"jax"}
 
 

@@ -80,7 +80,7 @@ def test_interrupted_trial_resumes_to_the_same_losses(tmp_path, monkeypatch, fra
         assert (tmp_path / "resumed" / "r" / "checkpoints" / key / "loop.json").exists()  # the store's folder
         monkeypatch.delenv("BAKEOFF_TEST_DIE_AT_STEP")
         [resumed] = runner.run([spec], store, "s", timeout_s=600, retry_failed=True).ran
-    assert resumed.status.value == "ok" and resumed.extras["resumed_at_steps"] == [4]
+    assert resumed.status.value == "ok" and resumed.training.resumed_at_steps == [4]
     assert resumed.losses == straight.losses  # bit-for-bit on CPU, steps 5-8 computed after the restore
     assert not (tmp_path / "resumed" / "r" / "checkpoints" / key).exists()  # cleaned up after success
     logdir = tmp_path / "resumed" / "r" / "tensorboard" / "text_classifier" / "tiny" / f"{framework}-eager" / "seed0"

@@ -160,7 +160,7 @@ def test_a_profiled_trial_writes_the_trace_and_measures_the_same(tmp_path, frame
     assert profiled.losses == plain.losses and len(profiled.step_times_s) == len(plain.step_times_s) == 4
     assert [p["metric"] for p in profiled.curve] == [p["metric"] for p in plain.curve]
     assert profiled.train_s == sum(profiled.step_times_s) and profiled.final_metric == plain.final_metric
-    assert profiled.extras["steady_steps"] == plain.extras["steady_steps"]
+    assert profiled.training.steady_steps == plain.training.steady_steps
     if keep:
         with np.load(tmp_path / "plain-model" / "weights.npz") as a, \
                 np.load(tmp_path / "profiled-model" / "weights.npz") as b:

@@ -199,9 +199,9 @@ def test_graph_builds_column_appears_when_graphs_were_built(tmp_path):
     from fake_results import trial
 
     graph = trial("tensorflow", "graph")
-    graph.extras.update(graph_builds=3, graph_build_steps=[1, 4, 9], graph_build_s=2.5)
+    graph.training.graph_builds, graph.training.graph_build_steps, graph.training.graph_build_s = 3, [1, 4, 9], 2.5
     broken = trial("torch", "graph")  # graph breaks: every build step compiled 3 graphs
-    broken.extras.update(graph_builds=6, graph_build_steps=[1, 7], graph_build_s=40.0)
+    broken.training.graph_builds, broken.training.graph_build_steps, broken.training.graph_build_s = 6, [1, 7], 40.0
     md = render_report([graph, broken, trial("torch", "eager")], tmp_path)["markdown"].read_text()
     table = md.split("### Configurations", 1)[1].split("###", 1)[0]
     assert "graph builds (their extra s)" in table

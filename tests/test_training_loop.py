@@ -83,7 +83,7 @@ def test_budget_eval_cadence_and_time_to_target():
     assert r.target == 0.75 and r.steps_to_target == pytest.approx(10)
     assert r.time_to_target_s == pytest.approx(sum(r.step_times_s[:8]) + sum(r.step_times_s[8:12]) / 2)
     assert r.final_metric == 1.0 and r.best_metric == 1.0
-    assert r.extras["steady_steps"] == 17  # 20 − first step − 2 warm-up steps
+    assert r.training.steady_steps == 17  # 20 − first step − 2 warm-up steps
     assert r.steady_step_s == pytest.approx(float(np.median(r.step_times_s[3:])))
     assert r.throughput["examples_per_s"] == pytest.approx(8 / r.steady_step_s)
     assert r.units_per_step == {"tokens": 48.0}
@@ -98,7 +98,7 @@ def test_a_trial_that_measures_only_training_never_evaluates():
     r = train(engine, _data(), result, evaluate_quality=False)
     assert len(r.losses) == 6 and r.throughput["examples_per_s"] > 0  # trained and timed as any trial
     assert r.curve == [] and r.final_metric is None and r.time_to_target_s is None
-    assert r.extras["evaluation"] == "none: a trial that measures only training (a batch-size probe)"
+    assert r.training.evaluation == "none: a trial that measures only training (a batch-size probe)"
 
 
 def test_stop_at_target_and_epoch_budget():
@@ -180,11 +180,11 @@ def test_a_step_larger_than_the_epoch_is_rejected():
 
 def test_resume_continues_from_the_checkpoint_without_repeating_steps(tmp_path):
     r = _run(max_steps=12, eval_every=4, checkpoint_every=8, checkpoint_dir=tmp_path)  # checkpoint at step 8
-    assert len(r.step_times_s) == 12 and r.extras.get("resumed_at_steps") is None
+    assert len(r.step_times_s) == 12 and r.training.resumed_at_steps == []
     assert r.extras["tensorboard_error"] == "no TensorBoard events written: no writer in this test"
     resumed: list = []
     r2 = _run(resumed, max_steps=16, eval_every=4, checkpoint_every=8, checkpoint_dir=tmp_path)
-    assert r2.extras["resumed_at_steps"] == [8]
+    assert r2.training.resumed_at_steps == [8]
     assert len(resumed[0].micro_sizes) == 8  # only steps 9-16 ran in the resumed engine
     assert len(r2.step_times_s) == len(r2.losses) == 16 and r2.losses[8] == 1 / 9
     assert [p["step"] for p in r2.curve] == [0, 4, 8, 12, 16]
@@ -192,6 +192,6 @@ def test_resume_continues_from_the_checkpoint_without_repeating_steps(tmp_path):
 
 def test_steps_that_build_graphs_are_counted():
     r = _run(max_steps=12, eval_every=100, warmup_steps=0)
-    assert r.extras["graph_builds"] == 2 and r.extras["graph_build_steps"] == [1, 5]
+    assert r.training.graph_builds == 2 and r.training.graph_build_steps == [1, 5]
     excess = sum(max(0.0, r.step_times_s[i - 1] - r.steady_step_s) for i in (1, 5))
-    assert r.extras["graph_build_s"] == pytest.approx(excess)
+    assert r.training.graph_build_s == pytest.approx(excess)

@@ -118,7 +118,7 @@ def test_user_data_shows_its_file_hash_classes_majority_rate_and_where_the_targe
 
 def test_steps_epochs_and_steady_steps_trained_differ_per_configuration(tmp_path):
     results = runs("torch", "eager", steps=60) + tf_runs(steps=100)
-    results[1].extras["epochs"] = 0.5  # this run stopped earlier
+    results[1].training.epochs = 0.5  # this run stopped earlier
     facts = block(markdown(results, tmp_path), "What ran")
     assert ("- **Trained:** 100 steps, 0.8 epochs, 96 steady (tensorflow/graph); 60 steps, 0.48–0.5 epochs, "
             "56 steady (torch/eager)\n") in facts
@@ -269,7 +269,7 @@ def test_a_different_model_config_names_the_entries_that_differ():
 def three_steps(r):
     """``r`` as the engine records a trial of 3 steps: no steady step after the first and 3 warm-up steps."""
     return dataclasses.replace(r, step_times_s=r.step_times_s[:3], steady_step_s=None, throughput={},
-                               extras={**r.extras, "steady_steps": 0})
+                               training=dataclasses.replace(r.training, steady_steps=0))
 
 
 def test_a_criterion_left_out_says_why_in_the_verdict_and_the_report(tmp_path):

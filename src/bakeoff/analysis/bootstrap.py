@@ -127,7 +127,7 @@ class Resampler:
                 steps, drawn = steady_steps(trial), self._idx == i
                 if not (steps.size and drawn.any()):
                     continue
-                if trial.extras.get("steady_statistic") == "mean":  # asynchronous: its steady step is the mean
+                if trial.training.steady_statistic == "mean":  # asynchronous: its steady step is the mean
                     picks = self._rng.integers(steps.size, size=(int(drawn.sum()), steps.size))
                     medians[drawn] = steps[picks].mean(axis=1)
                 else:

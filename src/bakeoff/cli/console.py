@@ -25,7 +25,7 @@ _STYLE = {"ok": "green", "failed": "red", "timeout": "red", "out_of_memory": "re
 
 def describe(result: TrialResult) -> str:
     """One line of what a finished trial measured, for the live log."""
-    resumed = result.extras.get("resumed_at_steps") or []
+    resumed = result.training.resumed_at_steps
     resumed_text = f" (resumed at step {', '.join(str(s) for s in resumed)})" if resumed else ""
     if result.status.value != "ok":
         return f"[{_STYLE[result.status.value]}]{result.status.value}[/]{resumed_text}: {result.reason[:200]}"

@@ -1,17 +1,38 @@
 """What one trial measured (:class:`TrialResult`), with every raw sample, versioned (:data:`SCHEMA_VERSION`).
 
+A result's figures live in typed fields and sections (:class:`Training`); ``extras`` holds what has no section
+yet. A stored result of an older schema is read through :func:`migrate`, which upgrades it one version at a time
+(:data:`MIGRATIONS`, as asv's result loader does), so a store keeps working across bakeoff releases; a result of
+a newer schema than this bakeoff knows is refused, naming both versions.
+
 Nothing here imports a framework.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bakeoff.core.spec import RunSpec, SpecError, Status
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+"""3: the training loop's figures moved from ``extras`` into :class:`Training` (2 → 3: :func:`_training_section`)."""
+
+
+@dataclasses.dataclass
+class Training:
+    """What the training loop (:mod:`bakeoff.trial.loop`) recorded besides the timings and the quality curve."""
+
+    target_rule: str = ""  # how the target was set: the user's, or the preset's rule
+    evaluation: str = ""  # why the test split was never evaluated ('' when it was)
+    graph_builds: int = 0  # graphs the engine built (traced or compiled) while training
+    graph_build_steps: list[int] = dataclasses.field(default_factory=list)  # the steps that built one (1-based)
+    graph_build_s: float | None = None  # what those steps took beyond a steady step, first step included
+    steady_steps: int | None = None  # how many steps the steady figures summarise
+    steady_statistic: str = "median"  # of the steady steps: "mean" under asynchronous training (parameter servers)
+    epochs: float | None = None  # epochs trained
+    resumed_at_steps: list[int] = dataclasses.field(default_factory=list)  # checkpoints this trial resumed from
 
 
 @dataclasses.dataclass
@@ -55,7 +76,8 @@ class TrialResult:
     num_params: int | None = None
     train_s: float | None = None  # training clock at the end
     wall_s: float | None = None  # whole process, evaluation and import included
-    extras: dict[str, Any] = dataclasses.field(default_factory=dict)
+    training: Training = dataclasses.field(default_factory=Training)
+    extras: dict[str, Any] = dataclasses.field(default_factory=dict)  # what has no typed section yet
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -65,16 +87,43 @@ class TrialResult:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> TrialResult:
-        version = raw.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise SpecError(
-                f"trial result has schema_version {version!r}; this bakeoff reads version {SCHEMA_VERSION}. "
-                "Re-run the trials with this version, or read them with the bakeoff that wrote them.")
+        """A result from its dict, of this schema or any older one (:func:`migrate`)."""
+        raw = migrate(raw)
         known = {f.name for f in dataclasses.fields(cls)}
         data = {k: v for k, v in raw.items() if k in known}
         data["status"] = Status.parse(data["status"], "status")
+        data["training"] = Training(**data.get("training", {}))
         return cls(**data)
 
     @property
     def run_spec(self) -> RunSpec:
         return RunSpec.from_dict(self.spec)
+
+
+def _training_section(raw: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 → 3: the training loop's keys move out of ``extras`` into the ``training`` section."""
+    extras = dict(raw.get("extras") or {})
+    names = [f.name for f in dataclasses.fields(Training)]
+    training = {**{name: extras.pop(name) for name in names if name in extras}, **(raw.get("training") or {})}
+    return {**raw, "extras": extras, "training": training, "schema_version": 3}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {2: _training_section}
+"""How a stored result of each older schema upgrades to the next one: ``{version: upgrade}``."""
+
+
+def migrate(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` (a stored result's dict, or the part of one holding ``schema_version``, ``extras`` and
+    ``training``) upgraded to :data:`SCHEMA_VERSION`, one version at a time; a schema this bakeoff cannot read
+    (newer, or older than every migration) raises :class:`SpecError` naming it."""
+    data = dict(raw)
+    while (version := data.get("schema_version")) != SCHEMA_VERSION:
+        upgrade = MIGRATIONS.get(version) if isinstance(version, int) else None
+        if upgrade is None:
+            newer = isinstance(version, int) and version > SCHEMA_VERSION
+            raise SpecError(f"trial result has schema_version {version!r}; this bakeoff reads versions "
+                            f"{min(MIGRATIONS)} to {SCHEMA_VERSION}. "
+                            + ("It was written by a newer bakeoff: upgrade to read it." if newer else
+                               "Re-run the trials with this version, or read them with the bakeoff that wrote them."))
+        data = upgrade(data)
+    return data

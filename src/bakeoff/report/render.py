@@ -96,7 +96,7 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
     notes = _Footnotes()
     columns = _columns(configs, "configurations")
     batches = {c.label: _batch(c) for c in configs}
-    builds = any(r.extras.get("graph_builds") for c in configs for r in c.trials)
+    builds = any(r.training.graph_builds for c in configs for r in c.trials)
     header = ["configuration", *(["batch"] if len(set(batches.values())) > 1 else []), "ok / trials"]
     header += [_header(q, configs) for q in columns]
     header += ["graph builds (their extra s)"] if builds else []
@@ -281,11 +281,11 @@ def _batch(c: ConfigSummary) -> str:
 def _graph_builds(c: ConfigSummary) -> str:
     """Median steps that built graphs (their extra seconds); with graph breaks, the graphs those steps made."""
     ok = [r for r in c.trials if r.status is Status.OK]
-    steps = [len(r.extras.get("graph_build_steps", [])) or r.extras.get("graph_builds", 0) for r in ok]
-    graphs = [r.extras.get("graph_builds", 0) for r in ok]
+    steps = [len(r.training.graph_build_steps) or r.training.graph_builds for r in ok]
+    graphs = [r.training.graph_builds for r in ok]
     if not steps or not any(steps):
         return "0" if steps else "—"
-    extra = [r.extras["graph_build_s"] for r in ok if "graph_build_s" in r.extras]
+    extra = [r.training.graph_build_s for r in ok if r.training.graph_build_s is not None]
     text = fmt(float(np.median(steps)))
     if np.median(graphs) > np.median(steps):
         text += f" ×{fmt(float(np.median(graphs)) / float(np.median(steps)))} graphs"

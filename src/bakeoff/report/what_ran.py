@@ -4,7 +4,7 @@ in what a comparison needs equal (:mod:`bakeoff.analysis.mixing`).
 
 A fact the configurations share is one value; one that differs lists each value with its configurations:
 ``32 (torch/eager); 64 (tensorflow/graph)``. Everything is read from the stored results (spec, ``extras["data"]``,
-``extras["config"]``, ``extras["steady_steps"]``, ``extras["epochs"]``, ``extras["order"]``); a fact the trials
+``extras["config"]``, ``training.steady_steps``, ``training.epochs``, ``extras["order"]``); a fact the trials
 did not record is left out rather than guessed.
 """
 
@@ -180,8 +180,8 @@ def trained_text(c: ConfigSummary) -> str | None:
     if not ok:
         return "nothing: no successful trial"
     steps = [len(r.step_times_s) for r in ok]
-    steady = [r.extras.get("steady_steps", len(steady_steps(r))) for r in ok]
-    epochs = [r.extras["epochs"] for r in ok if isinstance(r.extras.get("epochs"), int | float)]
+    steady = [r.training.steady_steps if r.training.steady_steps is not None else len(steady_steps(r)) for r in ok]
+    epochs = [r.training.epochs for r in ok if r.training.epochs is not None]
     parts = [f"{_span(steps)} steps"] + ([f"{_span(epochs, 2)} epochs"] if epochs else [])
     warmup = ok[0].run_spec.warmup_steps
     parts.append(f"{_span(steady)} steady" if max(steady) > 0 else
@@ -194,11 +194,11 @@ def trained_text(c: ConfigSummary) -> str | None:
 
 
 def target_rule(r: TrialResult) -> str | None:
-    """How the trial's target was set, as recorded: ``extras["target_rule"]``, or the rule of the target the
+    """How the trial's target was set, as recorded: ``training.target_rule``, or the rule of the target the
     workload derived from user data (``extras["data"]["target"]``)."""
     info = r.extras.get("data") if isinstance(r.extras.get("data"), Mapping) else {}
     derived = info.get("target")
-    for rule in (r.extras.get("target_rule"), derived.get("rule") if isinstance(derived, Mapping) else None,
+    for rule in (r.training.target_rule, derived.get("rule") if isinstance(derived, Mapping) else None,
                  info.get("target_source")):
         if rule:
             return str(rule)

@@ -79,7 +79,7 @@ def trial_line(row: TrialRow) -> str:
                    _figure(row.time_to_target_s, "target in {:.1f} s") or "target not reached",
                    _figure(row.final_metric, f"{row.metric_name or 'metric'} {{:.3f}}"),
                    _figure(row.wall_s, "wall {:.0f} s")]
-        if resumed := row.extras.get("resumed_at_steps"):
+        if resumed := row.training.resumed_at_steps:
             figures.append(f"resumed at step {', '.join(str(s) for s in resumed)}")
         what = ", ".join(f for f in figures if f)
     else:

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bakeoff.core.result import SCHEMA_VERSION, TrialResult
+from bakeoff.core.result import SCHEMA_VERSION, Training, TrialResult, migrate
 from bakeoff.core.spec import SpecError, Status
 
 STORE_VERSION = 1
@@ -87,13 +87,15 @@ class TrialRow:
     metric_name: str
     wall_s: float | None
     extras: dict[str, Any]
+    training: Training
 
 
 _ROW_QUERY = """
 SELECT key, suite, workload, preset, framework, label, seed, repeat, status, reason, finished_at,
   json_extract(result, '$.spec'), json_extract(result, '$.throughput.examples_per_s'),
   json_extract(result, '$.time_to_target_s'), json_extract(result, '$.final_metric'),
-  json_extract(result, '$.metric_name'), json_extract(result, '$.wall_s'), json_extract(result, '$.extras')
+  json_extract(result, '$.metric_name'), json_extract(result, '$.wall_s'), json_extract(result, '$.extras'),
+  json_extract(result, '$.training'), json_extract(result, '$.schema_version')
 FROM trials"""
 
 
@@ -298,12 +300,16 @@ class Store:
         query = _ROW_QUERY + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY finished_at, rowid"
         rows = []
         for (key, suite_, wl, preset, fw, label, seed, repeat, status, reason, finished, spec, eps, ttt, final,
-             metric, wall, extras) in self._db.execute(query, args):
+             metric, wall, extras, training, version) in self._db.execute(query, args):
             at = datetime.fromisoformat(finished)
             if before is not None and at >= before:
                 continue
+            # A row of an older schema reads as its result would: its sections migrated (bakeoff.core.result).
+            sections = migrate({"schema_version": version, "extras": json.loads(extras or "{}"),
+                                "training": json.loads(training or "{}")})
             rows.append(TrialRow(key, suite_, wl, preset, fw, label, seed, repeat, Status(status), reason, at,
-                                 json.loads(spec), eps, ttt, final, metric or "", wall, json.loads(extras or "{}")))
+                                 json.loads(spec), eps, ttt, final, metric or "", wall, sections["extras"],
+                                 Training(**sections["training"])))
         return rows
 
     def delete(self, keys: Iterable[str]) -> int:

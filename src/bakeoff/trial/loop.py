@@ -170,11 +170,11 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     the losses after resuming equal those of an uninterrupted run.
 
     Without ``evaluate_quality`` (a batch-size probe, which asks only whether the steps fit in memory), the test
-    split is never evaluated: the result has no curve and no quality, and ``extras["evaluation"]`` says why.
+    split is never evaluated: the result has no curve and no quality, and ``training.evaluation`` says why.
     """
     spec, workload = engine.spec, engine.workload
     target, target_rule = workload.target_and_rule(spec.preset, spec, data)
-    result.extras["target_rule"] = target_rule
+    result.training.target_rule = target_rule
     result.target, result.metric_name, result.higher_is_better = target, workload.metric_name, workload.higher_is_better
     budget = Budget.of(spec, data)
     accum = spec.grad_accum
@@ -182,7 +182,7 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     shard = engine.data_shard()
     memory = MemoryPhases(engine.memory_probe(), result)
     if not evaluate_quality:
-        result.extras["evaluation"] = "none: a trial that measures only training (a batch-size probe)"
+        result.training.evaluation = "none: a trial that measures only training (a batch-size probe)"
     evaluate = Evaluation(engine, data, result, memory, writer, target, eval_batch_size, evaluate_quality)
     state = _resume(checkpoint_dir, engine, result)
     units: dict[str, list[float]] = state["units"]  # e.g. valid tokens in every step's batch
@@ -215,7 +215,7 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
             if steady_step:
                 sharing.end()
             if engine.graph_builds() > builds:  # this step traced / compiled a graph (a new shape, say)
-                result.extras.setdefault("graph_build_steps", []).append(state["step"] + 1)
+                result.training.graph_build_steps.append(state["step"] + 1)
             micro = []
             state["step"] += 1
             state["consumed"] = index + 1
@@ -252,7 +252,7 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     result.first_step_s = result.step_times_s[0] if result.step_times_s else None
     result.environment["cpu_sharing"] = sharing.figures()  # a resumed trial: its steps since the resume
     steady_statistics(result, units, first_steady, bool(figures.get("asynchronous")), engine.graph_builds())
-    result.extras["epochs"] = state["step"] / budget.steps_per_epoch
+    result.training.epochs = state["step"] / budget.steps_per_epoch
     if writer is not None:
         for name, value in result.throughput.items():
             writer.scalar(f"summary/steady_{name}", value, state["step"])
@@ -272,7 +272,7 @@ def steady_statistics(result: TrialResult, units: Mapping[str, Sequence[float]],
     """
     steady = result.step_times_s[first_steady:]
     if asynchronous:
-        result.extras["steady_statistic"] = "mean"
+        result.training.steady_statistic = "mean"
     if steady:
         typical = float(np.mean(steady) if asynchronous else np.median(steady))
         result.steady_step_s = typical
@@ -284,13 +284,13 @@ def steady_statistics(result: TrialResult, units: Mapping[str, Sequence[float]],
             rate = counted.sum() / np.sum(steady) if asynchronous else np.median(rates)
             result.throughput[f"{unit}_per_s"] = float(rate)
     result.units_per_step = {unit: float(np.mean(counts)) for unit, counts in units.items()}
-    build_steps = result.extras.get("graph_build_steps", [])
-    result.extras["graph_builds"] = graph_builds
+    build_steps = result.training.graph_build_steps
+    result.training.graph_builds = graph_builds
     if build_steps and result.steady_step_s is not None:
         # Time those steps took beyond a steady step: what building graphs cost, first step included.
-        result.extras["graph_build_s"] = float(sum(max(0.0, result.step_times_s[i - 1] - result.steady_step_s)
+        result.training.graph_build_s = float(sum(max(0.0, result.step_times_s[i - 1] - result.steady_step_s)
                                                    for i in build_steps))
-    result.extras["steady_steps"] = len(steady)
+    result.training.steady_steps = len(steady)
 
 
 def next_steps(engine: Engine, data: Dataset) -> Iterator[list[Batch]]:
@@ -356,7 +356,7 @@ def _resume(checkpoint_dir: Path | None, engine: Engine, result: TrialResult) ->
     engine.load_checkpoint(checkpoint_dir / "engine")
     for key, value in saved.pop("result").items():
         setattr(result, key, value)
-    result.extras.setdefault("resumed_at_steps", []).append(saved["step"])
+    result.training.resumed_at_steps.append(saved["step"])
     return saved
 
 
