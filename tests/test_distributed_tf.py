@@ -182,8 +182,8 @@ def test_killed_worker_fails_the_trial_and_leaves_no_process(tmp_path, monkeypat
             # Training started: the chief's TensorBoard events hold a training loss.
             training = any(b"train/loss" in p.read_bytes() for p in events.glob("events.out.tfevents.*"))
             for pid, (environ, cmdline) in _processes(mark).items():
-                if training and b"\0BAKEOFF_RANK=1\0" in b"\0" + environ and "bakeoff.trial.main" in cmdline:
-                    killed.update(pid=pid, spec_path=cmdline[cmdline.index("bakeoff.trial.main") + 1])
+                if training and b"\0BAKEOFF_RANK=1\0" in b"\0" + environ and "bakeoff.trial" in cmdline:
+                    killed.update(pid=pid, spec_path=cmdline[cmdline.index("bakeoff.trial") + 1])
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.1)
 

@@ -138,7 +138,7 @@ def _rank_process(rank: int, mentions: str) -> int | None:
         with contextlib.suppress(OSError):
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
             environ = (entry / "environ").read_bytes().split(b"\0")
-            if (b"bakeoff.trial.main" in cmdline and f"RANK={rank}".encode() in environ
+            if (b"bakeoff.trial" in cmdline and f"RANK={rank}".encode() in environ
                     and any(mentions.encode() in arg for arg in cmdline)):
                 return int(entry.name)
     return None

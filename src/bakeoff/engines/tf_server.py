@@ -38,7 +38,7 @@ def main() -> int:
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     kind, index = resolver.task_type, int(resolver.task_id)
     if kind not in ("worker", "ps"):
-        log.error("TF_CONFIG names task %r; a server is a worker or a ps (the chief runs bakeoff.trial.main)", kind)
+        log.error("TF_CONFIG names task %r; a server is a worker or a ps (the chief runs bakeoff.trial)", kind)
         return 2
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
