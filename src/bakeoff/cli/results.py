@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bakeoff.cli.options import DEFAULT_REPORTS, DEFAULT_STORE, key_values
+
+if TYPE_CHECKING:
+    from bakeoff.report.write import Stored, Written
 
 
 def add_report_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +32,7 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
                              "RATIO (noise alone never fails)")
 
 
-def say_report(written) -> None:  # written: bakeoff.report.write.Written
+def say_report(written: Written) -> None:
     """Each section's verdict (and scaling sentence), then where the report is."""
     from bakeoff.cli.console import console
 
@@ -57,7 +61,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 1 if any(c.failed for c in checks) else 0
 
 
-def _report_json(got, out: Path, args: argparse.Namespace) -> int:  # got: bakeoff.report.write.Stored
+def _report_json(got: Stored, out: Path, args: argparse.Namespace) -> int:
     import json
 
     from bakeoff.analysis.stats import summarise_groups

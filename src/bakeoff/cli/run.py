@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bakeoff.cli.options import DEFAULT_REPORTS, DEFAULT_STORE, add_trial_options, positive_int, trial_flags
+
+if TYPE_CHECKING:
+    from bakeoff.plan.suite import Suite
+    from bakeoff.run.executors.local import RunSummary
 
 
 def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:
@@ -45,7 +50,7 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:
                      help="with --profile: steps under the profiler, after one unprofiled warm-up step (default: 5)")
 
 
-def suite_of(args: argparse.Namespace):  # -> bakeoff.plan.suite.Suite
+def suite_of(args: argparse.Namespace) -> Suite:
     """The suite the flags describe: ``--suite`` (or the quick suite) with the trial flags over it, or ad-hoc
     trials with ``--workload``."""
     from bakeoff.core.spec import SpecError
@@ -106,7 +111,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return session.exit_code
 
 
-def _print_profiles(summary) -> None:  # summary: bakeoff.run.executors.local.RunSummary
+def _print_profiles(summary: RunSummary) -> None:
     """Where each trial of the run wrote its trace, and which trials got none (their stored result was reused)."""
     from bakeoff.cli.console import console
     from bakeoff.trial.profile import describe
@@ -123,7 +128,7 @@ def _print_profiles(summary) -> None:  # summary: bakeoff.run.executors.local.Ru
                       f"stored result was reused ({names}{more}): add --fresh to re-run them with the profiler")
 
 
-def _dry_run(suite, args: argparse.Namespace) -> int:  # suite: bakeoff.plan.suite.Suite
+def _dry_run(suite: Suite, args: argparse.Namespace) -> int:
     from bakeoff.cli.console import console
     from bakeoff.core import registry
     from bakeoff.plan.preview import duration, plan, total

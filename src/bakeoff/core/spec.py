@@ -16,7 +16,10 @@ import functools
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bakeoff.core.frameworks import FrameworkInfo
 
 
 class SpecError(ValueError):
@@ -204,8 +207,9 @@ class RunSpec:
         return dict(self.config)
 
     @functools.cached_property
-    def info(self):  # -> bakeoff.core.frameworks.FrameworkInfo (a lazy import: frameworks imports this module)
-        """Its framework's record (:mod:`bakeoff.core.frameworks`), looked up once per spec."""
+    def info(self) -> FrameworkInfo:
+        """Its framework's record (:mod:`bakeoff.core.frameworks`), looked up once per spec (imported here: the
+        records import this module's choices)."""
         from bakeoff.core import frameworks
 
         return frameworks.get(self.framework.value)
