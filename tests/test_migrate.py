@@ -1,5 +1,6 @@
 """Stored results of an older schema still read: ``tests/data/store_schema2.sqlite`` was written by bakeoff at
-da9c770 (schema 2, the training loop's figures in ``extras``), and this bakeoff reads it through
+da9c770 (schema 2: the training loop's figures, a batch-size search, a profile and a profiler's failure in
+``extras``), and this bakeoff reads it through
 :func:`bakeoff.core.result.migrate` — results, listing rows, ``bakeoff show`` and ``bakeoff report`` — and
 writes new trials beside the old ones. A schema it cannot read is refused, naming it."""
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.core.result import MIGRATIONS, SCHEMA_VERSION, Training, TrialResult, migrate
+from bakeoff.core.result import MIGRATIONS, SCHEMA_VERSION, BatchSearch, Profile, Training, TrialResult, migrate
 from bakeoff.core.spec import SpecError
 from bakeoff.results.store import Store
 from fake_results import trial
@@ -42,6 +43,16 @@ def test_a_store_of_schema_2_reads_with_the_training_figures_in_their_section(ol
         assert r.training.graph_build_s == (0.25 if graph else None)
         assert "config" in r.extras and "order" in r.extras  # what has no section yet stays where it was
     assert sorted(len(row.training.resumed_at_steps) for row in rows) == [0, 0, 0, 1]
+    moved = {"batch_search", "profile", "profile_error", "profile_traceback"}
+    assert not moved & {key for r in results for key in r.extras}
+    [searched] = [r for r in results if r.batch_search is not None]
+    assert searched.batch_search == BatchSearch(64, 700 * 2**20, "rss_high_water", [
+        {"batch_size": 64, "status": "ok"}, {"batch_size": 128, "status": "out_of_memory"}])
+    profiles = sorted((r.profile for r in results if r.profile is not None), key=lambda p: p.error)
+    assert [p.error for p in profiles] == ["", "no profile written into r/profiles/y: OSError: disk full"]
+    assert profiles[0] == Profile("r/profiles/x", "torch.profiler", 5, 1, 8, {"h.pt.trace.json": 1234}, ["open it"],
+                                  [0.1] * 5, 2.5)
+    assert profiles[1].traceback == "Traceback ..." and profiles[1].files == {}
     assert {row.key: row.training for row in rows} == {r.key: r.training for r in results}
 
 
@@ -50,7 +61,8 @@ def test_show_and_report_read_a_schema_2_store_and_new_trials_go_beside_the_old(
 
     assert main(["show", "--store", str(old_store)]) == 0
     assert main(["report", "--store", str(old_store), "--out", str(tmp_path / "rep")]) == 0
-    assert "graph builds (their extra s)" in (tmp_path / "rep" / "report.md").read_text()
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert "graph builds (their extra s)" in report and "64 ok, 128 out_of_memory" in report
     new = trial("torch", "eager", seed=7)
     with Store(old_store) as store:
         store.put(new, "quick")

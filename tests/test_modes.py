@@ -124,7 +124,7 @@ def test_auto_batch_size_finds_the_largest_power_of_two_under_the_cap(tmp_path):
     assert r.returncode in (0, 1), r.stderr
     [(raw,)] = sqlite3.connect(tmp_path / "r.sqlite").execute("SELECT result FROM trials").fetchall()
     result = __import__("json").loads(raw)
-    search = result["extras"]["batch_search"]
+    search = result["batch_search"]
     found, probes = search["batch_size"], search["probes"]
     assert found >= 8 and found & (found - 1) == 0  # a power of two
     assert [p["batch_size"] for p in probes] == [8 * 2**i for i in range(len(probes))]

@@ -85,15 +85,15 @@ def test_profile_runs_warmup_then_marked_steps_and_changes_no_figure(tmp_path):
     before = json.dumps(result.to_dict(), sort_keys=True)
     request = profile.Request(tmp_path / "p", steps=3)
     profile.profile(engine, next_steps(engine, _data()), request, result, first_step=5)
-    record = result.extras.pop("profile")
-    assert json.dumps(result.to_dict(), sort_keys=True) == before  # only extras["profile"] was added
+    record, result.profile = result.profile, None
+    assert json.dumps(result.to_dict(), sort_keys=True) == before  # only the profile section was added
     assert len(engine.trained) == 4 + profile.WARMUP_STEPS + 3
     assert engine.marked == [6, 7, 8]  # step 5 is the unprofiled warm-up
-    assert record["files"] == {"trace.pt.trace.json": 2} and record["tool"] == "fake"
-    assert record["steps"] == 3 and record["first_step"] == 6 and len(record["profiled_step_s"]) == 3
-    assert record["view"] == [f"open {tmp_path / 'p' / 'trace.pt.trace.json'} in https://ui.perfetto.dev "
-                              "(or chrome://tracing)"]
-    assert profile.describe({"profile": record}).startswith(f"{tmp_path / 'p'} (fake, 3 steps, ")
+    assert record.files == {"trace.pt.trace.json": 2} and record.tool == "fake" and record.error == ""
+    assert record.steps == 3 and record.first_step == 6 and len(record.profiled_step_s) == 3
+    assert record.view == [f"open {tmp_path / 'p' / 'trace.pt.trace.json'} in https://ui.perfetto.dev "
+                           "(or chrome://tracing)"]
+    assert profile.describe(record).startswith(f"{tmp_path / 'p'} (fake, 3 steps, ")
 
 
 @pytest.mark.parametrize(("fail", "steps_taken", "message"), [
@@ -105,8 +105,8 @@ def test_a_profiler_failure_is_recorded_not_raised(tmp_path, fail, steps_taken, 
     engine, result = _trained(4)
     engine.fail = fail
     profile.profile(engine, next_steps(engine, _data()), profile.Request(tmp_path / "p", 3), result, 5)
-    assert "profile" not in result.extras and result.status is Status.OK
-    assert result.extras["profile_error"] == message.format(p=tmp_path / "p")
+    assert result.profile.files == {} and result.status is Status.OK
+    assert result.profile.error == message.format(p=tmp_path / "p") == profile.describe(result.profile)
     assert len(engine.trained) == 4 + steps_taken
 
 
@@ -148,14 +148,14 @@ def test_a_profiled_trial_writes_the_trace_and_measures_the_same(tmp_path, frame
     profiled = runner.run_one(spec, 300, tmp_path / "logs", keep_dir=tmp_path / "profiled-model" if keep else None,
                               profile=profile.Request(folder, steps=3))
     assert plain.status is profiled.status is Status.OK, (plain.reason, profiled.reason)
-    assert "profile" not in plain.extras
-    record = profiled.extras["profile"]
-    assert record["directory"] == str(folder) and record["steps"] == 3 and record["first_step"] == 6
+    assert plain.profile is None
+    record = profiled.profile
+    assert record.directory == str(folder) and record.steps == 3 and record.first_step == 6
     for pattern, check in EXPECTED[framework]:
         [path] = folder.glob(pattern)
-        assert record["files"][str(path.relative_to(folder))] == path.stat().st_size > 0
+        assert record.files[str(path.relative_to(folder))] == path.stat().st_size > 0
         assert check(path), path
-    assert record["view"]
+    assert record.view
     # off the training clock: the same steps, losses (bit for bit), curve and steady-step bookkeeping
     assert profiled.losses == plain.losses and len(profiled.step_times_s) == len(plain.step_times_s) == 4
     assert [p["metric"] for p in profiled.curve] == [p["metric"] for p in plain.curve]
@@ -174,9 +174,9 @@ def test_a_profile_that_cannot_be_written_leaves_the_trial_ok(tmp_path):
     result = runner.run_one(_spec("torch"), 300, tmp_path / "logs",
                             profile=profile.Request(tmp_path / "file" / "profile", steps=2))
     assert result.status is Status.OK, result.reason
-    assert "profile" not in result.extras
-    assert result.extras["profile_error"].startswith(f"no profile written into {tmp_path / 'file' / 'profile'}: "
-                                                     "NotADirectoryError")
+    assert result.profile.files == {}
+    assert result.profile.error.startswith(f"no profile written into {tmp_path / 'file' / 'profile'}: "
+                                           "NotADirectoryError")
 
 
 @pytest.mark.slow
@@ -193,7 +193,7 @@ def test_bakeoff_run_profile_reaches_the_trial_and_says_where(tmp_path):
     assert f"profile mnist/tiny torch/eager seed 0: {folder} (torch.profiler, 2 steps, " in said
     [(raw,)] = sqlite3.connect(tmp_path / "r.sqlite").execute("SELECT result FROM trials").fetchall()
     stored = json.loads(raw)
-    assert stored["extras"]["profile"]["files"] == {trace.name: trace.stat().st_size}
+    assert stored["profile"]["files"] == {trace.name: trace.stat().st_size}
     assert "profile" not in stored["spec"]  # no part of the trial's key
 
     again = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)

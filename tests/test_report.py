@@ -13,6 +13,7 @@ import pytest
 
 from bakeoff.analysis.decide import decide
 from bakeoff.analysis.stats import summarise_groups
+from bakeoff.core.result import BatchSearch
 from bakeoff.core.spec import Status
 from bakeoff.report.render import environment_line, render_report
 from fake_results import brute_force_throughput, default_results, failed, repeats, trial
@@ -188,9 +189,8 @@ def test_batch_size_search_is_reported(tmp_path):
     from fake_results import trial
 
     r = trial("torch", "eager")
-    r.extras["batch_search"] = {"batch_size": 128, "peak_memory_bytes": 875 * 2**20, "memory_kind": "rss_high_water",
-                                "probes": [{"batch_size": 128, "status": "ok"}, {"batch_size": 256,
-                                                                                 "status": "out_of_memory"}]}
+    r.batch_search = BatchSearch(128, 875 * 2**20, "rss_high_water",
+                                 [{"batch_size": 128, "status": "ok"}, {"batch_size": 256, "status": "out_of_memory"}])
     md = render_report([r], tmp_path)["markdown"].read_text()
     assert "| torch/eager | 128 | 875 | rss_high_water | 128 ok, 256 out_of_memory |" in md
 

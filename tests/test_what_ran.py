@@ -12,6 +12,7 @@ from bakeoff.analysis.decide import decide, decide_each
 from bakeoff.analysis.mixing import section_mixes
 from bakeoff.analysis.stats import summarise_groups
 from bakeoff.core import registry
+from bakeoff.core.result import BatchSearch
 from bakeoff.core.spec import RunSpec
 from bakeoff.report.render import render_report
 from bakeoff.report.what_ran import reproduce_commands
@@ -248,7 +249,7 @@ def test_a_setting_every_framework_varied_is_no_mix_one_framework_apart_is():
     assert "text_classifier/tiny (different batch sizes: 64 vs 32) over" in decide(summaries).verdict
     searched = apart[:3]
     for r in searched:
-        r.extras["batch_search"] = {"batch_size": 64, "probes": []}
+        r.batch_search = BatchSearch(64, None, "rss", [])
     assert section_mixes(summarise_groups(searched + apart[3:]))[0].note == "each found by the batch-size search"
 
 

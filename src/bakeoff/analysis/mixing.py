@@ -173,7 +173,7 @@ def section_mixes(configs: Sequence[ConfigSummary]) -> list[Mix]:
                 for v in per_config[c.label]:
                     values.setdefault(_shown(aspect, v, c, diff), []).append(c.label)
             name = f"{group[0].framework} version" if aspect.per_framework else aspect.name
-            searched = aspect.name == "batch size" and any("batch_search" in r.extras for c in group for r in c.ok)
+            searched = aspect.name == "batch size" and any(r.batch_search is not None for c in group for r in c.ok)
             mixes.append(Mix(name, values, "each found by the batch-size search" if searched else ""))
     return mixes
 

@@ -118,7 +118,7 @@ def _print_profiles(summary: RunSummary) -> None:
 
     for result in summary.ran:
         spec = result.run_spec
-        line = describe(result.extras) or ("none recorded" if result.status.value == "ok" else
+        line = describe(result.profile) or ("none recorded" if result.status.value == "ok" else
                                            f"none: the trial did not succeed ({result.status.value})")
         console.print(f"profile {spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}: {line}", soft_wrap=True)
     if summary.skipped:

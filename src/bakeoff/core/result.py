@@ -17,7 +17,8 @@ from typing import Any
 from bakeoff.core.spec import RunSpec, SpecError, Status
 
 SCHEMA_VERSION = 3
-"""3: the training loop's figures moved from ``extras`` into :class:`Training` (2 → 3: :func:`_training_section`)."""
+"""3: the training loop's figures, the batch-size search and the profile moved from ``extras`` into typed sections
+(:class:`Training`, :class:`BatchSearch`, :class:`Profile`; 2 → 3: :func:`_sections`)."""
 
 
 @dataclasses.dataclass
@@ -33,6 +34,39 @@ class Training:
     steady_statistic: str = "median"  # of the steady steps: "mean" under asynchronous training (parameter servers)
     epochs: float | None = None  # epochs trained
     resumed_at_steps: list[int] = dataclasses.field(default_factory=list)  # checkpoints this trial resumed from
+
+
+@dataclasses.dataclass
+class BatchSearch:
+    """How ``--batch-size auto`` chose this trial's batch (:mod:`bakeoff.run.batch_search`): the largest that
+    trained under the memory cap, and every probe."""
+
+    batch_size: int
+    peak_memory_bytes: int | None
+    memory_kind: str
+    probes: list[dict[str, Any]]  # every probe: batch_size, status, peak memory, reason
+
+
+@dataclasses.dataclass
+class Profile:
+    """A few more steps under the framework's profiler after the trial (``bakeoff run --profile``,
+    :mod:`bakeoff.trial.profile`): where the trace is and how to open it, or why there is none (``error``)."""
+
+    directory: str = ""
+    tool: str = ""
+    steps: int = 0
+    warmup_steps: int = 0
+    first_step: int = 0
+    files: dict[str, int] = dataclasses.field(default_factory=dict)  # written, relative to directory: bytes
+    view: list[str] = dataclasses.field(default_factory=list)  # how to open them
+    profiled_step_s: list[float] = dataclasses.field(default_factory=list)  # under the profiler: not measurements
+    seconds: float = 0.0
+    error: str = ""  # why no profile was written ('' when one was)
+    traceback: str = ""
+
+
+SECTIONS = {"training": Training, "batch_search": BatchSearch, "profile": Profile}
+"""The typed sections of a result, by field name."""
 
 
 @dataclasses.dataclass
@@ -77,6 +111,8 @@ class TrialResult:
     train_s: float | None = None  # training clock at the end
     wall_s: float | None = None  # whole process, evaluation and import included
     training: Training = dataclasses.field(default_factory=Training)
+    batch_search: BatchSearch | None = None  # with --batch-size auto
+    profile: Profile | None = None  # with --profile
     extras: dict[str, Any] = dataclasses.field(default_factory=dict)  # what has no typed section yet
     schema_version: int = SCHEMA_VERSION
 
@@ -92,30 +128,49 @@ class TrialResult:
         known = {f.name for f in dataclasses.fields(cls)}
         data = {k: v for k, v in raw.items() if k in known}
         data["status"] = Status.parse(data["status"], "status")
-        data["training"] = Training(**data.get("training", {}))
+        for name, section in SECTIONS.items():
+            if data.get(name) is not None:
+                data[name] = section(**data[name])
         return cls(**data)
+
+    def annotate(self, notes: Mapping[str, Any]) -> None:
+        """Record what the parent knows of this trial (its batch-size search, its adaptive-repeats plan): a typed
+        section by its name (given as a dict or as the section), anything else in ``extras``."""
+        for name, value in notes.items():
+            section = SECTIONS.get(name)
+            if section is None:
+                self.extras[name] = value
+            else:
+                setattr(self, name, value if isinstance(value, section) else section(**value))
 
     @property
     def run_spec(self) -> RunSpec:
         return RunSpec.from_dict(self.spec)
 
 
-def _training_section(raw: dict[str, Any]) -> dict[str, Any]:
-    """Schema 2 → 3: the training loop's keys move out of ``extras`` into the ``training`` section."""
+def _sections(raw: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 → 3: the training loop's keys, the batch-size search and the profile move out of ``extras`` into
+    their sections (``profile_error`` and ``profile_traceback`` into the profile's ``error`` and ``traceback``)."""
     extras = dict(raw.get("extras") or {})
     names = [f.name for f in dataclasses.fields(Training)]
     training = {**{name: extras.pop(name) for name in names if name in extras}, **(raw.get("training") or {})}
-    return {**raw, "extras": extras, "training": training, "schema_version": 3}
+    profile = extras.pop("profile", None)
+    failure = {k: extras.pop(f"profile_{k}") for k in ("error", "traceback") if f"profile_{k}" in extras}
+    if profile is not None or failure:
+        profile = {**(profile or {}), **failure}
+    batch_search = extras.pop("batch_search", None)
+    return {**raw, "extras": extras, "training": training, "batch_search": batch_search, "profile": profile,
+            "schema_version": 3}
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {2: _training_section}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {2: _sections}
 """How a stored result of each older schema upgrades to the next one: ``{version: upgrade}``."""
 
 
 def migrate(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """``raw`` (a stored result's dict, or the part of one holding ``schema_version``, ``extras`` and
-    ``training``) upgraded to :data:`SCHEMA_VERSION`, one version at a time; a schema this bakeoff cannot read
-    (newer, or older than every migration) raises :class:`SpecError` naming it."""
+    """``raw`` (a stored result's dict, or the part of one holding ``schema_version``, ``extras`` and the
+    sections) upgraded to :data:`SCHEMA_VERSION`, one version at a time; a schema this bakeoff cannot read (newer,
+    or older than every migration) raises :class:`SpecError` naming it."""
     data = dict(raw)
     while (version := data.get("schema_version")) != SCHEMA_VERSION:
         upgrade = MIGRATIONS.get(version) if isinstance(version, int) else None

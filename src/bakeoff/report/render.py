@@ -335,12 +335,12 @@ def _mode_effects_table(configs: Sequence[ConfigSummary]) -> Table | None:
 def _batch_search_table(configs: Sequence[ConfigSummary]) -> Table | None:
     rows = []
     for c in configs:
-        search = next((r.extras["batch_search"] for r in c.trials if "batch_search" in r.extras), None)
+        search = next((r.batch_search for r in c.trials if r.batch_search is not None), None)
         if search:
-            peak = search.get("peak_memory_bytes")
-            tried = ", ".join(f"{p['batch_size']} {p['status']}" for p in search["probes"])
-            rows.append([c.label, str(search["batch_size"]), fmt(peak / MIB) if peak else "—",
-                         search.get("memory_kind", ""), tried])
+            peak = search.peak_memory_bytes
+            tried = ", ".join(f"{p['batch_size']} {p['status']}" for p in search.probes)
+            rows.append([c.label, str(search.batch_size), fmt(peak / MIB) if peak else "—", search.memory_kind,
+                         tried])
     if not rows:
         return None
     return Table(["configuration", "batch size found", "peak memory MiB at it", "memory probe", "probes"], rows,

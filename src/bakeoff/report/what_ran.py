@@ -171,7 +171,7 @@ def batch_fact(c: ConfigSummary) -> str:
     spec = _first(c).run_spec
     text = (f"{spec.batch_size * spec.grad_accum} examples per optimizer step: {spec.grad_accum} accumulated "
             f"micro-batches of {spec.batch_size}" if spec.grad_accum > 1 else f"{spec.batch_size} per step")
-    return text + (", found by the batch-size search" if any("batch_search" in r.extras for r in c.trials) else "")
+    return text + (", found by the batch-size search" if any(r.batch_search is not None for r in c.trials) else "")
 
 
 def trained_text(c: ConfigSummary) -> str | None:

@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from bakeoff.core.result import BatchSearch
 from bakeoff.core.spec import RunSpec, SpecError, Status
 from bakeoff.measure.environment import total_memory
 from bakeoff.run import process
@@ -25,24 +26,13 @@ from bakeoff.run.executors import local as runner
 PROBE_STEPS = 3
 
 
-@dataclasses.dataclass
-class SearchResult:
-    batch_size: int
-    peak_memory_bytes: int | None
-    memory_kind: str
-    probes: list[dict]  # every probe: batch_size, status, peak memory, reason
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
 def default_memory_cap() -> int:
     return (total_memory() or 8 * 2**30) // 2  # half the RAM (8 GiB assumed when the OS does not say)
 
 
 def search(spec: RunSpec, train_size: int, log_dir: Path, memory_cap: int | None = None, step: int | None = None,
            start: int = 8, timeout_s: float = 900,
-           progress: Callable[[RunSpec, Status], None] | None = None) -> SearchResult:
+           progress: Callable[[RunSpec, Status], None] | None = None) -> BatchSearch:
     """Find the largest trainable batch size for ``spec`` (its own batch_size is ignored)."""
     cap = memory_cap or default_memory_cap()
     sizes = _sizes(start, step, train_size // spec.grad_accum)
@@ -71,7 +61,7 @@ def search(spec: RunSpec, train_size: int, log_dir: Path, memory_cap: int | None
         first = probes[0]
         raise SpecError(f"no batch size fits for {spec.label()}: batch {first['batch_size']} ended "
                         f"{first['status']} ({first['reason'][:200]})")
-    return SearchResult(batch_size=best["batch_size"], peak_memory_bytes=best["peak_memory_bytes"],
+    return BatchSearch(batch_size=best["batch_size"], peak_memory_bytes=best["peak_memory_bytes"],
                         memory_kind=best["memory_kind"], probes=probes)
 
 
@@ -85,10 +75,10 @@ def _sizes(start: int, step: int | None, limit: int) -> list[int]:
 
 def resolve(specs: Sequence[RunSpec], train_sizes: dict[tuple, int], log_dir: Path, memory_cap: int | None,
             step: int | None, timeout_s: float,
-            progress: Callable[[RunSpec, Status], None] | None = None) -> tuple[list[RunSpec], dict[str, dict]]:
+            progress: Callable[[RunSpec, Status], None] | None = None) -> tuple[list[RunSpec], dict[str, BatchSearch]]:
     """Search once per configuration (seeds and repeats share it); return the specs with the found sizes and
     the search record per new spec key."""
-    found: dict[RunSpec, SearchResult] = {}
+    found: dict[RunSpec, BatchSearch] = {}
     out, records = [], {}
     with process.interruptible():
         for spec in specs:
@@ -99,5 +89,5 @@ def resolve(specs: Sequence[RunSpec], train_sizes: dict[tuple, int], log_dir: Pa
                                        progress=progress)
             resolved = dataclasses.replace(spec, batch_size=found[config].batch_size)
             out.append(resolved)
-            records[resolved.key()] = found[config].to_dict()
+            records[resolved.key()] = found[config]
     return out, records

@@ -102,7 +102,7 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
 def search_batch_sizes(suite: Suite, sizes: dict, log_dir: Path, timeout_s: float,
                        say: Callable[[str], None] = log.info) -> tuple[list[RunSpec], dict[str, dict]]:
     """``batch_size = "auto"``: the largest batch of each configuration (:mod:`bakeoff.run.batch_search`), and
-    the search record of each new spec key, stored with its trial."""
+    the notes of each new spec key: its search, stored as its result's ``batch_search`` section."""
     from bakeoff.run import batch_search
 
     def show(probe: RunSpec, status: Status) -> None:
@@ -115,9 +115,9 @@ def search_batch_sizes(suite: Suite, sizes: dict, log_dir: Path, timeout_s: floa
         if spec.label() not in shown:
             shown.add(spec.label())
             record = records[spec.key()]
-            peak = record["peak_memory_bytes"] or 0
-            say(f"batch size for {spec.label()}: {record['batch_size']} "
-                f"(peak memory {peak / 2**20:,.0f} MiB, {record['memory_kind']})")
+            peak = record.peak_memory_bytes or 0
+            say(f"batch size for {spec.label()}: {record.batch_size} "
+                f"(peak memory {peak / 2**20:,.0f} MiB, {record.memory_kind})")
     return specs, {key: {"batch_search": record} for key, record in records.items()}
 
 

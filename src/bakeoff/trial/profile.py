@@ -5,8 +5,9 @@ The runner asks a trial to profile through :data:`PROFILE_ENV` (the trace's fold
 (how many steps), as it asks one to keep its model; the request is no part of the spec, so the trial's key, and
 what it measures, are those of the same trial without it. The trial profiles after its result is complete — every
 step time, the memory figures (read before profiling: the profiler's buffers are no training memory), the metric
-and curve, the kept model and the wall time — so profiling changes no recorded figure; it adds
-``extras["profile"]`` (or ``extras["profile_error"]``: a profiler that fails leaves the trial as it was).
+and curve, the kept model and the wall time — so profiling changes no recorded figure; it adds the result's
+``profile`` section (:class:`bakeoff.core.result.Profile`; with its ``error`` only when the profiler failed, which
+leaves the trial as it was).
 
 What is profiled: :data:`WARMUP_STEPS` step unprofiled (a batch of a new shape compiles there, not in the trace),
 then the requested steps under the profiler, each marked as a step, on the training batches that follow the last
@@ -30,9 +31,8 @@ import time
 import traceback
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
-from bakeoff.core.result import TrialResult
+from bakeoff.core.result import Profile, TrialResult
 from bakeoff.core.workload import Batch
 from bakeoff.engines.base import Engine, Unsupported
 
@@ -95,8 +95,8 @@ def how_to_view(directory: Path, files: list[Path]) -> list[str]:
 def profile(engine: Engine, steps: Iterator[list[Batch]], request: Request, result: TrialResult,
             first_step: int) -> None:
     """Run :data:`WARMUP_STEPS` then ``request.steps`` steps of ``steps`` (micro-batches as the loop feeds them),
-    the latter under ``engine.profiler``, numbered from ``first_step``; record the trace in
-    ``extras["profile"]``, or the failure in ``extras["profile_error"]``. Never raises for a profiler failure.
+    the latter under ``engine.profiler``, numbered from ``first_step``; record the trace in ``result.profile``,
+    or the failure in its ``error``. Never raises for a profiler failure.
 
     The steps run even when the profiler cannot start (not where the engine has none: it says so before any step):
     in a distributed trial every process must take the same steps, or the others wait for it at their
@@ -116,7 +116,7 @@ def profile(engine: Engine, steps: Iterator[list[Batch]], request: Request, resu
             try:
                 trace = stack.enter_context(profiler)
             except Exception as exc:  # noqa: BLE001 - take the steps unprofiled (docstring), then say why
-                result.extras["profile_error"] = f"the profiler did not start: {type(exc).__name__}: {exc}"
+                result.profile = Profile(error=f"the profiler did not start: {type(exc).__name__}: {exc}")
                 trace = None
             for _ in range(request.steps):
                 batches = next(steps)
@@ -131,24 +131,24 @@ def profile(engine: Engine, steps: Iterator[list[Batch]], request: Request, resu
         files = sorted(p for p, mtime in after.items() if before.get(p) != mtime)
         if not files:
             raise RuntimeError(f"{trace.tool} wrote no file into {directory}")
-        result.extras["profile"] = {
-            "directory": str(directory), "tool": trace.tool, "steps": request.steps, "warmup_steps": WARMUP_STEPS,
-            "first_step": first_step + WARMUP_STEPS,
-            "files": {str(p.relative_to(directory)): p.stat().st_size for p in files},
-            "view": how_to_view(directory, files),
+        result.profile = Profile(
+            directory=str(directory), tool=trace.tool, steps=request.steps, warmup_steps=WARMUP_STEPS,
+            first_step=first_step + WARMUP_STEPS,
+            files={str(p.relative_to(directory)): p.stat().st_size for p in files},
+            view=how_to_view(directory, files),
             # under the profiler, not measurements: its overhead is in them (the trial's step times are not)
-            "profiled_step_s": step_s,
-            "seconds": time.perf_counter() - t0,
-        }
+            profiled_step_s=step_s,
+            seconds=time.perf_counter() - t0,
+        )
     except Exception as exc:  # noqa: BLE001 - a profile is a convenience: its failure must not fail the trial
-        result.extras["profile_error"] = f"no profile written into {directory}: {type(exc).__name__}: {exc}"
-        if not isinstance(exc, Unsupported):
-            result.extras["profile_traceback"] = traceback.format_exc()[-3000:]
+        result.profile = Profile(error=f"no profile written into {directory}: {type(exc).__name__}: {exc}",
+                                 traceback="" if isinstance(exc, Unsupported) else traceback.format_exc()[-3000:])
 
 
-def describe(extras: Mapping[str, Any]) -> str | None:
+def describe(p: Profile | None) -> str | None:
     """One line saying where a trial's trace is and how to open it (or why there is none), for the console."""
-    if "profile" in extras:
-        p = extras["profile"]
-        return f"{p['directory']} ({p['tool']}, {p['steps']} steps, {p['seconds']:.1f} s): {'; '.join(p['view'])}"
-    return extras.get("profile_error")
+    if p is None:
+        return None
+    if p.error:
+        return p.error
+    return f"{p.directory} ({p.tool}, {p.steps} steps, {p.seconds:.1f} s): {'; '.join(p.view)}"

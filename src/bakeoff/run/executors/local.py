@@ -279,7 +279,8 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
     :func:`bakeoff.plan.order.measure_again`), in :func:`bakeoff.plan.order.order`, storing each result as it
     finishes.
 
-    ``annotations`` maps spec keys to extras recorded with that trial's result (e.g. its batch-size search).
+    ``annotations`` maps spec keys to notes recorded with that trial's result (:meth:`TrialResult.annotate`: its
+    batch-size search, its adaptive-repeats plan).
     ``validated``: the caller already ran :func:`validate` on these specs (it loads every data set once).
     SIGINT or SIGTERM raises :class:`Interrupted` after killing the running trial, which is not recorded.
     With ``keep_models``, each trial that succeeds keeps its model in a folder of it named by
@@ -428,7 +429,7 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
         result = run_one(spec, timeout_s, log_dir, store.artifacts / "checkpoints" / spec.key(),
                          tensorboard[spec.key()], keep_dir=keep_dir, probe_ceiling=bool(wanted.key) and kept is None,
                          profile=profile)
-        result.extras.update(annotations.get(spec.key(), {}))
+        result.annotate(annotations.get(spec.key(), {}))
         result.extras["order"] = {"position": position, "of": len(specs), "seed": order_seed}
         try:
             if result.status is Status.OK:
