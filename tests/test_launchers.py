@@ -15,6 +15,7 @@ import pytest
 from bakeoff.core import registry
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec, SpecError, Status
+from bakeoff.measure import environment
 from bakeoff.run import launchers
 from bakeoff.run.executors import local as runner
 from bakeoff.run.launchers import Member, Plan
@@ -293,3 +294,76 @@ def test_flags_cross_a_single_device_baseline_with_distributed_trials() -> None:
     assert by_mode == {("none", 1, ()), ("multi_worker", 2, ("127.0.0.1", "h2"))}
     with pytest.raises(SpecError, match="hosts must be a list of host names"):
         adhoc_suite({"workload": "mnist", "hosts": "a", "max_steps": 4})
+
+
+def _gpus(tmp_path: Path, count: int, visible: str | None = None) -> int:
+    """The GPUs a machine described by ``count`` /dev/nvidiaN devices shows a trial, read as the runner reads them."""
+    dev = tmp_path / f"dev{count}"
+    dev.mkdir()
+    for i in range(count):
+        (dev / f"nvidia{i}").touch()
+    (dev / "nvidiactl").touch()  # not a GPU
+    gpus, _ = environment.cuda_devices(dev=dev, environ={} if visible is None else {"CUDA_VISIBLE_DEVICES": visible})
+    return gpus
+
+
+def _rank_envs(plan: Plan) -> list[dict[str, str]]:
+    """Each rank's environment as its process sees it: a torchrun agent of k ranks gives them LOCAL_RANK 0..k-1
+    (torchrun's own numbering, read from the agent's --nproc-per-node)."""
+    envs = []
+    for member in plan.members:
+        command = member.command
+        if "torch.distributed.run" in command:
+            per_node = int(command[command.index("--nproc-per-node") + 1])
+            envs += [{**member.env, "LOCAL_RANK": str(i)} for i in range(per_node)]
+        else:
+            envs.append(member.env)
+    return envs
+
+
+@pytest.mark.parametrize(("framework", "parallelism"), [("torch", "data_parallel"), ("torch", "multi_worker"),
+                                                        ("jax", "multi_worker"), ("tensorflow", "multi_worker")])
+def test_ranks_on_one_machine_with_8_gpus_take_distinct_gpus(tmp_path, framework, parallelism) -> None:
+    from bakeoff.measure.environment import local_rank
+
+    gpus = _gpus(tmp_path, 8)
+    assert gpus == 8
+    spec = _spec(framework, parallelism, workers=4)
+    assert launchers.unsupported_here(spec, gpus) == ""
+    plan = launchers.plan(spec, ARGS, {}, ports=[1, 2, 3, 4], cores=8)
+    # the GPU each rank takes (cuda:<local rank>): one each, none shared, all on the machine
+    assert sorted(local_rank(env) for env in _rank_envs(plan)) == [0, 1, 2, 3]
+
+
+def test_local_ranks_count_the_workers_of_each_machine() -> None:
+    assert launchers.local_ranks(["127.0.0.1", "gpu-b.invalid", "127.0.0.2", "gpu-b.invalid", "localhost"]) == \
+        [0, 0, 1, 1, 2]  # every loopback address is this machine
+    spec = _spec(parallelism="multi_worker", workers=3, batch_size=30,
+                 hosts=("127.0.0.1", "gpu-b.invalid", "127.0.0.1"))
+    plan = launchers.plan(spec, ARGS, {}, ports=[29700], cores=2)
+    assert [m.env["BAKEOFF_LOCAL_RANK"] for m in plan.members] == ["0", "0", "1"]
+    assert "BAKEOFF_LOCAL_RANK=0" in plan.members[1].command[4]  # the remote agent is told its own
+    # two ranks here, one elsewhere: one GPU here is too few, two are enough
+    assert "puts 2 ranks on this machine" in launchers.unsupported_here(spec, 1)
+    assert launchers.unsupported_here(spec, 2) == ""
+
+
+def test_more_replicas_than_gpus_are_refused_before_any_process_starts(tmp_path, monkeypatch) -> None:
+    def started(*_args, **_kwargs):
+        raise AssertionError("a process group was started")
+
+    monkeypatch.setattr(launchers, "run_group", started)
+    one = _gpus(tmp_path, 1)
+    monkeypatch.setattr(launchers, "cuda_devices", lambda: (one, ""))
+    result = runner.run_one(_spec("torch", "data_parallel"), 30, tmp_path)
+    assert result.status is Status.UNSUPPORTED
+    assert result.reason == ("data_parallel over 2 replicas (DDP) puts 2 ranks on this machine, one GPU each (NCCL "
+                             "refuses two ranks on one GPU), and it has 1 visible GPU: use at most 1 workers here, "
+                             "or --device cpu")
+    assert "2 ranks" in runner.run_one(_spec("jax", "multi_worker"), 30, tmp_path).reason
+    # on the CPU, or where the ranks share GPUs by design (TensorFlow's workers), nothing is refused
+    assert launchers.unsupported_here(_spec("torch", "data_parallel", device="cpu"), one) == ""
+    assert launchers.unsupported_here(_spec("tensorflow", "multi_worker"), one) == ""
+    assert launchers.unsupported_here(_spec("torch", "data_parallel"), 0) == ""
+    # CUDA_VISIBLE_DEVICES narrows what the machine has: 8 GPUs, 1 visible
+    assert launchers.unsupported_here(_spec("torch", "multi_worker"), _gpus(tmp_path, 8, "3")) != ""

@@ -132,6 +132,7 @@ def _dry_run(suite: Suite, args: argparse.Namespace) -> int:
     from bakeoff.cli.console import console
     from bakeoff.core import registry
     from bakeoff.plan.preview import duration, plan, total
+    from bakeoff.run import launchers
 
     planned = plan(suite.specs, args.store, fresh=args.fresh, retry_failed=args.retry_failed,
                    order_seed=args.order_seed, timeout_s=args.timeout or suite.timeout_s, retry_busy=args.retry_busy)
@@ -142,7 +143,7 @@ def _dry_run(suite: Suite, args: argparse.Namespace) -> int:
         state = (f"run  (stored: {p.stored.value})" if p.runs and p.stored else "run" if p.runs
                  else f"skip (stored: {p.stored.value})" if p.stored else "skip")
         estimate = f"  ~{duration(p.estimate_s)}" if p.estimate_s is not None else ""
-        why = registry.unsupported(spec)  # recorded as unsupported without starting a process
+        why = registry.unsupported(spec) or launchers.unsupported_here(spec)  # recorded without starting a process
         note = f"  (unsupported, no process starts: {why})" if p.runs and why else ""
         console.print(f"{p.position:4d}  {state:<22} {spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}  "
                       f"key {spec.key()}{estimate}{note}", markup=False, soft_wrap=True)

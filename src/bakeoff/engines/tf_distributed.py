@@ -47,6 +47,7 @@ from bakeoff.core.spec import Parallelism, RunSpec
 from bakeoff.core.workload import Batch, Weights, shard_batch  # noqa: E402
 from bakeoff.engines.base import Unsupported  # noqa: E402
 from bakeoff.measure import sync  # noqa: E402
+from bakeoff.measure.environment import local_rank  # noqa: E402
 
 SERVER_WAIT_S = 120.0  # how long the chief waits for the cluster's servers to listen
 _COLLECTIVE_OPS = ("CollectiveReduce", "CollectiveReduceV2", "CollectiveReduceV3", "NcclAllReduce")
@@ -272,8 +273,8 @@ class MultiWorker(_Synchronous):
         self.rank, self.world = int(resolver.task_id), len(resolver.cluster_spec().as_dict().get("worker", []))
         if self.world != spec.workers:
             raise RuntimeError(f"TF_CONFIG names {self.world} workers, the spec {spec.workers}")
-        if gpus:  # one GPU per worker (shared round-robin when there are fewer GPUs than workers)
-            gpu = gpus[self.rank % len(gpus)]
+        if gpus:  # one GPU per worker on its machine (shared round-robin when there are fewer GPUs than workers)
+            gpu = gpus[local_rank() % len(gpus)]
             tf.config.set_visible_devices([gpu], "GPU")
             if len(gpus) < self.world:
                 tf.config.experimental.set_memory_growth(gpu, True)

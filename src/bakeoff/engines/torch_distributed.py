@@ -7,7 +7,10 @@ synchronises, the global loss totals and what the synchronised gradients are div
 
 ``data_parallel`` (one torchrun agent, N ranks) and ``multi_worker`` (one agent per node) differ only in how
 torchrun starts the ranks; in each rank the strategy is the same: a process group from torchrun's environment
-(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``), gloo on CPU, NCCL on CUDA.
+(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``), gloo on CPU, NCCL on CUDA. On CUDA a
+rank takes the GPU at its local rank on its machine (:func:`bakeoff.measure.environment.local_rank`: torchrun's
+``LOCAL_RANK``, plus the launcher's ``BAKEOFF_LOCAL_RANK`` under one agent per node, whose ranks torchrun each calls
+local rank 0).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 from bakeoff.core.spec import Parallelism, RunSpec
 from bakeoff.engines.base import Unsupported
 from bakeoff.measure import sync
+from bakeoff.measure.environment import local_rank
 
 
 class Strategy(Protocol):
@@ -123,7 +127,8 @@ class DataParallel:
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
         self.rank, self.world = _env_int("RANK"), _env_int("WORLD_SIZE")
-        self.local_rank = _env_int("LOCAL_RANK")
+        _env_int("LOCAL_RANK")
+        self.local_rank = local_rank()  # the GPU this rank takes on CUDA
         if self.world != spec.workers:
             raise Unsupported(f"torchrun started {self.world} ranks but the spec asks for {spec.workers} workers")
         self._device = torch.device("cpu")  # until the engine picks one (device())

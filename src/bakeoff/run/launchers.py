@@ -21,6 +21,15 @@ Hosts (``RunSpec.hosts``, multi_worker only): worker ``i`` runs on ``hosts[i]``;
 environment at the same path, and the trial's folder (under the store's folder) at the same path (a shared file
 system). Ports are then chosen free here and must be free there too.
 
+GPUs: each rank of a PyTorch or JAX group takes a GPU of its own, the one at its *local rank*, its index among the
+trial's ranks on its machine (NCCL refuses two ranks of a communicator on one GPU). A torchrun agent of several
+ranks numbers them itself (``LOCAL_RANK``); a member that is one rank (one torchrun agent per node, a
+``jax.distributed`` process, a TensorFlow worker) is told its machine-wide local rank in ``BAKEOFF_LOCAL_RANK``
+(:func:`bakeoff.measure.environment.local_rank` reads it), since torchrun says ``LOCAL_RANK=0`` to
+each one-process agent. Every GPU stays visible to every rank, so NCCL can still reach its peers directly. A group
+that would put more such ranks on this machine than it has visible GPUs is refused before any process starts
+(:func:`unsupported_here`).
+
 Threads: on one host, the cores are shared out among the processes that compute (``BAKEOFF_THREADS``, read by
 :func:`bakeoff.engines.base.threads_for`), so N replicas on N cores do not oversubscribe them; more replicas than
 cores is allowed on CPU and recorded as a warning.
@@ -44,8 +53,8 @@ from pathlib import Path
 
 from bakeoff.core import registry
 from bakeoff.core.result import TrialResult
-from bakeoff.core.spec import Parallelism, RunSpec, Status
-from bakeoff.measure.environment import usable_cores
+from bakeoff.core.spec import Device, Parallelism, RunSpec, Status
+from bakeoff.measure.environment import LOCAL_RANK_ENV, cuda_devices, usable_cores
 from bakeoff.run.process import proc_status, process_groups, processes
 
 HOST = "127.0.0.1"
@@ -158,6 +167,7 @@ class Launcher:
     program: str = "bakeoff"  # what starts the members and reports on them: bakeoff itself, or the framework's own
     ports: Callable[[int], int] = lambda workers: 0  # free ports to choose for ``workers`` workers
     group: bool = True  # several processes: each computing process shares the cores, ports can clash, ranks merge
+    gpu_per_rank: bool = False  # on GPUs, each rank takes the GPU at its local rank (NCCL: one rank per GPU)
     root_cause: Callable[[str], tuple[int, int] | None] = lambda log: None
     """(rank, exit code) of the failure the launcher's own log names as the one that ended the group, if any."""
 
@@ -181,7 +191,8 @@ def _torchrun(s: Start) -> Plan:
 
 def _torchrun_nodes(s: Start) -> Plan:  # one agent per node: the multi-host path, also on one machine
     n = s.workers
-    members = [Member(f"node {i}", _torchrun_command(s, n, i, 1), s.env, True) for i in range(n)]
+    members = [Member(f"node {i}", _torchrun_command(s, n, i, 1), {**s.env, LOCAL_RANK_ENV: str(local)}, True)
+               for i, local in enumerate(local_ranks(s.hosts))]
     return s.plan("torchrun_nodes", _placed(members, s.hosts), n, n)
 
 
@@ -196,8 +207,9 @@ def _tf_workers(s: Start) -> Plan:
     n = s.workers
     cluster = {"worker": [f"{h}:{p}" for h, p in zip(s.hosts, s.ports[:n], strict=True)]}
     members = [Member(f"worker {i}", _trial(s.args),
-                      {**s.env, "TF_CONFIG": _tf_config(cluster, "worker", i), "BAKEOFF_RANK": str(i)}, True)
-               for i in range(n)]
+                      {**s.env, "TF_CONFIG": _tf_config(cluster, "worker", i), "BAKEOFF_RANK": str(i),
+                       LOCAL_RANK_ENV: str(local)}, True)
+               for i, local in enumerate(local_ranks(s.hosts))]
     return s.plan("tf_config", _placed(members, s.hosts), n, n)
 
 
@@ -206,8 +218,9 @@ def _jax_distributed(s: Start) -> Plan:
     # jax.distributed.initialize() reads these: process 0 serves the coordinator on the first host's port.
     coordinator = {"JAX_COORDINATOR_ADDRESS": f"{s.hosts[0]}:{s.ports[0]}", "JAX_NUM_PROCESSES": str(n)}
     members = [Member(f"process {i}", _trial(s.args),
-                      {**s.env, **coordinator, "JAX_PROCESS_ID": str(i), "BAKEOFF_RANK": str(i)}, True)
-               for i in range(n)]
+                      {**s.env, **coordinator, "JAX_PROCESS_ID": str(i), "BAKEOFF_RANK": str(i),
+                       LOCAL_RANK_ENV: str(local)}, True)
+               for i, local in enumerate(local_ranks(s.hosts))]
     return s.plan("jax_distributed", _placed(members, s.hosts), n, n)
 
 
@@ -226,10 +239,13 @@ def _tf_parameter_server(s: Start) -> Plan:
 
 LAUNCHERS = {launcher.name: launcher for launcher in (
     Launcher("single", _single, group=False),
-    Launcher("torchrun", _torchrun, "torchrun", ports=lambda n: 1, root_cause=torchrun_root_cause),
-    Launcher("torchrun_nodes", _torchrun_nodes, "torchrun", ports=lambda n: 1, root_cause=torchrun_root_cause),
+    Launcher("torchrun", _torchrun, "torchrun", ports=lambda n: 1, gpu_per_rank=True,
+             root_cause=torchrun_root_cause),
+    Launcher("torchrun_nodes", _torchrun_nodes, "torchrun", ports=lambda n: 1, gpu_per_rank=True,
+             root_cause=torchrun_root_cause),
+    # TensorFlow's workers share GPUs round-robin when there are fewer than workers (its engine's choice).
     Launcher("tf_config", _tf_workers, ports=lambda n: n),
-    Launcher("jax_distributed", _jax_distributed, ports=lambda n: 1),
+    Launcher("jax_distributed", _jax_distributed, ports=lambda n: 1, gpu_per_rank=True),
     Launcher("tf_parameter_server", _tf_parameter_server, ports=lambda n: 1 + n + PARAMETER_SERVERS),
 )}
 """Every launcher, by the name a framework's record gives it."""
@@ -255,6 +271,37 @@ def plan(spec: RunSpec, args: Sequence[str], env: dict[str, str], ports: Sequenc
     if spec.hosts and launcher.group:
         threads = spec.threads or max(1, cores // max(1, sum(h == hosts[0] for h in hosts)))
     return launcher.start(Start(spec, args, env, ports, hosts, threads, warnings))
+
+
+def local_ranks(hosts: Sequence[str]) -> list[int]:
+    """Each worker's index among the trial's workers on its machine: the workers on this machine (every
+    loopback host and this machine's own addresses are one machine) are numbered in rank order, and so are
+    those of each other host."""
+    seen: dict[str, int] = {}
+    out = []
+    for host in hosts:
+        machine = "" if is_local(host) else host
+        out.append(seen.get(machine, 0))
+        seen[machine] = out[-1] + 1
+    return out
+
+
+def unsupported_here(spec: RunSpec, gpus: int | None = None) -> str:
+    """Why ``spec``'s ranks cannot each have a GPU of their own on this machine ('' when they can, or when they
+    train on the CPU), decided before any process starts. ``gpus``: the NVIDIA GPUs a trial here could see
+    (default: :func:`bakeoff.measure.environment.cuda_devices`). Only launchers whose ranks take one GPU each
+    (``gpu_per_rank``) are checked; ranks on other hosts are that host's to place."""
+    launcher = LAUNCHERS[registry.launcher(spec)]
+    if not launcher.gpu_per_rank or spec.device is Device.CPU:
+        return ""
+    gpus = cuda_devices()[0] if gpus is None else gpus
+    here = sum(is_local(h) for h in spec.hosts) if spec.hosts else spec.workers
+    if gpus == 0 or here <= gpus:  # no GPU: the ranks train on the CPU (device cuda is refused by validate())
+        return ""
+    strategy = spec.info.strategies.get(spec.parallelism, spec.parallelism.value)
+    return (f"{spec.parallelism.value} over {spec.workers} replicas ({strategy}) puts {here} ranks on this machine, "
+            f"one GPU each (NCCL refuses two ranks on one GPU), and it has {gpus} visible GPU"
+            f"{'s' * (gpus != 1)}: use at most {gpus} workers here, or --device cpu")
 
 
 def _placed(members: list[Member], hosts: Sequence[str]) -> list[Member]:

@@ -183,7 +183,7 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
     ``profile``, a trial that succeeds profiles a few more steps after its result (:mod:`bakeoff.trial.profile`).
     Without ``evaluate``, the trial never evaluates its model (:func:`bakeoff.trial.loop.train`).
     """
-    reason = registry.unsupported(spec)
+    reason = registry.unsupported(spec) or launchers.unsupported_here(spec)
     if reason:
         return _failure(spec, Status.UNSUPPORTED, reason)
     missing = registry.not_installed(spec.framework.value)
