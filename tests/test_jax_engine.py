@@ -198,3 +198,38 @@ def test_optax_adam_is_torch_adam():
 def test_what_jax_cannot_run_is_refused_before_a_process_starts_naming_the_accepted_modes(field, value, accepted):
     spec = RunSpec(**{"workload": "mnist", "framework": "jax", "max_steps": 4, field: value})
     assert registry.unsupported(spec) == accepted  # its record's reason: the engine holds no second copy
+
+
+def test_each_jax_process_takes_its_own_gpu_and_a_mesh_takes_as_many_devices_as_replicas(monkeypatch):
+    import jax
+
+    from bakeoff.engines import jax_distributed, jax_engine
+    from bakeoff.engines.base import Unsupported
+    from bakeoff.measure.environment import local_rank
+
+    # jax.distributed's local_device_ids from the local rank the launcher gives each process (tests/test_launchers)
+    ranks = [local_rank({"BAKEOFF_LOCAL_RANK": str(i)}) for i in range(4)]
+    assert [jax_distributed.local_device_ids(r, gpus=8) for r in ranks] == [[0], [1], [2], [3]]
+    assert jax_distributed.local_device_ids(1, gpus=0) is None  # no GPU: the process's CPU device
+    with pytest.raises(Unsupported, match="local rank 1 needs a GPU of its own, and this machine shows 1"):
+        jax_distributed.local_device_ids(1, gpus=1)
+
+    class Device:  # what mesh_devices reads of a jax.Device
+        def __init__(self, id_: int, process: int) -> None:
+            self.id, self.process_index, self.platform = id_, process, "gpu"
+
+    eight = [Device(i, 0) for i in range(8)]
+    assert [d.id for d in jax_distributed.mesh_devices(eight, workers=2)] == [0, 1]  # data parallel × 2 of 8 GPUs
+    with pytest.raises(Unsupported, match="needs 4 gpu devices, one each; JAX sees 2"):
+        jax_distributed.mesh_devices(eight[:2], workers=4)
+    # over jax.distributed, one device per process, whatever each process holds
+    two_processes = [Device(0, 0), Device(1, 0), Device(2, 1), Device(3, 1)]
+    assert [d.id for d in jax_distributed.mesh_devices(two_processes, workers=2, processes=2)] == [0, 2]
+
+    # the memory probe's device is this process's own GPU, not the first of every process's
+    own, other = Device(5, 1), Device(0, 0)
+    monkeypatch.setattr(jax, "devices", lambda backend=None: [other, own])
+    monkeypatch.setattr(jax, "local_devices", lambda process_index=None, backend=None: [own])
+    spec = RunSpec(workload="mnist", framework="jax", parallelism="multi_worker", workers=2, device="cuda",
+                   max_steps=2)
+    assert jax_engine._pick_device(spec) is own

@@ -12,6 +12,10 @@ accumulation sums the micro-batches' gradients on each device and all-reduces th
 schedules the reduction after the sum (it may, since the sum is linear); the compiled program decides, not
 bakeoff, and the figures say which collectives the step compiled to.
 
+Devices: on GPUs each ``jax.distributed`` process takes one GPU, the one at its local rank on its machine
+(:func:`local_device_ids`, passed to ``jax.distributed.initialize``), so two processes on one machine never share
+one; one process of ``data_parallel`` takes the first N of the GPUs it sees (:func:`mesh_devices`).
+
 Under ``multi_worker`` each process feeds its shard of each global batch
 (``jax.make_array_from_process_local_data``), and reads replicated values from its own device
 (``addressable_data(0)``): no value leaves the device it lives on except through the compiled collectives.
@@ -22,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -30,10 +35,11 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bakeoff.core.spec import Parallelism, RunSpec
+from bakeoff.core.spec import Device, Parallelism, RunSpec
 from bakeoff.core.workload import Weights
 from bakeoff.engines.base import Unsupported
 from bakeoff.measure import sync
+from bakeoff.measure.environment import cuda_devices, local_rank
 
 State = dict[str, Any]
 
@@ -47,16 +53,51 @@ def configure(spec: RunSpec) -> float:
         if missing:
             raise Unsupported(f"multi_worker JAX needs the jax_distributed launcher's environment ({', '.join(missing)}"
                               " not set): start the trial through bakeoff's runner")
-        if spec.device.value == "cpu":
+        if spec.device is Device.CPU:
             jax.config.update("jax_platforms", "cpu")
+        gpus = 0 if spec.device is Device.CPU else cuda_devices()[0]  # read before JAX starts its backends
         jax.distributed.initialize(coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
                                    num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
-                                   process_id=int(os.environ["JAX_PROCESS_ID"]), initialization_timeout=120)
+                                   process_id=int(os.environ["JAX_PROCESS_ID"]),
+                                   local_device_ids=local_device_ids(local_rank(), gpus), initialization_timeout=120)
     elif spec.parallelism is Parallelism.DATA_PARALLEL and spec.device.value != "cuda":
         # On a CPU machine: N logical CPU devices in this process (on GPU machines, the GPUs are the devices).
         # Taken only when no GPU is used: the option does not touch GPU backends.
         jax.config.update("jax_num_cpu_devices", spec.workers)
     return time.perf_counter() - start
+
+
+def local_device_ids(rank_here: int, gpus: int) -> list[int] | None:
+    """The GPUs a ``jax.distributed`` process takes (its ``local_device_ids``): the one at its local rank
+    ``rank_here`` among the ``gpus`` its machine shows a trial; None without a GPU (the process's CPU device).
+    :class:`Unsupported` when the machine has fewer GPUs than the trial's processes on it (the runner refuses
+    such a trial before it starts: :func:`bakeoff.run.launchers.unsupported_here`)."""
+    if gpus == 0:
+        return None
+    if rank_here >= gpus:
+        raise Unsupported(f"process at local rank {rank_here} needs a GPU of its own, and this machine shows "
+                          f"{gpus}: at most {gpus} processes here")
+    return [rank_here]
+
+
+def mesh_devices(devices: Sequence[Any], workers: int, processes: int = 1) -> list[Any]:
+    """The devices of a mesh of ``workers`` replicas, from ``devices`` (``jax.devices()``, every process's):
+    over ``processes`` > 1 processes, the first device of each process (one replica per process); in one process,
+    its first ``workers`` devices (data parallel × 2 on an 8-GPU machine uses 2). :class:`Unsupported` when there
+    are too few."""
+    if processes > 1:
+        firsts = {}
+        for device in devices:
+            firsts.setdefault(device.process_index, device)
+        chosen = [firsts[p] for p in sorted(firsts)]
+        if len(chosen) != workers:
+            raise Unsupported(f"data parallel over {workers} processes found devices in {len(chosen)}")
+        return chosen
+    if len(devices) < workers:
+        platform = devices[0].platform if devices else "such"
+        raise Unsupported(f"data parallel over {workers} replicas needs {workers} {platform} devices, one each; "
+                          f"JAX sees {len(devices)}")
+    return list(devices[:workers])
 
 
 class SingleDevice:
@@ -93,17 +134,14 @@ class Sharded:
 
     def __init__(self, spec: RunSpec, platform: str, rendezvous_s: float) -> None:
         start = time.perf_counter()
-        devices = jax.devices(platform)
-        if len(devices) != spec.workers:
-            raise Unsupported(f"data parallel over {spec.workers} replicas needs {spec.workers} {platform} devices; "
-                              f"JAX sees {len(devices)}")
         self.spec = spec
         self.multi_process = spec.parallelism is Parallelism.MULTI_WORKER
         self.rank, self.world = (jax.process_index(), jax.process_count()) if self.multi_process else (0, 1)
+        devices = mesh_devices(jax.devices(platform), spec.workers, self.world)
         self.mesh = Mesh(np.array(devices), ("data",))
         self.replicated = NamedSharding(self.mesh, P())
         self.split = NamedSharding(self.mesh, P("data"))
-        self.device = jax.local_devices(backend=platform)[0]
+        self.device = next(d for d in devices if d.process_index == jax.process_index())  # this process's own
         self.setup_parts = {"rendezvous_s": rendezvous_s, "mesh_s": time.perf_counter() - start}
         self._hlo_collectives: dict[str, int] | None = None
 

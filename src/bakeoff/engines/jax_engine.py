@@ -95,7 +95,9 @@ class _BoundModel:
 
 
 def _pick_device(spec: RunSpec) -> jax.Device:
-    """The device the spec allows: CPU, a GPU when asked for (``cuda``) or seen (``auto``).
+    """The device the spec allows: CPU, or this process's first GPU when asked for (``cuda``) or seen (``auto``) —
+    its own under ``jax.distributed`` (``jax.local_devices``; ``jax.devices`` lists every process's, and the first
+    of those is process 0's), where its memory is probed.
 
     For ``cpu`` the platform is pinned before JAX starts its backends, so a GPU on the machine is not initialised
     (JAX would otherwise reserve most of its memory).
@@ -104,7 +106,7 @@ def _pick_device(spec: RunSpec) -> jax.Device:
         jax.config.update("jax_platforms", "cpu")
         return jax.devices("cpu")[0]
     try:
-        gpus = jax.devices("gpu")
+        gpus = jax.local_devices(backend="gpu")
     except RuntimeError:
         gpus = []
     if spec.device is Device.CUDA and not gpus:
