@@ -193,6 +193,37 @@ def test_tensorrt_is_unsupported_without_cuda_or_the_package(tmp_path):
     assert not (tmp_path / "model.trt.ts").exists()
 
 
+def test_tensorrt_metadata_survives_its_save_and_load_beside_the_artifact(tmp_path):
+    import json
+
+    from bakeoff.deploy import torch_runtime
+
+    def documented_save(module, path, output_format, arg_inputs):
+        # torch_tensorrt.save(..., output_format="torchscript"), as its docs say: trace, then torch.jit.save, with
+        # no extra files; a plain TorchScript module stands in for the TensorRT-compiled one
+        assert output_format == "torchscript"
+        torch.jit.save(torch.jit.trace(module, tuple(arg_inputs)), path)
+
+    s = setup_for("mnist")
+    names = list(s.axes)
+    serving = td.Serving(s.model, names).eval()
+    args = tuple(torch.from_numpy(np.ascontiguousarray(s.example[n])) for n in names)
+    meta = json.dumps({"inputs": {n: str(s.example[n].dtype) for n in names}, "output": "outputs"})
+    out = tmp_path / "model.trt.ts"
+    assert td.save_tensorrt(documented_save, serving, out, args, meta) == ["model.trt.ts", "model.trt.ts.bakeoff.json"]
+    module, loaded, device = torch_runtime._torchscript(out, "cpu", beside=True)  # the tensorrt loader, on CPU
+    assert loaded == json.loads(meta) and device == "cpu"
+    with torch.inference_mode():
+        np.testing.assert_allclose(module(*args).numpy(), td.predict(s.model, s.example), atol=1e-6)
+    # the artifact itself holds no bakeoff.json: read as if it did, it is refused naming what is missing (this was
+    # json.loads(""), a JSONDecodeError)
+    with pytest.raises(ValueError, match=r"no bakeoff.json in .*model.trt.ts's extra files: .* export it again"):
+        torch_runtime._torchscript(out)
+    (tmp_path / "model.trt.ts.bakeoff.json").unlink()
+    with pytest.raises(ValueError, match=r"no bakeoff.json in .*model.trt.ts.bakeoff.json \(beside the artifact\)"):
+        torch_runtime._torchscript(out, "cpu", beside=True)
+
+
 def test_export_names_the_accepted_formats_for_another_frameworks_one(tmp_path):
     s = setup_for("mnist")
     with pytest.raises(ValueError, match="accepted: torchscript, torch-export"):

@@ -29,6 +29,7 @@ from torch import nn
 from bakeoff.core import formats, registry
 from bakeoff.core.workload import Weights
 from bakeoff.deploy import Unsupported
+from bakeoff.deploy.torch_runtime import meta_beside
 
 log = logging.getLogger(__name__)
 
@@ -243,9 +244,19 @@ def _tensorrt(serving: Serving, args: tuple, axes: Axes, out: Path, meta: str) -
         inputs.append(torch_tensorrt.Input(min_shape=low, opt_shape=sizes, max_shape=high, dtype=arg.dtype))
     compiled = torch_tensorrt.dynamo.compile(ep, arg_inputs=inputs, enabled_precisions={torch.float32},
                                              disable_tf32=True)  # fp32 as the model computes it
-    torch_tensorrt.save(compiled, str(out), output_format="torchscript", arg_inputs=list(args))
-    return ([out.name], f"torch_tensorrt.dynamo.compile (torch-tensorrt {torch_tensorrt.__version__})",
+    files = save_tensorrt(torch_tensorrt.save, compiled, out, args, meta)
+    return (files, f"torch_tensorrt.dynamo.compile (torch-tensorrt {torch_tensorrt.__version__})",
             "TensorRT engines in a TorchScript module; batch bounded to 8x the example's, lengths to its own")
+
+
+def save_tensorrt(save: Callable[..., Any], compiled: Any, out: Path, args: tuple, meta: str) -> list[str]:
+    """``torch_tensorrt.save`` (``save``) of the compiled module as TorchScript, and its ``bakeoff.json`` beside
+    it: that save traces the module and ``torch.jit.save``s it with no extra files, so the runtime reads the file
+    beside it (:func:`bakeoff.deploy.torch_runtime.meta_beside`). Returns the files written."""
+    save(compiled, str(out), output_format="torchscript", arg_inputs=list(args))
+    side = meta_beside(out)
+    side.write_text(meta)
+    return [out.name, side.name]
 
 
 _EXPORTERS: dict[str, Callable[..., tuple[list[str], str, str]]] = {

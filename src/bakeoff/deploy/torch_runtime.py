@@ -2,7 +2,10 @@
 AOTInductor (``aoti_load_package``) and Torch-TensorRT (a TorchScript module holding TensorRT engines).
 
 Each artifact carries ``bakeoff.json`` (the input names and dtypes it was exported with), and inputs are cast to
-those dtypes: the compiled formats take no other. The float formats run on the CPU they were exported for;
+those dtypes: the compiled formats take no other. Torch-TensorRT's ``torch_tensorrt.save(...,
+output_format="torchscript")`` traces the module and ``torch.jit.save``s it with no extra files, so its
+``bakeoff.json`` is a file beside the artifact (:func:`meta_beside`); an artifact without its metadata is refused
+naming what is missing. The float formats run on the CPU they were exported for;
 Torch-TensorRT on CUDA.
 """
 
@@ -52,29 +55,48 @@ def load_runtime(fmt: str, path: Path, threads: int) -> Run:
     return run
 
 
-def _torchscript(path: Path, device: str = "cpu") -> tuple[Callable[..., Any], dict, str]:
+def meta_beside(path: Path) -> Path:
+    """Where an artifact that cannot hold extra files keeps its ``bakeoff.json``: beside it, named after it."""
+    return Path(path).with_name(f"{Path(path).name}.{META}")
+
+
+def read_meta(text: str | bytes | None, where: str) -> dict:
+    """The artifact's ``bakeoff.json`` from its text; a ValueError naming ``where`` it was looked for when empty."""
+    if not text:
+        raise ValueError(f"no {META} in {where}: the artifact does not say its inputs' names and dtypes; export it "
+                         "again with bakeoff deploy")
+    return json.loads(text)
+
+
+def _torchscript(path: Path, device: str = "cpu", beside: bool = False) -> tuple[Callable[..., Any], dict, str]:
+    """A TorchScript module and its metadata: an extra file inside it, or with ``beside`` the file beside it."""
     extra = {META: ""}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", r"`torch\.jit\.\w+` is deprecated", DeprecationWarning)
         module = torch.jit.load(str(path), map_location=device, _extra_files=extra)
-    return module.eval(), json.loads(extra[META]), device
+    if beside:
+        side = meta_beside(path)
+        meta = read_meta(side.read_text() if side.is_file() else "", f"{side} (beside the artifact)")
+    else:
+        meta = read_meta(extra[META], f"{path}'s extra files")
+    return module.eval(), meta, device
 
 
 def _torch_export(path: Path) -> tuple[Callable[..., Any], dict, str]:
     extra = {META: ""}
     program = torch.export.load(path, extra_files=extra)
-    return program.module(), json.loads(extra[META]), "cpu"
+    return program.module(), read_meta(extra[META], f"{path}'s extra files"), "cpu"
 
 
 def _aoti(path: Path) -> tuple[Callable[..., Any], dict, str]:
     model = torch._inductor.aoti_load_package(str(path))
-    return model, json.loads(model.get_metadata()[META]), "cpu"
+    return model, read_meta(model.get_metadata().get(META), f"{path}'s metadata"), "cpu"
 
 
 def _tensorrt(path: Path) -> tuple[Callable[..., Any], dict, str]:
     import torch_tensorrt  # noqa: F401  (registers the TensorRT engine class TorchScript needs)
 
-    return _torchscript(path, "cuda")
+    return _torchscript(path, "cuda", beside=True)
 
 
 _LOADERS: dict[str, Callable[[Path], tuple[Callable[..., Any], dict, str]]] = {
