@@ -31,7 +31,9 @@ any other exception for a converter failure (recorded ``failed`` with its messag
     THREADS_APPLIED: bool = True                                       # False: ``threads`` cannot be set (JAX)
 
 The callable takes the model's inputs as numpy arrays and returns its output as host numpy (synchronised), so the
-caller's clock measures the whole inference.
+caller's clock measures the whole inference. It says where it computes (:func:`ran_on`): ``run.device``, the
+device its runtime uses as the runtime reports it, and ``run.facts``, settings read from the runtime (TF32), both
+recorded in the format's deployment row.
 """
 
 from __future__ import annotations
@@ -42,6 +44,15 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+Run = Callable[[dict[str, Any]], Any]
+
+
+def ran_on(run: Run, device: str, **facts: Any) -> Run:
+    """``run`` labelled with the device its runtime computes on and the settings read from it (module docstring)."""
+    run.device = device  # type: ignore[attr-defined]
+    run.facts = facts  # type: ignore[attr-defined]
+    return run
 
 
 class Unsupported(RuntimeError):

@@ -108,6 +108,8 @@ def measure(fmt: formats.Format, path: Path, threads: int, batch: int, calls: in
     out["load_s"] = time.perf_counter() - t0
     out["rss_loaded_bytes"] = RssProbe().current()
     out["runtime"] = runtime.runtime_version()
+    out["device"] = getattr(run, "device", "not reported by the runtime")  # where it computes, as it says
+    out.update(getattr(run, "facts", {}))
     out["threads_applied"] = getattr(runtime, "THREADS_APPLIED", True)  # JAX's CPU runtime has no thread setting
     singles = [{k: split[k][i:i + 1] for k in names} for i in range(len(reference["outputs"]))]
     t0 = time.perf_counter()

@@ -18,6 +18,8 @@ import jaxlib
 import numpy as np
 from jax import export as jax_export
 
+from bakeoff.deploy import ran_on
+
 log = logging.getLogger(__name__)
 
 FORMATS = ("jax-export",)
@@ -48,7 +50,9 @@ def load_runtime(fmt: str, path: Path, threads: int) -> Callable[[dict[str, np.n
         args = {k: jnp.asarray(np.asarray(inputs[k]).astype(aval.dtype, copy=False)) for k, aval in declared.items()}
         return np.asarray(call(args).block_until_ready())
 
-    return run
+    # jax.jit places the call on the default device; the module carries its matmul precision (jax_deploy's)
+    first = jax.devices()[0]
+    return ran_on(run, f"{first.platform}:{first.id}")
 
 
 def runtime_version() -> str:

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
+from bakeoff.deploy import ran_on
+
 SIGNATURE = "serving_default"
 
 
@@ -51,7 +53,7 @@ def load_runtime(fmt: str, path: Path, threads: int) -> Callable[[dict[str, np.n
         interpreter.invoke()
         return interpreter.get_tensor(output)  # a copy: the next invoke does not overwrite it
 
-    return run
+    return ran_on(run, "cpu")  # the interpreter without a delegate: bakeoff adds none
 
 
 def runtime_version() -> str:

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from bakeoff.deploy import ran_on
+
 Run = Callable[[dict[str, np.ndarray]], np.ndarray]
 
 _DTYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
@@ -23,10 +25,15 @@ def runtime_version() -> str:
     return f"onnxruntime {ort.__version__}"
 
 
-def providers() -> list[str]:
-    """CUDA first where this onnxruntime build has it, then the CPU."""
+CUDA_OPTIONS = {"use_tf32": "0"}
+"""The CUDA provider's options: no TF32 (its default is on), so fp32 is fp32 as in the trials and the other formats."""
+
+
+def providers() -> list[str | tuple[str, dict[str, str]]]:
+    """CUDA first where this onnxruntime build has it (with :data:`CUDA_OPTIONS`), then the CPU."""
     available = ort.get_available_providers()
-    return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+    return [(p, CUDA_OPTIONS) if p == "CUDAExecutionProvider" else p
+            for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
 
 
 def load_runtime(fmt: str, path: Path, threads: int) -> Run:
@@ -49,4 +56,8 @@ def load_runtime(fmt: str, path: Path, threads: int) -> Run:
         feeds = {name: np.ascontiguousarray(inputs[name], dtype) for name, dtype in types.items()}
         return session.run(["outputs"], feeds)[0]  # host numpy: the run has finished
 
-    return run
+    used = session.get_providers()  # what the session took, in order of preference: nodes go to the first
+    cuda = session.get_provider_options().get("CUDAExecutionProvider", {})
+    device = f"cuda:{cuda.get('device_id', '0')}" if used[0] == "CUDAExecutionProvider" else "cpu"
+    facts = {"providers": used, **({"tf32": cuda.get("use_tf32") not in ("0", 0)} if cuda else {})}
+    return ran_on(run, device, **facts)

@@ -41,6 +41,8 @@ Example = Mapping[str, np.ndarray]
 
 
 def _build(workload: str, config: Mapping[str, Any], weights: Weights) -> Any:
+    # fp32 means fp32, as in the trials: the reference outputs and every export's are computed without TF32
+    tf.config.experimental.enable_tensor_float_32_execution(False)
     impl = registry.model_class(workload, "tensorflow")(dict(config))
     impl.build(weights)
     return impl

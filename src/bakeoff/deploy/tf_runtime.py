@@ -17,6 +17,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads: i
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from bakeoff.deploy import ran_on  # noqa: E402
+from bakeoff.measure import numerics  # noqa: E402
+
 log = logging.getLogger(__name__)
 
 
@@ -36,6 +39,7 @@ def load_runtime(fmt: str, path: Path, threads: int) -> Callable[[dict[str, np.n
     """A callable running the SavedModel at ``path``: numpy inputs (cast to the signature's dtypes) to the
     ``outputs`` array as numpy. Extra inputs are ignored; a missing one raises ``KeyError`` naming it."""
     _set_threads(threads)
+    tf.config.experimental.enable_tensor_float_32_execution(False)  # fp32 means fp32, as in the trials
     loaded = tf.saved_model.load(str(path))
     if "serving_default" not in loaded.signatures:
         raise ValueError(f"{fmt} SavedModel {path} has no serving_default signature; it has "
@@ -52,7 +56,9 @@ def load_runtime(fmt: str, path: Path, threads: int) -> Callable[[dict[str, np.n
         _ = loaded  # the signature's variables live as long as the loaded object
         return serve(**feed)["outputs"].numpy()  # .numpy() waits for the result
 
-    return run
+    # TensorFlow places a signature's ops on its first GPU when it sees one, else on the CPU
+    device = "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
+    return ran_on(run, device, **numerics.tf32("tensorflow"))
 
 
 def runtime_version() -> str:

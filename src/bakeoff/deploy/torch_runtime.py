@@ -20,6 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from bakeoff.deploy import ran_on
+from bakeoff.measure import numerics
+
 META = "bakeoff.json"  # as torch_deploy writes it
 
 Run = Callable[[dict[str, np.ndarray]], np.ndarray]
@@ -44,6 +47,8 @@ def load_runtime(fmt: str, path: Path, threads: int) -> Run:
                 torch.set_num_interop_threads(threads)
             except RuntimeError:  # the pool has started in this process: it keeps its size
                 pass
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as in the trials
+    torch.backends.cudnn.allow_tf32 = False
     call, meta, device = _LOADERS[fmt](Path(path))
     dtypes = {name: np.dtype(dtype) for name, dtype in meta["inputs"].items()}
 
@@ -52,7 +57,8 @@ def load_runtime(fmt: str, path: Path, threads: int) -> Run:
         with torch.inference_mode():
             return call(*args).float().cpu().numpy()  # .cpu() waits for the device
 
-    return run
+    where = f"cuda:{torch.cuda.current_device()}" if device == "cuda" else str(torch.device(device))
+    return ran_on(run, where, **numerics.tf32("torch"))
 
 
 def meta_beside(path: Path) -> Path:

@@ -42,6 +42,7 @@ from bakeoff.core.spec import Device, Execution, Precision, RunSpec
 from bakeoff.core.workload import Batch, Weights
 from bakeoff.engines import jax_distributed
 from bakeoff.engines.base import Engine, Unsupported, threads_for
+from bakeoff.measure import numerics
 from bakeoff.measure.environment import usable_cores
 from bakeoff.measure.memory import MemoryProbe
 
@@ -243,7 +244,7 @@ class JaxEngine(Engine):
             "intra_op_threads": usable_cores(),
             "threads_requested": threads_for(self.spec),
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
-            "tf32": False,
+            **numerics.tf32("jax"),  # as read, after setup turned it off
             "matmul_precision": jax.config.jax_default_matmul_precision,
             "mixed_precision": ("flax dtype=bfloat16 (params, gradients, Adam state and loss fp32)"
                                 if self.compute_dtype == jnp.bfloat16 else "off"),

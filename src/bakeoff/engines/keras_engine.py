@@ -54,6 +54,7 @@ from bakeoff.core.registry import model_class
 from bakeoff.core.spec import Device, Execution, Precision
 from bakeoff.core.workload import Batch
 from bakeoff.engines.base import Engine, Unsupported, threads_for
+from bakeoff.measure import numerics
 from bakeoff.measure.environment import usable_cores
 from bakeoff.measure.memory import MemoryProbe
 
@@ -211,7 +212,8 @@ class KerasEngine(Engine):
 
     def environment(self) -> dict[str, Any]:
         return {**_backend_environment(self.backend), "keras_version": keras.__version__,
-                "keras_backend": keras.backend.backend(), "device": self.device, "tf32": False,
+                "keras_backend": keras.backend.backend(), "device": self.device,
+                **numerics.tf32(self.backend),
                 "mixed_precision": self.policy, "loss_scaling": "off", "compiled": self.compiled,
                 "training_api": "keras.Model.train_on_batch",
                 "optional_imports_blocked": list(_foreign(self.backend))}
