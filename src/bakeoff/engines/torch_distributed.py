@@ -127,8 +127,8 @@ class DataParallel:
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
         self.rank, self.world = _env_int("RANK"), _env_int("WORLD_SIZE")
-        _env_int("LOCAL_RANK")
-        self.local_rank = local_rank()  # the GPU this rank takes on CUDA
+        _env_int("LOCAL_RANK")  # torchrun's, which must be there; with the launcher's, the GPU this rank takes
+        self.local_rank = local_rank()
         if self.world != spec.workers:
             raise Unsupported(f"torchrun started {self.world} ranks but the spec asks for {spec.workers} workers")
         self._device = torch.device("cpu")  # until the engine picks one (device())
