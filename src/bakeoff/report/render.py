@@ -136,12 +136,12 @@ def _mfu_note(configs: Sequence[ConfigSummary]) -> str:
     ceilings: dict[tuple, set[str]] = {}
     for c in configs:
         for r in c.ok:
-            m = r.extras.get("mfu", {})
-            if "value" in m:
-                low, high = m.get("ceiling_range", [m["ceiling_flops_per_s"]] * 2)
-                what = (m["ceiling_version"], m["precision"], m["device_kind"], m["threads"], m["ceiling_where"],
-                        m["ceiling_measured_at"], f"{fmt(m['ceiling_flops_per_s'] / 1e9)} GFLOP/s (samples "
-                                                  f"{fmt(low / 1e9)}–{fmt(high / 1e9)}{size_note(m.get('ceiling_n'))})")
+            m = r.mfu
+            if m is not None and m.value is not None:
+                low, high = m.ceiling_range or [m.ceiling_flops_per_s] * 2
+                what = (m.ceiling_version, m.precision, m.device_kind, m.threads, m.ceiling_where,
+                        m.ceiling_measured_at, f"{fmt(m.ceiling_flops_per_s / 1e9)} GFLOP/s (samples "
+                                               f"{fmt(low / 1e9)}–{fmt(high / 1e9)}{size_note(m.ceiling_n)})")
                 ceilings.setdefault(what, set()).add(c.label)
     kept = "; ".join(f"{v} {p} on {d}, {t} threads: {g}, measured {when} in a {where} ("
                      f"{', '.join(sorted(labels))})"
