@@ -48,7 +48,7 @@ def main() -> None:
             f"{framework + '/' + execution:<18} {med(compile_s):>8.2f} ({min(compile_s):.2f}–{max(compile_s):.2f})"
             f" {med([r.first_step_s for r in results]):>13.2f} {med([r.steady_step_s for r in results]) * 1e3:>10.1f}"
             f" {med([r.import_s for r in results]):>9.2f} {med([r.build_s for r in results]):>8.2f}"
-            f" {results[0].extras.get('graph_builds', 0):>7}\n")
+            f" {results[0].training.graph_builds:>7}\n")
     sys.stdout.write(f"median (min–max) of {repeats} fresh-process trials each; compile = first step − steady step\n")
 
 

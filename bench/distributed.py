@@ -68,15 +68,15 @@ def main() -> None:
             if parallelism != "none":
                 one = results.get((framework, parallelism, 1)) if workers > 1 else None
                 base = statistics.median(r.throughput["examples_per_s"] for r in one) if one else single
-                dist = [r.extras["distributed"] for r in rs]
-                sync = [d["sync"]["per_step_s"] for d in dist if d.get("sync", {}).get("per_step_s") is not None]
+                dist = [r.distributed for r in rs]
+                sync = [d.sync["per_step_s"] for d in dist if d.sync.get("per_step_s") is not None]
                 share = [s / r.steady_step_s for s, r in zip(sync, rs, strict=False)]
                 line += (f"; efficiency {_span([t / (workers * base) for t in thr], 2)}"
                          f" (vs {'1 replica' if one else 'one device'})"
                          f"; sync/step {_span([1000 * s for s in sync])} ms = {_span([100 * s for s in share], 2)}%"
-                         f"; start-up {_span([d['startup_s'] for d in dist])} s"
-                         f" (launch {_span([d['launch_s'] for d in dist])} s)"
-                         f"; replicas identical {all(d.get('replicas_identical') in (True, None) for d in dist)}")
+                         f"; start-up {_span([d.startup_s for d in dist])} s"
+                         f" (launch {_span([d.launch_s for d in dist])} s)"
+                         f"; replicas identical {all(d.replicas_identical in (True, None) for d in dist)}")
             out.write(line + "\n")
 
 

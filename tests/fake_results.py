@@ -19,7 +19,8 @@ plus 8 MiB of evaluation. Threads: PyTorch 16 intra / 16 inter, TensorFlow 16 / 
 
 Each trial records what a real one does besides its measurements: the spec's ``content`` (bakeoff version, config
 hash, framework version, and a hash per data file), the resolved config and the data set's facts in ``extras``
-(the shipped fine-foods reviews unless told otherwise), steady steps, epochs and its place in the run order.
+(the shipped fine-foods reviews unless told otherwise), steady steps, epochs (``training``) and its place in the
+run order (``order``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bakeoff.core.result import Training, TrialResult
+from bakeoff.core.result import Order, Training, TrialResult
 from bakeoff.core.spec import RunSpec, Status
 
 TARGET = 0.78
@@ -135,8 +136,8 @@ def trial(framework: str, execution: str, *, repeat: int = 0, seed: int = 0, exa
         best_metric=max(p["metric"] for p in curve), num_params=1_234_567, train_s=train_end,
         wall_s=train_end + import_s + 1.0,
         training=Training(steady_steps=steps - 1 - spec.warmup_steps, epochs=steps * batch_size / TRAIN_ROWS),
-        extras={"config": dict(CONFIG), "data": dict(DATA_INFO if data_info is None else data_info),
-                "order": {"position": 1, "of": 1, "seed": 0}})
+        order=Order(position=1, of=1, seed=0),
+        extras={"config": dict(CONFIG), "data": dict(DATA_INFO if data_info is None else data_info)})
 
 
 def failed(framework: str, execution: str, *, repeat: int = 0, seed: int = 0, reason: str = XLA_REASON,

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from bakeoff.analysis.calibration import Noise, draw_run
+from bakeoff.core.result import AdaptiveRepeats
 from bakeoff.core.spec import RunSpec
 from bakeoff.plan.suite import parse_suite
 from bakeoff.results.store import Store
@@ -83,7 +84,7 @@ def test_repeats_are_added_only_where_the_verdict_is_unsettled_up_to_the_maximum
     noisy = runs[("autoencoder", "torch")]
     assert noisy == runs[("autoencoder", "tensorflow")] and 3 < len(noisy) <= 5 and noisy == list(range(len(noisy)))
     assert all(r.run_spec.seed == r.run_spec.repeat for r in results)  # seed = the suite's seed + repeat
-    assert all(r.extras["adaptive_repeats"] == {"first": 3, "max": 5, "looks": 3} for r in results)
+    assert all(r.adaptive_repeats == AdaptiveRepeats(first=3, max=5, looks=3) for r in results)
     assert len(summary.ran) == len(results) == len(fake_trials)
     assert lines[0] == ("adaptive repeats: autoencoder/tiny not settled after 3 runs per configuration: "
                         "run 4 of at most 5")

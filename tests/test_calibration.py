@@ -16,6 +16,7 @@ import pytest
 from scipy.stats import beta
 
 from bakeoff.analysis.calibration import Noise, Scenario, Tally, adaptive_scenarios, scenarios, simulate
+from bakeoff.core.result import AdaptiveRepeats
 
 DRAWS = 150
 FALSE_WINS = 0.05
@@ -142,7 +143,7 @@ def test_a_verdict_over_adaptive_runs_widens_its_intervals_for_the_looks_and_say
     results = draw(scenario, rng)
     plain = decide(summarise_groups(results))
     for r in results:
-        r.extras["adaptive_repeats"] = {"first": 3, "max": 6, "looks": 4}
+        r.adaptive_repeats = AdaptiveRepeats(first=3, max=6, looks=4)
     wide = decide(summarise_groups(results))
     assert plain.looks == 1 and wide.looks == 4
     for name, d in wide.head_to_head.items():

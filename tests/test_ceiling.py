@@ -14,6 +14,7 @@ import fake_results as fake
 from bakeoff.analysis.decide import decide
 from bakeoff.analysis.stats import summarise_groups
 from bakeoff.core import registry
+from bakeoff.core.result import Mfu
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.measure import ceiling
 from bakeoff.report.render import render_report
@@ -79,7 +80,7 @@ def test_a_precision_too_slow_for_the_budget_is_timed_on_smaller_products(monkey
     kept = {"measured_at": "now", "result": got}  # what the report's MFU footnote reads it from
     mfu = ceiling.utilisation(fake.trial("torch", "eager", precision="bf16"), kept,
                               ceiling.need(RunSpec(workload="text_classifier", framework="torch", max_steps=5)), 1e6)
-    assert mfu["ceiling_n"] == 256 and mfu["ceiling_flops_per_s"] == 0.84e9
+    assert mfu.ceiling_n == 256 and mfu.ceiling_flops_per_s == 0.84e9
 
 
 def test_a_precision_that_cannot_be_multiplied_is_missing_with_the_reason(monkeypatch):
@@ -146,23 +147,23 @@ def test_mfu_is_model_flops_per_second_over_the_ceiling_in_the_trials_precision(
     trial = fake.trial("torch", "eager", examples_per_s=500.0)
     wanted = ceiling.need(trial.run_spec)
     got = ceiling.utilisation(trial, _kept(1e11), wanted, flops_per_example=4e6)
-    assert got["value"] == pytest.approx(4e6 * 500.0 / 1e11) and got["model_flops_per_s"] == 2e9
-    assert (got["precision"], got["ceiling_flops_per_s"], got["device_kind"]) == ("fp32", 1e11, "CPU")
+    assert got.value == pytest.approx(4e6 * 500.0 / 1e11) and got.model_flops_per_s == 2e9
+    assert (got.precision, got.ceiling_flops_per_s, got.device_kind) == ("fp32", 1e11, "CPU")
     bf16 = fake.trial("torch", "eager", examples_per_s=500.0, precision="bf16")
-    assert ceiling.utilisation(bf16, _kept(1e11), wanted, 4e6)["value"] == pytest.approx(4e6 * 500.0 / 2e11)
+    assert ceiling.utilisation(bf16, _kept(1e11), wanted, 4e6).value == pytest.approx(4e6 * 500.0 / 2e11)
 
 
 def test_mfu_without_what_it_needs_is_missing_with_the_reason():
     trial = fake.trial("torch", "eager")
     wanted = ceiling.need(trial.run_spec)
-    assert "does not count its FLOPs" in ceiling.utilisation(trial, _kept(), wanted, None)["missing"]
-    assert "no ceiling kept" in ceiling.utilisation(trial, None, wanted, 1e6)["missing"]
+    assert "does not count its FLOPs" in ceiling.utilisation(trial, _kept(), wanted, None).missing
+    assert "no ceiling kept" in ceiling.utilisation(trial, None, wanted, 1e6).missing
     fp16 = fake.trial("torch", "eager", precision="fp16")
-    assert ceiling.utilisation(fp16, _kept(), wanted, 1e6)["missing"] == \
+    assert ceiling.utilisation(fp16, _kept(), wanted, 1e6).missing == \
         "no fp16 ceiling: the probe measures fp32 and bf16"
     bf16 = fake.trial("torch", "eager", precision="bf16")
     no_bf16 = _kept(bf16={"missing": "TypeError: no bf16 dot here"})
-    assert "no bf16 ceiling on this machine: TypeError" in ceiling.utilisation(bf16, no_bf16, wanted, 1e6)["missing"]
+    assert "no bf16 ceiling on this machine: TypeError" in ceiling.utilisation(bf16, no_bf16, wanted, 1e6).missing
     parallel = RunSpec(workload="mnist", framework="torch", parallelism="data_parallel", workers=2, max_steps=5)
     assert "multi-process" in ceiling.need(parallel).reason and ceiling.need(parallel).key is None
 
@@ -179,7 +180,7 @@ def test_the_report_shows_mfu_with_its_ceiling_and_the_verdict_says_when_it_diff
                *fake.repeats("tensorflow", "graph", [500, 520, 540], [4.0, 4.1, 4.2], final_metric=[0.8] * 3)]
     flops = registry.workload("text_classifier").flops_per_example(fake.CONFIG)
     for r in results:
-        r.extras["mfu"] = ceiling.utilisation(r, _kept(1e11), ceiling.need(r.run_spec), flops)
+        r.mfu = ceiling.utilisation(r, _kept(1e11), ceiling.need(r.run_spec), flops)
     d = decide(summarise_groups(results))
     assert " MFU: PyTorch (eager) runs at " in d.verdict and "of this CPU's fp32 matmul ceiling, TensorFlow " \
         "(graph) at " in d.verdict and "ceilings 100 GFLOP/s and 100 GFLOP/s" in d.verdict
@@ -195,17 +196,17 @@ def test_the_report_shows_mfu_with_its_ceiling_and_the_verdict_says_when_it_diff
     close = [*fake.repeats("torch", "eager", [900, 950, 1000], [2.0, 2.1, 2.2], final_metric=[0.8] * 3),
              *fake.repeats("tensorflow", "graph", [850, 870, 890], [2.3, 2.4, 2.5], final_metric=[0.8] * 3)]
     for r in close:
-        r.extras["mfu"] = ceiling.utilisation(r, _kept(1e11), ceiling.need(r.run_spec), flops)
+        r.mfu = ceiling.utilisation(r, _kept(1e11), ceiling.need(r.run_spec), flops)
     assert "MFU" not in decide(summarise_groups(close)).verdict  # within 1.25x of each other: nothing to say
 
 
 def test_a_result_without_mfu_says_why_in_the_report():
     results = [*fake.repeats("torch", "eager", [900, 950, 1000], [2.0, 2.1, 2.2], final_metric=[0.8] * 3)]
-    results[0].extras["mfu"] = {"value": 0.02, "ceiling_flops_per_s": 1e11, "precision": "fp32",
-                                "device_kind": "CPU", "ceiling_version": "torch 2.13.0+cpu", "threads": 2,
-                                "ceiling_where": "probe process", "ceiling_measured_at": "2026-12-01"}
+    results[0].mfu = Mfu(value=0.02, ceiling_flops_per_s=1e11, precision="fp32", device_kind="CPU",
+                         ceiling_version="torch 2.13.0+cpu", threads=2, ceiling_where="probe process",
+                         ceiling_measured_at="2026-12-01")
     for r in results[1:]:
-        r.extras["mfu"] = {"missing": "no ceiling kept for this machine"}
+        r.mfu = Mfu(missing="no ceiling kept for this machine")
     summary = summarise_groups(results)[0]
     assert summary.value("mfu") == pytest.approx(0.02)
     older = summarise_groups(fake.repeats("torch", "eager", [900, 950, 1000], [2.0, 2.1, 2.2],
@@ -225,7 +226,7 @@ def test_a_run_probes_the_ceiling_once_in_its_first_trial_and_keeps_it(tmp_path)
         kept = store.ceiling(ceiling.key(ceiling.fingerprint("torch", 1)))
     first, second = summary.ran
     assert first.status is Status.OK and second.status is Status.OK, (first.reason, second.reason)
-    assert first.extras["ceiling_probe"]["status"] == "ok" and "ceiling_probe" not in second.extras
+    assert first.ceiling_probe.status == "ok" and second.ceiling_probe is None
     assert kept is not None and kept["result"]["where"] == "trial process" and kept["fingerprint"]["threads"] == 1
     peak = kept["result"]["precisions"]["fp32"]["median_flops_per_s"]
     # MNIST tiny, counted by hand (2 FLOPs a multiply-add, training = 3 forwards less conv1's input gradient, as the
@@ -234,8 +235,8 @@ def test_a_run_probes_the_ceiling_once_in_its_first_trial_and_keeps_it(tmp_path)
     flops = 3 * 2 * (26 * 26 * 8 * 9 + 11 * 11 * 16 * 72 + 400 * 10) - 2 * 26 * 26 * 8 * 9
     assert registry.workload("mnist").flops_per_example(first.extras["config"]) == flops
     for r in (first, second):
-        assert r.extras["mfu"]["ceiling_flops_per_s"] == peak
-        assert r.extras["mfu"]["value"] == pytest.approx(flops * r.throughput["examples_per_s"] / peak)
+        assert r.mfu.ceiling_flops_per_s == peak
+        assert r.mfu.value == pytest.approx(flops * r.throughput["examples_per_s"] / peak)
 
 
 def test_the_mfu_sentence_carries_the_ceilings_uncertainty_and_is_never_added_to_a_provisional_verdict():
@@ -245,7 +246,7 @@ def test_the_mfu_sentence_carries_the_ceilings_uncertainty_and_is_never_added_to
         kept = _kept(1e11)
         kept["result"]["precisions"]["fp32"]["samples"] = samples
         for r in results:
-            r.extras["mfu"] = ceiling.utilisation(r, kept, ceiling.need(r.run_spec), flops)
+            r.mfu = ceiling.utilisation(r, kept, ceiling.need(r.run_spec), flops)
         return results
 
     def pair():

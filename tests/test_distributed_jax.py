@@ -72,12 +72,12 @@ def _assert_same_losses(distributed: TrialResult, single: TrialResult) -> None:
 
 def test_a_mesh_of_two_devices_trains_like_one_device_with_identical_replicas(trials):
     mesh = trials["mesh"]
-    dist = mesh.extras["distributed"]
-    assert dist["strategy"] == "SPMD data parallel over a 2-device mesh (one process, XLA CPU (one process))"
-    assert dist["replicas_identical"] is True and len(dist["replica_weights_sha256"]) == 2
-    assert dist["batch_size"] == {"global": 32, "per_replica": 16} and dist["processes"] == 1
+    dist = mesh.distributed
+    assert dist.strategy == "SPMD data parallel over a 2-device mesh (one process, XLA CPU (one process))"
+    assert dist.replicas_identical is True and len(dist.replica_weights_sha256) == 2
+    assert dist.batch_size == {"global": 32, "per_replica": 16} and dist.processes == 1
     _assert_same_losses(mesh, trials["single"])
-    sync = dist["sync"]
+    sync = dist.sync
     # XLA combines the step's gradient all-reduces into one; timed on its own after training
     assert sync["compiled_collectives_per_step"] == {"all-reduce": 1}
     assert sync["gradient_bytes"] == 4 * mesh.num_params and sync["bytes_per_step"] == 4 * mesh.num_params + 8
@@ -88,19 +88,19 @@ def test_a_mesh_of_two_devices_trains_like_one_device_with_identical_replicas(tr
 def test_accumulation_over_a_mesh_equals_accumulation_on_one_device(trials):
     # (each micro-batch draws its own dropout key, so it is compared with the same micro-batches on one device)
     accum, single = trials["mesh_accum2"], trials["single_accum2"]
-    assert accum.extras["distributed"]["replicas_identical"] is True and accum.examples_per_step == 32
+    assert accum.distributed.replicas_identical is True and accum.examples_per_step == 32
     _assert_same_losses(accum, single)
 
 
 def test_jax_distributed_processes_train_like_one_device(trials):
     processes = trials["processes"]
-    dist = processes.extras["distributed"]
-    assert dist["launcher"] == "jax_distributed" and [r["rank"] for r in dist["ranks"]] == [0, 1]
-    assert dist["strategy"] == "SPMD data parallel over a 2-device mesh (jax.distributed, gloo)"
-    assert dist["replicas_identical"] is True and dist["setup_s"] > 0
-    assert dist["setup_parts_s"]["rendezvous_s"] > 0
+    dist = processes.distributed
+    assert dist.launcher == "jax_distributed" and [r["rank"] for r in dist.ranks] == [0, 1]
+    assert dist.strategy == "SPMD data parallel over a 2-device mesh (jax.distributed, gloo)"
+    assert dist.replicas_identical is True and dist.setup_s > 0
+    assert dist.setup_parts_s["rendezvous_s"] > 0
     _assert_same_losses(processes, trials["single"])
-    assert dist["sync"]["compiled_collectives_per_step"] == {"all-reduce": 1}
+    assert dist.sync["compiled_collectives_per_step"] == {"all-reduce": 1}
 
 
 def _processes(mark: str) -> dict[int, list[str]]:
@@ -143,7 +143,7 @@ def test_a_killed_process_fails_the_trial_and_leaves_none_behind(tmp_path, monke
     assert result.status is Status.FAILED and "process 1 of the trial's 2 processes" in result.reason
     assert "SIGKILL" in result.reason
     # Process 0 was stopped with the group, not left to train on through its 100,000 steps and exit 0.
-    assert result.extras["distributed"]["exit_codes"]["process 0"] != 0
+    assert result.distributed.exit_codes["process 0"] != 0
     deadline = time.monotonic() + 5
     while _processes(mark) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -32,9 +32,9 @@ def test_multi_worker_on_two_hosts_trains_alike_in_both_frameworks(tmp_path) -> 
                        eval_every=1000, config={"dropout": "0"}, device="cpu")
         result = run_one(spec, 300, tmp_path / framework)
         assert result.status is Status.OK, f"{framework}: {result.reason}"
-        dist = result.extras["distributed"]
-        assert dist["replicas_identical"] is True and dist["processes"] == 2
-        assert [r["rank"] for r in dist["ranks"]] == [0, 1]
+        dist = result.distributed
+        assert dist.replicas_identical is True and dist.processes == 2
+        assert [r["rank"] for r in dist.ranks] == [0, 1]
         results[framework] = result
     torch_run, tf_run = results["torch"], results["tensorflow"]
     check_losses(np.asarray(torch_run.losses), np.asarray(tf_run.losses), "fp32")

@@ -78,15 +78,15 @@ def trials(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TrialResult]:
 
 
 def _sync(result: TrialResult) -> dict:
-    return result.extras["distributed"]["sync"]
+    return result.distributed.sync
 
 
 def test_mirrored_two_replicas_are_identical_and_train_like_one_device(trials):
     mirrored, single = trials["mirrored"], trials["single"]
-    dist = mirrored.extras["distributed"]
-    assert dist["strategy"] == "MirroredStrategy over 2 logical CPU devices (CollectiveAllReduce)"
-    assert dist["replicas_identical"] is True and len(dist["replica_weights_sha256"]) == 2
-    assert dist["batch_size"] == {"global": 16, "per_replica": 8} and dist["processes"] == 1
+    dist = mirrored.distributed
+    assert dist.strategy == "MirroredStrategy over 2 logical CPU devices (CollectiveAllReduce)"
+    assert dist.replicas_identical is True and len(dist.replica_weights_sha256) == 2
+    assert dist.batch_size == {"global": 16, "per_replica": 8} and dist.processes == 1
     _assert_same_losses(mirrored, single)
     sync = _sync(mirrored)
     # one all-reduce of (summed loss, count) and one of all 36 gradients, packed: counted in the traced step
@@ -99,7 +99,7 @@ def test_mirrored_two_replicas_are_identical_and_train_like_one_device(trials):
 
 def test_mirrored_accumulation_equals_one_device_accumulation(trials):
     accum = trials["mirrored_accum2"]
-    assert accum.extras["distributed"]["replicas_identical"] is True
+    assert accum.distributed.replicas_identical is True
     assert accum.examples_per_step == 32
     _assert_same_losses(accum, trials["single_accum2"])
     # still one gradient reduction per optimizer step: the two micro-batches are summed on each replica first
@@ -108,22 +108,22 @@ def test_mirrored_accumulation_equals_one_device_accumulation(trials):
 
 def test_multi_worker_replicas_are_identical_and_train_like_one_device(trials):
     mw = trials["multi_worker"]
-    dist = mw.extras["distributed"]
-    assert dist["strategy"].startswith("MultiWorkerMirroredStrategy over 2 worker processes")
-    assert dist["launcher"] == "tf_config" and [r["rank"] for r in dist["ranks"]] == [0, 1]
-    assert dist["replicas_identical"] is True
-    assert all(r["status"] == "ok" for r in dist["ranks"])
+    dist = mw.distributed
+    assert dist.strategy.startswith("MultiWorkerMirroredStrategy over 2 worker processes")
+    assert dist.launcher == "tf_config" and [r["rank"] for r in dist.ranks] == [0, 1]
+    assert dist.replicas_identical is True
+    assert all(r["status"] == "ok" for r in dist.ranks)
     _assert_same_losses(mw, trials["single"])
-    assert _sync(mw)["allreduces_per_step"] == 2.0 and dist["setup_s"] > 0
+    assert _sync(mw)["allreduces_per_step"] == 2.0 and dist.setup_s > 0
 
 
 def test_parameter_server_trains_asynchronously(tmp_path):
     steps = 60
     ps = _run(tmp_path, _spec(parallelism="parameter_server", workers=2, max_steps=steps, config=()))
-    dist = ps.extras["distributed"]
-    assert dist["synchronous"] is False and dist["launcher"] == "tf_parameter_server" and dist["processes"] == 4
-    assert sorted(dist["member_peak_rss_bytes"]) == ["chief", "ps 0", "worker 0", "worker 1"]
-    async_ = dist["asynchronous"]
+    dist = ps.distributed
+    assert dist.synchronous is False and dist.launcher == "tf_parameter_server" and dist.processes == 4
+    assert sorted(dist.member_peak_rss_bytes) == ["chief", "ps 0", "worker 0", "worker 1"]
+    async_ = dist.asynchronous
     assert async_["in_flight"] == 2 and "not comparable" in async_["losses"]
     # the time per completed step, averaged over the steady calls: their total over the steps they completed
     steady_calls = ps.step_times_s[1 + ps.run_spec.warmup_steps:]
@@ -195,10 +195,10 @@ def test_killed_worker_fails_the_trial_and_leaves_no_process(tmp_path, monkeypat
     assert Path(str(killed["spec_path"])).name == "spec.json"
     assert result.status is Status.FAILED
     assert result.reason.startswith("worker 1 ") and "killed by SIGKILL" in result.reason, result.reason
-    assert result.extras["distributed"]["first_failure"].startswith("worker 1")
+    assert result.distributed.first_failure.startswith("worker 1")
     # The group was stopped at once, not at its deadline: worker 0 did not train on through its 5,000 steps and exit 0
     # (the time it took is no test's business on a shared machine).
-    assert result.extras["distributed"]["exit_codes"]["worker 0"] != 0
+    assert result.distributed.exit_codes["worker 0"] != 0
     deadline = time.monotonic() + 5
     while _processes(mark) and time.monotonic() < deadline:
         time.sleep(0.1)

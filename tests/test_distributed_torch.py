@@ -65,20 +65,20 @@ def assert_losses_close(got: TrialResult, want: TrialResult) -> None:
 
 def test_two_replicas_complete_identical_with_their_figures(trials):
     result = trials(**DDP2)
-    dist = result.extras["distributed"]
-    assert dist["replicas_identical"] is True  # gloo sums the same two numbers on both ranks: bitwise equal
-    assert [r["rank"] for r in dist["ranks"]] == [0, 1]
-    assert all(r["status"] == "ok" for r in dist["ranks"])
-    assert dist["ranks"][0]["final_loss"] == dist["ranks"][1]["final_loss"]  # every rank reports the global loss
-    assert dist["launcher"] == "torchrun" and dist["batch_size"] == {"global": 16, "per_replica": 8}
+    dist = result.distributed
+    assert dist.replicas_identical is True  # gloo sums the same two numbers on both ranks: bitwise equal
+    assert [r["rank"] for r in dist.ranks] == [0, 1]
+    assert all(r["status"] == "ok" for r in dist.ranks)
+    assert dist.ranks[0]["final_loss"] == dist.ranks[1]["final_loss"]  # every rank reports the global loss
+    assert dist.launcher == "torchrun" and dist.batch_size == {"global": 16, "per_replica": 8}
     cores = usable_cores()  # a pytest-xdist worker has its share of the machine's cores
-    assert dist["warnings"] == ([] if cores >= 2 else [  # 2 replicas on 2 cores, one thread each
+    assert dist.warnings == ([] if cores >= 2 else [  # 2 replicas on 2 cores, one thread each
         f"2 replicas on {cores} CPU cores: replicas share cores, so throughput measures overhead more than speed-up"])
-    assert dist["strategy"].startswith("DistributedDataParallel (gloo)")
-    assert 0 < dist["setup_s"] < dist["startup_s"]
-    parts = dist["setup_parts_s"]  # joining the process group, then wrapping the module in DDP
-    assert set(parts) == {"process_group_s", "ddp_wrap_s"} and sum(parts.values()) == pytest.approx(dist["setup_s"])
-    sync = dist["sync"]
+    assert dist.strategy.startswith("DistributedDataParallel (gloo)")
+    assert 0 < dist.setup_s < dist.startup_s
+    parts = dist.setup_parts_s  # joining the process group, then wrapping the module in DDP
+    assert set(parts) == {"process_group_s", "ddp_wrap_s"} and sum(parts.values()) == pytest.approx(dist.setup_s)
+    sync = dist.sync
     assert len(sync["samples_s"]) == 20 and sync["per_step_s"] == float(np.median(sync["samples_s"]))
     assert sync["per_step_s"] > 0 and all(t > 0 for t in sync["samples_s"])  # its share of the step: a bench figure
     # One round of DDP's buckets per step; the buffers hold every gradient (fp32) once.
@@ -96,16 +96,16 @@ def test_two_replicas_train_as_one_device(trials):
 def test_accumulation_allreduces_once_per_step(trials):
     result = trials(grad_accum=2, **DDP2)
     assert_losses_close(result, trials(grad_accum=2))
-    sync = result.extras["distributed"]["sync"]
+    sync = result.distributed.sync
     # Without no_sync on the first micro-batch, this would be 2 rounds (and 2 all-reduces) per step.
     assert sync["allreduces_per_step"] == 1 and sync["rounds_per_step"] == 1 and sync["buckets"] == 1
-    assert result.extras["distributed"]["replicas_identical"] is True
+    assert result.distributed.replicas_identical is True
 
 
 def test_bf16_autocast_under_ddp(trials):
     result = trials(precision="bf16", **DDP2)
     assert result.environment["mixed_precision"] == "torch.autocast(torch.bfloat16)"
-    assert result.extras["distributed"]["replicas_identical"] is True
+    assert result.distributed.replicas_identical is True
     assert_losses_close(result, trials(precision="bf16"))
     fp32 = np.asarray(trials(**DDP2).losses)
     assert np.abs(np.asarray(result.losses) - fp32).max() > 1e-5  # it really ran in bf16
@@ -113,9 +113,9 @@ def test_bf16_autocast_under_ddp(trials):
 
 def test_multi_worker_two_torchrun_agents(trials):
     result = trials(parallelism="multi_worker", workers=2)
-    dist = result.extras["distributed"]
-    assert dist["launcher"] == "torchrun_nodes" and set(dist["member_peak_rss_bytes"]) == {"node 0", "node 1"}
-    assert dist["replicas_identical"] is True
+    dist = result.distributed
+    assert dist.launcher == "torchrun_nodes" and set(dist.member_peak_rss_bytes) == {"node 0", "node 1"}
+    assert dist.replicas_identical is True
     assert_losses_close(result, trials())
 
 
@@ -125,8 +125,8 @@ def test_compiled_under_ddp_matches_eager(trials):
     # all-reduce per step, through the compiled backward.
     mnist = dict(workload="mnist", **DDP2)
     result = trials(execution="graph", **mnist)
-    assert result.training.graph_builds > 0 and result.extras["distributed"]["replicas_identical"] is True
-    assert result.extras["distributed"]["sync"]["rounds_per_step"] == 1
+    assert result.training.graph_builds > 0 and result.distributed.replicas_identical is True
+    assert result.distributed.sync["rounds_per_step"] == 1
     assert_losses_close(result, trials(**mnist))
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from bakeoff.analysis.decide import resolve_weights
 from bakeoff.core import registry
+from bakeoff.core.result import Order
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.plan import order as plan_order
 from bakeoff.plan.suite import parse_suite
@@ -131,8 +132,7 @@ def test_each_result_records_its_position_in_the_run(tmp_path):
     specs = [RunSpec(workload="mnist", framework="jax", max_steps=2, repeat=r, seed=r) for r in (1, 0)]
     with Store(tmp_path / "r.sqlite") as store:
         summary = runner.run(specs, store, "order", validated=True, order_seed=7)
-    assert [r.extras["order"] for r in summary.ran] == [{"position": 1, "of": 2, "seed": 7},
-                                                        {"position": 2, "of": 2, "seed": 7}]
+    assert [r.order for r in summary.ran] == [Order(position=1, of=2, seed=7), Order(position=2, of=2, seed=7)]
     assert [r.spec["repeat"] for r in summary.ran] == [0, 1]
 
 
@@ -328,7 +328,7 @@ def test_interrupting_a_run_kills_the_trial_records_nothing_and_the_next_run_res
     assert [(seed, status) for seed, status, _ in rows(tmp_path / "r.sqlite")] == [(0, "ok"), (1, "ok")]
     assert not kept.exists()  # removed once the trial succeeded
     db = sqlite3.connect(tmp_path / "r.sqlite")
-    orders = [json.loads(o) for (o,) in db.execute("SELECT json_extract(result, '$.extras.order') FROM trials "
+    orders = [json.loads(o) for (o,) in db.execute("SELECT json_extract(result, '$.order') FROM trials "
                                                    "ORDER BY seed")]
     assert orders == [{"position": 1, "of": 2, "seed": 0}, {"position": 2, "of": 2, "seed": 0}]
 

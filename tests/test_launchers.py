@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bakeoff.core import registry
-from bakeoff.core.result import TrialResult
+from bakeoff.core.result import Distributed, TrialResult
 from bakeoff.core.spec import RunSpec, SpecError, Status
 from bakeoff.measure import environment
 from bakeoff.run import launchers
@@ -193,8 +193,8 @@ def _rank(rank: int, digest: str, status: Status = Status.OK, reason: str = "", 
     return TrialResult(spec=spec.to_dict(), key=spec.key(), status=status, reason=reason, import_s=1.0, build_s=0.5,
                        steady_step_s=step, step_times_s=[1.0] + [step] * 8, examples_per_step=32,
                        throughput={"examples_per_s": 32 / step}, losses=[0.5], peak_memory_bytes=(300 + rank) * 2**20,
-                       extras={"launch_s": 0.8 + rank, "distributed": {"strategy": "DDP",
-                                                                      "replica_weights_sha256": [digest]}})
+                       extras={"launch_s": 0.8 + rank},
+                       distributed=Distributed(strategy="DDP", replica_weights_sha256=[digest]))
 
 
 def test_merge_keeps_every_rank_and_checks_the_replicas() -> None:
@@ -202,14 +202,14 @@ def test_merge_keeps_every_rank_and_checks_the_replicas() -> None:
     plan = launchers.plan(spec, ARGS, {}, ports=[1], cores=2)
     outcome = launchers.GroupOutcome(codes={"torchrun": 0})
     merged = launchers.merge(spec, plan, [_rank(0, "aa"), _rank(1, "aa")], outcome)
-    dist = merged.extras["distributed"]
-    assert merged.status is Status.OK and dist["replicas_identical"] is True
-    assert [r["rank"] for r in dist["ranks"]] == [0, 1]
-    assert dist["startup_s"] == pytest.approx(1.8 + 1.5)  # the slower rank: launch 1.8 + import 1 + build 0.5
-    assert dist["batch_size"] == {"global": 32, "per_replica": 16} and dist["synchronous"] is True
+    dist = merged.distributed
+    assert merged.status is Status.OK and dist.replicas_identical is True
+    assert [r["rank"] for r in dist.ranks] == [0, 1]
+    assert dist.startup_s == pytest.approx(1.8 + 1.5)  # the slower rank: launch 1.8 + import 1 + build 0.5
+    assert dist.batch_size == {"global": 32, "per_replica": 16} and dist.synchronous is True
     differ = launchers.merge(spec, plan, [_rank(0, "aa"), _rank(1, "bb")], outcome)
-    assert differ.extras["distributed"]["replicas_identical"] is False
-    assert any("different weights" in w for w in differ.extras["distributed"]["warnings"])
+    assert differ.distributed.replicas_identical is False
+    assert any("different weights" in w for w in differ.distributed.warnings)
     failed = launchers.merge(spec, plan, [_rank(0, "aa"), _rank(1, "", Status.FAILED, "RuntimeError: boom")],
                              outcome)
     assert failed.status is Status.FAILED and failed.reason == "rank 1: RuntimeError: boom"
@@ -221,14 +221,14 @@ def test_a_synchronous_group_trains_at_its_slowest_ranks_pace_and_an_imbalance_i
     outcome = launchers.GroupOutcome(codes={"torchrun": 0})
     # rank 0 at 5.8 ms a step, rank 1 at 21.9 ms (a run seen on this machine): the group's pace is rank 1's
     merged = launchers.merge(spec, plan, [_rank(0, "aa", step=0.0058), _rank(1, "aa", step=0.0219)], outcome)
-    dist = merged.extras["distributed"]
+    dist = merged.distributed
     assert merged.steady_step_s == 0.0219 and merged.throughput["examples_per_s"] == pytest.approx(32 / 0.0219)
-    assert merged.step_times_s == [1.0] + [0.0219] * 8 and dist["ranks"][0]["step_times_s"][1] == 0.0058
-    assert dist["throughput_rank"] == 1 and dist["rank_imbalance"] == pytest.approx(0.0219 / 0.0058 - 1)
+    assert merged.step_times_s == [1.0] + [0.0219] * 8 and dist.ranks[0]["step_times_s"][1] == 0.0058
+    assert dist.throughput_rank == 1 and dist.rank_imbalance == pytest.approx(0.0219 / 0.0058 - 1)
     assert any("differ by 278% (5.8–21.9 ms): the throughput is the slowest rank's (rank 1)" in w
-               for w in dist["warnings"])
+               for w in dist.warnings)
     even = launchers.merge(spec, plan, [_rank(0, "aa", step=0.1), _rank(1, "aa", step=0.105)], outcome)
-    assert even.steady_step_s == 0.105 and not any("differ by" in w for w in even.extras["distributed"]["warnings"])
+    assert even.steady_step_s == 0.105 and not any("differ by" in w for w in even.distributed.warnings)
 
 
 @pytest.mark.skipif(not registry.installed("torch"), reason="needs PyTorch")

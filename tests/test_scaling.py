@@ -6,6 +6,7 @@ import pytest
 
 from bakeoff.analysis.scaling import scaling_rows, scaling_sentence
 from bakeoff.analysis.stats import summarise_groups
+from bakeoff.core.result import Distributed
 from bakeoff.measure import sync
 from bakeoff.report.render import render_report
 from fake_results import repeats, respec
@@ -17,13 +18,13 @@ def _distributed(results, parallelism: str, workers: int, sync_s: float | None =
     for r in results:
         r = respec(r, parallelism=parallelism, workers=workers)
         r.environment["cores"] = cores
-        r.extras["distributed"] = {
-            "strategy": "DistributedDataParallel (gloo)", "replicas": workers, "startup_s": 6.5, "launch_s": 1.2,
-            "sync": {"method": "a separately timed all-reduce of the gradients", "per_step_s": sync_s,
-                     "allreduces_per_step": 1.0},
-            "replicas_identical": identical if workers > 1 else None,
-            "ranks": [{"rank": i, "peak_memory_bytes": (300 + 10 * i) * 2**20} for i in range(workers)],
-            "warnings": [f"{workers} replicas on {cores} CPU cores: ..."] if workers > cores else []}
+        r.distributed = Distributed(
+            strategy="DistributedDataParallel (gloo)", replicas=workers, startup_s=6.5, launch_s=1.2,
+            sync={"method": "a separately timed all-reduce of the gradients", "per_step_s": sync_s,
+                  "allreduces_per_step": 1.0},
+            replicas_identical=identical if workers > 1 else None,
+            ranks=[{"rank": i, "peak_memory_bytes": (300 + 10 * i) * 2**20} for i in range(workers)],
+            warnings=[f"{workers} replicas on {cores} CPU cores: ..."] if workers > cores else [])
         out.append(r)
     return out
 
@@ -109,7 +110,7 @@ def test_the_common_sync_method_is_said_once_and_each_frameworks_call_after_it(t
                              "data_parallel", 2)]
     for r in results:
         tensorflow = r.run_spec.framework == "tensorflow"
-        r.extras["distributed"]["sync"] = {**(tf_sync if tensorflow else torch_sync), "allreduces_per_step": 1.0}
+        r.distributed.sync = {**(tf_sync if tensorflow else torch_sync), "allreduces_per_step": 1.0}
     text = " ".join(render_report(results, tmp_path)["markdown"].read_text().split())
     assert text.count(sync.DEFINITION) == 1
     assert f"The same method in every framework: {sync.DEFINITION}. What each one's timed call ran:" in text
@@ -124,7 +125,7 @@ def test_accumulation_is_compared_with_one_micro_batch_per_step() -> None:
                                                                 sync_s=0.1 * step)],
                *_torch([500, 500, 500])]
     for r in results[3:6]:
-        r.extras["distributed"]["sync"]["per_step_s"] = 0.1 * r.steady_step_s
+        r.distributed.sync["per_step_s"] = 0.1 * r.steady_step_s
     configs = summarise_groups(results)
     sentence = scaling_sentence(scaling_rows(configs), configs)
     assert ("One step's gradient all-reduce timed alone, against the step, accumulating micro-batches: PyTorch DDP "
@@ -136,7 +137,7 @@ def test_xla_under_a_strategy_that_compiles_less_than_the_step_is_named(tmp_path
                              "data_parallel", 2),
                *repeats("tensorflow", "xla", [400] * 3, [None] * 3, final_metric=[0.8] * 3)]
     for r in results[:3]:
-        r.extras["distributed"]["xla_scope"] = "each replica's forward and backward (local_sums)"
+        r.distributed.xla_scope = "each replica's forward and backward (local_sums)"
     configs = summarise_groups(results)
     (row,) = scaling_rows(configs)
     assert row.xla_scope == "each replica's forward and backward (local_sums)"

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bakeoff.core.result import TrialResult
+from bakeoff.core.result import AdaptiveRepeats, TrialResult
 from bakeoff.core.spec import RunSpec, Status
 
 if TYPE_CHECKING:
@@ -110,11 +110,11 @@ def draw_run(framework: str, repeat: int, speed: float, noise: Noise, rng: np.ra
     made by a run that could look ``looks`` times (adaptive repeats), recorded as the runner records it."""
     spec = _spec(framework, repeat)
     env = {"cores": 2, "load_average_1m_at_start": 1.0, "load_average_1m_at_end": 1.0}
-    extras = {"adaptive_repeats": {"looks": looks}} if looks > 1 else {}
+    plan = AdaptiveRepeats(looks=looks) if looks > 1 else None
     if rng.random() < noise.timeout:
         return TrialResult(spec=spec, key=f"{framework}-{repeat}", status=Status.TIMEOUT,
                            reason="timeout after 60 s: killed", environment=env, metric_name="accuracy",
-                           target=TARGET, extras=extras)
+                           target=TARGET, adaptive_repeats=plan)
     level = speed * TRUE["examples_per_s"] * math.exp(noise.throughput * rng.standard_normal())
     steady = BATCH / level * np.exp(_ar1(rng, STEPS - 1, noise.phi, noise.steps))
     first = TRUE["first_step_s"] * math.exp(noise.first_step * rng.standard_normal())
@@ -133,7 +133,7 @@ def draw_run(framework: str, repeat: int, speed: float, noise: Noise, rng: np.ra
         throughput={"examples_per_s": BATCH / median}, memory_kind="rss", memory_baseline_bytes=200 * MIB,
         memory_train_peak_bytes=200 * MIB + increment, memory_increment_bytes=increment, curve=curve,
         metric_name="accuracy", target=TARGET, time_to_target_s=ttt, final_metric=final, train_s=float(clock[-1]),
-        extras=extras)
+        adaptive_repeats=plan)
 
 
 def draw(scenario: Scenario, rng: np.random.Generator) -> list[TrialResult]:

@@ -261,10 +261,10 @@ def _head_to_head(q: Quantity, a: ConfigSummary, b: ConfigSummary,
 def _ceiling_spread(c: ConfigSummary) -> tuple[float, float]:
     """(kept ceiling / the highest sample, kept ceiling / the lowest): how far the ceiling ``c``'s MFU was divided
     by may be from the true one, as its probe's own samples spread."""
-    kept = [m for r in c.ok if "value" in (m := r.extras.get("mfu", {}))]
-    peak = float(np.median([m["ceiling_flops_per_s"] for m in kept]))
-    low = min(min(m.get("ceiling_range", [peak])) for m in kept)
-    high = max(max(m.get("ceiling_range", [peak])) for m in kept)
+    kept = [r.mfu for r in c.ok if r.mfu is not None and r.mfu.value is not None]
+    peak = float(np.median([m.ceiling_flops_per_s for m in kept]))
+    low = min(min(m.ceiling_range or [peak]) for m in kept)
+    high = max(max(m.ceiling_range or [peak]) for m in kept)
     return peak / high, peak / low
 
 

@@ -143,10 +143,11 @@ def _rate(key: str) -> Callable[[TrialResult, float | None], float | None]:
 
 
 def _distributed(*path: str) -> Callable[[TrialResult, float | None], float | None]:
-    """A figure of ``extras["distributed"]`` (see :mod:`bakeoff.run.launchers`), ``None`` when not recorded."""
+    """A figure of the result's :class:`~bakeoff.core.result.Distributed` section (its field, then keys within
+    it: ``("sync", "per_step_s")``), ``None`` when not recorded."""
     def get(r: TrialResult, _budget: float | None) -> float | None:
-        value: object = r.extras.get("distributed", {})
-        for key in path:
+        value: object = getattr(r.distributed, path[0], None)
+        for key in path[1:]:
             value = value.get(key) if isinstance(value, dict) else None
         return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
     return get
@@ -164,22 +165,22 @@ def _sync_share(r: TrialResult, budget: float | None) -> float | None:
 def _worker_peak(r: TrialResult, _budget: float | None) -> float | None:
     """The largest peak of the group's training processes: each rank's own figure, and the resident peak the
     launcher read of each worker and parameter server it started (torchrun's agents, which do not train, left out)."""
-    dist = r.extras.get("distributed", {})
-    peaks = [rank.get("peak_memory_bytes") for rank in dist.get("ranks", [])]
-    peaks += [v for name, v in dist.get("member_peak_rss_bytes", {}).items() if name.startswith(("worker", "ps"))]
+    if r.distributed is None:
+        return None
+    peaks = [rank.get("peak_memory_bytes") for rank in r.distributed.ranks]
+    peaks += [v for name, v in r.distributed.member_peak_rss_bytes.items() if name.startswith(("worker", "ps"))]
     peaks = [p for p in peaks if p]
     return float(max(peaks)) if peaks else None
 
 
 def _mfu(r: TrialResult, _budget: float | None) -> float | None:
     """Model-FLOPs utilisation, recorded at store time (:func:`bakeoff.measure.ceiling.utilisation`)."""
-    value = r.extras.get("mfu", {}).get("value")
+    value = r.mfu.value if r.mfu is not None else None
     return float(value) if isinstance(value, int | float) else None
 
 
 def _mfu_missing(r: TrialResult) -> str | None:
-    mfu = r.extras.get("mfu")
-    return "stored before bakeoff measured MFU" if mfu is None else mfu.get("missing")
+    return "stored before bakeoff measured MFU" if r.mfu is None else r.mfu.missing or None
 
 
 def _rate_from_steps(key: str) -> Callable[[TrialResult, np.ndarray], np.ndarray]:
@@ -219,7 +220,7 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
              "peak during training steps", table=None, shown_unit="MiB", scale=1 / MIB),
     Quantity("peak_memory_bytes", "bytes", False, _field("peak_memory_bytes"), "peak over the whole trial",
              table="memory", shown_unit="MiB", scale=1 / MIB),
-    # Distributed trials (extras["distributed"]): one step's gradient synchronisation, timed alone after training
+    # Distributed trials (TrialResult.distributed): one step's gradient synchronisation, timed alone after training
     # by one method in every framework (bakeoff.measure.sync; what each framework's call ran is its "how"): in
     # training it may overlap the backward pass, so this is what it costs when nothing hides it, not a share of the
     # measured step

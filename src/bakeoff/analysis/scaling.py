@@ -10,7 +10,7 @@ that ran (the strategy's own overhead is then in both), else the single-device t
 * **all-reduce alone / step** = one optimizer step's gradient synchronisation, timed alone after training, over
   the steady step, by one method in every framework (:mod:`bakeoff.measure.sync`: the step's reductions, gradients
   and loss totals, blocking, from a barrier, median of 20 after 3 untimed; each engine says what its call ran in
-  ``extras["distributed"]["sync"]["method"]``). In training
+  ``TrialResult.distributed.sync["method"]``). In training
   the frameworks overlap it with the backward pass (DDP's buckets, XLA's scheduling), so it is what
   synchronisation costs when nothing hides it; what it adds to a training step was not measured (overlap can hide
   some of it, contention for the cores can add to it), so it is not a share of the step.
@@ -39,6 +39,7 @@ from bakeoff.analysis.quantities import fmt
 from bakeoff.analysis.stats import ConfigSummary
 from bakeoff.analysis.verdict import MIN_RUNS
 from bakeoff.core import frameworks
+from bakeoff.core.result import Distributed
 from bakeoff.core.spec import Parallelism
 
 STRATEGY_NAMES = {(name, parallelism.value): strategy for name, info in frameworks.FRAMEWORKS.items()
@@ -126,24 +127,24 @@ def _efficiency(c: ConfigSummary, base: ConfigSummary, workers: int
 
 def _xla_scope(c: ConfigSummary) -> str:
     """What XLA compiled in this configuration's trials when it was not the whole step ('' otherwise)."""
-    scopes = {str(r.extras.get("distributed", {}).get("xla_scope", "")) for r in c.ok}
+    scopes = {r.distributed.xla_scope for r in c.ok if r.distributed is not None}
     return "; ".join(sorted(s for s in scopes if s and s != "whole step"))
 
 
 def _figures(c: ConfigSummary) -> tuple[bool | None, float | None, str, str, list[str]]:
     identical, allreduces, hows, definitions, warnings = [], [], set(), set(), []
     for r in c.ok:
-        dist = r.extras.get("distributed", {})
-        if dist.get("replicas_identical") is not None:
-            identical.append(bool(dist["replicas_identical"]))
-        sync = dist.get("sync", {})
+        dist = r.distributed or Distributed()
+        if dist.replicas_identical is not None:
+            identical.append(bool(dist.replicas_identical))
+        sync = dist.sync
         if isinstance(sync.get("allreduces_per_step"), int | float):
             allreduces.append(float(sync["allreduces_per_step"]))
         if sync.get("how") or sync.get("method"):
             hows.add(str(sync.get("how") or sync["method"]))
         if sync.get("definition"):
             definitions.add(str(sync["definition"]))
-        warnings += [w for w in dist.get("warnings", []) if w not in warnings]
+        warnings += [w for w in dist.warnings if w not in warnings]
     return (all(identical) if identical else None, float(np.median(allreduces)) if allreduces else None,
             "; ".join(sorted(hows)), "; ".join(sorted(definitions)), warnings)
 

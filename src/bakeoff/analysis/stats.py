@@ -143,8 +143,8 @@ class ConfigSummary:
     @property
     def looks(self) -> int:
         """How many times the run that made these trials could look at the verdict before stopping: 1, or with
-        adaptive repeats (``--repeats auto``) what each trial recorded (``extras["adaptive_repeats"]["looks"]``)."""
-        return max((int(r.extras.get("adaptive_repeats", {}).get("looks", 1)) for r in self.trials), default=1)
+        adaptive repeats (``--repeats auto``) what each trial recorded (``adaptive_repeats.looks``)."""
+        return max((r.adaptive_repeats.looks if r.adaptive_repeats else 1 for r in self.trials), default=1)
 
     def runs(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """One value per run, as the verdict compares them, and each run's lower bound where it is censored.

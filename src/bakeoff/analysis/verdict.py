@@ -135,9 +135,9 @@ verdict to say so."""
 
 def _ceiling_text(c: ConfigSummary) -> tuple[str, str]:
     """(``"fp32"``, ``"156 GFLOP/s"``): the precision and median ceiling ``c``'s trials were measured against."""
-    kept = [r.extras["mfu"] for r in c.ok if "value" in r.extras.get("mfu", {})]
-    peak = sorted(m["ceiling_flops_per_s"] for m in kept)[len(kept) // 2]
-    return kept[0]["precision"], f"{fmt(peak / 1e9)} GFLOP/s"
+    kept = [r.mfu for r in c.ok if r.mfu is not None and r.mfu.value is not None]
+    peak = sorted(m.ceiling_flops_per_s for m in kept)[len(kept) // 2]
+    return kept[0].precision, f"{fmt(peak / 1e9)} GFLOP/s"
 
 
 def mfu_sentence(d: Difference | None, w: ConfigSummary, r: ConfigSummary) -> str:
@@ -146,7 +146,7 @@ def mfu_sentence(d: Difference | None, w: ConfigSummary, r: ConfigSummary) -> st
     a, b = w.value("mfu"), r.value("mfu")
     if d is None or a is None or b is None or d.tie or max(a, b) < MFU_GAP * min(a, b):
         return ""
-    kinds = {m.get("device_kind", "CPU") for c in (w, r) for t in c.ok if "value" in (m := t.extras.get("mfu", {}))}
+    kinds = {t.mfu.device_kind or "CPU" for c in (w, r) for t in c.ok if t.mfu is not None and t.mfu.value is not None}
     device = kinds.pop() if len(kinds) == 1 else "the device"
     (pw, cw), (pr, cr) = _ceiling_text(w), _ceiling_text(r)
     precision = pw if pw == pr else f"{pw} / {pr}"

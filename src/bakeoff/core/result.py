@@ -1,7 +1,8 @@
 """What one trial measured (:class:`TrialResult`), with every raw sample, versioned (:data:`SCHEMA_VERSION`).
 
-A result's figures live in typed fields and sections (:class:`Training`); ``extras`` holds what has no section
-yet. A stored result of an older schema is read through :func:`migrate`, which upgrades it one version at a time
+A result's figures live in typed fields and sections (:data:`SECTIONS`); ``extras`` holds free notes only (the
+resolved configuration, the data set's facts, log paths, a kept model, a traceback, compile counters). A stored
+result of an older schema is read through :func:`migrate`, which upgrades it one version at a time
 (:data:`MIGRATIONS`, as asv's result loader does), so a store keeps working across bakeoff releases; a result of
 a newer schema than this bakeoff knows is refused, naming both versions.
 
@@ -16,9 +17,11 @@ from typing import Any
 
 from bakeoff.core.spec import RunSpec, SpecError, Status
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """3: the training loop's figures, the batch-size search and the profile moved from ``extras`` into typed sections
-(:class:`Training`, :class:`BatchSearch`, :class:`Profile`; 2 → 3: :func:`_sections`)."""
+(:class:`Training`, :class:`BatchSearch`, :class:`Profile`; 2 → 3: :func:`_sections`). 4: so did the distributed
+figures, the MFU, the ceiling probe, the run order and the adaptive-repeats plan (:class:`Distributed`,
+:class:`Mfu`, :class:`CeilingProbe`, :class:`Order`, :class:`AdaptiveRepeats`; 3 → 4: :func:`_more_sections`)."""
 
 
 @dataclasses.dataclass
@@ -65,7 +68,117 @@ class Profile:
     traceback: str = ""
 
 
-SECTIONS = {"training": Training, "batch_search": BatchSearch, "profile": Profile}
+@dataclasses.dataclass
+class Distributed:
+    """A trial of several replicas or processes: what the engine's strategy measured in each rank
+    (:meth:`bakeoff.engines.base.Engine.distributed_figures`), what the launcher's merge of the ranks adds
+    (:func:`bakeoff.run.launchers.merge`), or, for a group that wrote no result, how it failed (the runner).
+
+    The top level is typed; the inner records vary by framework and strategy and stay dicts, documented where
+    they are written: ``sync`` (:func:`bakeoff.measure.sync.figures`, or the parameter server's pull and push),
+    ``asynchronous`` (:class:`bakeoff.engines.tf_distributed.ParameterServer`), ``ranks`` (one summary per rank,
+    :func:`bakeoff.run.launchers._rank_summary`). A figure the trial did not record is ``None`` or empty.
+    """
+
+    # the engine's strategy, in each rank
+    strategy: str = ""  # in words: "DistributedDataParallel (gloo), 2 ranks"
+    backend: str = ""  # the collective backend (gloo, nccl; JAX's platform)
+    setup_s: float | None = None  # rendezvous, strategy and model set-up, before the first step
+    setup_parts_s: dict[str, float] = dataclasses.field(default_factory=dict)  # what setup_s is made of
+    servers_wait_s: float | None = None  # parameter servers: waiting for the servers to come up
+    sync: dict[str, Any] = dataclasses.field(default_factory=dict)  # one step's synchronisation, timed alone
+    asynchronous: dict[str, Any] = dataclasses.field(default_factory=dict)  # parameter servers: steps in flight
+    xla_scope: str = ""  # TensorFlow XLA: what was compiled, when not the whole step
+    replica_weights_sha256: list[str] = dataclasses.field(default_factory=list)  # this rank's replicas, at the end
+    # the launcher's merge of the ranks
+    parallelism: str = ""
+    replicas: int | None = None
+    launcher: str = ""  # the Launcher record's name (bakeoff.run.launchers.LAUNCHERS)
+    processes: int | None = None
+    threads_per_process: int | None = None
+    batch_size: dict[str, int] = dataclasses.field(default_factory=dict)  # global, per replica
+    synchronous: bool | None = None
+    ranks: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # every rank's summary
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    startup_s: float | None = None  # the slowest rank's launch + import + build, before the first step
+    launch_s: float | None = None  # the slowest rank's process launch
+    replicas_identical: bool | None = None  # every replica ended with the same weights (None: one replica)
+    member_peak_rss_bytes: dict[str, int] = dataclasses.field(default_factory=dict)  # the launcher read, by member
+    rank_imbalance: float | None = None  # the slowest rank's steady step over the fastest's, less 1
+    throughput_rank: int | None = None  # the rank whose pace the group's steps and throughput are
+    # a group that wrote no result
+    first_failure: str = ""  # which member failed first
+    exit_codes: dict[str, int | None] = dataclasses.field(default_factory=dict)  # by member (None: killed)
+    logs: list[str] = dataclasses.field(default_factory=list)
+    # figures an older bakeoff recorded that have no field here, kept by the migration (read by nothing)
+    other: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Mfu:
+    """Model-FLOPs utilisation, computed when the result is stored (:func:`bakeoff.measure.ceiling.utilisation`):
+    the value and the ceiling it was measured against, or why there is none (``missing``)."""
+
+    value: float | None = None  # model FLOP/s over the ceiling
+    missing: str = ""  # why there is no value ('' when there is one)
+    model_flops_per_s: float | None = None
+    flops_per_example: float | None = None
+    ceiling_flops_per_s: float | None = None  # the kept ceiling's median
+    ceiling_range: list[float] = dataclasses.field(default_factory=list)  # its samples' lowest and highest
+    ceiling_n: int | None = None  # the products' size (None: stored before sizes were recorded)
+    precision: str = ""
+    ceiling_framework: str = ""
+    ceiling_version: str = ""
+    ceiling_key: str = ""  # the store's key of the kept ceiling
+    ceiling_measured_at: str = ""
+    ceiling_where: str = ""  # "trial process" or "probe process"
+    threads: int | None = None
+    device_kind: str = ""  # "CPU" or "GPU"
+
+
+@dataclasses.dataclass
+class CeilingProbe:
+    """The matmul ceiling a trial probed after its result, asked to because the store kept none for its
+    fingerprint (:func:`bakeoff.measure.ceiling.in_trial`); the runner keeps it in the store (:meth:`kept`)."""
+
+    status: str  # "ok" or "failed"
+    reason: str = ""  # why it failed
+    n: int | None = None  # the products' size
+    repeats: int | None = None
+    threads: int | None = None  # as set (0: as the trial set them)
+    precisions: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # median, samples; or missing
+    load_average_1m_at_start: float | None = None
+    wall_s: float | None = None
+    where: str = ""  # "trial process"
+
+    def kept(self) -> dict[str, Any]:
+        """The record the store keeps as the ceiling (``Store.put_ceiling``), as the probe wrote it."""
+        out = dataclasses.asdict(self)
+        return {k: v for k, v in out.items() if k in ("status", "wall_s", "where") or v not in ("", None)}
+
+
+@dataclasses.dataclass
+class Order:
+    """This trial's place in the planned order of its run (:mod:`bakeoff.plan.order`), 1-based, skipped trials
+    included."""
+
+    position: int
+    of: int
+    seed: int  # the order seed frameworks were shuffled with
+
+
+@dataclasses.dataclass
+class AdaptiveRepeats:
+    """The plan of the adaptive run (``--repeats auto``, :mod:`bakeoff.run.adaptive`) that made this trial: its
+    first and most runs per configuration, and the looks at the verdict the run could take."""
+
+    first: int | None = None
+    max: int | None = None
+    looks: int = 1
+
+
+SECTIONS = {"training": Training, "batch_search": BatchSearch, "profile": Profile, "distributed": Distributed,
+            "mfu": Mfu, "ceiling_probe": CeilingProbe, "order": Order, "adaptive_repeats": AdaptiveRepeats}
 """The typed sections of a result, by field name."""
 
 
@@ -113,7 +226,12 @@ class TrialResult:
     training: Training = dataclasses.field(default_factory=Training)
     batch_search: BatchSearch | None = None  # with --batch-size auto
     profile: Profile | None = None  # with --profile
-    extras: dict[str, Any] = dataclasses.field(default_factory=dict)  # what has no typed section yet
+    distributed: Distributed | None = None  # with parallelism other than none
+    mfu: Mfu | None = None  # a successful trial's, when stored
+    ceiling_probe: CeilingProbe | None = None  # when the store kept no ceiling for the trial
+    order: Order | None = None  # when run by the runner
+    adaptive_repeats: AdaptiveRepeats | None = None  # with --repeats auto
+    extras: dict[str, Any] = dataclasses.field(default_factory=dict)  # free notes, no figures of a section
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -163,7 +281,26 @@ def _sections(raw: dict[str, Any]) -> dict[str, Any]:
             "schema_version": 3}
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {2: _sections}
+MOVED_IN_4 = ("distributed", "mfu", "ceiling_probe", "order", "adaptive_repeats")
+"""The ``extras`` keys schema 4 made sections of (their names are the sections')."""
+
+
+def _more_sections(raw: dict[str, Any]) -> dict[str, Any]:
+    """Schema 3 → 4: the distributed figures, the MFU, the ceiling probe, the run order and the adaptive-repeats
+    plan move out of ``extras`` into their sections, by the same names; a distributed figure that has no field
+    (one an older bakeoff recorded) goes into the section's ``other``."""
+    extras = dict(raw.get("extras") or {})
+    moved = {name: extras.pop(name, None) for name in MOVED_IN_4}
+    if moved["distributed"] is not None:
+        fields = {f.name for f in dataclasses.fields(Distributed)}
+        figures = moved["distributed"]
+        moved["distributed"] = {k: v for k, v in figures.items() if k in fields}
+        if other := {k: v for k, v in figures.items() if k not in fields}:
+            moved["distributed"]["other"] = other
+    return {**raw, "extras": extras, **moved, "schema_version": 4}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {2: _sections, 3: _more_sections}
 """How a stored result of each older schema upgrades to the next one: ``{version: upgrade}``."""
 
 

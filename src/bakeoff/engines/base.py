@@ -119,7 +119,8 @@ class Engine(ABC):
     def distributed_figures(self) -> dict[str, Any]:
         """Called once after training, on every process of the group together (collectives may run here, off
         the training clock): the strategy in words, its set-up time and gradient-synchronisation figures, kept in
-        ``extras["distributed"]``. Empty when the trial is not distributed."""
+        in the result's ``distributed`` section (:class:`bakeoff.core.result.Distributed`, whose fields the keys
+        are). Empty when the trial is not distributed."""
         return {}
 
     @abstractmethod

@@ -35,7 +35,7 @@ from bakeoff.core.spec import Device, Execution, Precision
 from bakeoff.core.workload import Batch, Weights  # noqa: E402
 from bakeoff.engines import tf_distributed  # noqa: E402
 from bakeoff.engines.base import Engine, Unsupported, threads_for  # noqa: E402
-from bakeoff.engines.tf_optim import Adam  # noqa: E402
+from bakeoff.engines.tf_optim import Adam, LossScaleOptimizer  # noqa: E402
 from bakeoff.measure import numerics  # noqa: E402
 from bakeoff.measure.memory import MemoryProbe  # noqa: E402
 
@@ -103,7 +103,7 @@ class TensorFlowEngine(Engine):
             self.variables = self.impl.trainable()
             optimizer = Adam(learning_rate=self.config["learning_rate"], beta_1=0.9, beta_2=0.999, epsilon=1e-8)
             if spec.precision is Precision.FP16:
-                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+                optimizer = LossScaleOptimizer(optimizer)  # every replica skips an overflowed step together
             self.optimizer = optimizer
             self.optimizer.build(self.variables)
         self._traces = 0
@@ -258,9 +258,13 @@ class TensorFlowEngine(Engine):
         return 0 if self.spec.execution is Execution.EAGER else self._traces
 
     def extras(self) -> dict[str, Any]:
-        if self.spec.execution is Execution.EAGER:
-            return {}
-        return {"train_step_traces": self._traces}
+        out: dict[str, Any] = {}
+        if isinstance(getattr(self, "optimizer", None), LossScaleOptimizer):  # (a set-up that failed early made none)
+            out["loss_scaling"] = {"skipped_steps": int(self.optimizer.skipped.numpy()),
+                                   "final_scale": float(self.optimizer.dynamic_scale.numpy())}
+        if self.spec.execution is not Execution.EAGER:
+            out["train_step_traces"] = self._traces
+        return out
 
 
 def _combine(parts: list) -> tf.Tensor:

@@ -29,3 +29,40 @@ class Adam(keras.optimizers.Adam):
         self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1 - self.beta_2))
         denom = ops.add(ops.divide(ops.sqrt(v), ops.sqrt(correction2)), self.epsilon)
         self.assign_sub(variable, ops.divide(ops.multiply(m, lr / correction1), denom))
+
+
+class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
+    """Keras' dynamic loss scaling, with every replica taking the same branch, and its skipped steps counted.
+
+    Keras' ``LossScaleOptimizer`` assumes the gradients it is given are already all-reduced: it decides "finite or
+    not" from each replica's own gradients (or, through a merge call, from replica 0's) *before* its inner
+    optimizer sums them. bakeoff hands each replica its local gradients, so that the inner optimizer's sum is the
+    step's one gradient reduction (:mod:`bakeoff.engines.tf_distributed`). An overflow on one replica then let
+    another apply the update with an infinite gradient in the sum (measured with MirroredStrategy over 2 logical
+    CPUs: replica 1's inf reached the weights), and under MultiWorkerMirroredStrategy workers could take
+    different branches, one waiting forever in the update's all-reduce. Here the finiteness flag is itself summed
+    over the replicas before the branch: a step is skipped everywhere when any replica's gradients overflowed,
+    as it would be were the gradients summed first. (A sum of finite gradients that itself overflows is not
+    caught; the inner update would see it, as in Keras.)
+
+    ``skipped`` counts the skipped steps (a non-trainable variable, read at the end of the trial).
+    """
+
+    def build(self, var_list):  # noqa: ANN001, ANN201 - Keras' signature
+        self.skipped = self.add_variable(shape=(), dtype="int", initializer="zeros", aggregation="none",
+                                         name="skipped_steps")
+        super().build(var_list)
+
+    def check_finite(self, grads):  # noqa: ANN001, ANN201 - Keras' signature
+        import tensorflow as tf  # here, not at import: the Keras engine uses this module's Adam on every backend
+
+        finite = super().check_finite(grads)
+        context = tf.distribute.get_replica_context()
+        if context is None or context.num_replicas_in_sync == 1:
+            return finite
+        overflowed = context.all_reduce(tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(finite, tf.float32))
+        return tf.equal(overflowed, 0.0)
+
+    def _stateful_handle_non_finite_grads(self):  # noqa: ANN202 - Keras' signature
+        super()._stateful_handle_non_finite_grads()
+        self.skipped.assign_add(1)

@@ -59,7 +59,7 @@ class Strategy(Protocol):
         given the global count."""
 
     def figures(self) -> dict[str, Any]:
-        """``extras["distributed"]``: the strategy, its set-up and synchronisation figures ({} on one device)."""
+        """The result's ``distributed`` figures: the strategy, its set-up and synchronisation ({} on one device)."""
 
     def environment(self) -> dict[str, Any]:
         """What the trial's environment records of the strategy."""

@@ -110,6 +110,7 @@ class TorchEngine(Engine):
         self._amp_dtype = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}.get(spec.precision)
         self._loss_scaling = spec.precision is Precision.FP16  # a plain bool: Dynamo does not trace GradScaler
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self._loss_scaling)
+        self.skipped_steps = 0  # fp16 steps the scaler skipped (their gradients overflowed)
 
         def forward(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
             with torch.autocast(self.device.type, dtype=self._amp_dtype or torch.float32,
@@ -180,7 +181,10 @@ class TorchEngine(Engine):
 
     def train_step(self, micro_batches: Sequence[Batch]) -> float:
         total, count = self._accumulate(micro_batches)
+        scale = self.scaler.get_scale() if self._loss_scaling else None
         self._update(self.strategy.gradient_divisor(count))
+        if scale is not None:
+            self.skipped_steps += skipped(scale, self.scaler)
         return (total / count).item()  # host copy: synchronises CUDA
 
     def gradients(self, micro_batches: Sequence[Batch]) -> list[np.ndarray]:
@@ -279,12 +283,24 @@ class TorchEngine(Engine):
         return int(counters["stats"]["unique_graphs"])
 
     def extras(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if getattr(self, "_loss_scaling", False):  # (a set-up that failed early set no scaler)
+            out["loss_scaling"] = {"skipped_steps": self.skipped_steps, "final_scale": self.scaler.get_scale()}
         if self.spec.execution is not Execution.GRAPH:
-            return {}
+            return out
         from torch._dynamo.utils import counters
 
-        return {"dynamo_frames_compiled": int(counters["stats"]["unique_graphs"]),
+        return {**out, "dynamo_frames_compiled": int(counters["stats"]["unique_graphs"]),
                 "dynamo_graph_breaks": int(sum(counters["graph_break"].values()))}
+
+
+def skipped(scale_before: float, scaler: torch.amp.GradScaler) -> bool:
+    """Whether the step just taken was skipped: ``GradScaler.update`` lowers the scale exactly when the step's
+    gradients overflowed (and ``step`` then skipped the optimizer), and raises or keeps it otherwise.
+
+    The scale is read on the host before and after the update (``get_scale``): ``GradScaler.step`` already waits
+    for its overflow check on the host, so the step gains one more wait, before the update, and no other."""
+    return scaler.get_scale() < scale_before
 
 
 class _StepTrace:

@@ -46,7 +46,7 @@ from typing import Any
 
 from bakeoff.core import frameworks as records
 from bakeoff.core import registry
-from bakeoff.core.result import TrialResult
+from bakeoff.core.result import CeilingProbe, Mfu, TrialResult
 from bakeoff.core.spec import Parallelism, RunSpec, Status
 from bakeoff.measure.environment import cpu_model, usable_cores
 
@@ -151,7 +151,7 @@ def higher(new: dict[str, Any], kept: dict[str, Any] | None, precision: str = "f
 
 def in_trial(spec: RunSpec, result: TrialResult) -> None:
     """In a trial process asked to (:data:`PROBE_ENV`), after its result is complete: probe with the threads the
-    trial set, into ``extras["ceiling_probe"]`` (the runner keeps it in the store). A failure is recorded there."""
+    trial set, into its ``ceiling_probe`` section (the runner keeps it in the store). A failure is recorded there."""
     if not os.environ.get(PROBE_ENV) or result.status is not Status.OK:
         return
     t0 = time.perf_counter()
@@ -159,7 +159,7 @@ def in_trial(spec: RunSpec, result: TrialResult) -> None:
         measured = {"status": "ok", **probe(spec.framework.value, threads=0)}
     except Exception as exc:  # noqa: BLE001 - a ceiling that could not be probed leaves the trial's result as it is
         measured = {"status": "failed", "reason": f"{type(exc).__name__}: {str(exc)[:300]}"}
-    result.extras["ceiling_probe"] = {**measured, "wall_s": time.perf_counter() - t0, "where": "trial process"}
+    result.ceiling_probe = CeilingProbe(**measured, wall_s=time.perf_counter() - t0, where="trial process")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,36 +180,36 @@ def need(spec: RunSpec) -> Need:
 
 
 def utilisation(result: TrialResult, kept: dict[str, Any] | None, wanted: Need,
-                flops_per_example: float | None) -> dict[str, Any]:
-    """The trial's MFU against the kept ceiling (``Store.ceiling`` row), or ``{"missing": reason}``."""
+                flops_per_example: float | None) -> Mfu:
+    """The trial's MFU against the kept ceiling (``Store.ceiling`` row), or why there is none (``missing``)."""
     precision = str(result.spec.get("precision", "fp32"))
     if flops_per_example is None:
-        return {"missing": f"the {result.spec.get('workload')} workload does not count its FLOPs"}
+        return Mfu(missing=f"the {result.spec.get('workload')} workload does not count its FLOPs")
     if wanted.key is None:
-        return {"missing": wanted.reason}
+        return Mfu(missing=wanted.reason)
     if kept is None:
-        return {"missing": "no ceiling kept for this machine, framework version and thread count (its probe "
-                           "failed: see extras.ceiling_probe)"}
+        return Mfu(missing="no ceiling kept for this machine, framework version and thread count (its probe "
+                           "failed: see the result's ceiling_probe)")
     entry = kept["result"]["precisions"].get(precision)
     if entry is None:
-        return {"missing": f"no {precision} ceiling: the probe measures {' and '.join(PRECISIONS)}"}
+        return Mfu(missing=f"no {precision} ceiling: the probe measures {' and '.join(PRECISIONS)}")
     if "missing" in entry:
-        return {"missing": f"no {precision} ceiling on this machine: {entry['missing'][:200]}"}
+        return Mfu(missing=f"no {precision} ceiling on this machine: {entry['missing'][:200]}")
     rate = result.throughput.get("examples_per_s")
     if rate is None:
-        return {"missing": "no steady throughput to count FLOPs from"}
+        return Mfu(missing="no steady throughput to count FLOPs from")
     achieved = flops_per_example * rate
     peak = float(entry["median_flops_per_s"])
     samples = entry.get("samples") or [peak]
     device = str(result.environment.get("device", wanted.fingerprint.get("device", "")))
-    return {"value": achieved / peak, "model_flops_per_s": achieved, "flops_per_example": flops_per_example,
-            "ceiling_flops_per_s": peak, "ceiling_range": [min(samples), max(samples)],
-            "ceiling_n": int(entry.get("n", kept["result"].get("n", SIZE))), "precision": precision,
-            "ceiling_framework": wanted.fingerprint["framework"],
-            "ceiling_version": wanted.fingerprint["version"], "ceiling_key": wanted.key,
-            "ceiling_measured_at": kept["measured_at"], "ceiling_where": kept["result"].get("where", "probe process"),
-            "threads": wanted.fingerprint["threads"],
-            "device_kind": "GPU" if any(m in device.lower() for m in ("cuda", "gpu")) else "CPU"}
+    return Mfu(value=achieved / peak, model_flops_per_s=achieved, flops_per_example=flops_per_example,
+               ceiling_flops_per_s=peak, ceiling_range=[min(samples), max(samples)],
+               ceiling_n=int(entry.get("n", kept["result"].get("n", SIZE))), precision=precision,
+               ceiling_framework=wanted.fingerprint["framework"],
+               ceiling_version=wanted.fingerprint["version"], ceiling_key=wanted.key,
+               ceiling_measured_at=kept["measured_at"], ceiling_where=kept["result"].get("where", "probe process"),
+               threads=wanted.fingerprint["threads"],
+               device_kind="GPU" if any(m in device.lower() for m in ("cuda", "gpu")) else "CPU")
 
 
 def main(argv: list[str] | None = None) -> int:

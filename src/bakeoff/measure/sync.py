@@ -1,6 +1,6 @@
 """One method for the "all-reduce alone" figure of synchronous data parallel, the same in every framework.
 
-What is timed (``extras["distributed"]["sync"]``): after training, with every replica of every process taking
+What is timed (``TrialResult.distributed.sync``): after training, with every replica of every process taking
 part, the reductions one optimizer step of that framework performs — the gradients, shaped and grouped the way
 its own step reduces them (DDP's buckets; Keras' reduction of the gradient list; one compiled sum of the
 gradient pytree), and the loss totals (the summed loss and the example count, 2 fp32 scalars) — blocking until

@@ -136,12 +136,12 @@ def _mfu_note(configs: Sequence[ConfigSummary]) -> str:
     ceilings: dict[tuple, set[str]] = {}
     for c in configs:
         for r in c.ok:
-            m = r.extras.get("mfu", {})
-            if "value" in m:
-                low, high = m.get("ceiling_range", [m["ceiling_flops_per_s"]] * 2)
-                what = (m["ceiling_version"], m["precision"], m["device_kind"], m["threads"], m["ceiling_where"],
-                        m["ceiling_measured_at"], f"{fmt(m['ceiling_flops_per_s'] / 1e9)} GFLOP/s (samples "
-                                                  f"{fmt(low / 1e9)}–{fmt(high / 1e9)}{size_note(m.get('ceiling_n'))})")
+            m = r.mfu
+            if m is not None and m.value is not None:
+                low, high = m.ceiling_range or [m.ceiling_flops_per_s] * 2
+                what = (m.ceiling_version, m.precision, m.device_kind, m.threads, m.ceiling_where,
+                        m.ceiling_measured_at, f"{fmt(m.ceiling_flops_per_s / 1e9)} GFLOP/s (samples "
+                                               f"{fmt(low / 1e9)}–{fmt(high / 1e9)}{size_note(m.ceiling_n)})")
                 ceilings.setdefault(what, set()).add(c.label)
     kept = "; ".join(f"{v} {p} on {d}, {t} threads: {g}, measured {when} in a {where} ("
                      f"{', '.join(sorted(labels))})"
@@ -319,7 +319,8 @@ def _mode_effects_table(configs: Sequence[ConfigSummary]) -> Table | None:
         base = by_shape.get((framework, execution, "fp32", 1, per_step))
         if base is None:
             continue
-        rows.append([c.label, base.label, ratio("examples_per_s", c, base), ratio("memory_increment_bytes", c, base),
+        rows.append([c.label + _skipped_steps(c), base.label, ratio("examples_per_s", c, base),
+                     ratio("memory_increment_bytes", c, base),
                      pair("metric_at_budget", c, base, "—"), pair("time_to_target_s", c, base, "not reached")])
     if not rows:
         return None
@@ -330,6 +331,16 @@ def _mode_effects_table(configs: Sequence[ConfigSummary]) -> Table | None:
                   "baseline is the same framework and execution in fp32 without accumulation, with as many examples "
                   "per step."],
                  align="llrrll")
+
+
+def _skipped_steps(c: ConfigSummary) -> str:
+    """fp16's loss scaling over a configuration's trials: `` (loss scaling skipped k of n steps)``, or nothing
+    when no trial scaled its loss. A skipped step trains nothing but is on the clock, as in the framework."""
+    scaled = [(t, t.extras["loss_scaling"]) for t in c.trials if t.extras.get("loss_scaling")]
+    if not scaled:
+        return ""
+    skipped, steps = sum(r["skipped_steps"] for _, r in scaled), sum(len(t.losses) for t, _ in scaled)
+    return f" (loss scaling skipped {skipped} of {steps} steps)"
 
 
 def _batch_search_table(configs: Sequence[ConfigSummary]) -> Table | None:

@@ -4,7 +4,7 @@ in what a comparison needs equal (:mod:`bakeoff.analysis.mixing`).
 
 A fact the configurations share is one value; one that differs lists each value with its configurations:
 ``32 (torch/eager); 64 (tensorflow/graph)``. Everything is read from the stored results (spec, ``extras["data"]``,
-``extras["config"]``, ``training.steady_steps``, ``training.epochs``, ``extras["order"]``); a fact the trials
+``extras["config"]``, ``training.steady_steps``, ``training.epochs``, ``order``); a fact the trials
 did not record is left out rather than guessed.
 """
 
@@ -259,8 +259,7 @@ def versions_text(configs: Sequence[ConfigSummary]) -> str:
 
 
 def order_text(configs: Sequence[ConfigSummary]) -> str | None:
-    seeds = sorted({o["seed"] for c in configs for r in c.trials
-                    if isinstance(o := r.extras.get("order"), Mapping) and "seed" in o})
+    seeds = sorted({r.order.seed for c in configs for r in c.trials if r.order is not None})
     if not seeds:
         return None
     return (f"frameworks take turns within each repeat, shuffled with order seed {', '.join(map(str, seeds))}")

@@ -6,7 +6,7 @@ settled — no winner, and not a tie shown (:attr:`bakeoff.analysis.decide.Decis
 every one of its configurations, until every verdict is settled or the configurations have ``max`` runs.
 
 Stopping once a verdict looks settled makes a chance "wins" likelier than a fixed number of runs would. So every
-run made here records the looks its run could take (``extras["adaptive_repeats"]``), and a verdict over such runs
+run made here records the looks its run could take (its ``adaptive_repeats`` section), and a verdict over such runs
 widens its intervals for that many looks (:func:`bakeoff.analysis.intervals.for_looks`), whenever and however the
 report is made. The error rates of the whole procedure are measured by simulation (``tests/test_calibration.py``,
 :attr:`bakeoff.analysis.calibration.Scenario.max_runs`).
@@ -21,14 +21,16 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from bakeoff.core.result import AdaptiveRepeats
 from bakeoff.core.spec import RunSpec
 from bakeoff.results.store import Store
 from bakeoff.run.executors import local as runner
 
 
 def record(first: int, most: int) -> dict[str, Any]:
-    """What each run of an adaptive run records: its plan, and the looks it allows."""
-    return {"adaptive_repeats": {"first": first, "max": most, "looks": most - first + 1}}
+    """What each run of an adaptive run records (:meth:`~bakeoff.core.result.TrialResult.annotate`): its plan,
+    and the looks it allows."""
+    return {"adaptive_repeats": AdaptiveRepeats(first=first, max=most, looks=most - first + 1)}
 
 
 def unsettled(results: Sequence[Any], weights: Mapping[str, float], qualitative: Mapping[str, Any]) -> set[str]:

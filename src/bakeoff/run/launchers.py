@@ -5,7 +5,7 @@ A launcher turns a spec into a :class:`Plan`: the members of the trial's process
 environment) and how many rank results to expect. :func:`run_group` starts them together, gives the group one
 deadline and kills every member (each in its own session, so a member's children go too) as soon as one fails,
 hangs or the run is interrupted; :func:`merge` folds the ranks' results into one :class:`TrialResult`, keeping
-per-rank figures in ``extras["distributed"]["ranks"]``.
+per-rank figures in its :class:`~bakeoff.core.result.Distributed` section's ``ranks``.
 
 Which launcher a framework's parallelism uses is data: its record's ``launchers`` (:mod:`bakeoff.core.frameworks`).
 The frameworks' own engines do the distributing: ``torch.distributed.run`` (torchrun) starts PyTorch's ranks,
@@ -52,7 +52,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bakeoff.core import registry
-from bakeoff.core.result import TrialResult
+from bakeoff.core.result import Distributed, TrialResult
 from bakeoff.core.spec import Device, Parallelism, RunSpec, Status
 from bakeoff.measure.environment import LOCAL_RANK_ENV, cuda_devices, usable_cores
 from bakeoff.run.process import proc_status, process_groups, processes
@@ -384,14 +384,14 @@ def rank_results(result_path: Path, ranks: int) -> list[TrialResult | None]:
 
 
 def _rank_summary(rank: int, result: TrialResult) -> dict:
-    dist = result.extras.get("distributed", {})
+    digests = result.distributed.replica_weights_sha256 if result.distributed is not None else []
     return {"rank": rank, "status": result.status.value, "reason": result.reason[:300],
             "steady_step_s": result.steady_step_s, "peak_memory_bytes": result.peak_memory_bytes,
             "memory_baseline_bytes": result.memory_baseline_bytes,
             "memory_increment_bytes": result.memory_increment_bytes, "launch_s": result.extras.get("launch_s"),
             "import_s": result.import_s, "build_s": result.build_s,
             "final_loss": result.losses[-1] if result.losses else None, "step_times_s": list(result.step_times_s),
-            "replica_weights_sha256": dist.get("replica_weights_sha256", [])}
+            "replica_weights_sha256": list(digests)}
 
 
 def _group_sharing(base: TrialResult, results: Sequence[TrialResult | None]) -> None:
@@ -412,58 +412,58 @@ IMBALANCE = 0.10
 """Ranks of a synchronous group whose steady steps differ by more than this (slowest over fastest - 1) are flagged."""
 
 
-def _slowest_rank(base: TrialResult, results: Sequence[TrialResult | None], dist: dict) -> None:
+def _slowest_rank(base: TrialResult, results: Sequence[TrialResult | None], dist: Distributed) -> None:
     """A synchronous group trains at the pace of its slowest rank: the merged result's steps and throughput are that
-    rank's (global examples over its time; every rank's steps stay in ``dist["ranks"]``), and ranks whose steady
+    rank's (global examples over its time; every rank's steps stay in ``dist.ranks``), and ranks whose steady
     steps differ by more than :data:`IMBALANCE` get a warning."""
     timed = [(r, res) for r, res in enumerate(results) if res is not None and res.steady_step_s]
     if len(timed) < 2 or not base.steady_step_s:
         return
     steps = [res.steady_step_s for _, res in timed]
     rank, slowest = max(timed, key=lambda t: t[1].steady_step_s)
-    dist["rank_imbalance"] = max(steps) / min(steps) - 1
-    dist["throughput_rank"] = rank
+    dist.rank_imbalance = max(steps) / min(steps) - 1
+    dist.throughput_rank = rank
     if slowest.steady_step_s > base.steady_step_s:
         scale = base.steady_step_s / slowest.steady_step_s
         base.throughput = {k: v * scale for k, v in base.throughput.items()}
         base.step_times_s, base.steady_step_s = list(slowest.step_times_s), slowest.steady_step_s
-    if dist["rank_imbalance"] > IMBALANCE:
-        dist["warnings"].append(
-            f"ranks' steady steps differ by {dist['rank_imbalance']:.0%} ({1e3 * min(steps):.3g}–"
+    if dist.rank_imbalance > IMBALANCE:
+        dist.warnings.append(
+            f"ranks' steady steps differ by {dist.rank_imbalance:.0%} ({1e3 * min(steps):.3g}–"
             f"{1e3 * max(steps):.3g} ms): the throughput is the slowest rank's (rank {rank}), global examples over "
             "its time")
 
 
 def merge(spec: RunSpec, plan: Plan, results: Sequence[TrialResult | None], outcome: GroupOutcome) -> TrialResult:
-    """One result for the group: rank 0's, with every rank's figures in ``extras["distributed"]``, the start-up
+    """One result for the group: rank 0's, with every rank's figures in its ``distributed`` section, the start-up
     cost apart from training, and whether all replicas ended with identical weights; a synchronous group's steps
     and throughput are its slowest rank's. A rank that failed makes the trial fail with that rank's reason."""
     base = results[0]
     assert base is not None, "merge needs rank 0's result"
-    dist = dict(base.extras.get("distributed", {}))
     ranks = [_rank_summary(r, res) for r, res in enumerate(results) if res is not None]
     digests = [d for rank in ranks for d in rank["replica_weights_sha256"]]
     startups = [sum(x or 0.0 for x in (r["launch_s"], r["import_s"], r["build_s"])) for r in ranks]
-    dist.update(parallelism=spec.parallelism.value, replicas=spec.workers, launcher=plan.launcher,
-                processes=plan.processes, threads_per_process=plan.threads,
-                batch_size={"global": spec.batch_size,
-                            "per_replica": spec.batch_size // spec.workers if spec.parallelism.synchronous
-                            else spec.batch_size},
-                synchronous=spec.parallelism.synchronous, ranks=ranks, warnings=list(plan.warnings),
-                # before the first step: process launch, framework import, rendezvous and strategy and model set-up
-                startup_s=max(startups) if startups else None,
-                launch_s=max((r["launch_s"] or 0.0) for r in ranks) if ranks else None,
-                replicas_identical=(len(set(digests)) == 1) if len(digests) > 1 else None)
+    dist = dataclasses.replace(
+        base.distributed or Distributed(), parallelism=spec.parallelism.value, replicas=spec.workers,
+        launcher=plan.launcher, processes=plan.processes, threads_per_process=plan.threads,
+        batch_size={"global": spec.batch_size,
+                    "per_replica": spec.batch_size // spec.workers if spec.parallelism.synchronous
+                    else spec.batch_size},
+        synchronous=spec.parallelism.synchronous, ranks=ranks, warnings=list(plan.warnings),
+        # before the first step: process launch, framework import, rendezvous and strategy and model set-up
+        startup_s=max(startups) if startups else None,
+        launch_s=max((r["launch_s"] or 0.0) for r in ranks) if ranks else None,
+        replicas_identical=(len(set(digests)) == 1) if len(digests) > 1 else None)
     if outcome.peak_rss_bytes:
-        dist["member_peak_rss_bytes"] = dict(outcome.peak_rss_bytes)
+        dist.member_peak_rss_bytes = dict(outcome.peak_rss_bytes)
     if spec.parallelism.synchronous:
         _slowest_rank(base, results, dist)
     _group_sharing(base, results)
-    base.extras["distributed"] = dist
+    base.distributed = dist
     for rank, res in enumerate(results):
         if res is not None and res.status is not Status.OK and base.status is Status.OK:
             base.status, base.reason = res.status, f"rank {rank}: {res.reason}"
-    if dist["replicas_identical"] is False and base.status is Status.OK:
-        dist["warnings"].append("replicas ended with different weights: the synchronisation did not keep them "
+    if dist.replicas_identical is False and base.status is Status.OK:
+        dist.warnings.append("replicas ended with different weights: the synchronisation did not keep them "
                                 "identical")
     return base

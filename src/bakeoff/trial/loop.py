@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.core.result import TrialResult
+from bakeoff.core.result import Distributed, TrialResult
 from bakeoff.core.spec import RunSpec
 from bakeoff.core.workload import Batch, Dataset, Workload, shard_batch
 from bakeoff.engines.base import Engine, SummaryWriter, weights_digest
@@ -247,7 +247,7 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     figures = engine.distributed_figures()
     if figures:
         figures["replica_weights_sha256"] = [weights_digest(w) for w in engine.replica_weights()]
-        result.extras["distributed"] = figures
+        result.distributed = Distributed(**figures)
     result.train_s = state["train_s"]
     result.first_step_s = result.step_times_s[0] if result.step_times_s else None
     result.environment["cpu_sharing"] = sharing.figures()  # a resumed trial: its steps since the resume

@@ -5,7 +5,7 @@ interrupted run picks up where it stopped. ``retry_failed`` re-runs the recorded
 ``fresh`` re-runs everything.
 
 Order and resume (:mod:`bakeoff.plan.order`): repeat by repeat, frameworks taking turns. Each result records its place
-in ``extras["order"]`` (``{"position": 3, "of": 18, "seed": 0}``, 1-based, in the planned order of the whole run,
+in its ``order`` section (``Order(position=3, of=18, seed=0)``, 1-based, in the planned order of the whole run,
 skipped trials included). Store keys do not depend on the order.
 
 Signals (:mod:`bakeoff.run.process`): SIGINT or SIGTERM during :func:`run` kills the running trial's whole
@@ -39,7 +39,7 @@ from pathlib import Path, PurePosixPath
 
 from bakeoff.core import registry
 from bakeoff.core.identity import identify
-from bakeoff.core.result import TrialResult
+from bakeoff.core.result import Distributed, Mfu, Order, TrialResult
 from bakeoff.core.spec import Device, Parallelism, RunSpec, SpecError, Status
 from bakeoff.measure import ceiling
 from bakeoff.measure.environment import cuda_devices, usable_cores
@@ -265,8 +265,8 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
     else:
         result = _failure(spec, Status.FAILED, f"{who} exited with code {code} and wrote no result: {tail}")
     if launcher.group:
-        result.extras["distributed"] = {"launcher": group.launcher, "first_failure": who, "exit_codes": outcome.codes,
-                                        "logs": [str(p) for p in logs]}
+        result.distributed = Distributed(launcher=group.launcher, first_failure=who, exit_codes=outcome.codes,
+                                         logs=[str(p) for p in logs])
     return result, False
 
 
@@ -340,11 +340,11 @@ def tensorboard_runs(specs: Sequence[RunSpec], root: Path) -> dict[str, Path]:
     return runs
 
 
-def _utilisation(store: Store, wanted: ceiling.Need, kept: dict | None, result: TrialResult) -> dict:
+def _utilisation(store: Store, wanted: ceiling.Need, kept: dict | None, result: TrialResult) -> Mfu:
     """The trial's MFU (:func:`bakeoff.measure.ceiling.utilisation`), keeping the ceiling it probed, if it did."""
-    probed = result.extras.get("ceiling_probe")
-    if wanted.key is not None and kept is None and probed and probed.get("status") == "ok":
-        store.put_ceiling(wanted.key, wanted.fingerprint, probed)
+    probed = result.ceiling_probe
+    if wanted.key is not None and kept is None and probed is not None and probed.status == "ok":
+        store.put_ceiling(wanted.key, wanted.fingerprint, probed.kept())
         kept = store.ceiling(wanted.key)
     config = result.extras.get("config")
     flops = registry.workload(result.run_spec.workload).flops_per_example(config) if config else None
@@ -430,10 +430,10 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
                          tensorboard[spec.key()], keep_dir=keep_dir, probe_ceiling=bool(wanted.key) and kept is None,
                          profile=profile)
         result.annotate(annotations.get(spec.key(), {}))
-        result.extras["order"] = {"position": position, "of": len(specs), "seed": order_seed}
+        result.order = Order(position, len(specs), order_seed)
         try:
             if result.status is Status.OK:
-                result.extras["mfu"] = _utilisation(store, wanted, kept, result)  # may store the ceiling it probed
+                result.mfu = _utilisation(store, wanted, kept, result)  # may store the ceiling it probed
             with hold_signals():  # the row is written whole; a signal meanwhile is raised after it
                 store.put(result, suite)
         except StoreWriteError as exc:  # a full disk, a store gone read-only: keep the result, stop the run
