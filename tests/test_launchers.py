@@ -335,7 +335,8 @@ def test_ranks_on_one_machine_with_8_gpus_take_distinct_gpus(tmp_path, framework
     assert sorted(local_rank(env) for env in _rank_envs(plan)) == [0, 1, 2, 3]
 
 
-def test_local_ranks_count_the_workers_of_each_machine() -> None:
+def test_local_ranks_count_the_workers_of_each_machine(monkeypatch) -> None:
+    monkeypatch.setattr(launchers, "cuda_build", lambda framework: True)  # the CUDA builds the README names
     assert launchers.local_ranks(["127.0.0.1", "gpu-b.invalid", "127.0.0.2", "gpu-b.invalid", "localhost"]) == \
         [0, 0, 1, 1, 2]  # every loopback address is this machine
     spec = _spec(parallelism="multi_worker", workers=3, batch_size=30,
@@ -355,6 +356,9 @@ def test_more_replicas_than_gpus_are_refused_before_any_process_starts(tmp_path,
     monkeypatch.setattr(launchers, "run_group", started)
     one = _gpus(tmp_path, 1)
     monkeypatch.setattr(launchers, "cuda_devices", lambda: (one, ""))
+    # a CPU build (this machine's: torch +cpu, no JAX CUDA plugin) trains on the CPU, whatever GPUs there are
+    assert launchers.unsupported_here(_spec("torch", "data_parallel"), one) == ""
+    monkeypatch.setattr(launchers, "cuda_build", lambda framework: True)  # the CUDA builds the README names
     result = runner.run_one(_spec("torch", "data_parallel"), 30, tmp_path)
     assert result.status is Status.UNSUPPORTED
     assert result.reason == ("data_parallel over 2 replicas (DDP) puts 2 ranks on this machine, one GPU each (NCCL "
@@ -367,3 +371,15 @@ def test_more_replicas_than_gpus_are_refused_before_any_process_starts(tmp_path,
     assert launchers.unsupported_here(_spec("torch", "data_parallel"), 0) == ""
     # CUDA_VISIBLE_DEVICES narrows what the machine has: 8 GPUs, 1 visible
     assert launchers.unsupported_here(_spec("torch", "multi_worker"), _gpus(tmp_path, 8, "3")) != ""
+
+
+def test_a_framework_build_says_whether_it_can_use_a_gpu(monkeypatch) -> None:
+    from bakeoff.measure import environment
+
+    versions = {"torch": "2.13.0+cpu", "tensorflow-cpu": "2.21.0"}
+    monkeypatch.setattr(environment, "package_version", versions.get)
+    assert not any(environment.cuda_build(f) for f in ("torch", "jax", "tensorflow"))
+    versions.update({"torch": "2.13.0+cu126", "jax-cuda12-plugin": "0.10.2", "tensorflow": "2.21.0"})
+    assert all(environment.cuda_build(f) for f in ("torch", "jax", "tensorflow"))
+    versions["torch"] = "2.13.0"  # PyPI's default torch wheel is a CUDA build
+    assert environment.cuda_build("torch")

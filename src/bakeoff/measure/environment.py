@@ -32,6 +32,23 @@ def package_version(name: str) -> str | None:
         return None
 
 
+CUDA_PLUGINS = {"jax": ("jax-cuda12-plugin", "jax-cuda13-plugin")}
+"""Packages whose presence makes a framework's install able to use an NVIDIA GPU, where its own wheel cannot."""
+
+
+def cuda_build(framework: str) -> bool:
+    """Whether ``framework``'s installed build can use an NVIDIA GPU, read from package metadata (no import):
+    PyTorch's CPU wheels carry a ``+cpu`` local version, JAX needs a CUDA plugin, ``tensorflow-cpu`` has no CUDA."""
+    if framework == "torch":
+        version = package_version("torch")
+        return version is not None and not version.endswith("+cpu")
+    if framework in CUDA_PLUGINS:
+        return any(package_version(name) for name in CUDA_PLUGINS[framework])
+    if framework == "tensorflow":
+        return package_version("tensorflow") is not None
+    return False
+
+
 def usable_cores() -> int:
     """The cores this process may run on: its CPU affinity (``taskset``, a container's or Slurm's cpuset), which
     its children inherit, else every core the machine reports. Thread counts default to this, so a trial confined

@@ -54,7 +54,7 @@ from pathlib import Path
 from bakeoff.core import registry
 from bakeoff.core.result import Distributed, TrialResult
 from bakeoff.core.spec import Device, Parallelism, RunSpec, Status
-from bakeoff.measure.environment import LOCAL_RANK_ENV, cuda_devices, usable_cores
+from bakeoff.measure.environment import LOCAL_RANK_ENV, cuda_build, cuda_devices, usable_cores
 from bakeoff.run.process import proc_status, process_groups, processes
 
 HOST = "127.0.0.1"
@@ -294,6 +294,8 @@ def unsupported_here(spec: RunSpec, gpus: int | None = None) -> str:
     launcher = LAUNCHERS[registry.launcher(spec)]
     if not launcher.gpu_per_rank or spec.device is Device.CPU:
         return ""
+    if spec.device is Device.AUTO and not cuda_build(spec.framework.value):
+        return ""  # a CPU build trains on the CPU whatever GPUs the machine has
     gpus = cuda_devices()[0] if gpus is None else gpus
     here = sum(is_local(h) for h in spec.hosts) if spec.hosts else spec.workers
     if gpus == 0 or here <= gpus:  # no GPU: the ranks train on the CPU (device cuda is refused by validate())
