@@ -211,6 +211,13 @@ def test_each_jax_process_takes_its_own_gpu_and_a_mesh_takes_as_many_devices_as_
     ranks = [local_rank({"BAKEOFF_LOCAL_RANK": str(i)}) for i in range(4)]
     assert [jax_distributed.local_device_ids(r, gpus=8) for r in ranks] == [[0], [1], [2], [3]]
     assert jax_distributed.local_device_ids(1, gpus=0) is None  # no GPU: the process's CPU device
+    # the GPUs a process counts: none for a CPU jaxlib under --device auto, the machine's with a CUDA plugin
+    monkeypatch.setattr(jax_distributed, "cuda_devices", lambda: (8, ""))
+    auto, cuda = (RunSpec(workload="mnist", framework="jax", device=d, max_steps=2) for d in ("auto", "cuda"))
+    monkeypatch.setattr(jax_distributed, "cuda_build", lambda framework: False)
+    assert jax_distributed.usable_gpus(auto) == 0 and jax_distributed.usable_gpus(cuda) == 8
+    monkeypatch.setattr(jax_distributed, "cuda_build", lambda framework: True)
+    assert jax_distributed.usable_gpus(auto) == 8
     with pytest.raises(Unsupported, match="local rank 1 needs a GPU of its own, and this machine shows 1"):
         jax_distributed.local_device_ids(1, gpus=1)
 

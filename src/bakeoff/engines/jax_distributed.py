@@ -39,7 +39,7 @@ from bakeoff.core.spec import Device, Parallelism, RunSpec
 from bakeoff.core.workload import Weights
 from bakeoff.engines.base import Unsupported
 from bakeoff.measure import sync
-from bakeoff.measure.environment import cuda_devices, local_rank
+from bakeoff.measure.environment import cuda_build, cuda_devices, local_rank
 
 State = dict[str, Any]
 
@@ -55,7 +55,7 @@ def configure(spec: RunSpec) -> float:
                               " not set): start the trial through bakeoff's runner")
         if spec.device is Device.CPU:
             jax.config.update("jax_platforms", "cpu")
-        gpus = 0 if spec.device is Device.CPU else cuda_devices()[0]  # read before JAX starts its backends
+        gpus = usable_gpus(spec)  # read before JAX starts its backends
         jax.distributed.initialize(coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
                                    num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
                                    process_id=int(os.environ["JAX_PROCESS_ID"]),
@@ -65,6 +65,14 @@ def configure(spec: RunSpec) -> float:
         # Taken only when no GPU is used: the option does not touch GPU backends.
         jax.config.update("jax_num_cpu_devices", spec.workers)
     return time.perf_counter() - start
+
+
+def usable_gpus(spec: RunSpec) -> int:
+    """The NVIDIA GPUs this process's JAX can use (read without starting JAX): none with ``--device cpu`` or, with
+    ``--device auto``, when the installed JAX has no CUDA plugin (it trains on the CPU whatever the machine has)."""
+    if spec.device is Device.CPU or (spec.device is Device.AUTO and not cuda_build("jax")):
+        return 0
+    return cuda_devices()[0]
 
 
 def local_device_ids(rank_here: int, gpus: int) -> list[int] | None:
