@@ -26,41 +26,45 @@ from bakeoff.engines.tf_optim import Adam, LossScaleOptimizer
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-wrap = LossScaleOptimizer if sys.argv[1] == "bakeoff" else keras.optimizers.LossScaleOptimizer
-with strategy.scope():
-    v = keras.Variable([1.0, 2.0])
-    opt = wrap(Adam(learning_rate=0.1))
-    opt.build([v])
+def run(wrap):
+    with strategy.scope():
+        v = keras.Variable([1.0, 2.0])
+        opt = wrap(Adam(learning_rate=0.1))
+        opt.build([v])
+
+    @tf.function
+    def step(bad_replica):  # each replica's *local* gradient, as the TF engine hands it over; one may overflow
+        def replica():
+            r = tf.distribute.get_replica_context().replica_id_in_sync_group
+            opt.apply([tf.where(tf.equal(r, bad_replica), [float("inf"), 1.0], [1.0, 1.0])], [v])
+        strategy.run(replica)
+
+    out = []
+    for bad in (1, -1, 0):  # replica 1 overflows, none does, replica 0 does
+        step(tf.constant(bad))
+        out.append({"bad": bad, "weights": [x.numpy().tolist() for x in strategy.experimental_local_results(v.value)],
+                    "scale": float(opt.dynamic_scale.numpy()),
+                    "skipped": int(opt.skipped.numpy()) if hasattr(opt, "skipped") else None})
+    return out
 
 
-@tf.function
-def step(bad_replica):  # each replica's *local* gradient, as the TF engine hands it over; one may overflow
-    def replica():
-        r = tf.distribute.get_replica_context().replica_id_in_sync_group
-        opt.apply([tf.where(tf.equal(r, bad_replica), [float("inf"), 1.0], [1.0, 1.0])], [v])
-    strategy.run(replica)
-
-
-out = []
-for bad in (1, -1, 0):  # replica 1 overflows, none does, replica 0 does
-    step(tf.constant(bad))
-    out.append({"bad": bad, "weights": [x.numpy().tolist() for x in strategy.experimental_local_results(v.value)],
-                "scale": float(opt.dynamic_scale.numpy()),
-                "skipped": int(opt.skipped.numpy()) if hasattr(opt, "skipped") else None})
+out = {"bakeoff": run(LossScaleOptimizer), "keras": run(keras.optimizers.LossScaleOptimizer)}
 print(json.dumps(out))
 """
 
 
-def _mirrored(optimizer: str) -> list[dict]:
-    run = subprocess.run([sys.executable, "-c", MIRRORED, optimizer], capture_output=True, text=True, timeout=300)
+@pytest.fixture(scope="module")
+def mirrored() -> dict[str, list[dict]]:
+    """Three steps of each optimizer (bakeoff's, Keras' own) under MirroredStrategy, one process for both."""
+    run = subprocess.run([sys.executable, "-c", MIRRORED], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.skipif(not registry.installed("tensorflow"), reason="needs tensorflow")
-def test_an_overflow_on_one_replica_skips_the_step_on_every_replica():
+def test_an_overflow_on_one_replica_skips_the_step_on_every_replica(mirrored):
     start = 2.0**15  # Keras' initial dynamic scale
-    overflow, finite, overflow0 = _mirrored("bakeoff")
+    overflow, finite, overflow0 = mirrored["bakeoff"]
     assert overflow["weights"] == [[1.0, 2.0]] * 2  # replica 1's inf reached no replica's weights
     assert overflow["scale"] == start / 2 and overflow["skipped"] == 1
     moved = finite["weights"]
@@ -70,10 +74,10 @@ def test_an_overflow_on_one_replica_skips_the_step_on_every_replica():
 
 
 @pytest.mark.skipif(not registry.installed("tensorflow"), reason="needs tensorflow")
-def test_keras_own_loss_scale_optimizer_lets_one_replicas_overflow_through():
+def test_keras_own_loss_scale_optimizer_lets_one_replicas_overflow_through(mirrored):
     # The failure the optimizer above exists for, reproduced: Keras decides finiteness per replica, before its
     # inner optimizer sums the local gradients, so replica 1's inf is summed into the update replica 0 applies.
-    overflow = _mirrored("keras")[0]
+    overflow = mirrored["keras"][0]
     assert not all(math.isfinite(w) for w in overflow["weights"][0]), overflow  # Adam turned the inf into nan
     assert overflow["scale"] == 2.0**15  # and the scale was not lowered: no step was counted as an overflow
 
