@@ -189,8 +189,9 @@ def test_fp16_steps_skipped_by_loss_scaling_are_reported_with_the_mode(tmp_path)
     from fake_results import trial
 
     fp16 = [trial("torch", "eager", precision="fp16", repeat=r, seed=r, examples_per_s=800) for r in range(2)]
-    for result, skipped in zip(fp16, (3, 1), strict=True):  # as the engine records them
-        result.extras["loss_scaling"] = {"skipped_steps": skipped, "final_scale": 2.0**14}
+    for result, skipped in zip(fp16, (3, 1), strict=True):  # as the trial records the engine's figures
+        result.annotate({"loss_scaling": {"skipped_steps": skipped, "final_scale": 2.0**14}})
+        assert result.loss_scaling.skipped_steps == skipped and "loss_scaling" not in result.extras
     md = render_report([trial("torch", "eager"), *fp16], tmp_path)["markdown"].read_text()
     steps = sum(len(r.losses) for r in fp16)
     assert f"| torch/eager/fp16 (loss scaling skipped 4 of {steps} steps) | torch/eager | 1.60× |" in md

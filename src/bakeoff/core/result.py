@@ -177,8 +177,19 @@ class AdaptiveRepeats:
     looks: int = 1
 
 
+@dataclasses.dataclass
+class LossScaling:
+    """fp16's dynamic loss scaling (PyTorch's ``GradScaler``, bakeoff's Keras ``LossScaleOptimizer``): the steps it
+    skipped because their gradients overflowed (on the clock, training nothing) and the scale it ended at. A
+    section new in schema 4's lifetime: older results have none, as they had no skipped-step count."""
+
+    skipped_steps: int
+    final_scale: float
+
+
 SECTIONS = {"training": Training, "batch_search": BatchSearch, "profile": Profile, "distributed": Distributed,
-            "mfu": Mfu, "ceiling_probe": CeilingProbe, "order": Order, "adaptive_repeats": AdaptiveRepeats}
+            "mfu": Mfu, "ceiling_probe": CeilingProbe, "order": Order, "adaptive_repeats": AdaptiveRepeats,
+            "loss_scaling": LossScaling}
 """The typed sections of a result, by field name."""
 
 
@@ -231,6 +242,7 @@ class TrialResult:
     ceiling_probe: CeilingProbe | None = None  # when the store kept no ceiling for the trial
     order: Order | None = None  # when run by the runner
     adaptive_repeats: AdaptiveRepeats | None = None  # with --repeats auto
+    loss_scaling: LossScaling | None = None  # fp16 trials
     extras: dict[str, Any] = dataclasses.field(default_factory=dict)  # free notes, no figures of a section
     schema_version: int = SCHEMA_VERSION
 

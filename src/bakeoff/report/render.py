@@ -336,10 +336,10 @@ def _mode_effects_table(configs: Sequence[ConfigSummary]) -> Table | None:
 def _skipped_steps(c: ConfigSummary) -> str:
     """fp16's loss scaling over a configuration's trials: `` (loss scaling skipped k of n steps)``, or nothing
     when no trial scaled its loss. A skipped step trains nothing but is on the clock, as in the framework."""
-    scaled = [(t, t.extras["loss_scaling"]) for t in c.trials if t.extras.get("loss_scaling")]
+    scaled = [t for t in c.trials if t.loss_scaling is not None]
     if not scaled:
         return ""
-    skipped, steps = sum(r["skipped_steps"] for _, r in scaled), sum(len(t.losses) for t, _ in scaled)
+    skipped, steps = sum(t.loss_scaling.skipped_steps for t in scaled), sum(len(t.losses) for t in scaled)
     return f" (loss scaling skipped {skipped} of {steps} steps)"
 
 

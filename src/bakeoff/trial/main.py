@@ -104,7 +104,7 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
                 if peak is not None:
                     result.peak_memory_bytes = max(result.peak_memory_bytes or 0, peak)
                 result.memory_kind = result.memory_kind or probe.kind
-                result.extras.update(engine.extras())
+                result.annotate(engine.extras())  # a section's figures into it (loss scaling), the rest to extras
             except Exception as exc:  # noqa: BLE001 - a failed probe must not hide the trial's own result
                 result.extras["memory_probe_error"] = repr(exc)
         result.environment["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
