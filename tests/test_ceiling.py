@@ -108,7 +108,9 @@ def test_env_measures_once_then_shows_what_is_kept(tmp_path):
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    assert "none kept (no store yet)" in env("--no-probe")
+    bare = env("--no-probe")
+    assert "none kept (no store yet)" in bare
+    assert "implementation efficiency" in bare and "none kept for this machine" in bare
     first = env()
     assert '"cores"' in first and f"matmul ceiling (1024x1024 products, median of {ceiling.REPEATS}, 1 threads" in first
     lines = [line for line in first.splitlines() if "GFLOP/s" in line]
@@ -124,6 +126,20 @@ def test_env_measures_once_then_shows_what_is_kept(tmp_path):
             assert fp32[1] == fp32[0]
         if fp32[1] > fp32[0]:  # a higher median is kept (one a few hundredths higher shows as the same 0.1)
             assert "not kept" not in after
+
+    # bench/reference_efficiency.py --store keeps its rows for this machine; env shows them
+    from bakeoff.measure import efficiency
+
+    row = {"framework": "torch", "execution": "eager", "mode": "eager", "preset": "small", "variant": "same",
+           "bakeoff_examples_per_s": 11.0, "reference_examples_per_s": 10.0, "bakeoff_params": 5,
+           "reference_params": 5, "rounds": [[[1.0], [1.1]]], "ratio": 1.1, "interval": [1.05, 1.15],
+           "verdict": "par"}
+    with Store(store) as kept:
+        efficiency.keep(kept, [row], threads=2)
+    shown = env("--no-probe")
+    assert "none kept for this machine" not in shown
+    assert "eager small (same architecture, dropout 0), 2 threads: 1.10x the reference's speed (95% interval " \
+           "1.05–1.15; 11.0 against 10.0 examples/s), par" in shown
 
 
 def test_the_kept_ceiling_is_the_highest_median_measured():

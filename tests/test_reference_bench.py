@@ -7,9 +7,11 @@ is bakeoff's configuration is the bench's own ``--check`` (``make bench`` runs i
 
 from __future__ import annotations
 
+import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -25,42 +27,91 @@ def test_abba_order_alternates_which_side_goes_first():
     assert all(sorted(order) == ["bakeoff", "reference"] for order in bench.abba_order(5))
 
 
-def test_row_ratio_is_of_the_medians_and_its_spread_pairs_rounds():
-    row = bench.Row(bakeoff=[90.0, 120.0, 100.0], reference=[100.0, 100.0, 125.0], bakeoff_params=1000,
-                    reference_params=1000)
-    assert row.ratio == pytest.approx(100.0 / 100.0)
-    assert row.ratio_spread == pytest.approx((0.8, 1.2))  # 100/125 and 120/100: each round against its own
-    line = bench.format_row("torch", "eager", "tiny", row)
-    assert "1.00x (0.80–1.20)" in line and "100.0 (90.0–120.0)" in line and "1,000" in line
+def test_row_ratio_pools_the_rounds_and_its_interval_keeps_pairs_together():
+    # Two rounds of paired step times (seconds): bakeoff's steps are 0.9 of the reference's, whatever the round's
+    # speed (the second round ran twice as slow on both sides): the pairing leaves only that ratio.
+    rounds = [([0.9, 0.99, 0.81], [1.0, 1.1, 0.9]), ([1.8, 1.98, 1.62], [2.0, 2.2, 1.8])]
+    row = bench.Row(rounds, bakeoff_params=1000, reference_params=1000)
+    assert row.ratio == pytest.approx(1 / 0.9)
+    lo, hi = row.interval
+    assert lo <= row.ratio <= hi and hi / lo < 1.5
+    assert row.examples_per_s("bakeoff") == pytest.approx(32 / statistics.median([0.9, 0.99, 0.81, 1.8, 1.98, 1.62]))
+    assert row.verdict == "par"
+    line = bench.format_row("torch", "eager", "tiny", "same", row)
+    assert "1.111x (" in line and "par" in line and "1,000" in line
+    assert "lacks the FFN dropout" in bench.format_row("torch", "eager", "tiny", "preset", row)
+    assert "lacks" not in bench.format_row("jax", "jax.jit", "tiny", "preset", row)
+
+
+def test_interval_is_exact_for_a_constant_ratio_and_widens_with_noise():
+    steady = [([1.0] * 8, [1.02] * 8)] * 3
+    assert bench.ratio_interval(steady) == pytest.approx((1.02, 1.02))
+    rng = np.random.default_rng(1)
+    noisy = [(list(1 + 0.2 * rng.random(8)), list(1 + 0.2 * rng.random(8))) for _ in range(3)]
+    lo, hi = bench.ratio_interval(noisy)
+    assert lo < bench.pooled_ratio(noisy) < hi and hi - lo > 0.02
+
+
+def test_verdict_says_gap_only_when_the_whole_interval_is_below_par():
+    slow = bench.Row([([1.1] * 6, [1.0] * 6)] * 2, 10, 10)  # 0.909x, no noise
+    assert slow.verdict == "gap"
+    even = bench.Row([([1.0] * 6, [1.0] * 6)] * 2, 10, 10)  # 1.0x: the interval does not reach above 1.0
+    assert even.verdict == "unsure"
+    mixed = bench.Row([([1.0, 1.2, 0.9, 1.1], [1.0, 1.0, 1.0, 1.0])] * 2, 10, 10)
+    assert mixed.verdict in {"unsure", "par"} and mixed.interval[0] < 0.97
 
 
 def test_models_that_differ_beyond_the_tolerance_are_not_compared():
     assert bench.comparable(100_000, 100_100) and not bench.comparable(100_000, 100_101)
-    row = bench.Row([1.0], [1.0], bakeoff_params=331_201, reference_params=331_201 + 4_160)  # BERT's pooler
+    row = bench.Row([([1.0], [1.0])], bakeoff_params=331_201, reference_params=331_201 + 4_160)  # BERT's pooler
     assert row.ratio is None
-    assert "not comparable" in bench.format_row("torch", "eager", "tiny", row)
+    assert "not comparable" in bench.format_row("torch", "eager", "tiny", "same", row)
+    assert "ratio" not in row.record()
 
 
-def test_time_steps_warms_up_untimed_then_times_each_step_cycling_the_batches():
+def test_time_pairs_warms_each_side_up_then_alternates_them_on_the_same_batches():
     calls = []
-    times = bench.time_steps(lambda b: calls.append(b["i"]) or 0.0, [{"i": i} for i in range(4)], 3, 5)
-    assert len(times) == 5 and all(t >= 0 for t in times)
-    assert calls == [0, 1, 2, 3, 0, 1, 2, 3]
+    steps = {side: (lambda b, side=side: calls.append((side, b["i"])) or 0.0) for side in ("bakeoff", "reference")}
+    times = bench.time_pairs(steps, ("reference", "bakeoff"), [{"i": i} for i in range(4)], 2, 3)
+    assert {len(t) for t in times.values()} == {3}
+    assert calls[:4] == [("reference", 0), ("reference", 1), ("bakeoff", 0), ("bakeoff", 1)]
+    assert calls[4:] == [("reference", 2), ("bakeoff", 2), ("bakeoff", 3), ("reference", 3),
+                         ("reference", 0), ("bakeoff", 0)]
 
 
-def test_run_prints_the_table_and_says_when_a_reference_is_not_installed(monkeypatch, capsys):
-    def fake_child(script, side, framework, execution, preset):  # noqa: ANN001, ANN202
-        if framework == "tensorflow" and side == "reference":
+def test_run_prints_the_table_keeps_it_and_says_when_a_reference_is_not_installed(monkeypatch, capsys, tmp_path):
+    seen = []
+
+    def fake_child(script, framework, execution, preset, variant, first):  # noqa: ANN001, ANN202
+        seen.append((framework, variant, first))
+        if framework == "tensorflow":
             return {"missing": "keras_hub"}
-        return {"examples_per_s": 100.0 if side == "bakeoff" else 80.0, "params": 1234, "steps": 3}
+        return {"times": {"bakeoff": [0.8, 0.8, 0.8], "reference": [1.0, 1.0, 1.0]},
+                "params": {"bakeoff": 1234, "reference": 1234}}
 
     monkeypatch.setattr(bench, "in_child", fake_child)
-    bench.run(["tiny"], 2, ["torch", "tensorflow"])
+    store = tmp_path / "store.sqlite"
+    bench.run(["tiny"], ["same", "preset"], 2, ["torch", "tensorflow"], store)
     out = capsys.readouterr().out
-    assert "torch      eager         tiny" in out and "1.25x (1.25–1.25)" in out
-    assert "tensorflow tf.function   tiny  not measured: install bakeoff[bench] (keras_hub is missing" in out
+    assert "torch      eager         tiny  same" in out and "1.250x (1.250–1.250)" in out and "par" in out
+    assert "tensorflow tf.function   tiny  same   not measured: install bakeoff[bench] (keras_hub is missing" in out
     assert "--no-deps keras-hub" in out
-    assert "ratio" in out and "load average" in out
+    assert "ratio" in out and "load average" in out and "kept 4 rows" in out
+    assert ("torch", "same", "bakeoff") in seen and ("torch", "same", "reference") in seen
+    assert [s for s in seen if s[0] == "tensorflow"] == [("tensorflow", "same", "bakeoff"),
+                                                          ("tensorflow", "preset", "bakeoff")]  # asked once each
+
+    from bakeoff.measure import efficiency
+    from bakeoff.results.store import Store
+
+    with Store(store) as kept:
+        records = efficiency.this_machine(kept)
+    assert len(records) == 4  # torch eager and torch.compile, two variants each
+    described = [efficiency.describe(r) for r in records]
+    assert any("PyTorch" in d and "torch.compile tiny (same architecture, dropout 0)" in d and "1.25x" in d
+               and "par" in d for d in described), described
+    first = next(r for r in records if r["fingerprint"]["mode"] == "eager")
+    assert first["result"]["rounds"][0] == [[0.8, 0.8, 0.8], [1.0, 1.0, 1.0]]  # every raw step kept
 
 
 def test_flags_are_checked():
@@ -68,6 +119,8 @@ def test_flags_are_checked():
         bench.main(["--presets", "huge"])
     with pytest.raises(SystemExit):
         bench.main(["--rounds", "0"])
+    with pytest.raises(SystemExit):
+        bench.main(["--variants", "dropout"])
 
 
 def test_check_says_which_reference_is_not_bakeoffs_configuration(monkeypatch, capsys):

@@ -87,9 +87,27 @@ def cmd_env(args: argparse.Namespace) -> int:
     from bakeoff.measure.environment import host_environment
 
     console.print_json(json.dumps(host_environment()))
-    for line in _ceilings(args):
+    for line in _ceilings(args) + _efficiency(args):
         console.print(line, soft_wrap=True)
     return 0
+
+def _efficiency(args: argparse.Namespace) -> list[str]:
+    """Each implementation's measured speed against a public reference on this machine, as kept in the store by
+    ``bench/reference_efficiency.py --store`` (:mod:`bakeoff.measure.efficiency`)."""
+    from bakeoff.measure import efficiency
+    from bakeoff.results.store import Store
+
+    lines = ["implementation efficiency (bakeoff's text_classifier step against a public implementation of the "
+             "same model in the same framework; a verdict margin smaller than a gap here may be bakeoff's, not the "
+             "framework's):"]
+    records = []
+    if args.store.exists():
+        with Store(args.store) as store:
+            records = efficiency.this_machine(store)
+    if not records:
+        return lines + [f"  none kept for this machine: measure with `python bench/reference_efficiency.py --store "
+                        f"{args.store}` (make bench installs the references)"]
+    return lines + [f"  {efficiency.describe(r)}" for r in records]
 
 def _ceilings(args: argparse.Namespace) -> list[str]:
     """Each installed framework's matmul ceiling on this machine: kept in the store, else measured now (one fresh

@@ -51,6 +51,10 @@ CREATE TABLE IF NOT EXISTS ceilings (
   key TEXT PRIMARY KEY, framework TEXT NOT NULL, fingerprint TEXT NOT NULL, result TEXT NOT NULL,
   measured_at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS efficiency (
+  key TEXT PRIMARY KEY, framework TEXT NOT NULL, fingerprint TEXT NOT NULL, result TEXT NOT NULL,
+  measured_at TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS samples (
   key TEXT NOT NULL REFERENCES trials(key) ON DELETE CASCADE, kind TEXT NOT NULL, idx INTEGER NOT NULL,
   step INTEGER, train_s REAL, value REAL, PRIMARY KEY (key, kind, idx)
@@ -241,6 +245,22 @@ class Store:
             return None
         return None if row is None else {"fingerprint": json.loads(row[0]), "result": json.loads(row[1]),
                                          "measured_at": row[2]}
+
+    def put_efficiency(self, key: str, fingerprint: dict[str, Any], result: dict[str, Any]) -> None:
+        """Keep one implementation-efficiency record of this machine (:mod:`bakeoff.measure.efficiency`)."""
+        with self._writing():
+            self._db.execute("INSERT OR REPLACE INTO efficiency VALUES (?,?,?,?,?)",
+                             (key, fingerprint["framework"], json.dumps(fingerprint), json.dumps(result),
+                              datetime.now(UTC).isoformat(timespec="seconds")))
+
+    def efficiencies(self) -> list[dict[str, Any]]:
+        """Every kept efficiency record (``{"fingerprint", "result", "measured_at"}``), newest first."""
+        try:
+            rows = self._db.execute("SELECT fingerprint, result, measured_at FROM efficiency "
+                                    "ORDER BY measured_at DESC, key").fetchall()
+        except sqlite3.OperationalError:  # a store written before they were kept, opened read-only
+            return []
+        return [{"fingerprint": json.loads(f), "result": json.loads(r), "measured_at": m} for f, r, m in rows]
 
     def statuses(self) -> dict[str, Status]:
         """Status of every recorded trial, by spec key."""
