@@ -24,10 +24,11 @@ included) the two sides take their timed steps in alternation (A B B A ...), eac
 the loss. Adjacent steps of the two sides see the same machine, so drift, other load and the process's own luck
 (memory placement, thread start-up) fall on both alike: a pair's ratio is far steadier than the ratio of two
 processes' figures, which moved by ±10% between runs of the earlier, one-side-per-process design. Reported per
-row: each side's examples/s (batch / median step), the ratio bakeoff/reference of the pooled median steps (> 1:
-bakeoff faster), and its 95% interval by a two-level bootstrap (rounds, then the step pairs within each round,
-resampled together so the pairing is kept). The verdict column: ``par`` when the ratio is ≥ 0.97 and the interval
-reaches above 1.0, ``gap`` when the whole interval is below 0.97, ``unsure`` otherwise (run more rounds).
+row: each side's examples/s (batch / median step), the ratio bakeoff/reference (> 1: bakeoff faster; the geometric
+mean of the rounds' ratios of median steps) and its 95% interval by a two-level bootstrap (rounds, then the step
+pairs within each round, resampled together so the pairing is kept). The verdict column: ``par`` when the ratio is
+≥ 0.97 and the interval reaches above 1.0, ``gap`` when the whole interval is below 0.97, ``unsure`` otherwise (run
+more rounds).
 
 Parameter counts are printed for both sides. They must agree within PARAM_TOLERANCE (0.1%): the models are
 built to be equal (they are, exactly), and a step's time on CPU follows its weights' matmuls, so a difference
@@ -47,6 +48,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import statistics
 import sys
@@ -89,26 +91,29 @@ def comparable(bakeoff_params: int, reference_params: int, tolerance: float = PA
     return abs(bakeoff_params - reference_params) <= tolerance * bakeoff_params
 
 
-def pooled_ratio(rounds: Sequence[tuple[Sequence[float], Sequence[float]]]) -> float:
-    """bakeoff / reference speed: the reference's median step time over bakeoff's, every round's pairs pooled."""
-    bakeoff = [t for b, _ in rounds for t in b]
-    reference = [t for _, r in rounds for t in r]
+def round_ratio(bakeoff: Sequence[float], reference: Sequence[float]) -> float:
+    """One round's bakeoff / reference speed: the reference's median step time over bakeoff's."""
     return statistics.median(reference) / statistics.median(bakeoff)
+
+
+def mean_ratio(rounds: Sequence[tuple[Sequence[float], Sequence[float]]]) -> float:
+    """The geometric mean of the rounds' ratios. Not the ratio of medians pooled over rounds: a round that ran
+    slower on both sides (another process on the machine) would then pull the two pooled medians apart."""
+    return math.exp(statistics.fmean(math.log(round_ratio(b, r)) for b, r in rounds))
 
 
 def ratio_interval(rounds: Sequence[tuple[Sequence[float], Sequence[float]]], resamples: int = RESAMPLES,
                    seed: int = 0) -> tuple[float, float]:
-    """The 95% percentile interval of :func:`pooled_ratio` by a two-level bootstrap: rounds drawn with
-    replacement, then within each drawn round its step pairs (the same indices for both sides: pairs stay
-    pairs), so both round-to-round and step-to-step noise show."""
+    """The 95% percentile interval of :func:`mean_ratio` by a two-level bootstrap: rounds drawn with replacement,
+    then within each drawn round its step pairs (the same indices for both sides: pairs stay pairs), so both
+    round-to-round and step-to-step noise show. Every round has the same number of pairs."""
     rng = np.random.default_rng(seed)
     bak, ref = (np.asarray([pair[i] for pair in rounds], float) for i in (0, 1))  # (rounds, pairs) each
     n_rounds, n_pairs = bak.shape
     picked = rng.integers(n_rounds, size=(resamples, n_rounds, 1))
     steps = rng.integers(n_pairs, size=(resamples, n_rounds, n_pairs))  # the same draw for both sides
-    reps = (np.median(ref[picked, steps].reshape(resamples, -1), axis=1)
-            / np.median(bak[picked, steps].reshape(resamples, -1), axis=1))
-    lo, hi = np.quantile(reps, [0.025, 0.975])
+    logs = np.log(np.median(ref[picked, steps], axis=2) / np.median(bak[picked, steps], axis=2))  # (resamples, rounds)
+    lo, hi = np.exp(np.quantile(logs.mean(axis=1), [0.025, 0.975]))
     return float(lo), float(hi)
 
 
@@ -131,7 +136,7 @@ class Row:
     @property
     def ratio(self) -> float | None:
         """bakeoff / reference speed (> 1: bakeoff faster); None when the models are not comparable."""
-        return pooled_ratio(self.rounds) if self.comparable else None
+        return mean_ratio(self.rounds) if self.comparable else None
 
     @cached_property
     def interval(self) -> tuple[float, float]:
@@ -312,7 +317,8 @@ def run(presets: Sequence[str], variants: Sequence[str], rounds: int | None, fra
                 kept.append({"framework": case[0], "execution": case[1], "mode": name, "preset": preset,
                              "variant": variant, **row.record()})
     sys.stdout.write(HEADER + "\n" + "\n".join(lines) + "\n")
-    sys.stdout.write(f"examples/s: batch / median step, each round's pairs pooled (warm-up, timed pairs per preset: "
+    sys.stdout.write(f"examples/s: batch / median step, every round's steps pooled; ratio: geometric mean of the "
+                     f"rounds' ratios of median steps (warm-up, timed pairs per preset: "
                      f"{STEPS}); ratio > 1: bakeoff faster; arch 'same': dropout 0 on both sides; "
                      f"load average {os.getloadavg()[0]:.2f} at end\n")
     if store is not None and kept:

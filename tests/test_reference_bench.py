@@ -27,7 +27,7 @@ def test_abba_order_alternates_which_side_goes_first():
     assert all(sorted(order) == ["bakeoff", "reference"] for order in bench.abba_order(5))
 
 
-def test_row_ratio_pools_the_rounds_and_its_interval_keeps_pairs_together():
+def test_row_ratio_is_the_rounds_geometric_mean_and_its_interval_keeps_pairs_together():
     # Two rounds of paired step times (seconds): bakeoff's steps are 0.9 of the reference's, whatever the round's
     # speed (the second round ran twice as slow on both sides): the pairing leaves only that ratio.
     rounds = [([0.9, 0.99, 0.81], [1.0, 1.1, 0.9]), ([1.8, 1.98, 1.62], [2.0, 2.2, 1.8])]
@@ -49,7 +49,15 @@ def test_interval_is_exact_for_a_constant_ratio_and_widens_with_noise():
     rng = np.random.default_rng(1)
     noisy = [(list(1 + 0.2 * rng.random(8)), list(1 + 0.2 * rng.random(8))) for _ in range(3)]
     lo, hi = bench.ratio_interval(noisy)
-    assert lo < bench.pooled_ratio(noisy) < hi and hi - lo > 0.02
+    assert lo < bench.mean_ratio(noisy) < hi and hi - lo > 0.02
+
+
+def test_a_round_slower_on_both_sides_does_not_move_the_ratio():
+    # Round 2 ran 1.5x slower on both sides: pooling the medians over rounds would give 1.5 / 0.95; the rounds'
+    # own ratios (1.05 and 0.95) give their geometric mean.
+    rounds = [([1.0] * 4, [1.05] * 4), ([1.5] * 4, [1.425] * 4)]
+    assert bench.mean_ratio(rounds) == pytest.approx((1.05 * 0.95) ** 0.5)
+    assert bench.ratio_interval(rounds)[0] == pytest.approx(0.95)
 
 
 def test_verdict_says_gap_only_when_the_whole_interval_is_below_par():
