@@ -140,7 +140,7 @@ def measure(side: str, framework: str, execution: str, preset: str) -> dict:
             return {"missing": REFERENCE_LIBRARY[framework]}
         spec = RunSpec(workload="text_classifier", framework=framework, preset=preset, execution=execution,
                        batch_size=BATCH, max_steps=10**6, device="cpu")
-        workload = registry.workload(spec.workload)
+        workload = registry.workload(spec)
         data = workload.load_data(spec)
         config = workload.config(preset, spec, data)
         ref = REFERENCES[framework](config, workload.output_units(config), execution, threads_for(spec))

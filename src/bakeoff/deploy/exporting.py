@@ -60,7 +60,7 @@ def _reference(request: Mapping[str, Any], manifest: model_dir.Manifest, directo
                adapter: Any) -> dict[str, Any]:
     from bakeoff.core import registry
 
-    workload = registry.workload(manifest.workload)
+    workload = registry.workload(manifest.run_spec)
     data = workload.load_data(manifest.run_spec)
     n = min(int(request.get("examples", 256)), data.num_test)
     split = {k: np.asarray(v)[:n] for k, v in data.test.items()}
