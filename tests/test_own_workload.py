@@ -269,3 +269,23 @@ def test_a_bad_workload_exits_2_naming_it_and_what_is_accepted(tmp_path, workloa
     assert r.stderr.startswith(f"bakeoff run: error: --workload {workload}: "), r.stderr
     assert message in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert not (tmp_path / "r.sqlite").exists()  # nothing half-written
+
+
+CODE_HASH = """
+import sys
+from bakeoff.core import identity, registry
+from bakeoff.core.spec import RunSpec
+spec = RunSpec(framework="torch", max_steps=1, **registry.workload_fields(sys.argv[1]))
+print(identity.content(spec)["workload"], spec.key() == RunSpec(**{**spec.to_dict(), "workload_path": "/moved"}).key())
+"""
+
+
+def test_the_key_counts_the_workloads_code_not_its_folder(tmp_path):
+    file = write_workload(tmp_path / "models")
+    before, same = python(CODE_HASH, str(file), cwd=tmp_path).split()
+    assert same == "True"  # where the module is does not count
+    (file.parent / "torch_model.py").write_text(TORCH_MODEL + "# tuned\n")
+    edited = python(CODE_HASH, str(file), cwd=tmp_path).split()[0]
+    assert edited != before  # an edited model is another trial
+    (file.parent / "notes.txt").write_text("not code")  # only the workload's and its models' files count
+    assert python(CODE_HASH, str(file), cwd=tmp_path).split()[0] == edited
