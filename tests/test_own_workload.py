@@ -29,6 +29,7 @@ class Blobs(Workload):
     name = "NAME"
     model_class = "BlobsMLP"  # in torch_model.py beside this file
     metric_name = "accuracy"
+    serving_inputs = {"x": ("batch", None)}  # what deployment formats take: a batch of 4 features
     presets = ("tiny",)
     preset_configs = {"tiny": {"hidden": 16, "learning_rate": 0.01}}
     targets = {"tiny": 0.9}
@@ -289,3 +290,17 @@ def test_the_key_counts_the_workloads_code_not_its_folder(tmp_path):
     assert edited != before  # an edited model is another trial
     (file.parent / "notes.txt").write_text("not code")  # only the workload's and its models' files count
     assert python(CODE_HASH, str(file), cwd=tmp_path).split()[0] == edited
+
+
+@TORCH
+def test_a_workload_file_is_kept_exported_and_served(tmp_path):
+    """The export and inference processes find the workload from the kept model's spec, as a trial does."""
+    write_workload(tmp_path / "models")
+    work = tmp_path / "work"
+    work.mkdir()
+    r = bakeoff("deploy", "--workload", "../models/blobs.py:Blobs", "--framework", "torch", "--max-steps", "4",
+                "--eval-every", "4", "--store", "r.sqlite", "--formats", "torchscript", cwd=work)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = sqlite3.connect(work / "r.sqlite").execute("SELECT workload, format, status FROM deployments").fetchall()
+    assert rows == [("blobs", "torchscript", "ok")]
+    assert (work / "reports" / "deploy-blobs" / "report.html").is_file()

@@ -92,6 +92,9 @@ def read_inputs(exports: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndar
 
 def _export(fmt: formats.Format, manifest: model_dir.Manifest, directory: Path, out: Path,
             adapter: Any) -> dict[str, Any]:
+    from bakeoff.core import registry
+
+    registry.workload_class(manifest.run_spec)  # a workload from outside bakeoff: the adapter finds it by name next
     split, probe, _ = read_inputs(out.parent)
     axes = {k: tuple(v) for k, v in manifest.serving_inputs.items()}
     example = {k: split[k][:2] for k in axes}
