@@ -157,25 +157,22 @@ def resolve(text: str) -> Entry:
                         f"{imported.__file__}: rename the file")
     cls = _pick(imported, attr, text)
     check(cls, text)
-    entry = Entry(cls.name, f"{module}:{cls.__name__}", path, "reference")
-    _remember(entry, text)
-    return entry
+    return _remember(Entry(cls.name, f"{module}:{cls.__name__}", path, "reference"), text)
 
 
-def _remember(entry: Entry, given: str) -> None:
-    """Keep a referenced workload by name; refuse a name that a shipped, installed or other referenced workload has
-    (results are stored by name, so two workloads of one name would mix)."""
-    if entry.name in shipped_names():
-        other = by_name(entry.name)
-        if other.target != entry.target:
-            raise SpecError(f"workload {given!r} is named {entry.name!r}, the name of the shipped workload "
-                            f"{other.target}; results are stored by name: give the class another name")
-        return
-    other = _REFERENCED.get(entry.name) or entry_points().get(entry.name)
-    if other is not None and other.target != entry.target:
-        raise SpecError(f"workload {given!r} is named {entry.name!r}, the name of {other.target} ({other.origin}); "
-                        "results are stored by name: give the class another name")
-    _REFERENCED[entry.name] = entry
+def _remember(entry: Entry, given: str) -> Entry:
+    """Keep a referenced workload by name, or find it is a shipped or installed one (then that entry: one workload,
+    one spec, however it is named); refuse a name another workload has (results are stored by name)."""
+    shipped = entry.name in shipped_names()
+    other = by_name(entry.name) if shipped else _REFERENCED.get(entry.name) or entry_points().get(entry.name)
+    if other is None:
+        _REFERENCED[entry.name] = entry
+        return entry
+    if other.target != entry.target:
+        known = f"the shipped workload {other.target}" if shipped else f"{other.target} ({other.origin})"
+        raise SpecError(f"workload {given!r} is named {entry.name!r}, the name of {known}; results are stored by "
+                        "name: give the class another name")
+    return other
 
 
 def entry_of(name: str, target: str = "", path: str = "") -> Entry:
