@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bakeoff.core import registry
+from bakeoff.plan.suite import parse_suite
 
 SRC = Path(registry.__file__).resolve().parents[2]  # the bakeoff under test, ahead of any installed one
 
@@ -166,6 +167,7 @@ def test_a_module_path_on_pythonpath_trains_and_lists(tmp_path):
 CHECK_ELSEWHERE = """
 import json, sys
 from bakeoff.core import registry
+from bakeoff.plan.suite import parse_suite
 from bakeoff.core.spec import RunSpec
 fields = json.loads(sys.argv[1])
 spec = RunSpec(framework=sys.argv[2], max_steps=1, **fields)
@@ -196,6 +198,32 @@ def test_a_module_under_the_current_folder_resolves_in_a_process_started_elsewhe
 def test_a_shipped_workload_by_module_path_is_the_shipped_workload():
     assert registry.workload_fields("bakeoff.workloads.mnist.workload:MnistWorkload") == {"workload": "mnist"}
     assert registry.workload_fields("bakeoff.workloads.mnist.workload") == {"workload": "mnist"}  # its one class
+
+
+def test_the_shipped_workloads_are_found_in_their_folders_with_the_models_they_have():
+    native = ["torch", "tensorflow", "jax"]
+    keras = ["keras-jax", "keras-torch", "keras-tensorflow"]
+    expected = {"autoencoder": ("TransformerAutoencoder", native), "mnist": ("MnistCNN", native + keras),
+                "speech_ctc": ("SpeechCTC", native), "text_classifier": ("TextClassifier", native + keras)}
+    assert registry.workload_names()[:4] == sorted(expected)
+    files = {"torch": "torch_model", "tensorflow": "tf_model", "jax": "jax_model",
+             **dict.fromkeys(keras, "keras_model")}
+    for name, (cls, frameworks) in expected.items():
+        assert registry.models(name) == {fw: f"bakeoff.workloads.{name}.{files[fw]}:{cls}" for fw in frameworks}
+        assert registry.workload(name).name == name
+
+
+def test_a_suite_names_a_workload_by_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))  # what resolving adds to it goes with the test
+    monkeypatch.chdir(tmp_path)
+    file = write_workload(tmp_path / "suite_models", name="suite_blobs", module="suite_blobs")
+    suite = parse_suite('[defaults]\nworkload = "suite_models/suite_blobs.py"\nmax_steps = 2\n'
+                        '[matrix]\nframework = ["torch", "jax"]\n', "mine.toml")
+    assert [(s.workload, s.workload_class, s.workload_path, s.framework.value) for s in suite.specs] == [
+        ("suite_blobs", "suite_blobs:Blobs", str(file.parent), fw) for fw in ("torch", "jax")]
+    assert registry.unsupported(suite.specs[0]) == ""
+    assert registry.unsupported(suite.specs[1]) == ("JAX has no suite_blobs implementation; suite_blobs is "
+                                                    "implemented in torch")
 
 
 def fake_distribution(site: Path, dist: str, entry_points: str) -> None:
