@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bakeoff.core import registry
-from bakeoff.plan.suite import parse_suite
+from bakeoff.plan.suite import adhoc_suite, parse_suite
 
 SRC = Path(registry.__file__).resolve().parents[2]  # the bakeoff under test, ahead of any installed one
 
@@ -167,7 +167,7 @@ def test_a_module_path_on_pythonpath_trains_and_lists(tmp_path):
 CHECK_ELSEWHERE = """
 import json, sys
 from bakeoff.core import registry
-from bakeoff.plan.suite import parse_suite
+from bakeoff.plan.suite import adhoc_suite, parse_suite
 from bakeoff.core.spec import RunSpec
 fields = json.loads(sys.argv[1])
 spec = RunSpec(framework=sys.argv[2], max_steps=1, **fields)
@@ -222,6 +222,8 @@ def test_a_suite_names_a_workload_by_file(tmp_path, monkeypatch):
     assert [(s.workload, s.workload_class, s.workload_path, s.framework.value) for s in suite.specs] == [
         ("suite_blobs", "suite_blobs:Blobs", str(file.parent), fw) for fw in ("torch", "jax")]
     assert registry.unsupported(suite.specs[0]) == ""
+    adhoc = adhoc_suite({"workload": "suite_models/suite_blobs.py", "max_steps": 2})  # no --framework: its own
+    assert [s.framework.value for s in adhoc.specs] == ["torch", "torch"] and adhoc.name == "adhoc-suite_blobs"
     assert registry.unsupported(suite.specs[1]) == ("JAX has no suite_blobs implementation; suite_blobs is "
                                                     "implemented in torch")
 

@@ -396,8 +396,14 @@ def adhoc_suite(overrides: Mapping[str, Any]) -> Suite:
         raise SpecError("give --suite NAME|FILE, or --workload with the ad-hoc trial options")
     workload = given.pop("workload")
     name = _workload_fields(str(workload))["workload"]
+    matrix = dict(ADHOC_MATRIX)
+    if "framework" not in given:  # of the default frameworks, those the workload has a model in
+        from bakeoff.core import registry
+
+        implemented = registry.models(str(workload))
+        matrix["framework"] = [fw for fw in matrix["framework"] if fw in implemented] or matrix["framework"]
     raw = {"name": f"adhoc-{name}", "description": "trials from command-line flags", "timeout_s": 900,
-           "defaults": {"workload": workload, **ADHOC_DEFAULTS}, "matrix": dict(ADHOC_MATRIX)}
+           "defaults": {"workload": workload, **ADHOC_DEFAULTS}, "matrix": matrix}
     return _build(raw, "command line", "", given, record=False)
 
 
