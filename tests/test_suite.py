@@ -132,7 +132,7 @@ TC = '[defaults]\nworkload = "text_classifier"\nframework = "torch"\nmax_steps =
     (TC + 'data = "train.csv"\n', "data must be a table of KEY = value"),
     (TC + "config = {d_model = {width = 1}}\n", "config must be a table of KEY = value"),
     (TC.replace("text_classifier", "sentiment"), "line 2: \\[defaults\\] unknown workload 'sentiment'; accepted: "
-                                                 "text_classifier, speech_ctc, autoencoder, mnist"),
+                                                 "autoencoder, mnist, speech_ctc, text_classifier, MODULE:CLASS"),
     (TC + '[batch_search]\nmemory_cap = "2GiB"\n', 'line 5: \\[batch_search\\] applies only with batch_size = "auto"'),
     (TC + 'batch_size = "auto"\n[batch_search]\nmemory_cap = "lots"\n', "memory_cap: cannot read memory size 'lots'"),
     (TC + 'batch_size = "auto"\n[batch_search]\nstep = 0\n', "step must be a positive integer, got 0"),

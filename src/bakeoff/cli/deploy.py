@@ -139,11 +139,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from bakeoff.core import registry
     from bakeoff.results import model_dir
     from bakeoff.results.store import Store
 
+    workload = registry.workload_fields(args.workload)["workload"] if args.workload else None  # a name or reference
     for directory in args.model_dirs:  # every directory checked before anything runs
-        model_dir.read(directory, workload=args.workload)
+        model_dir.read(directory, workload=workload)
     with Store(args.store) as store:
         rows = _export(args.model_dirs, args, store)
     return 0 if all(r["status"] in ("ok", "unsupported") for r in rows) else 1
@@ -160,7 +162,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         rows = _export(dirs, args, store)
         keys = {d.name for d in dirs}
         results = [r for r in store.results(suite="train") if any(k.endswith(r.key[:12]) for k in keys)]
-    workload = args.workload
+    workload = results[0].spec["workload"] if results else args.workload  # its name, however it was given
     if results:
         say_report(write_report(results, args.out or DEFAULT_REPORTS / f"deploy-{workload}", {}, {},
                                 f"bakeoff deploy: {workload}", {r.key: "train" for r in results}, deployments=rows))

@@ -30,16 +30,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from bakeoff.cli.console import console
-    from bakeoff.core import frameworks, registry
+    from bakeoff.core import discover, frameworks, registry
     from bakeoff.plan.suite import shipped_suites
 
     if args.presets or args.workload or args.config:
         return _list_presets(args)
-    for name in registry.WORKLOADS:
+    for name in registry.workload_names():
         wl = registry.workload(name)
-        rows = [f for w, f in registry.MODELS if w == name]
+        origin = discover.by_name(name).origin
         console.print(f"workload [bold]{name}[/]: presets {', '.join(wl.presets)}; metric {wl.metric_name}; "
-                      f"implemented in {', '.join(rows)}", soft_wrap=True)
+                      f"implemented in {', '.join(registry.models(name))}"
+                      + ("" if origin == "shipped" else f" ({origin})"), soft_wrap=True)
     for fw, info in frameworks.FRAMEWORKS.items():
         state = "installed" if registry.installed(fw) else f"not installed ({info.install_hint})"
         modes = ", ".join(f"{m.value} ({info.execution_notes[m]})" for m in info.executions)
@@ -62,8 +63,9 @@ def _list_presets(args: argparse.Namespace) -> int:
     if args.config and not args.workload:
         raise SpecError("--set needs --workload: each workload has its own fields (bakeoff list --presets names them)")
     overrides = key_values(args.config or [], "--set")
-    for name in [args.workload] if args.workload else list(registry.WORKLOADS):
-        wl = registry.workload(name)
+    for given in [args.workload] if args.workload else registry.workload_names():
+        wl = registry.workload(given)  # a name, MODULE:CLASS or FILE.py:CLASS
+        name = wl.name
         console.print(f"workload [bold]{name}[/] ({wl.metric_name}, {'higher' if wl.higher_is_better else 'lower'} "
                       "is better)")
         for preset in wl.presets:

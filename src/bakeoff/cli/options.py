@@ -49,7 +49,7 @@ def add_trial_options(parser: argparse.ArgumentParser, rules: str = "") -> None:
 
     grid.add_argument("--framework", type=comma_list,
                       help=f"comma-separated frameworks: {', '.join(frameworks.names())} (`bakeoff list` says what "
-                           f"each runs) [{','.join(ADHOC_MATRIX['framework'])}]")
+                           f"each runs) [{','.join(ADHOC_MATRIX['framework'])}: those the workload has a model in]")
     grid.add_argument("--execution", type=comma_list,
                       help="comma-separated modes: eager, graph (compiled: torch.compile, tf.function, jax.jit), xla "
                            f"(TensorFlow) [{','.join(ADHOC_MATRIX['execution'])}]")

@@ -4,7 +4,8 @@ out-of-memory classification, the environment fingerprint, versions in trial key
 production modes, the plots' colours, the CLI's listing and help).
 
 Adding a framework is its record below, its engine (``engines/<name>_engine.py``), its model files
-(``workloads/<workload>/<model_module>.py``, the same class names as the others'), suites and tests. Nothing here
+(``workloads/<workload>/<model_module>.py``, the same class names as the others': a workload is implemented in
+the frameworks whose file it has), suites and tests. Nothing here
 imports a framework.
 
 A *row* is what a user picks with ``--framework``: usually one framework, but a Keras 3 row is the same Keras model
@@ -47,8 +48,7 @@ class FrameworkInfo:
     extra: str  # bakeoff's pip extra that installs it
     dists: tuple[str, ...]  # distributions whose versions a trial's result depends on (in trial keys)
     engine: str  # "module:Class" of its engine
-    model_module: str  # workloads/<workload>/<model_module>.py holds its model classes
-    workloads: tuple[str, ...] | None  # the workloads it implements (None: every workload)
+    model_module: str  # <model_module>.py beside a workload's module holds its model (bakeoff.core.discover)
     executions: tuple[Execution, ...]  # what its engine implements, first the default
     execution_notes: Mapping[Execution, str]  # what each mode is in this framework's own words
     production: tuple[Execution, ...]  # how its users train by default: a verdict must include one of these
@@ -70,18 +70,12 @@ class FrameworkInfo:
     def install_hint(self) -> str:
         return f"pip install 'bakeoff[{self.extra}]'"
 
-    def implements(self, workload: str) -> bool:
-        return self.workloads is None or workload in self.workloads
-
-    def model(self, workload: str, cls: str) -> str:
-        return f"bakeoff.workloads.{workload}.{self.model_module}:{cls}"
-
 
 _ONE = {Parallelism.NONE: "single"}
 
 _TORCH = FrameworkInfo(
     name="torch", display="PyTorch", colour="#ee4c2c", modules=("torch",), extra="torch", dists=("torch",),
-    engine="bakeoff.engines.torch_engine:TorchEngine", model_module="torch_model", workloads=None,
+    engine="bakeoff.engines.torch_engine:TorchEngine", model_module="torch_model",
     matmul="bakeoff.engines.torch_engine:matmul_rates", deploy="bakeoff.deploy.torch_deploy",
     executions=(Execution.EAGER, Execution.GRAPH),
     execution_notes=_frozen({Execution.EAGER: "PyTorch eager", Execution.GRAPH: "torch.compile of the whole step"}),
@@ -102,7 +96,7 @@ _TORCH = FrameworkInfo(
 _TENSORFLOW = FrameworkInfo(
     name="tensorflow", display="TensorFlow", colour="#2c7fb8", modules=("tensorflow",), extra="tf",
     dists=("tensorflow", "tensorflow-cpu", "keras"),
-    engine="bakeoff.engines.tf_engine:TensorFlowEngine", model_module="tf_model", workloads=None,
+    engine="bakeoff.engines.tf_engine:TensorFlowEngine", model_module="tf_model",
     matmul="bakeoff.engines.tf_engine:matmul_rates", deploy="bakeoff.deploy.tf_deploy",
     executions=(Execution.EAGER, Execution.GRAPH, Execution.XLA),
     execution_notes=_frozen({Execution.EAGER: "TensorFlow eager", Execution.GRAPH: "tf.function of the whole step",
@@ -136,7 +130,7 @@ _TENSORFLOW = FrameworkInfo(
 _JAX = FrameworkInfo(
     name="jax", display="JAX", colour="#41ab5d", modules=("jax", "flax", "optax"), extra="jax",
     dists=("jax", "jaxlib", "flax", "optax"),
-    engine="bakeoff.engines.jax_engine:JaxEngine", model_module="jax_model", workloads=None,
+    engine="bakeoff.engines.jax_engine:JaxEngine", model_module="jax_model",
     matmul="bakeoff.engines.jax_engine:matmul_rates", deploy="bakeoff.deploy.jax_deploy",
     executions=(Execution.GRAPH, Execution.EAGER),
     execution_notes=_frozen({Execution.GRAPH: "jax.jit of the whole step, compiled by XLA",
@@ -177,7 +171,6 @@ def _keras(backend: str, display: str, colour: str, backend_info: FrameworkInfo,
         modules=("keras", *backend_info.modules), extra=f"keras,{backend_info.extra}",
         dists=("keras", *backend_info.dists),
         engine="bakeoff.engines.keras_engine:KerasEngine", model_module="keras_model",
-        workloads=("text_classifier", "mnist"),
         executions=executions, execution_notes=_frozen(notes),
         production=production, compiled=tuple(e for e in executions if e is not Execution.EAGER),
         precisions=(Precision.FP32, Precision.BF16),

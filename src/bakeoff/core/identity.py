@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib.util
+import inspect
 import json
 from collections.abc import Mapping, Sequence
 from importlib import metadata
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import bakeoff
-from bakeoff.core import frameworks, registry
+from bakeoff.core import discover, frameworks, registry
 from bakeoff.core.spec import RunSpec
 
 DIGEST_CHARS = 16
@@ -81,16 +83,30 @@ def framework_version(framework: str) -> str:
     return ", ".join(found) or "not installed"
 
 
+def workload_code(cls: type) -> str:
+    """A hash of a workload's code: the file defining its class and each of its model files (by name and
+    content; what they import from elsewhere is not counted), so an edited model is a new trial."""
+    paths = [Path(inspect.getfile(cls))]
+    for target in discover.models(cls).values():
+        found = importlib.util.find_spec(target.partition(":")[0])
+        if found is not None and found.origin and Path(found.origin).is_file():
+            paths.append(Path(found.origin))
+    return _combined(sorted(set(paths)))
+
+
 def content(spec: RunSpec) -> dict[str, str]:
     """``RunSpec.content`` for ``spec``: the hash of the files each data option stands for
     (:meth:`bakeoff.core.workload.Workload.data_files`), of the resolved configuration, and the bakeoff and framework
     versions."""
-    workload = registry.workload(spec.workload)
+    cls = registry.workload_class(spec)
+    workload = cls()
     out = {f"data:{key}": digest(paths[0]) if len(paths) == 1 else _combined(paths)
            for key, paths in workload.data_files(spec).items()}
     config = workload.config(spec.preset, spec)
     out["config"] = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:DIGEST_CHARS]
     out["bakeoff"] = bakeoff_version()
+    if not cls.__module__.startswith("bakeoff."):  # a workload from outside: its code counts as bakeoff's does
+        out["workload"] = workload_code(cls)
     out[spec.framework.value] = framework_version(spec.framework.value)
     return out
 
@@ -105,7 +121,9 @@ def configuration(spec: Mapping[str, Any]) -> str:
     content is hashed counts by its hash, as in :meth:`RunSpec.key`."""
     content = dict(spec.get("content") or {})
     kept = {k: v for k, v in content.items() if k.startswith("data:") or k == "config"}
-    raw = {k: v for k, v in spec.items() if k not in ("seed", "repeat", "content")}
+    raw = {k: v for k, v in spec.items() if k not in ("seed", "repeat", "content", "workload_path")}
+    if not raw.get("workload_class"):
+        raw.pop("workload_class", None)  # as in RunSpec.key: counts only when set
     raw["data"] = {k: v for k, v in dict(spec.get("data") or {}).items() if f"data:{k}" not in content}
     raw["content"] = kept
     return json.dumps(raw, sort_keys=True, default=str)

@@ -1,5 +1,7 @@
 """Where each workload, model implementation and engine lives, imported only when a trial needs it, and what a
-spec's framework can run (from its record, :mod:`bakeoff.core.frameworks`).
+spec's framework can run (from its record, :mod:`bakeoff.core.frameworks`, and what the workload declares).
+Workloads are found by :mod:`bakeoff.core.discover`: shipped, installed (entry points) or referenced by module or
+file, all alike.
 
 Nothing here imports a framework: :func:`installed` asks importlib whether one *could* be imported.
 """
@@ -10,30 +12,9 @@ import importlib
 import importlib.util
 from typing import Any
 
-from bakeoff.core import frameworks
+from bakeoff.core import discover, frameworks
 from bakeoff.core.spec import Framework, Parallelism, RunSpec, SpecError
 from bakeoff.core.workload import Workload
-
-WORKLOADS: dict[str, str] = {
-    "text_classifier": "bakeoff.workloads.text_classifier.workload:TextClassifierWorkload",
-    "speech_ctc": "bakeoff.workloads.speech_ctc.workload:SpeechCTCWorkload",
-    "autoencoder": "bakeoff.workloads.autoencoder.workload:AutoencoderWorkload",
-    "mnist": "bakeoff.workloads.mnist.workload:MnistWorkload",
-}
-
-# Each workload's model class, the same name in every framework's module (as AlgoPerf does); where the module is
-# is the framework's record (bakeoff.core.frameworks).
-MODEL_CLASSES: dict[str, str] = {
-    "text_classifier": "TextClassifier",
-    "speech_ctc": "SpeechCTC",
-    "autoencoder": "TransformerAutoencoder",
-    "mnist": "MnistCNN",
-}
-
-MODELS: dict[tuple[str, str], str] = {
-    (w, fw): info.model(w, cls) for fw, info in frameworks.FRAMEWORKS.items()
-    for w, cls in MODEL_CLASSES.items() if info.implements(w)}
-"""``(workload, framework) -> "module:Class"``."""
 
 
 def unsupported(spec: RunSpec) -> str:
@@ -41,8 +22,10 @@ def unsupported(spec: RunSpec) -> str:
     precision or strategy its framework's record does not list, with the accepted ones named."""
     info = spec.info
     name = info.display
-    if not info.implements(spec.workload):
-        return f"{name} has no {spec.workload} implementation; it implements {', '.join(info.workloads or ())}"
+    implemented = models(spec)
+    if spec.framework.value not in implemented:
+        return (f"{name} has no {spec.workload} implementation; {spec.workload} is implemented in "
+                f"{', '.join(implemented)}")
     if spec.execution not in info.executions:
         why = info.missing_modes.get(spec.execution, f"{name} has no {spec.execution.value} execution mode")
         return (f"{why}; accepted: "
@@ -92,22 +75,52 @@ def installed(framework: str) -> bool:
     return not not_installed(framework)
 
 
-def check_workload(name: str) -> None:
-    if name not in WORKLOADS:
-        raise SpecError(f"unknown workload {name!r}; accepted: {', '.join(WORKLOADS)}")
+def workload_class(which: RunSpec | str) -> type[Workload]:
+    """The Workload class a spec names, or a name or reference (``MODULE:CLASS``, ``FILE.py:CLASS``) does;
+    raises :class:`SpecError` naming the bad value and the accepted forms."""
+    if isinstance(which, RunSpec):
+        return discover.load(discover.entry_of(which.workload, which.workload_class, which.workload_path))
+    return discover.load(discover.resolve(which))
 
 
-def workload(name: str) -> Workload:
-    check_workload(name)
-    return load(WORKLOADS[name])()
+def workload_fields(text: str) -> dict[str, str]:
+    """The RunSpec fields naming the workload ``text`` names (a name, ``MODULE:CLASS`` or ``FILE.py:CLASS``): its
+    name, and for a workload found by reference rather than by name, ``workload_class`` and ``workload_path``, what
+    a trial process resolves it by."""
+    entry = discover.resolve(text)
+    if entry.origin != "reference":
+        return {"workload": entry.name}
+    return {"workload": entry.name, "workload_class": entry.target, "workload_path": entry.path}
 
 
-def model_class(workload_name: str, framework: str | Framework) -> Any:
-    key = (workload_name, str(framework))
-    if key not in MODELS:
-        have = sorted(f for w, f in MODELS if w == workload_name)
-        raise SpecError(f"no {framework} implementation of {workload_name}; available: {', '.join(have)}")
-    return load(MODELS[key])
+def workload(which: RunSpec | str) -> Workload:
+    """An instance of the workload ``which`` names (:func:`workload_class`)."""
+    return workload_class(which)()
+
+
+def workload_names() -> list[str]:
+    """Every workload known by name: shipped, then installed packages' (the ``bakeoff.workloads`` entry points)."""
+    return discover.names()
+
+
+def models(which: RunSpec | str) -> dict[str, str]:
+    """``{framework: "module:Class"}`` of each framework implementing the workload ``which`` names."""
+    return discover.models(workload_class(which))
+
+
+def model_class(which: RunSpec | str, framework: str | Framework) -> Any:
+    """The model class (a :class:`~bakeoff.core.workload.ModelImpl`) of ``framework`` for the workload ``which``
+    names; imports the framework."""
+    cls = workload_class(which)
+    table = discover.models(cls)
+    name = str(framework)
+    if name not in table:
+        raise SpecError(f"no {name} implementation of {cls.name}; available: {', '.join(table)}")
+    module, _, attr = table[name].partition(":")
+    found = getattr(importlib.import_module(module), attr, None)
+    if found is None:
+        raise SpecError(f"{cls.name}'s {name} model {table[name]!r}: module {module} has no {attr}")
+    return found
 
 
 def engine_class(framework: str | Framework) -> Any:

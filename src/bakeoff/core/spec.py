@@ -101,7 +101,7 @@ class RunSpec:
     ``parameter_server`` training is asynchronous: each step is one global batch, run by whichever worker is free.
     """
 
-    workload: str
+    workload: str  # its name (results are stored by it)
     framework: Framework
     preset: str = "tiny"
     execution: Execution = Execution.EAGER
@@ -132,6 +132,11 @@ class RunSpec:
     # data options name ("data:train"), of the resolved configuration, and the bakeoff and framework versions.
     # Filled in by the runner; a data option with a content hash counts in the key by its content, not its path.
     content: tuple[tuple[str, str], ...] = ()
+    # A workload named by a module or file rather than found by name (bakeoff.core.discover): its class as
+    # "module:Class", and the folder its module needs on sys.path ('' for none), so that a trial process resolves
+    # it whatever its own folder. The key counts the class, not the folder (the content counts its code).
+    workload_class: str = ""
+    workload_path: str = ""
 
     def __post_init__(self) -> None:
         # Accept plain strings (from TOML, JSON or the CLI) and normalise them, so equal specs hash equally.
@@ -220,8 +225,10 @@ class RunSpec:
         raw = self.to_dict()
         content = raw["content"]
         raw["data"] = {k: v for k, v in raw["data"].items() if f"data:{k}" not in content}
-        if not raw["hosts"]:
-            del raw["hosts"]  # a field added later counts only when set, so earlier keys stay valid
+        for name in ("hosts", "workload_class"):
+            if not raw[name]:
+                del raw[name]  # a field added later counts only when set, so earlier keys stay valid
+        del raw["workload_path"]  # where the module is on this machine: moving a project is the same trial
         return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:16]
 
     def label(self) -> str:

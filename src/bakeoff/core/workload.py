@@ -118,6 +118,13 @@ class Workload(ABC):
     serving_inputs: ClassVar[dict[str, tuple[str | None, ...]]] = {}
     preset_configs: ClassVar[Mapping[str, Mapping[str, Any]]]  # preset -> the fields a spec's config may override
     targets: ClassVar[Mapping[str, float]]  # preset -> target measured on the shipped data
+    # Where its model is in each framework (:func:`bakeoff.core.discover.models`). By convention, the class named
+    # ``model_class`` in each module beside this one named for a framework's ``model_module`` (``torch_model.py``,
+    # ``tf_model.py``, ``jax_model.py``; ``keras_model.py`` for every Keras 3 row): a framework whose file is there
+    # implements the workload. ``models`` names a framework's ``"module:Class"`` where the convention does not fit,
+    # and wins over it.
+    model_class: ClassVar[str] = ""
+    models: ClassVar[Mapping[str, str]] = {}
 
     def check_preset(self, preset: str) -> None:
         """Raise :class:`SpecError` naming the accepted presets when ``preset`` is not one of them."""

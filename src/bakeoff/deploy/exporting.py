@@ -60,7 +60,7 @@ def _reference(request: Mapping[str, Any], manifest: model_dir.Manifest, directo
                adapter: Any) -> dict[str, Any]:
     from bakeoff.core import registry
 
-    workload = registry.workload(manifest.workload)
+    workload = registry.workload(manifest.run_spec)
     data = workload.load_data(manifest.run_spec)
     n = min(int(request.get("examples", 256)), data.num_test)
     split = {k: np.asarray(v)[:n] for k, v in data.test.items()}
@@ -92,6 +92,9 @@ def read_inputs(exports: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndar
 
 def _export(fmt: formats.Format, manifest: model_dir.Manifest, directory: Path, out: Path,
             adapter: Any) -> dict[str, Any]:
+    from bakeoff.core import registry
+
+    registry.workload_class(manifest.run_spec)  # a workload from outside bakeoff: the adapter finds it by name next
     split, probe, _ = read_inputs(out.parent)
     axes = {k: tuple(v) for k, v in manifest.serving_inputs.items()}
     example = {k: split[k][:2] for k in axes}

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from bakeoff.core import formats
+from bakeoff.core.spec import RunSpec
 from bakeoff.deploy import Unsupported, request_main
 from bakeoff.measure.isolation import foreign_frameworks, loaded_frameworks, refuse_all_but
 from bakeoff.measure.memory import RssProbe
@@ -89,7 +90,7 @@ def compare(outputs: np.ndarray, reference: np.ndarray) -> float:
 
 
 def measure(fmt: formats.Format, path: Path, threads: int, batch: int, calls: int, warmup: int, rounds: int,
-            exports: Path, workload_name: str) -> dict[str, Any]:
+            exports: Path, workload_name: RunSpec | str) -> dict[str, Any]:
     """Everything the module docstring lists, for ``fmt`` at ``path``."""
     from bakeoff.core import registry
     from bakeoff.deploy.exporting import read_inputs
@@ -163,6 +164,12 @@ def dynamic(result: Mapping[str, Any]) -> str:
     return "yes" if diff <= tol else f"no: outputs at the probe's shapes differ by {diff:.3g}"
 
 
+def _workload(request: Mapping[str, Any]) -> RunSpec | str:
+    """The workload of the kept model: its trial's spec (which says where a workload from outside bakeoff is), or
+    its name."""
+    return RunSpec.from_dict(request["spec"]) if request.get("spec") else request["workload"]
+
+
 def run_request(request: Mapping[str, Any]) -> dict[str, Any]:
     fmt = formats.get(request["format"])
     result: dict[str, Any] = {"format": fmt.name, "status": "failed",
@@ -170,7 +177,7 @@ def run_request(request: Mapping[str, Any]) -> dict[str, Any]:
     try:
         result.update(measure(fmt, Path(request["path"]), int(request["threads"]), int(request["batch"]),
                               int(request["calls"]), int(request["warmup"]), int(request["rounds"]),
-                              Path(request["exports"]), request["workload"]))
+                              Path(request["exports"]), _workload(request)))
         loaded = loaded_frameworks()
         result["frameworks_loaded"] = loaded
         foreign = [fw for fw in loaded if fw not in fmt.loads]

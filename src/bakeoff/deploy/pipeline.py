@@ -246,7 +246,7 @@ def _one_format(directory: Path, manifest: model_dir.Manifest, fmt: formats.Form
         row["stage"] = "export"
         return row
     request = {"format": fmt.name, "path": exported["path"], "exports": str(exports), "workload": manifest.workload,
-               "threads": settings.cpu_threads, "batch": settings.batch, "calls": settings.calls,
+               "spec": manifest.spec, "threads": settings.cpu_threads, "batch": settings.batch, "calls": settings.calls,
                "warmup": settings.warmup, "rounds": settings.rounds}
     measured = run_process("bakeoff.deploy.infer", request, settings.timeout_s, _env(fmt.loads, settings.cpu_threads),
                            logs / f"{fmt.name}.infer.log")

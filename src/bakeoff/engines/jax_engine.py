@@ -147,7 +147,7 @@ class JaxEngine(Engine):
         self.strategy = jax_distributed.strategy_for(spec, self.device, rendezvous_s)
         _CompileLog.start()
         self.compute_dtype = jnp.bfloat16 if spec.precision is Precision.BF16 else jnp.float32
-        self.model = model_class(spec.workload, "jax")(self.config)
+        self.model = model_class(spec, "jax")(self.config)
         self.impl = _BoundModel(self)
         # torch.optim.Adam's update: optax divides the bias-corrected first moment by √(bias-corrected second
         # moment) + ε, PyTorch by √v / √(1 − β₂ᵗ) + ε — the same expression (tests/test_jax_engine.py checks it).

@@ -123,7 +123,7 @@ class KerasEngine(Engine):
         self.policy = "mixed_bfloat16" if spec.precision is Precision.BF16 else "float32"
         keras.mixed_precision.set_dtype_policy(self.policy)
 
-        self.impl = model_class(spec.workload, spec.framework)(self.config, self.device)
+        self.impl = model_class(spec, spec.framework)(self.config, self.device)
         self.impl.build(dict(weights))
         self.module = self.impl.module
         accum = spec.grad_accum if spec.grad_accum > 1 else None

@@ -98,7 +98,7 @@ class TensorFlowEngine(Engine):
 
         dist = self.dist
         with dist.scope():  # variables and optimizer state: mirrored, or on the parameter server
-            self.impl = registry.model_class(spec.workload, "tensorflow")(self.config, self.device)
+            self.impl = registry.model_class(spec, "tensorflow")(self.config, self.device)
             self.impl.build(dict(weights))
             self.variables = self.impl.trainable()
             optimizer = Adam(learning_rate=self.config["learning_rate"], beta_1=0.9, beta_2=0.999, epsilon=1e-8)

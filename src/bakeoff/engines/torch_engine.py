@@ -91,7 +91,7 @@ class TorchEngine(Engine):
         _pin_threads(threads_for(spec))
         torch.manual_seed(self.strategy.dropout_seed(spec.seed))  # dropout masks
 
-        self.impl = model_class(spec.workload, "torch")(self.config, str(self.device))
+        self.impl = model_class(spec, "torch")(self.config, str(self.device))
         self.impl.build(dict(weights))
         # What the training forward goes through: the impl, or under DDP a view of it whose module is the DDP
         # wrapper. Prediction, weights and checkpoints use self.impl, the plain module.

@@ -9,7 +9,7 @@ A suite names default spec fields, a matrix of values to cross, and how many rep
     timeout_s = 600             # per trial
 
     [defaults]                  # any RunSpec field (but repeat and content)
-    workload = "text_classifier"
+    workload = "text_classifier"  # or your own: "my_models.sentiment:Sentiment", "models/sentiment.py:Sentiment"
     max_epochs = 3
     target = 0.8                # optional: the quality target (default: the workload's, derived for user data)
 
@@ -88,8 +88,10 @@ from bakeoff.core.spec import Framework, RunSpec, SpecError
 
 TOP_LEVEL = ("name", "description", "repeats", "max_repeats", "timeout_s", "defaults", "config", "matrix", "variant",
              "exclude", "weights", "qualitative", "batch_search")
-SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec) if f.name not in ("repeat", "content"))
-"""The RunSpec fields a suite (or a flag) may set: ``repeat`` comes from ``repeats``, ``content`` from the runner."""
+SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec)
+                    if f.name not in ("repeat", "content", "workload_class", "workload_path"))
+"""The RunSpec fields a suite (or a flag) may set: ``repeat`` comes from ``repeats``, ``content`` from the runner,
+``workload_class`` and ``workload_path`` from resolving ``workload`` (:func:`bakeoff.core.registry.workload_fields`)."""
 
 BUDGET = ("max_steps", "max_epochs", "max_seconds")
 LISTS = ("framework", "execution", "precision", "parallelism", "workers")  # fields a flag may list (a matrix list)
@@ -230,11 +232,13 @@ def field_problem(name: str, value: Any) -> str:
             ok, want = number and value >= 0, f"{noun} >= 0"
         return "" if ok else f"{name} must be {want}, got {value!r}"
     if kind is str:
-        if name == "workload":
-            from bakeoff.core.registry import WORKLOADS
+        if name == "workload" and isinstance(value, str) and value:
+            from bakeoff.core import registry  # imported when a suite is read: numpy, workload classes
 
-            if value not in WORKLOADS:
-                return f"unknown workload {value!r}; accepted: {', '.join(WORKLOADS)}"
+            try:
+                registry.workload_fields(value)
+            except SpecError as exc:
+                return str(exc)
         return "" if isinstance(value, str) and value else f"{name} must be a non-empty string, got {value!r}"
     if kind is tuple:  # data / config: a table of KEY = value
         scalar = (str, int, float, bool)
@@ -391,8 +395,15 @@ def adhoc_suite(overrides: Mapping[str, Any]) -> Suite:
     if "workload" not in given:
         raise SpecError("give --suite NAME|FILE, or --workload with the ad-hoc trial options")
     workload = given.pop("workload")
-    raw = {"name": f"adhoc-{workload}", "description": "trials from command-line flags", "timeout_s": 900,
-           "defaults": {"workload": workload, **ADHOC_DEFAULTS}, "matrix": dict(ADHOC_MATRIX)}
+    name = _workload_fields(str(workload))["workload"]
+    matrix = dict(ADHOC_MATRIX)
+    if "framework" not in given:  # of the default frameworks, those the workload has a model in
+        from bakeoff.core import registry
+
+        implemented = registry.models(str(workload))
+        matrix["framework"] = [fw for fw in matrix["framework"] if fw in implemented] or matrix["framework"]
+    raw = {"name": f"adhoc-{name}", "description": "trials from command-line flags", "timeout_s": 900,
+           "defaults": {"workload": workload, **ADHOC_DEFAULTS}, "matrix": matrix}
     return _build(raw, "command line", "", given, record=False)
 
 
@@ -543,6 +554,7 @@ def _expand(defaults: dict[str, Any], matrix: dict[str, list[Any]], variants: li
             fields.update(repeat=repeat, seed=base_seed + repeat)
             if "workload" not in fields or "framework" not in fields:
                 raise fail("defaults", "every configuration needs a workload and a framework")
+            fields.update(_workload_fields(str(fields["workload"])))  # a name, or what a trial resolves
             try:
                 spec = RunSpec.from_dict(fields)
             except (SpecError, TypeError, ValueError) as exc:
@@ -551,6 +563,12 @@ def _expand(defaults: dict[str, Any], matrix: dict[str, list[Any]], variants: li
     if not specs:
         raise SpecError(f"{source}: the suite expands to no trials")
     return list(specs.values())
+
+
+def _workload_fields(text: str) -> dict[str, str]:
+    from bakeoff.core import registry
+
+    return registry.workload_fields(text)
 
 
 def parse_size(text: str) -> int:

@@ -87,7 +87,7 @@ def keep(spec: RunSpec, config: Mapping[str, Any], weights: Weights, serving: Ma
         raise ModelDirError(f"{framework} models cannot be kept: bakeoff keeps and exports models of "
                             f"{', '.join(formats.exporting_frameworks())}")
     adapter = importlib.import_module(formats.adapter_module(framework))
-    workload = registry.workload(spec.workload)
+    workload = registry.workload(spec)
     tmp = directory.with_name(directory.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

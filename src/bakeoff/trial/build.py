@@ -66,7 +66,7 @@ def build_trial(spec: RunSpec, config_changes: Mapping[str, Any] | None = None) 
     """The workload of ``spec``, its data (loaded, as :meth:`Workload.load_data` reads them for this spec), its
     configuration resolved from the preset, the spec and the data, with ``config_changes`` over it (the parity
     probes turn dropout off), and the initial weights of the spec's seed. Imports no framework."""
-    workload = registry.workload(spec.workload)
+    workload = registry.workload(spec)
     data = workload.load_data(spec)
     config = workload.config(spec.preset, spec, data)
     config.update(config_changes or {})

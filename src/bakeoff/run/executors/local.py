@@ -90,7 +90,7 @@ def validate(specs: Sequence[RunSpec]) -> dict[tuple, int]:
             raise SpecError(f"--device cuda: {why}; run with --device cpu, or auto (a GPU when the framework sees "
                             "one)")
     for spec in specs:
-        workload = registry.workload(spec.workload)
+        workload = registry.workload(spec)
         workload.config(spec.preset, spec)
         key = data_key(spec)
         if key not in train_sizes:
@@ -347,7 +347,7 @@ def _utilisation(store: Store, wanted: ceiling.Need, kept: dict | None, result: 
         store.put_ceiling(wanted.key, wanted.fingerprint, probed.kept())
         kept = store.ceiling(wanted.key)
     config = result.extras.get("config")
-    flops = registry.workload(result.run_spec.workload).flops_per_example(config) if config else None
+    flops = registry.workload(result.run_spec).flops_per_example(config) if config else None
     return ceiling.utilisation(result, kept, wanted, flops)
 
 

@@ -74,6 +74,7 @@ class AutoencoderWorkload(Workload):
     """Sequence reconstruction with a 2-block Transformer encoder and a linear head, MSE loss."""
 
     name: ClassVar[str] = "autoencoder"
+    model_class: ClassVar[str] = "TransformerAutoencoder"  # in each framework's model file beside this one
     serving_inputs: ClassVar[dict[str, tuple[str | None, ...]]] = {"inputs": ("batch", "seq", None)}
     metric_name: ClassVar[str] = "mse"
     higher_is_better: ClassVar[bool] = False

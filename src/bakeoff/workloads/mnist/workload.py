@@ -58,6 +58,7 @@ class MnistWorkload(Workload):
     """Ten-class handwritten-digit classification with a two-convolution CNN."""
 
     name: ClassVar[str] = "mnist"
+    model_class: ClassVar[str] = "MnistCNN"  # in each framework's model file beside this one
     serving_inputs: ClassVar[dict[str, tuple[str | None, ...]]] = {"images": ("batch", None, None)}
     metric_name: ClassVar[str] = "accuracy"
     presets: ClassVar[tuple[str, ...]] = tuple(PRESETS)

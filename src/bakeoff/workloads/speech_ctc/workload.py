@@ -81,6 +81,7 @@ class SpeechCTCWorkload(Workload):
     """Character-level speech recognition with a convolution + Transformer encoder trained with CTC."""
 
     name: ClassVar[str] = "speech_ctc"
+    model_class: ClassVar[str] = "SpeechCTC"  # in each framework's model file beside this one
     serving_inputs: ClassVar[dict[str, tuple[str | None, ...]]] = {"features": ("batch", "frames", None),
                                                                    "feature_lengths": ("batch",)}
     metric_name: ClassVar[str] = "cer"

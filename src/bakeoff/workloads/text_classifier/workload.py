@@ -46,6 +46,7 @@ class TextClassifierWorkload(Workload):
     """Binary or multi-class text classification with a small Transformer encoder."""
 
     name: ClassVar[str] = "text_classifier"
+    model_class: ClassVar[str] = "TextClassifier"  # in each framework's model file beside this one
     serving_inputs: ClassVar[dict[str, tuple[str | None, ...]]] = {"tokens": ("batch", "seq")}
     metric_name: ClassVar[str] = "accuracy"
     presets: ClassVar[tuple[str, ...]] = tuple(PRESETS)
