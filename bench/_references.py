@@ -107,7 +107,8 @@ def torch_reference(cfg: Mapping[str, Any], out_units: int, execution: str, thre
 def tf_reference(cfg: Mapping[str, Any], out_units: int, execution: str, threads: int,
                  seed: int = 0) -> Reference:
     """``keras_hub.layers.TokenAndPositionEmbedding`` + ``keras_hub.layers.TransformerEncoder`` blocks (Keras 3 on
-    TensorFlow), mean pooling, head; a ``GradientTape`` step in ``tf.function`` with Keras' Adam."""
+    TensorFlow), mean pooling, head; a ``GradientTape`` step in ``tf.function`` with Keras' Adam
+    (``jit_compile=True`` for ``execution="xla"``)."""
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
@@ -146,7 +147,7 @@ def tf_reference(cfg: Mapping[str, Any], out_units: int, execution: str, threads
         optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
         return loss
 
-    compiled = tf.function(train) if execution == "graph" else train
+    compiled = tf.function(train, jit_compile=execution == "xla") if execution in ("graph", "xla") else train
 
     def step(batch: Batch) -> float:
         return float(compiled(tf.convert_to_tensor(batch["tokens"]), tf.convert_to_tensor(batch["labels"])))

@@ -3,7 +3,8 @@ of the same text-classifier configuration in the same framework, in each framewo
 
 References (bench/_references.py, which says what differs): PyTorch — Hugging Face ``transformers`` ``BertEncoder``
 (eager, and a plain ``torch.compile(model)`` against bakeoff's compiled step); TensorFlow —
-``keras_hub.layers.TransformerEncoder`` in a ``tf.function`` step; JAX — a Flax Linen encoder as ``flax/examples``
+``keras_hub.layers.TransformerEncoder`` in a ``tf.function`` step (and with ``jit_compile=True`` against bakeoff's
+XLA mode); JAX — a Flax Linen encoder as ``flax/examples``
 write it (``nn.MultiHeadDotProductAttention``, ``TrainState``, ``jax.jit``). JAX's reference is Flax rather than
 keras-hub on the JAX backend because bakeoff's JAX model is Flax: the question is whether bakeoff's Flax code is as
 fast as the Flax that Flax's own authors write, not how Keras compares with Flax.
@@ -63,9 +64,9 @@ import numpy as np
 from _common import build_engine, in_child
 from _references import INSTALL_HINT
 
-CASES = [("torch", "eager"), ("torch", "graph"), ("tensorflow", "graph"), ("jax", "graph")]
-MODE_NAMES = {("torch", "eager"): "eager", ("torch", "graph"): "torch.compile",
-              ("tensorflow", "graph"): "tf.function", ("jax", "graph"): "jax.jit"}
+CASES = [("torch", "eager"), ("torch", "graph"), ("tensorflow", "graph"), ("tensorflow", "xla"), ("jax", "graph")]
+MODE_NAMES = {("torch", "eager"): "eager", ("torch", "graph"): "torch.compile", ("tensorflow", "graph"): "tf.function",
+              ("tensorflow", "xla"): "tf.function+XLA", ("jax", "graph"): "jax.jit"}
 # Variant -> the dropout both sides train with (None: the preset's).
 VARIANTS: dict[str, float | None] = {"same": 0.0, "preset": None}
 # The references whose blocks lack the dropout after the feed-forward activation (bench/_references.py).
@@ -162,7 +163,7 @@ class Row:
 
 
 def format_row(framework: str, mode: str, preset: str, variant: str, row: Row) -> str:
-    head = f"{framework:<10} {mode:<13} {preset:<5} {variant:<6}"
+    head = f"{framework:<10} {mode:<15} {preset:<5} {variant:<6}"
     params = f"{row.bakeoff_params:>9,} {row.reference_params:>9,}"
     speeds = f"{row.examples_per_s('bakeoff'):>8.1f} {row.examples_per_s('reference'):>8.1f}"
     if not row.comparable:
@@ -172,7 +173,7 @@ def format_row(framework: str, mode: str, preset: str, variant: str, row: Row) -
     return f"{head} {speeds} {f'{row.ratio:.3f}x ({lo:.3f}–{hi:.3f})':>20} {row.verdict:>7} {params}{note}"
 
 
-HEADER = (f"{'framework':<10} {'mode':<13} {'preset':<5} {'arch':<6} {'bakeoff':>8} {'ref':>8} "
+HEADER = (f"{'framework':<10} {'mode':<15} {'preset':<5} {'arch':<6} {'bakeoff':>8} {'ref':>8} "
           f"{'ratio (95% interval)':>20} {'verdict':>7} {'params b':>9} {'params r':>9}")
 
 
@@ -309,7 +310,7 @@ def run(presets: Sequence[str], variants: Sequence[str], rounds: int | None, fra
                 name = MODE_NAMES[case]
                 if case in missing:
                     hint = INSTALL_HINT.get(case[0])
-                    lines.append(f"{case[0]:<10} {name:<13} {preset:<5} {variant:<6} {MISSING} "
+                    lines.append(f"{case[0]:<10} {name:<15} {preset:<5} {variant:<6} {MISSING} "
                                  f"({missing[case]} is missing" + (f"; {hint})" if hint else ")"))
                     continue
                 row = Row(samples[case], *params[case])
@@ -326,8 +327,8 @@ def run(presets: Sequence[str], variants: Sequence[str], rounds: int | None, fra
 
 
 def keep(path: Path, rows: Sequence[dict]) -> None:
-    """Keep the rows in bakeoff's store under this machine's fingerprint (:mod:`bakeoff.measure.efficiency`)."""
-    from bakeoff.measure import efficiency
+    """Keep the rows in bakeoff's store under this machine's fingerprint (:mod:`bakeoff.results.efficiency`)."""
+    from bakeoff.results import efficiency
     from bakeoff.results.store import Store
 
     with Store(path) as store:

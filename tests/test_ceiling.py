@@ -128,7 +128,7 @@ def test_env_measures_once_then_shows_what_is_kept(tmp_path):
             assert "not kept" not in after
 
     # bench/reference_efficiency.py --store keeps its rows for this machine; env shows them
-    from bakeoff.measure import efficiency
+    from bakeoff.results import efficiency
 
     row = {"framework": "torch", "execution": "eager", "mode": "eager", "preset": "small", "variant": "same",
            "bakeoff_examples_per_s": 11.0, "reference_examples_per_s": 10.0, "bakeoff_params": 5,

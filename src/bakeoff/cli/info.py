@@ -95,8 +95,8 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 def _efficiency(args: argparse.Namespace) -> list[str]:
     """Each implementation's measured speed against a public reference on this machine, as kept in the store by
-    ``bench/reference_efficiency.py --store`` (:mod:`bakeoff.measure.efficiency`)."""
-    from bakeoff.measure import efficiency
+    ``bench/reference_efficiency.py --store`` (:mod:`bakeoff.results.efficiency`)."""
+    from bakeoff.results import efficiency
     from bakeoff.results.store import Store
 
     lines = ["implementation efficiency (bakeoff's text_classifier step against a public implementation of the "

@@ -247,7 +247,7 @@ class Store:
                                          "measured_at": row[2]}
 
     def put_efficiency(self, key: str, fingerprint: dict[str, Any], result: dict[str, Any]) -> None:
-        """Keep one implementation-efficiency record of this machine (:mod:`bakeoff.measure.efficiency`)."""
+        """Keep one implementation-efficiency record of this machine (:mod:`bakeoff.results.efficiency`)."""
         with self._writing():
             self._db.execute("INSERT OR REPLACE INTO efficiency VALUES (?,?,?,?,?)",
                              (key, fingerprint["framework"], json.dumps(fingerprint), json.dumps(result),
