@@ -46,7 +46,7 @@ def readme_commands() -> list[str]:
 def test_readme_lists_the_commands_we_run():
     commands = readme_commands()
     assert commands[0] == "bakeoff list" and commands[1] == "bakeoff run" and commands[-1] == "bakeoff env"
-    assert len(commands) == 16
+    assert len(commands) == 17
 
 
 @pytest.mark.skipif(shutil.which("bakeoff", path=str(BIN)) is None or not registry.installed("tensorflow")
@@ -110,4 +110,6 @@ def test_every_readme_command_runs(tmp_path):
     quick_md = (tmp_path / "reports" / "quick" / "report.md").read_text()
     assert "MFU (model FLOPs / matmul ceiling), % median (95% CI)" in quick_md and "GFLOP/s (samples " in quick_md
     assert '"cores"' in outputs["bakeoff env"]
+    parity = next(outputs[c] for c in outputs if c.startswith("bakeoff parity"))
+    assert "all agree: torch, jax" in " ".join(parity.split())
     assert outputs["bakeoff env"].count(" GFLOP/s") >= 3  # fp32 and bf16 of each framework, kept in the store

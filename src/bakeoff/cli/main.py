@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 
-from bakeoff.cli import deploy, info, results, run
+from bakeoff.cli import deploy, info, parity, results, run
 
 EPILOG = """\
 examples:
@@ -29,6 +29,7 @@ examples:
   bakeoff compare a.sqlite b.sqlite        # the same configurations on two machines or versions
   bakeoff report --format json --fail-if-slower-than torch=0.9   # the decision as JSON; exit 1 for CI
   bakeoff prune --status failed --yes      # delete stored trials by filter
+  bakeoff parity --workload my_models.py:Sentiment --framework torch,jax   # prove your ports equivalent
 
 Results go to results/bakeoff.sqlite (SQLite; every raw sample kept). Runs resume by default: trials already
 in the store are skipped; use --retry-failed or --fresh to run them again.
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_parsers(sub)
     results.add_store_parsers(sub)
     deploy.add_parsers(sub)
+    parity.add_parser(sub)
     return parser
 
 
@@ -72,7 +74,7 @@ class _Version(argparse.Action):
 COMMANDS = {"run": run.cmd_run, "report": results.cmd_report, "list": info.cmd_list, "env": info.cmd_env,
             "show": results.cmd_show, "compare": results.cmd_compare, "prune": results.cmd_prune,
             "train": deploy.cmd_train, "export": deploy.cmd_export, "deploy": deploy.cmd_deploy,
-            "evaluate": deploy.cmd_evaluate}
+            "evaluate": deploy.cmd_evaluate, "parity": parity.cmd_parity}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,13 +1,16 @@
 """Parity probe: what one framework computes from given weights and batches, for cross-framework comparison.
 
 ``python -m bakeoff.trial.parity WORKLOAD FRAMEWORK OUT.npz [--preset tiny] [--steps 5] [--execution eager]
-[--precision fp32] [--accum-steps 0]``
+[--precision fp32] [--accum-steps 0] [--set KEY=VALUE ...]``
+
+WORKLOAD is a name or a reference (``MODULE:CLASS``, ``FILE.py:CLASS``), resolved as ``bakeoff run`` does.
 
 Runs in its own process (frameworks never share one), through the real engine and model code in the given
 execution mode and precision — the modes trials are timed in — with dropout off, and saves:
   ``num_params``; ``outputs`` — outputs on test examples from the workload's initial weights;
   ``outputs_perturbed`` — outputs after loading perturbed weights (non-zero biases, non-unit LayerNorm), which
-  exercises every canonical-name mapping; ``roundtrip_max_err`` — get_weights(set_weights(w)) against w;
+  exercises every canonical-name mapping; ``roundtrip/NAME`` — get_weights(set_weights(w)) for those perturbed
+  weights w, and ``roundtrip_max_err`` — its largest difference from w;
   ``grad/NAME`` — each canonical tensor's mean-loss gradient on one batch of ``batch_size``, and
   ``grad_accum/NAME`` — the same accumulated over the 4 micro-batches that batch is made of;
   ``init/NAME`` — the initial canonical weights; ``losses`` — the loss of every training step from them on the
@@ -22,15 +25,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bakeoff.analysis.parity import flatten, per_tensor_errors, unflatten
+from bakeoff.core import registry
 from bakeoff.core.spec import Execution, Precision, RunSpec
 from bakeoff.core.workload import Weights, Workload
 from bakeoff.trial.build import build_trial
+
+__all__ = ["ACCUM", "flatten", "main", "per_tensor_errors", "perturbed", "probe", "unflatten"]
 
 ACCUM = 4  # micro-batches per step in the accumulation checks
 
@@ -40,40 +47,19 @@ def perturbed(weights: Weights, seed: int = 1, scale: float = 0.05) -> Weights:
     return {k: (v + rng.normal(0, scale, v.shape)).astype(np.float32) for k, v in sorted(weights.items())}
 
 
-def flatten(prefix: str, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``{prefix/name: tensor}``: canonical tensors as entries of one ``.npz``."""
-    return {f"{prefix}/{name}": np.asarray(value) for name, value in weights.items()}
-
-
-def unflatten(arrays: Mapping[str, np.ndarray], prefix: str) -> Weights:
-    """The canonical tensors :func:`flatten` stored under ``prefix``."""
-    start = f"{prefix}/"
-    return {k[len(start):]: v for k, v in arrays.items() if k.startswith(start)}
-
-
-def per_tensor_errors(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], floor: float) -> dict[str, float]:
-    """Each tensor's max |a − b| relative to its own largest entry in ``b``, or to ``floor`` when that is smaller.
-
-    The floor is absolute (in the tensors' units): a tensor whose entries are all below it — a gradient that is
-    zero in theory, such as an attention key bias's, and holds only rounding noise — is held to an absolute
-    tolerance instead of a relative error of noise against noise.
-    """
-    if sorted(a) != sorted(b):
-        raise ValueError(f"different tensors: {sorted(set(a) ^ set(b))}")
-    return {k: float(np.abs(a[k] - b[k]).max() / max(float(np.abs(b[k]).max()), floor)) for k in sorted(a)}
-
-
 def probe(workload_name: str, framework: str, preset: str = "tiny", steps: int = 5, batch_size: int = 16,
           execution: str = "eager", precision: str = "fp32", seed: int = 0, examples: int = 64,
-          accum_steps: int = 0, data: tuple[tuple[str, str], ...] = (),
+          accum_steps: int = 0, data: tuple[tuple[str, str], ...] = (), config: tuple[tuple[str, str], ...] = (),
           extra: Callable[[Any, Workload, dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
           ) -> dict[str, np.ndarray]:
     """Run the probe in this process and return the arrays described in the module docstring.
 
     ``extra(engine, workload, test)``, called with the initial weights loaded, adds a workload's own checks;
-    ``data`` are the workload's data options (a trial's ``--data KEY=VALUE``).
+    ``data`` are the workload's data options (a trial's ``--data KEY=VALUE``), ``config`` overrides of the preset's
+    fields (``--set KEY=VALUE``); ``workload_name`` is a name or a reference (``MODULE:CLASS``, ``FILE.py:CLASS``).
     """
-    spec = RunSpec(workload=workload_name, framework=framework, preset=preset, execution=Execution(execution),
+    spec = RunSpec(**registry.workload_fields(workload_name), framework=framework, config=config, preset=preset,
+                   execution=Execution(execution),
                    precision=Precision(precision), max_steps=steps, batch_size=batch_size, seed=seed, device="cpu",
                    data=data)
     # Dropout masks are framework RNG streams; parity is checked without them.
@@ -88,7 +74,10 @@ def probe(workload_name: str, framework: str, preset: str = "tiny", steps: int =
     other = perturbed(weights)
     engine.impl.set_weights(other)
     back = engine.impl.get_weights()
-    out["roundtrip_max_err"] = np.array(max(float(np.abs(back[k] - other[k]).max()) for k in other))
+    out.update(flatten("roundtrip", back))
+    same = [k for k in other if k in back and np.shape(back[k]) == other[k].shape]
+    out["roundtrip_max_err"] = np.array(max((float(np.abs(back[k] - other[k]).max()) for k in same), default=np.inf)
+                                        if len(same) == len(other) else np.inf)
     out["roundtrip_same_keys"] = np.array(sorted(back) == sorted(other))
     out["outputs_perturbed"] = engine.predict(test, examples)
     engine.impl.set_weights(weights)
@@ -123,9 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--execution", default="eager")
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--accum-steps", type=int, default=0)
+    parser.add_argument("--set", dest="config", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
+    config = tuple(tuple(item.split("=", 1)) for item in args.config)
     result = probe(args.workload, args.framework, args.preset, args.steps, execution=args.execution,
-                   precision=args.precision, accum_steps=args.accum_steps)
+                   precision=args.precision, accum_steps=args.accum_steps, config=config)
     np.savez(args.out, **result)
     return 0
 

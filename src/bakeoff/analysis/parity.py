@@ -1,0 +1,251 @@
+"""Cross-framework parity: the checks a port must pass, their tolerances per precision, and what each finds.
+
+Framework-free. The inputs are canonical tensors (``{name: array}``, the same keys and layouts in every framework)
+and the arrays a parity probe saves (:mod:`bakeoff.trial.parity`); each check returns one :class:`Finding` per
+thing compared, in the workload's canonical order, so that the first failing one is the first tensor (or output,
+or step) that disagrees. ``bakeoff parity`` (:mod:`bakeoff.run.parity`) and the test suite's parity tests use
+these same checks and tolerances.
+
+Tolerances, fp32 (measured worst over the shipped workloads and every mode, eager and compiled, in brackets):
+  outputs: max |a − b| ≤ 1e-5 · max(1, max |ref|) [3e-6]; training losses, plain and accumulated: relative 1e-4
+  per step [5e-6]; gradients per tensor: max |a − b| ≤ 1e-4 · max(max |ref|, 1e-6) [1.5e-5], the floor 1e-6
+  holding a tensor whose gradient is all tiny to an absolute tolerance instead of noise against noise — across
+  frameworks, and between 4 accumulated micro-batches and the batch they make up [1.3e-5]; an accumulating run's
+  losses against the plain run's on the same examples, in one framework: relative 1e-5 [6e-7]; weights after
+  training, per tensor: ‖Δa − Δb‖ ≤ 5e-3 · ‖Δref‖ for the movement Δ = after − initial [1.1e-3, a token
+  embedding whose rare tokens' tiny gradients sit in Adam's ε regime; every other tensor ≤ 4e-4].
+bf16, u = 2⁻⁸ its unit roundoff (8 significant bits): the frameworks round activations to bf16 in different places
+(autocast: matmul and convolution outputs; Keras' mixed_bfloat16: every layer's output), so one forward pass
+differs by a few u: outputs within 8u of the largest output [2.6u]; the first training loss (same weights, forward
+only) within 1u [0.14u]; every later step within 8u, as each Adam step can add about u of drift [3.9u]. bf16
+gradients and weights are not compared per tensor: Keras' mixed_bfloat16 reduces bias gradients in bf16 (27%
+apart between 4 micro-batches and their batch), which losses absorb and tensors don't.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+BF16_U = 2.0**-8
+"""bf16's unit roundoff."""
+
+GRADIENT_FLOOR = 1e-6
+"""Gradients are compared relative to each tensor's largest entry, or to this when that is smaller."""
+
+ACCUM_LOSSES = 1e-5
+"""An accumulating run's losses against the plain run's, in one framework: relative, per step."""
+
+ZERO_GRADIENT = ("attn.k.bias",)
+"""Canonical names (suffixes) of tensors whose gradient is exactly zero in theory: softmax over keys is unchanged
+when the same q·b_k is added to every logit of a query. Their computed gradients are rounding noise, which Adam
+(dividing by √v) turns into full-size steps, different in each framework: they are checked to be noise (at most
+:data:`GRADIENT_FLOOR` of the largest gradient), and their trained weights are not compared."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerances:
+    """What two frameworks may differ by, at one precision (the module docstring says why each)."""
+
+    precision: str
+    outputs: float  # max |a − b| relative to the largest reference output (at least 1 in fp32)
+    first_loss: float  # relative, the first training step
+    losses: float  # relative, every step
+    gradients: float | None  # relative to each tensor's largest entry; None: not compared per tensor
+    weights: float | None  # ‖Δa − Δb‖ / ‖Δref‖ per tensor; None: not compared per tensor
+
+
+TOLERANCES = {
+    "fp32": Tolerances("fp32", outputs=1e-5, first_loss=1e-4, losses=1e-4, gradients=1e-4, weights=5e-3),
+    "bf16": Tolerances("bf16", outputs=8 * BF16_U, first_loss=BF16_U, losses=8 * BF16_U, gradients=None,
+                       weights=None),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One comparison: a tensor, an output or a step, its largest differences, and the tolerance it is held to.
+
+    ``error`` is what is held to ``tolerance`` (``measure`` says how it is computed); ``max_abs`` and ``max_rel``
+    are the largest absolute and relative differences, for the person reading.
+    """
+
+    check: str
+    item: str
+    max_abs: float
+    max_rel: float
+    error: float
+    tolerance: float
+    measure: str
+    ok: bool
+    note: str = ""
+
+    def describe(self) -> str:
+        """One line: the item, its differences, and the tolerance (or the note, for a structural mismatch)."""
+        if self.note:
+            return f"{self.check}: {self.item}: {self.note}"
+        verdict = "≤" if self.ok else ">"
+        return (f"{self.check}: {self.item}: max abs diff {self.max_abs:.3g}, max rel diff {self.max_rel:.3g}; "
+                f"{self.measure} {self.error:.3g} {verdict} tolerance {self.tolerance:.3g}")
+
+
+def first_failure(findings: Sequence[Finding]) -> Finding | None:
+    """The first finding that did not hold, or None."""
+    return next((f for f in findings if not f.ok), None)
+
+
+def flatten(prefix: str, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``{prefix/name: tensor}``: canonical tensors as entries of one ``.npz``."""
+    return {f"{prefix}/{name}": np.asarray(value) for name, value in weights.items()}
+
+
+def unflatten(arrays: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """The canonical tensors :func:`flatten` stored under ``prefix``, in their stored order."""
+    start = f"{prefix}/"
+    return {k[len(start):]: v for k, v in arrays.items() if k.startswith(start)}
+
+
+def per_tensor_errors(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], floor: float) -> dict[str, float]:
+    """Each tensor's max |a − b| relative to its own largest entry in ``b``, or to ``floor`` when that is smaller.
+
+    The floor is absolute (in the tensors' units): a tensor whose entries are all below it — a gradient that is
+    zero in theory, such as an attention key bias's, and holds only rounding noise — is held to an absolute
+    tolerance instead of a relative error of noise against noise.
+    """
+    if sorted(a) != sorted(b):
+        raise ValueError(f"different tensors: {sorted(set(a) ^ set(b))}")
+    return {k: float(np.abs(a[k] - b[k]).max() / max(float(np.abs(b[k]).max()), floor)) for k in sorted(a)}
+
+
+def zero_in_theory(name: str) -> bool:
+    """Whether the canonical tensor ``name`` has an exactly zero gradient in theory (:data:`ZERO_GRADIENT`)."""
+    return name.endswith(ZERO_GRADIENT)
+
+
+def _rel(diff: float, scale: float) -> float:
+    return diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf"))
+
+
+def _structure(check: str, a: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray]) -> list[Finding]:
+    """Names missing, extra, or of another shape than the reference's, each a failed finding."""
+    out = []
+    for name, value in ref.items():
+        if name not in a:
+            out.append(Finding(check, name, np.inf, np.inf, np.inf, 0.0, "", False,
+                               f"missing (the reference has shape {tuple(np.shape(value))})"))
+        elif np.shape(a[name]) != np.shape(value):
+            out.append(Finding(check, name, np.inf, np.inf, np.inf, 0.0, "", False,
+                               f"shape {tuple(np.shape(a[name]))}, the reference's {tuple(np.shape(value))}"))
+    out += [Finding(check, name, np.inf, np.inf, np.inf, 0.0, "", False,
+                    f"not a canonical tensor (shape {tuple(np.shape(a[name]))}): the reference has no {name}")
+            for name in a if name not in ref]
+    return out
+
+
+def compare_parameters(num_params: int, roundtrip: Mapping[str, np.ndarray],
+                       canonical: Mapping[str, np.ndarray]) -> list[Finding]:
+    """The model's parameter count equals the canonical weights' (``num_params``), and reading back the
+    canonical weights it was given (``canonical``) returns every name, shape and value exactly (``roundtrip``)."""
+    expected = sum(int(np.size(v)) for v in canonical.values())
+    count = Finding("parameters", "count", float(abs(num_params - expected)), _rel(abs(num_params - expected),
+                    expected), float(abs(num_params - expected)), 0.0, "|count − canonical count|",
+                    num_params == expected,
+                    "" if num_params == expected else f"{num_params:,} parameters, the canonical weights {expected:,}")
+    structural = _structure("parameters", roundtrip, canonical)
+    bad = {f.item for f in structural}
+    values = []
+    for name, value in canonical.items():
+        if name in bad:
+            continue
+        diff = float(np.abs(roundtrip[name] - value).max(initial=0.0))
+        values.append(Finding("parameters", name, diff, _rel(diff, float(np.abs(value).max(initial=0.0))), diff,
+                              0.0, "round trip max |set − get|", diff == 0.0))
+    return [count, *structural, *values]
+
+
+def compare_outputs(a: np.ndarray, ref: np.ndarray, precision: str, item: str = "outputs") -> list[Finding]:
+    """Model outputs on the same examples from the same weights."""
+    tol = TOLERANCES[precision]
+    if a.shape != ref.shape:
+        return [Finding("outputs", item, np.inf, np.inf, np.inf, tol.outputs, "", False,
+                        f"shape {a.shape}, the reference's {ref.shape}")]
+    diff, top = float(np.abs(a - ref).max(initial=0.0)), float(np.abs(ref).max(initial=0.0))
+    scale = max(top, 1.0) if precision == "fp32" else top
+    rel = float((np.abs(a - ref) / np.maximum(np.abs(ref), np.finfo(np.float32).tiny)).max(initial=0.0))
+    error = _rel(diff, scale)
+    measure = "max |Δ| / max(1, max |ref|)" if precision == "fp32" else "max |Δ| / max |ref|"
+    return [Finding("outputs", item, diff, rel, error, tol.outputs, measure, error <= tol.outputs)]
+
+
+def compare_losses(a: np.ndarray, ref: np.ndarray, precision: str, check: str = "losses") -> list[Finding]:
+    """Per-step training losses of two runs on the same batches from the same weights: the first step (forward
+    only) within ``first_loss``, every later one within ``losses``, relative."""
+    tol = TOLERANCES[precision]
+    if a.shape != ref.shape:
+        return [Finding(check, "losses", np.inf, np.inf, np.inf, tol.losses, "", False,
+                        f"{a.shape} steps, the reference's {ref.shape}")]
+    out = []
+    for step, (x, y) in enumerate(zip(a.tolist(), ref.tolist(), strict=True), start=1):
+        limit = tol.first_loss if step == 1 else tol.losses
+        rel = _rel(abs(x - y), abs(y))
+        out.append(Finding(check, f"step {step} loss", abs(x - y), rel, rel, limit, "|Δ| / |ref|", rel <= limit,
+                           "" if np.isfinite(x) else f"loss {x}"))
+    return out
+
+
+def compare_gradients(a: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], tolerance: float = 1e-4,
+                      check: str = "gradients") -> list[Finding]:
+    """Per canonical tensor: max |a − ref| relative to the tensor's largest reference entry (floor
+    :data:`GRADIENT_FLOOR`); a tensor zero in theory (:data:`ZERO_GRADIENT`) must be noise on both sides."""
+    out = _structure(check, a, ref)
+    scale = max((float(np.abs(g).max(initial=0.0)) for g in ref.values()), default=0.0)
+    bad = {f.item for f in out}
+    for name, g in ref.items():
+        if name in bad:
+            continue
+        diff = float(np.abs(a[name] - g).max(initial=0.0))
+        top = float(np.abs(g).max(initial=0.0))
+        if zero_in_theory(name):
+            noise = max(float(np.abs(a[name]).max(initial=0.0)), top)
+            out.append(Finding(check, name, diff, _rel(diff, top), _rel(noise, scale), GRADIENT_FLOOR,
+                               "zero in theory: max |g| / largest gradient", noise <= GRADIENT_FLOOR * scale,
+                               "" if noise <= GRADIENT_FLOOR * scale else
+                               f"gradient {noise:.3g} is not rounding noise (zero in theory)"))
+            continue
+        error = diff / max(top, GRADIENT_FLOOR)
+        out.append(Finding(check, name, diff, _rel(diff, top), error, tolerance,
+                           f"max |Δ| / max(max |ref|, {GRADIENT_FLOOR:g})", error <= tolerance))
+    return out
+
+
+def compare_weights(init: Mapping[str, np.ndarray], a: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],
+                    tolerance: float = 5e-3) -> list[Finding]:
+    """The canonical weights after training, per tensor: the two runs moved each tensor alike, ‖Δa − Δref‖
+    against ‖Δref‖ for Δ = after − initial (weights compared to themselves would hide the move in the initial
+    values)."""
+    out = _structure("weights", a, ref)
+    bad = {f.item for f in out}
+    for name, w in ref.items():
+        if name in bad or zero_in_theory(name):
+            continue
+        diff = float(np.abs(a[name] - w).max(initial=0.0))
+        error = _rel(float(np.linalg.norm(a[name] - w)), float(np.linalg.norm(w - init[name])))
+        rel = _rel(diff, float(np.abs(w - init[name]).max(initial=0.0)))
+        out.append(Finding("weights", name, diff, rel, error, tolerance, "‖Δa − Δref‖ / ‖Δref‖",
+                           error <= tolerance))
+    return out
+
+
+def compare_accumulation(probe: Mapping[str, np.ndarray], tolerance: float = 1e-4) -> list[Finding]:
+    """Within one probe: 4 accumulated micro-batches give the gradient of the batch they make up, tensor by
+    tensor, and the accumulating run's losses equal the plain run's (the same examples, 4 micro-batches a step)."""
+    out = compare_gradients(unflatten(probe, "grad_accum"), unflatten(probe, "grad"), tolerance, "accumulation")
+    if "losses_accum" in probe:
+        accum, plain = probe["losses_accum"], probe["losses"][: len(probe["losses_accum"])]
+        for step, (x, y) in enumerate(zip(accum.tolist(), plain.tolist(), strict=True), start=1):
+            rel = _rel(abs(x - y), abs(y))
+            out.append(Finding("accumulation", f"step {step} loss (accumulated)", abs(x - y), rel, rel,
+                               ACCUM_LOSSES, "|Δ| / |one batch's|", rel <= ACCUM_LOSSES))
+    return out

@@ -1,0 +1,114 @@
+"""``bakeoff parity`` through the real CLI: a shipped workload's ports agree (exit 0); a user's own workload with a
+port that is wrong in one tensor fails (exit 1) naming that tensor, its differences and the tolerance; bad input
+exits 2 naming the value and what is accepted. Each framework's probe runs in its own process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bakeoff.core import registry
+from test_own_workload import bakeoff, write_workload
+
+JAX_MODEL = '''
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from bakeoff.workloads.common.jax_encoder import FlaxModel
+
+
+class BlobsNet(nn.Module):
+    hidden: int
+    classes: int
+    dtype: object = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, deterministic=True):
+        x = nn.relu(nn.Dense(self.hidden, dtype=self.dtype, name="hidden")(x.astype(self.dtype)))
+        return nn.Dense(self.classes, dtype=self.dtype, name="out")(x)
+
+
+class BlobsMLP(FlaxModel):
+    def net(self, dtype=jnp.float32):
+        return BlobsNet(self.config["hidden"], self.config["classes"], dtype)
+
+    def example(self):
+        return (jnp.zeros((1, self.config["features"]), jnp.float32),)
+
+    def loss(self, params, batch, training, rng, dtype=jnp.float32):
+        logits = self.apply(params, batch["x"], training, rng, dtype).astype(jnp.float32)
+        summed = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).sum()
+        count = jnp.asarray(batch["labels"].shape[0], jnp.float32)
+        return summed PENALTY, count
+
+    def outputs(self, params, batch, dtype=jnp.float32):
+        return jax.nn.softmax(self.apply(params, batch["x"], False, None, dtype).astype(jnp.float32), -1)
+'''
+
+# The port's bug: weight decay coupled into the loss, on the output layer's kernel only (the PyTorch model has
+# none). Forward outputs agree; the gradients of hidden.kernel and hidden.bias do too; out.kernel's do not.
+WRONG = "+ count * 0.05 * jnp.sum(params['out']['kernel'] ** 2)"
+
+NEEDS = pytest.mark.skipif(not all(registry.installed(f) for f in ("torch", "jax")), reason="needs torch and jax")
+
+
+def _lines(text: str) -> str:
+    return " ".join(text.split())
+
+
+@NEEDS
+def test_a_shipped_workloads_ports_agree(tmp_path):
+    r = bakeoff("parity", "--workload", "mnist", "--framework", "torch,jax", "--execution", "eager", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for check in ("parameters", "outputs", "gradients", "losses", "weights", "accumulation"):
+        assert f"│ eager fp32 │ jax       │ {check}" in r.stdout, r.stdout
+    assert "DIFFERS" not in r.stdout and "all agree: torch, jax within the stated tolerances" in _lines(r.stdout)
+
+
+@NEEDS
+def test_a_users_port_wrong_in_one_tensor_is_named(tmp_path):
+    folder = write_workload(tmp_path / "models").parent
+    (folder / "jax_model.py").write_text(JAX_MODEL.replace("PENALTY", WRONG))
+    r = bakeoff("parity", "--workload", "models/blobs.py:Blobs", "--framework", "torch,jax", "--format", "json",
+                cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    first = report["first_disagreement"]
+    assert (first["framework"], first["mode"], first["check"], first["item"]) == ("jax", "eager fp32", "gradients",
+                                                                                  "out.kernel")
+    assert first["max_abs"] > 1e-3 and first["error"] > first["tolerance"] == 1e-4
+    verdicts = {(c["check"]): c["ok"] for c in report["checks"] if c["framework"] == "jax"}
+    assert verdicts == {"parameters": True, "outputs": True, "gradients": False, "losses": False, "weights": False,
+                        "accumulation": True}
+    [grads] = [c for c in report["checks"] if c["framework"] == "jax" and c["check"] == "gradients"]
+    assert [f["item"] for f in grads["findings"] if f["ok"]] == ["hidden.kernel", "hidden.bias", "out.bias"]
+
+    table = bakeoff("parity", "--workload", "models/blobs.py:Blobs", "--framework", "torch,jax", cwd=tmp_path)
+    assert table.returncode == 1
+    said = _lines(table.stdout)
+    assert (f"first disagreement: jax against torch, eager fp32: gradients: out.kernel: max abs diff "
+            f"{first['max_abs']:.3g}, max rel diff {first['max_rel']:.3g}; max |Δ| / max(max |ref|, 1e-06) "
+            f"{first['error']:.3g} > tolerance 0.0001") in said, said
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--workload", "sentiment"), "unknown workload 'sentiment'; accepted: autoencoder, mnist, speech_ctc"),
+    (("--workload", "mnist", "--framework", "torch,mxnet"),
+     "unknown framework 'mxnet'; accepted: torch, tensorflow, jax, keras-jax"),
+    (("--workload", "mnist", "--framework", "torch,jax", "--execution", "lazy"),
+     "unknown execution mode 'lazy'; accepted: eager, graph, xla"),
+    (("--workload", "mnist", "--framework", "torch,jax", "--precision", "fp16"),
+     "--precision fp16: parity has tolerances for fp32, bf16"),
+    (("--workload", "mnist", "--framework", "torch"), "parity compares two or more frameworks, got torch"),
+    (("--workload", "models/blobs.py:Blobs", "--framework", "torch,jax"),
+     "JAX has no blobs implementation; blobs is implemented in torch"),
+    (("--workload", "mnist", "--framework", "torch,jax", "--set", "widht=3"), "unknown config key(s) 'widht'"),
+])
+def test_bad_input_exits_2_naming_what_is_accepted(tmp_path, args, message):
+    write_workload(tmp_path / "models")  # PyTorch only
+    r = bakeoff("parity", *args, cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith("bakeoff parity: error: ") and message in _lines(r.stderr), r.stderr
