@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bakeoff.core.workload import Weights
+from bakeoff.workloads.common.torch_encoder import encoder_layer
 from bakeoff.workloads.speech_ctc.workload import sinusoids
 
 
@@ -28,8 +29,7 @@ class SpeechCTCNet(nn.Module):
         self.conv2 = nn.Conv1d(cfg["conv_channels"], d, 3, stride=2, padding=1)
         self.register_buffer("positions", torch.from_numpy(sinusoids(cfg["max_positions"], d)), persistent=False)
         self.blocks = nn.ModuleList(
-            nn.TransformerEncoderLayer(d, cfg["num_heads"], cfg["d_ff"], cfg["dropout"], activation="relu",
-                                       layer_norm_eps=cfg["layer_norm_eps"], batch_first=True, norm_first=False)
+            encoder_layer(d, cfg["num_heads"], cfg["d_ff"], cfg["dropout"], cfg["layer_norm_eps"])
             for _ in range(cfg["num_layers"]))
         self.drop = nn.Dropout(cfg["dropout"])
         self.head = nn.Linear(d, cfg["vocab_size"])
