@@ -44,7 +44,7 @@ bench: $(BENCH_STAMP)
 	$(PY) bench/compile_time.py
 	$(PY) bench/inference_harness.py
 	$(PY) bench/reference_efficiency.py --check
-	$(PY) bench/reference_efficiency.py
+	$(PY) bench/reference_efficiency.py --store results/bakeoff.sqlite
 
 clean:
 	rm -rf $(VENV) results reports

@@ -16,10 +16,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     listing.add_argument("--set", dest="config", action="append", metavar="KEY=VALUE",
                          help="with --presets and --workload: the presets with these fields overridden, as "
                               "`bakeoff run --set` would train them")
-    env = sub.add_parser("env", help="this machine's fingerprint, as stored with every result, and each installed "
-                                     "framework's matmul ceiling (measured once, kept in the store)")
-    env.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"where ceilings are kept (default: "
-                                                                          f"{DEFAULT_STORE})")
+    env = sub.add_parser("env", help="this machine's fingerprint, as stored with every result, each installed "
+                                     "framework's matmul ceiling (measured once, kept in the store), and each "
+                                     "implementation's measured speed against a public reference implementation "
+                                     "(bench/reference_efficiency.py --store)")
+    env.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"where ceilings and efficiency records are "
+                                                                          f"kept (default: {DEFAULT_STORE})")
     env.add_argument("--no-probe", action="store_true", help="show kept ceilings only; measure none")
     env.add_argument("--reprobe", action="store_true",
                      help="measure every ceiling again (a quiet machine helps) and keep the higher median: "
