@@ -112,3 +112,24 @@ def test_bad_input_exits_2_naming_what_is_accepted(tmp_path, args, message):
     r = bakeoff("parity", *args, cwd=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.startswith("bakeoff parity: error: ") and message in _lines(r.stderr), r.stderr
+
+
+def test_a_probe_past_its_timeout_is_reported_and_leaves_no_process(monkeypatch):
+    """A hung probe (here one that also started a child of its own, as Inductor's compile workers are) is
+    recorded as timed out, and neither it nor its child outlives the command."""
+    import subprocess
+    import sys
+    import uuid
+
+    from bakeoff.run import parity
+
+    marker = f"bakeoff-hung-probe-{uuid.uuid4().hex}"
+    hung = ("import subprocess, sys, time; "
+            f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '{marker}']); time.sleep(60)")
+    monkeypatch.setattr(parity, "probe_command", lambda *a, **k: [sys.executable, "-c", hung, marker])
+    monkeypatch.setattr(parity, "PROBE_TIMEOUT_S", 2.0)
+    report = parity.check_parity("mnist", ["torch", "jax"], ["eager"])
+    assert not report.ok and len(report.failed_runs) == 2
+    assert all("timed out after 2 s" in why for why in report.failed_runs.values())
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    assert left == []

@@ -24,6 +24,7 @@ from bakeoff.core import registry
 from bakeoff.core.spec import RunSpec, SpecError
 from bakeoff.measure.environment import usable_cores
 from bakeoff.plan.suite import ADHOC_MATRIX
+from bakeoff.run.process import process_group
 from bakeoff.trial.parity import perturbed
 
 log = logging.getLogger(__name__)
@@ -168,13 +169,17 @@ def check_parity(workload: str, frameworks: Sequence[str] | None = None, executi
             framework, mode = job
             out = Path(tmp) / f"{framework}-{mode.execution}-{mode.precision}.npz"
             log.info("parity probe: %s, %s", framework, mode)
-            try:
-                done = subprocess.run(probe_command(workload, framework, mode, out, preset, config),
-                                      capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                return job, f"timed out after {PROBE_TIMEOUT_S:g} s"
-            if done.returncode != 0:
-                return job, done.stderr.strip()[-2000:] or f"exit status {done.returncode}"
+            # In its own session, as a trial: leaving the block kills whatever is left of it (a timed-out probe,
+            # Inductor's compile workers), so no probe process outlives its turn.
+            with process_group(probe_command(workload, framework, mode, out, preset, config),
+                               f"parity probe {framework} {mode}", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True) as proc:
+                try:
+                    _, stderr = proc.communicate(timeout=PROBE_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    return job, f"timed out after {PROBE_TIMEOUT_S:g} s"
+            if proc.returncode != 0:
+                return job, stderr.strip()[-2000:] or f"exit status {proc.returncode}"
             return job, dict(np.load(out))
 
         jobs = [(f, m) for m in modes for f in names]
