@@ -37,8 +37,9 @@ below 0.1% moves it by far less than the noise; a larger one (BERT's pooler alon
 different model, and the row says "not comparable" instead of a ratio.
 
 Run: .venv/bin/python bench/reference_efficiency.py [--presets tiny,small] [--variants same,preset] [--rounds N]
-[--frameworks torch,...] [--store PATH] (on 2 cores: tiny about 6 minutes, small about 30). With ``--store`` the rows
-are kept in bakeoff's store for this machine, where ``bakeoff env`` and the report's efficiency section show them.
+[--frameworks torch,...] [--store PATH] (measured on 2 cores, 3 rounds, 5 cases: tiny with both variants 9 minutes,
+small 12 minutes a variant). With ``--store`` the rows are kept in bakeoff's store for this machine, where
+``bakeoff env`` shows them (the report does not read them yet).
 ``--check`` instead builds each reference in its own process and checks that it is bakeoff's configuration
 (parameter count exactly bakeoff's canonical one, output shape, a first loss near ln 2), exiting 1 if one is not;
 ``make bench`` runs it first. It was tests/test_reference_bench.py's until CI, which has no ``bench`` extra, skipped it.
@@ -227,7 +228,7 @@ def measure(framework: str, execution: str, preset: str, variant: str, first: st
             steps[side], params[side] = (lambda batch, e=engine: e.train_step([batch])), engine.num_params()
     batches = list(workload.batches(data.train, BATCH, spec.seed, 0))
     times = time_pairs(steps, order, batches, warmup, pairs)
-    return {"times": times, "params": params}
+    return {"times": times, "params": params, "threads": threads_for(spec)}
 
 
 def check_reference(framework: str, preset: str) -> dict:
@@ -285,9 +286,9 @@ def run(presets: Sequence[str], variants: Sequence[str], rounds: int | None, fra
     cases = [c for c in CASES if c[0] in frameworks]
     counts = ", ".join(f"{p} {rounds or ROUNDS[p]}" for p in presets)
     sys.stdout.write(f"reference efficiency: text_classifier, batch {BATCH}, fp32, rounds: {counts}, "
-                     f"threads {os.environ.get('BAKEOFF_THREADS') or os.cpu_count()}, "
                      f"load average {os.getloadavg()[0]:.2f} at start\n")
     lines, kept = [], []
+    threads = 0
     for preset in presets:
         for variant in variants:
             samples: dict = {c: [] for c in cases}
@@ -303,6 +304,7 @@ def run(presets: Sequence[str], variants: Sequence[str], rounds: int | None, fra
                         continue
                     samples[case].append((r["times"]["bakeoff"], r["times"]["reference"]))
                     params[case] = (r["params"]["bakeoff"], r["params"]["reference"])
+                    threads = r["threads"]  # both sides' (bakeoff's threads_for), the same in every child
                     b, ref = (statistics.median(r["times"][s]) for s in SIDES)
                     sys.stderr.write(f"  {preset} {variant} {case[0]}/{case[1]} first {order[0]}: "
                                      f"ratio {ref / b:.3f}\n")
@@ -320,19 +322,20 @@ def run(presets: Sequence[str], variants: Sequence[str], rounds: int | None, fra
     sys.stdout.write(HEADER + "\n" + "\n".join(lines) + "\n")
     sys.stdout.write(f"examples/s: batch / median step, every round's steps pooled; ratio: geometric mean of the "
                      f"rounds' ratios of median steps (warm-up, timed pairs per preset: "
-                     f"{STEPS}); ratio > 1: bakeoff faster; arch 'same': dropout 0 on both sides; "
+                     f"{STEPS}); {threads} threads each side; ratio > 1: bakeoff faster; arch 'same': dropout 0 on "
+                     f"both sides; "
                      f"load average {os.getloadavg()[0]:.2f} at end\n")
     if store is not None and kept:
-        keep(store, kept)
+        keep(store, kept, threads)
 
 
-def keep(path: Path, rows: Sequence[dict]) -> None:
+def keep(path: Path, rows: Sequence[dict], threads: int) -> None:
     """Keep the rows in bakeoff's store under this machine's fingerprint (:mod:`bakeoff.results.efficiency`)."""
     from bakeoff.results import efficiency
     from bakeoff.results.store import Store
 
     with Store(path) as store:
-        efficiency.keep(store, rows, threads=int(os.environ.get("BAKEOFF_THREADS") or os.cpu_count()))
+        efficiency.keep(store, rows, threads=threads)
     sys.stdout.write(f"kept {len(rows)} rows in {path} (bakeoff env shows them)\n")
 
 
@@ -360,8 +363,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--frameworks", default="torch,tensorflow,jax",
                         help="comma-separated frameworks (default: torch,tensorflow,jax)")
     parser.add_argument("--store", type=Path, default=None,
-                        help="keep the rows in this bakeoff store (e.g. results/bakeoff.sqlite) for bakeoff env "
-                             "and the report")
+                        help="keep the rows in this bakeoff store (e.g. results/bakeoff.sqlite), where bakeoff "
+                             "env shows them")
     parser.add_argument("--check", action="store_true",
                         help="check that each reference is bakeoff's configuration instead of timing it")
     args = parser.parse_args(argv)

@@ -95,7 +95,7 @@ def test_run_prints_the_table_keeps_it_and_says_when_a_reference_is_not_installe
         if framework == "tensorflow":
             return {"missing": "keras_hub"}
         return {"times": {"bakeoff": [0.8, 0.8, 0.8], "reference": [1.0, 1.0, 1.0]},
-                "params": {"bakeoff": 1234, "reference": 1234}}
+                "params": {"bakeoff": 1234, "reference": 1234}, "threads": 2}
 
     monkeypatch.setattr(bench, "in_child", fake_child)
     store = tmp_path / "store.sqlite"
@@ -119,6 +119,7 @@ def test_run_prints_the_table_keeps_it_and_says_when_a_reference_is_not_installe
     described = [efficiency.describe(r) for r in records]
     assert any("PyTorch" in d and "torch.compile tiny (same architecture, dropout 0)" in d and "1.25x" in d
                and "par" in d for d in described), described
+    assert {r["fingerprint"]["threads"] for r in records} == {2}  # as the children were given them
     first = next(r for r in records if r["fingerprint"]["mode"] == "eager")
     assert first["result"]["rounds"][0] == [[0.8, 0.8, 0.8], [1.0, 1.0, 1.0]]  # every raw step kept
 
