@@ -139,7 +139,7 @@ def test_env_measures_once_then_shows_what_is_kept(tmp_path):
     shown = env("--no-probe")
     assert "none kept for this machine" not in shown
     assert "eager small (same architecture, dropout 0), 2 threads: 1.10x the reference's speed (95% interval " \
-           "1.05–1.15; 11.0 against 10.0 examples/s), par" in shown
+           "1.05–1.15; 11.0 against 10.0 examples/s; 1 round of 1 step pairs), par" in shown
 
 
 def test_the_kept_ceiling_is_the_highest_median_measured():

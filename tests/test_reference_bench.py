@@ -118,7 +118,7 @@ def test_run_prints_the_table_keeps_it_and_says_when_a_reference_is_not_installe
     assert len(records) == 4  # torch eager and torch.compile, two variants each
     described = [efficiency.describe(r) for r in records]
     assert any("PyTorch" in d and "torch.compile tiny (same architecture, dropout 0)" in d and "1.25x" in d
-               and "par" in d for d in described), described
+               and "2 rounds of 3 step pairs), par" in d for d in described), described
     assert {r["fingerprint"]["threads"] for r in records} == {2}  # as the children were given them
     first = next(r for r in records if r["fingerprint"]["mode"] == "eager")
     assert first["result"]["rounds"][0] == [[0.8, 0.8, 0.8], [1.0, 1.0, 1.0]]  # every raw step kept

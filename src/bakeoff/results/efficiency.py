@@ -62,6 +62,8 @@ def describe(record: Mapping[str, Any]) -> str:
     if "ratio" not in r:
         return f"{head}: not comparable ({r['bakeoff_params']:,} parameters, the reference's {r['reference_params']:,})"
     lo, hi = r["interval"]
+    rounds = r["rounds"]
+    evidence = f"{len(rounds)} round{'s' if len(rounds) != 1 else ''} of {len(rounds[0][0])} step pairs"
     return (f"{head}: {r['ratio']:.2f}x the reference's speed (95% interval {lo:.2f}–{hi:.2f}; "
-            f"{r['bakeoff_examples_per_s']:.1f} against {r['reference_examples_per_s']:.1f} examples/s), "
-            f"{r['verdict']}; measured {record['measured_at']}")
+            f"{r['bakeoff_examples_per_s']:.1f} against {r['reference_examples_per_s']:.1f} examples/s; "
+            f"{evidence}), {r['verdict']}; measured {record['measured_at']}")
