@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bakeoff.core.workload import Weights
+from bakeoff.workloads.common import layouts
 
 
 class EncoderLayer(nn.TransformerEncoderLayer):
@@ -83,7 +84,7 @@ def get_block_weights(block: nn.TransformerEncoderLayer, prefix: str) -> Weights
         w[prefix + f"attn.{name}.kernel"], w[prefix + f"attn.{name}.bias"] = qkv_w[j].T.copy(), qkv_b[j]
     linears = {"attn.o.": attn.out_proj, "ffn.in.": block.linear1, "ffn.out.": block.linear2}
     for canon, linear in linears.items():
-        w[prefix + canon + "kernel"] = to_numpy(linear.weight).T.copy()
+        w[prefix + canon + "kernel"] = layouts.DENSE.canonical(to_numpy(linear.weight)).copy()
         w[prefix + canon + "bias"] = to_numpy(linear.bias)
     for canon, norm in (("norm1.", block.norm1), ("norm2.", block.norm2)):
         w[prefix + canon + "gamma"], w[prefix + canon + "beta"] = to_numpy(norm.weight), to_numpy(norm.bias)
@@ -99,7 +100,7 @@ def set_block_weights(block: nn.TransformerEncoderLayer, prefix: str, weights: M
         prefix + "attn.{q,k,v}.bias")
     linears = {"attn.o.": attn.out_proj, "ffn.in.": block.linear1, "ffn.out.": block.linear2}
     for canon, linear in linears.items():
-        put(linear.weight, weights[prefix + canon + "kernel"].T, prefix + canon + "kernel")
+        put(linear.weight, layouts.DENSE.native(weights[prefix + canon + "kernel"]), prefix + canon + "kernel")
         put(linear.bias, weights[prefix + canon + "bias"], prefix + canon + "bias")
     for canon, norm in (("norm1.", block.norm1), ("norm2.", block.norm2)):
         put(norm.weight, weights[prefix + canon + "gamma"], prefix + canon + "gamma")

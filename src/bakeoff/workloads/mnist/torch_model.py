@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from bakeoff.core.workload import Weights
+from bakeoff.workloads.common import layouts
 from bakeoff.workloads.mnist.workload import feature_size
 
 
@@ -63,44 +63,23 @@ class MnistCNN:
 
     # --- canonical weights -------------------------------------------------------------------------------
     # Canonical conv kernels are (kh, kw, in, out), torch's (out, in, kh, kw). The canonical dense kernel is
-    # (H·W·C, classes) with rows in channels-last flatten order; torch's Linear holds (classes, C·H·W).
+    # (H·W·C, classes) with rows in channels-last flatten order; torch's Linear holds (classes, C·H·W). The
+    # mapping is a table of names (bakeoff.workloads.common.layouts), the transposes the layouts'.
 
-    def _flat_shape(self) -> tuple[int, int, int]:
+    def _table(self) -> layouts.Table:
         s = feature_size(self.config)
-        return s, s, self.config["filters"][-1]  # (H, W, C)
+        dense = layouts.flattened((s, s, self.config["filters"][-1]))  # the last map, channels-last (H, W, C)
+        return {"conv1.kernel": ("conv1.weight", layouts.CONV), "conv1.bias": ("conv1.bias", layouts.AS_IS),
+                "conv2.kernel": ("conv2.weight", layouts.CONV), "conv2.bias": ("conv2.bias", layouts.AS_IS),
+                "dense.kernel": ("dense.weight", dense), "dense.bias": ("dense.bias", layouts.AS_IS)}
 
     def get_weights(self) -> Weights:
-        m = self.module
-
-        def np_(t: torch.Tensor) -> np.ndarray:
-            return t.detach().float().cpu().numpy()
-
-        h, w_, c = self._flat_shape()
-        dense = np_(m.dense.weight).reshape(-1, c, h, w_)  # (classes, C, H, W)
-        return {
-            "conv1.kernel": np_(m.conv1.weight).transpose(2, 3, 1, 0).copy(), "conv1.bias": np_(m.conv1.bias).copy(),
-            "conv2.kernel": np_(m.conv2.weight).transpose(2, 3, 1, 0).copy(), "conv2.bias": np_(m.conv2.bias).copy(),
-            "dense.kernel": dense.transpose(2, 3, 1, 0).reshape(h * w_ * c, -1).copy(),
-            "dense.bias": np_(m.dense.bias).copy(),
-        }
+        state = {k: v.detach().float().cpu().numpy() for k, v in self.module.state_dict().items()}
+        return layouts.to_canonical(state, self._table())
 
     @torch.no_grad()
     def set_weights(self, weights: Weights) -> None:
-        m = self.module
-
-        def put(param: torch.Tensor, value: np.ndarray, name: str) -> None:
-            value = np.ascontiguousarray(value, np.float32)
-            if tuple(param.shape) != value.shape:
-                raise ValueError(f"weight {name}: expected shape {tuple(param.shape)}, got {value.shape}")
-            param.copy_(torch.from_numpy(value))
-
-        h, w_, c = self._flat_shape()
-        for name, conv in (("conv1", m.conv1), ("conv2", m.conv2)):
-            put(conv.weight, np.asarray(weights[f"{name}.kernel"]).transpose(3, 2, 0, 1), f"{name}.kernel")
-            put(conv.bias, weights[f"{name}.bias"], f"{name}.bias")
-        dense = np.asarray(weights["dense.kernel"])
-        if dense.shape[0] != h * w_ * c:
-            raise ValueError(f"weight dense.kernel: expected {h * w_ * c} rows, got shape {dense.shape}")
-        put(m.dense.weight, dense.reshape(h, w_, c, -1).transpose(3, 2, 0, 1).reshape(dense.shape[1], -1),
-            "dense.kernel")
-        put(m.dense.bias, weights["dense.bias"], "dense.bias")
+        params = dict(self.module.named_parameters())
+        native = layouts.from_canonical(weights, self._table(), {k: tuple(p.shape) for k, p in params.items()})
+        for name, value in native.items():
+            params[name].copy_(torch.from_numpy(value))

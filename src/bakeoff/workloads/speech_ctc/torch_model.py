@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bakeoff.core.workload import Weights
+from bakeoff.workloads.common import layouts
 from bakeoff.workloads.common.torch_encoder import encoder_layer
 from bakeoff.workloads.speech_ctc.workload import sinusoids
 
@@ -106,13 +107,10 @@ class SpeechCTC:
         return rows
 
     @staticmethod
-    def _relayout(value: np.ndarray, layout: str) -> np.ndarray:
-        """Torch layout to canonical or back: each transpose is its own inverse."""
-        if layout == "T":
-            value = value.T
-        elif layout == "conv":
-            value = value.transpose(2, 1, 0)  # (out, in, width) <-> (width, in, out)
-        return np.ascontiguousarray(value)
+    def _relayout(value: np.ndarray, layout: str, to_torch: bool = False) -> np.ndarray:
+        """Torch layout to canonical, or back with ``to_torch`` (bakeoff.workloads.common.layouts)."""
+        move = {"T": layouts.DENSE, "conv": layouts.CONV}.get(layout, layouts.AS_IS)
+        return np.ascontiguousarray(move.native(value) if to_torch else move.canonical(value))
 
     def get_weights(self) -> Weights:
         w: Weights = {}
@@ -135,7 +133,7 @@ class SpeechCTC:
             param.copy_(torch.from_numpy(value))
 
         for name, param, layout in self._pairs():
-            put(param, self._relayout(np.asarray(weights[name], np.float32), layout), name)
+            put(param, self._relayout(np.asarray(weights[name], np.float32), layout, to_torch=True), name)
         for i, b in enumerate(self.module.blocks):
             p = f"blocks.{i}.attn."
             put(b.self_attn.in_proj_weight, np.concatenate([weights[p + f"{n}.kernel"].T for n in "qkv"]), p + "qkv")
