@@ -43,6 +43,13 @@ def test_tables_move_a_state_and_name_what_does_not_fit():
         layouts.from_canonical({"dense.kernel": weights["dense.kernel"]}, table)
 
 
+def test_tables_copy_so_weights_read_do_not_move_with_the_model():
+    live = {"fc.bias": np.zeros(3, np.float32)}  # as tensor.numpy() gives: the parameter's own memory
+    read = layouts.to_canonical(live, {"dense.bias": ("fc.bias", AS_IS)})
+    live["fc.bias"] += 1  # a training step
+    np.testing.assert_array_equal(read["dense.bias"], np.zeros(3))
+
+
 def test_gates_reorder_and_refuse_orders_that_name_other_gates():
     value = np.repeat(np.arange(3.0), 2)  # blocks r r | z z | n n
     np.testing.assert_array_equal(layouts.reorder_gates(value, "rzn", "zrn"), [1, 1, 0, 0, 2, 2])

@@ -131,20 +131,21 @@ def to_canonical(native: Mapping[str, Array], table: Table) -> dict[str, Array]:
     """A framework's named arrays (e.g. a ``state_dict`` as numpy) as canonical weights, through ``table``.
 
     Raises ``KeyError`` naming the canonical and the missing native name; names of ``native`` the table does not
-    list (buffers, counters) are ignored."""
+    list (buffers, counters) are ignored. Every array is a copy: ``tensor.numpy()`` shares the tensor's memory, and
+    weights read before a training step must not move with it."""
     out: dict[str, Array] = {}
     for name, (native_name, layout) in table.items():
         if native_name not in native:
             known = ", ".join(sorted(native)[:12])
             raise KeyError(f"weight {name}: the model has no {native_name!r} (it has {known}"
                            f"{', ...' if len(native) > 12 else ''})")
-        out[name] = np.ascontiguousarray(layout.canonical(np.asarray(native[native_name])))
+        out[name] = np.array(layout.canonical(np.asarray(native[native_name])), copy=True, order="C")
     return out
 
 
 def from_canonical(weights: Mapping[str, Array], table: Table,
                    shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, Array]:
-    """Canonical weights as the framework's named arrays, through ``table``; float32, contiguous.
+    """Canonical weights as the framework's named arrays, through ``table``; float32, contiguous, copies.
 
     With ``shapes`` (the framework's own shapes by native name, e.g. ``{k: v.shape for k, v in
     module.state_dict().items()}``) each converted array is checked against the shape it replaces. Raises
@@ -154,7 +155,7 @@ def from_canonical(weights: Mapping[str, Array], table: Table,
     for name, (native_name, layout) in table.items():
         if name not in weights:
             raise KeyError(f"weight {name} (the model's {native_name}) is not among the canonical weights given")
-        value = np.ascontiguousarray(layout.native(np.asarray(weights[name], np.float32)))
+        value = np.array(layout.native(np.asarray(weights[name], np.float32)), copy=True, order="C")
         if shapes is not None and native_name in shapes and tuple(shapes[native_name]) != value.shape:
             raise ValueError(f"weight {name}: the model's {native_name} has shape {tuple(shapes[native_name])}, the "
                              f"canonical {np.shape(weights[name])} becomes {value.shape} under layout {layout.name!r}")
