@@ -1,0 +1,208 @@
+"""``bakeoff plan``: the flags into :func:`bakeoff.plan.capacity.plan`, and the plan as a table (or JSON). Exit 0 when
+a plan was made (whether or not anything fits), 2 on an impossible one."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TYPE_CHECKING
+
+from bakeoff.cli.options import key_values, positive_int
+
+if TYPE_CHECKING:
+    from bakeoff.plan.capacity import Plan
+
+HELP = """\
+Memory per device, communication and step time of a Transformer under each framework's own strategies (data
+parallel; ZeRO-1/2/3 and FSDP; tensor and pipeline parallel; parameter servers), for a size this machine cannot try.
+Memory is split into weights, gradients, optimizer state (Adam) and activations, from stated formulas (ZeRO for the
+model states, Korthikanti et al. 2022 for activations; `bakeoff.plan.capacity` names each). Compute time is
+6·P·tokens at the MFU bakeoff measured for each framework (the trials in --store), or the one given with --mfu.
+
+The shape: --preset (text_classifier's: tiny, small, paper), or --layers/--width/--heads (with --ffn, --seq,
+--vocab), or --params with GPT-3's shape rule (width = 128 × layers, heads of 128, ffn = 4 × width).
+
+examples:
+  bakeoff plan --params 100e9 --devices 8 --memory 80GB --batch 64     # 100B on 8 × 80 GB: which strategy fits
+  bakeoff plan --layers 24 --width 2048 --heads 16 --seq 2048 --batch 32 --devices 4 --memory 40GB \\
+               --flops 312e12 --bandwidth 300GB/s --mfu torch=0.4,tensorflow=0.35,jax=0.45 --tokens 20e9
+  bakeoff plan --preset paper --batch 32 --devices 1 --memory 16GB --precision fp32 --format json"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    plan = sub.add_parser("plan", help="will a model fit, and how long will it take, under each framework's "
+                                       "strategies", description=HELP,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    shape = plan.add_argument_group("the model")
+    shape.add_argument("--preset", help="text_classifier's preset: its layers, width, heads, ffn, seq, vocabulary; a "
+                                        "classifier's head")
+    shape.add_argument("--params", type=float, help="a parameter count (e.g. 100e9), shaped by GPT-3's rule")
+    shape.add_argument("--layers", type=int)
+    shape.add_argument("--width", type=int, help="the model width (d_model)")
+    shape.add_argument("--heads", type=int, help="attention heads [width / 128]")
+    shape.add_argument("--ffn", type=int, help="feed-forward width [4 × width]")
+    shape.add_argument("--seq", type=int, default=None, help="sequence length [2048; a preset's own]")
+    shape.add_argument("--vocab", type=int, default=None, help="vocabulary [50257; a preset's own]")
+    run = plan.add_argument_group("the step")
+    run.add_argument("--batch", type=positive_int, required=True, help="global batch, in sequences")
+    run.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="bf16",
+                     help="fp32, or mixed precision with fp32 weights [bf16]")
+    run.add_argument("--recompute", action="store_true", help="full activation recomputation (checkpointing)")
+    run.add_argument("--unfused-attention", action="store_true",
+                     help="attention that keeps its a·s² scores (fused attention is the default)")
+    run.add_argument("--microbatches", type=positive_int, help="pipeline micro-batches [4 × devices, at most batch]")
+    run.add_argument("--tokens", type=float, help="a token budget: the time to train on it")
+    machine = plan.add_argument_group("the machine")
+    machine.add_argument("--devices", type=positive_int, default=1, help="accelerators [1]")
+    machine.add_argument("--memory", required=True, help="memory per device with its unit: 80GB, 80GiB")
+    machine.add_argument("--flops", type=float, help="a device's peak FLOP/s at this precision (e.g. 989e12)")
+    machine.add_argument("--bandwidth", help="what each device moves to the others, e.g. 450GB/s")
+    machine.add_argument("--parameter-servers", type=positive_int, default=1, help="for the PS rows [1]")
+    plan.add_argument("--mfu", action="append", default=[], metavar="FRAMEWORK=VALUE",
+                      help="a stated MFU (0-1) per framework, repeatable or comma-separated; wins over --store's")
+    plan.add_argument("--store", help="read each framework's measured MFU from this store's trials")
+    plan.add_argument("--format", choices=("table", "json"), default="table", help="[table]")
+
+
+def _shape(args: argparse.Namespace):  # noqa: ANN202 (Shape, imported lazily)
+    from bakeoff.plan.capacity import PlanError, Shape
+
+    given = [name for name in ("preset", "params", "layers") if getattr(args, name) is not None]
+    if len(given) != 1:
+        raise PlanError("describe the model one way: --preset, --params, or --layers with --width (given: "
+                        f"{', '.join('--' + g for g in given) or 'none'})")
+    if args.preset is not None:
+        from bakeoff.core import registry
+
+        workload = registry.workload("text_classifier")
+        if args.preset not in workload.presets:
+            raise PlanError(f"preset={args.preset!r}: give one of {', '.join(workload.presets)}")
+        c = workload.preset_configs[args.preset]
+        return Shape(c["num_layers"], c["d_model"], c["num_heads"], args.seq or c["seq_len"],
+                     args.vocab or c["vocab_size"], args.ffn or c["d_ff"], lm_head=False)
+    seq, vocab = args.seq or 2048, args.vocab or 50257
+    if args.params is not None:
+        return Shape.from_params(args.params, seq, vocab)
+    if args.width is None:
+        raise PlanError("--layers needs --width (and optionally --heads, --ffn, --seq, --vocab)")
+    return Shape(args.layers, args.width, args.heads or max(1, args.width // 128), seq, vocab,
+                 args.ffn or 4 * args.width)
+
+
+def _mfu(args: argparse.Namespace) -> dict[str, tuple[float, str]]:
+    from bakeoff.plan.capacity import PlanError, measured_mfu
+
+    out: dict[str, tuple[float, str]] = {}
+    if args.store:
+        from pathlib import Path
+
+        from bakeoff.results.store import Store
+
+        if not Path(args.store).exists():
+            raise PlanError(f"store={args.store!r}: no such file (bakeoff run writes results/bakeoff.sqlite)")
+        with Store(args.store, readonly=True) as store:
+            out.update(measured_mfu(store.results()))
+    stated = key_values([item for text in args.mfu for item in text.split(",") if item.strip()], "--mfu")
+    for framework, raw in stated.items():
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1.0
+        if framework not in ("torch", "tensorflow", "jax") or not 0 < value <= 1:
+            raise PlanError(f"--mfu {framework}={raw}: give torch, tensorflow or jax = a fraction in (0, 1]")
+        out[framework] = (value, "stated (--mfu)")
+    return out
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from bakeoff.plan.capacity import Machine, parse_size, plan
+
+    machine = Machine(args.devices, parse_size(args.memory), args.flops,
+                      parse_size(args.bandwidth, "bandwidth", per_second=True) if args.bandwidth else None)
+    mfu = _mfu(args)
+    result = plan(_shape(args), machine, args.batch, args.precision, args.recompute, not args.unfused_attention,
+                  args.tokens, mfu, args.microbatches, args.parameter_servers)
+    if args.format == "json":
+        print(json.dumps(result.to_dict(), indent=1))  # noqa: T201 (the machine-readable output)
+    else:
+        say(result, mfu)
+    return 0
+
+
+TAG = {"torch": "torch", "tensorflow": "tf", "jax": "jax"}
+SHORT = {"data": "data parallel", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3/FSDP", "tensor": "tensor",
+         "pipeline": "pipeline", "parameter_server": "param. servers"}
+
+
+def say(result: Plan, mfu: dict[str, tuple[float, str]]) -> None:
+    """The plan: memory per device by strategy (the same formulas whichever framework offers it) and who offers it;
+    then step time and time to the budget per framework (their MFUs differ); then the APIs and what is left out."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from bakeoff.cli.console import console
+    from bakeoff.plan.capacity import KINDS, describe_missing_times, human_bytes, human_seconds
+
+    s, m = result.shape, result.machine
+    console.print(f"plan: {s.params / 1e9:,.2f}B parameters ({s.layers} layers × {s.width} wide, {s.heads} heads, "
+                  f"ffn {s.ffn}, seq {s.seq}, vocabulary {s.vocab}), global batch {result.batch}, {result.precision}"
+                  f"{', full recomputation' if result.recompute else ''}"
+                  f"{'' if result.fused else ', attention unfused'}; {m.devices} device(s) of "
+                  f"{human_bytes(m.memory)}", soft_wrap=True)
+    kinds = list(dict.fromkeys(r.kind for r in result.rows))
+    offered = {k: [r for r in result.rows if r.kind == k and not r.missing] for k in kinds}
+    scale, unit = (1e9, "GB") if max(r.total for r in result.rows) >= 1e9 else (1e6, "MB")
+    memory = Table(title=f"memory per device, {unit} (fits: by how much under or over); comm: what each device "
+                         "moves a step", title_justify="left")
+    for column in ("strategy", "weights", "grads", "Adam", "activ.", "total", "fits", "comm", "offered by"):
+        memory.add_column(column, justify="left" if column in ("strategy", "fits", "offered by") else "right")
+    for kind in kinds:
+        if not offered[kind]:
+            continue
+        r = offered[kind][0]
+        fits = (f"[green]yes[/] (-{r.headroom / scale:,.0f})" if r.fits
+                else f"[red]no[/] (+{-r.headroom / scale:,.0f})")
+        memory.add_row(SHORT[kind], *(f"{v / scale:,.1f}" for v in (r.weights, r.gradients, r.optimizer, r.activations,
+                                                                   r.total)),
+                       fits, human_bytes(r.comm_bytes), " ".join(TAG[x.framework] for x in offered[kind]))
+    console.print(memory)
+    if any(r.compute_s is not None for r in result.rows):
+        frameworks = list(dict.fromkeys(r.framework for r in result.rows))
+        times = Table(title="step: compute + communication (perfect overlap)" +
+                      (", and time to the token budget" if result.tokens else ""), title_justify="left")
+        times.add_column("strategy")
+        for framework in frameworks:
+            times.add_column(framework, justify="right")
+        for kind in kinds:
+            cells = []
+            for framework in frameworks:
+                r = next(x for x in result.rows if x.kind == kind and x.framework == framework)
+                if r.missing:
+                    cells.append("[dim]—[/]")
+                elif r.step_s is not None:
+                    budget = f"; {human_seconds(r.budget_s)}" if r.budget_s is not None else ""
+                    cells.append(f"{human_seconds(r.step_s)} ({human_seconds(r.step_overlapped_s)}){budget}")
+                elif r.compute_s is not None:
+                    cells.append(f"{human_seconds(r.compute_s)} + comm ?")
+                else:
+                    cells.append("no MFU")
+            times.add_row(SHORT[kind], *cells)
+        console.print(times)
+    console.print("what each framework calls, or why there is none:", soft_wrap=True)
+    for r in result.rows:
+        if not r.missing:
+            console.print(f"  {r.framework}, {KINDS[r.kind]}: {escape(r.api)}", soft_wrap=True)
+    lacking: dict[tuple[str, str], list[str]] = {}
+    for r in result.rows:
+        if r.missing:
+            lacking.setdefault((r.framework, r.missing), []).append(SHORT[r.kind])
+    for (framework, why), which in lacking.items():
+        console.print(f"  {framework}, {', '.join(which)}: [dim]none: {escape(why)}[/]", soft_wrap=True)
+    notes = dict.fromkeys(note for r in result.rows for note in r.notes)
+    for note in notes:
+        console.print(f"note: {escape(note)}", soft_wrap=True)
+    for framework, (value, source) in sorted(mfu.items()):
+        console.print(f"MFU {framework}: {value:.1%}, {escape(source)}", soft_wrap=True)
+    for line in describe_missing_times(m, mfu):
+        console.print(f"[yellow]not computed[/]: {escape(line)}", soft_wrap=True)
+    console.print("left out: " + escape("; ".join(result.left_out)), soft_wrap=True)

@@ -1,0 +1,117 @@
+"""The capacity plan (bakeoff.plan.capacity, `bakeoff plan`): its formulas give the published figures they cite, each
+strategy shards what it says, the answer to "100B with MirroredStrategy on 8 × 80 GB" is bytes per device, and an
+impossible plan is refused (exit 2) naming the field. Pure arithmetic: no framework is imported."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bakeoff.plan import capacity
+from bakeoff.plan.capacity import Machine, PlanError, Shape, layer_activations, parse_size, plan
+
+SRC = Path(capacity.__file__).resolve().parents[2]
+GB = 1e9
+
+
+def test_gpt3_shape_has_gpt3s_parameter_count_and_the_rule_recovers_it():
+    gpt3 = Shape(layers=96, width=12288, heads=96, seq=2048, vocab=50257, ffn=4 * 12288)
+    assert gpt3.params == pytest.approx(175e9, rel=0.005)  # Brown et al. 2020: 175B
+    ruled = Shape.from_params(175e9, 2048, 50257)
+    assert (ruled.layers, ruled.width, ruled.heads, ruled.ffn) == (96, 12288, 96, 49152)  # GPT-3 175B itself
+    assert ruled.params == pytest.approx(175e9, rel=0.03)
+
+
+def test_activations_are_korthikantis_per_layer_figures():
+    shape = Shape(layers=1, width=1024, heads=16, seq=512, vocab=1000, ffn=4096)
+    s, b, h, a = 512, 8, 1024, 16
+    # eq. 1: s·b·h·(34 + 5·a·s/h) bytes with 16-bit activations
+    assert layer_activations(shape, b, e=2) == s * b * h * (34 + 5 * a * s / h)
+    # eq. 2, tensor parallel t = 4, no sequence parallelism: s·b·h·(10 + 24/t + 5·a·s/(h·t))
+    assert layer_activations(shape, b, e=2, tensor=4) == pytest.approx(s * b * h * (10 + 24 / 4 + 5 * a * s / (h * 4)))
+    # a fused attention keeps no a·s² scores
+    assert layer_activations(shape, b, e=2, fused=True) == s * b * h * 34
+
+
+def test_each_strategy_shards_what_it_says():
+    shape = Shape(layers=8, width=512, heads=8, seq=128, vocab=1000, ffn=2048)
+    p, n = shape.params, 4
+    result = plan(shape, Machine(n, 80 * GB), batch=16, precision="fp32")
+    rows = {(r.framework, r.kind): r for r in result.rows}
+    data, zero1, zero2, zero3 = (rows["torch", k] for k in ("data", "zero1", "zero2", "zero3"))
+    assert (data.weights, data.gradients, data.optimizer) == (4 * p, 4 * p, 8 * p)  # 16 bytes a parameter
+    assert (zero1.weights, zero1.gradients, zero1.optimizer) == (4 * p, 4 * p, 8 * p / n)
+    assert (zero2.gradients, zero2.optimizer) == (4 * p / n, 8 * p / n)
+    assert zero3.weights == pytest.approx(4 * p / n + 2 * shape.layer_params * 4)  # its shard + two layers gathered
+    assert data.activations == zero3.activations  # the same per-device batch of 4
+    assert data.comm_bytes == zero1.comm_bytes == pytest.approx(2 * 3 / 4 * p * 4)  # a ring all-reduce of fp32 grads
+    # what a framework does not ship has a reason, not a number
+    assert rows["tensorflow", "zero3"].missing and rows["tensorflow", "zero3"].total == 0
+    assert rows["jax", "pipeline"].missing and rows["torch", "parameter_server"].missing
+    assert rows["tensorflow", "parameter_server"].optimizer == 0  # on the parameter servers
+    mixed = {(r.framework, r.kind): r for r in plan(shape, Machine(n, 80 * GB), 16, "bf16").rows}
+    assert mixed["torch", "data"].weights == 6 * p  # fp32 weights and the bf16 copy the compute reads
+    assert mixed["torch", "data"].activations < data.activations
+
+
+def test_100b_with_mirrored_strategy_on_8_x_80gb_is_bytes_per_device():
+    shape = Shape.from_params(100e9, 2048, 50257)
+    result = plan(shape, Machine(8, parse_size("80GB"), 989e12, parse_size("450GB/s", per_second=True)), batch=64,
+                  precision="bf16", mfu={"tensorflow": (0.4, "stated")}, tokens=300e9)
+    mirrored = next(r for r in result.rows if (r.framework, r.kind) == ("tensorflow", "data"))
+    assert mirrored.api.startswith("tf.distribute.MirroredStrategy")
+    assert mirrored.total > 16 * shape.params and not mirrored.fits  # 16 bytes a parameter before activations
+    assert mirrored.headroom == pytest.approx(80 * GB - mirrored.total)
+    assert mirrored.compute_s == pytest.approx(6 * shape.params * 64 * 2048 / (8 * 989e12 * 0.4))
+    assert mirrored.step_s == pytest.approx(mirrored.compute_s + mirrored.comm_s)
+    assert mirrored.budget_s == pytest.approx(300e9 / (64 * 2048) * mirrored.step_s)
+
+
+@pytest.mark.parametrize("text, expected", [("80GB", 80e9), ("80GiB", 80 * 2 ** 30), ("1.5 tb", 1.5e12)])
+def test_sizes_need_their_unit(text, expected):
+    assert parse_size(text) == expected
+    with pytest.raises(PlanError, match="give a number with a unit"):
+        parse_size("80")
+
+
+def bakeoff(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    return subprocess.run([sys.executable, "-m", "bakeoff.cli", "plan", *args], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_the_command_prints_the_table_and_json_and_imports_no_framework():
+    r = bakeoff("--params", "100e9", "--devices", "8", "--memory", "80GB", "--batch", "64", "--mfu", "torch=0.4",
+                "--flops", "989e12", "--bandwidth", "450GB/s", "--tokens", "300e9")
+    assert r.returncode == 0, r.stderr
+    out = " ".join(r.stdout.split())
+    assert "101.21B parameters" in out and "tf.distribute.MirroredStrategy" in out
+    assert "MFU torch: 40.0%, stated (--mfu)" in out and "no MFU" in out  # tensorflow and jax have none
+    r = bakeoff("--preset", "tiny", "--memory", "8GB", "--batch", "32", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["shape"]["layers"] == 2 and data["shape"]["lm_head"] is False
+    assert {row["kind"] for row in data["rows"]} == set(capacity.KINDS)
+    probe = ("import sys; from bakeoff.cli.main import main; main(['plan', '--params', '7e9', '--memory', '80GB', "
+             "'--batch', '8']); print(sorted({'torch', 'tensorflow', 'jax', 'keras'} & set(sys.modules)))")
+    r = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(SRC)},
+                       capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip().endswith("[]"), r.stdout[-300:] + r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--layers", "4", "--width", "100", "--heads", "3"), "heads=3 does not divide width=100"),
+    (("--params", "7e9", "--layers", "4"), "describe the model one way"),
+    (("--params", "7e9", "--devices", "0"), "must be a positive integer"),
+    (("--preset", "huge"), "preset='huge': give one of tiny, small, paper"),
+    (("--params", "7e9", "--mfu", "torch=2"), "a fraction in"),
+])
+def test_an_impossible_plan_exits_2_naming_the_field(args, message):
+    memory = () if "--memory" in args else ("--memory", "80GB")
+    r = bakeoff(*args, *memory, "--batch", "8")
+    assert r.returncode == 2 and message in r.stderr, r.stderr
