@@ -18,7 +18,8 @@ term says where it comes from, and the plan says what it leaves out. Sources:
 * **Communication** (ring algorithms: an all-reduce moves ``2(N-1)/N`` of the data through each device, an
   all-gather or a reduce-scatter ``(N-1)/N``; ZeRO §7: ZeRO-1 and 2 move what data parallelism moves, ZeRO-3 1.5×):
   per step, at the stated bandwidth per device, without overlap with compute and with perfect overlap.
-* **Compute** (Kaplan et al. 2020, §2.1): ``6·P·tokens`` FLOPs a training step (8 with full recomputation), at the
+* **Compute** (Kaplan et al. 2020, §2.1): ``6·P·tokens`` FLOPs a training step (8 with full recomputation), ``P``
+  the parameters matmuls use (embeddings are lookups: :attr:`Shape.compute_params`), at the
   MFU bakeoff *measured* for the framework (``bakeoff run`` stores it with every trial) or one stated, over the
   stated peak FLOP/s of each device. Attention's own ``s²`` FLOPs are left out (small while ``s`` is well below ``6h``).
 
@@ -82,6 +83,13 @@ class Shape:
         h, f = self.width, self.ffn
         block = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h
         return self.layers * block + self.vocab * h + self.seq * h
+
+    @property
+    def compute_params(self) -> int:
+        """The parameters a token's matmuls use (Kaplan et al.'s non-embedding count, plus a language model's output
+        projection): a lookup costs no FLOPs, so ``6·P·tokens`` counts these, not :attr:`params` — at
+        text_classifier's ``small`` the embeddings are 61% of the parameters."""
+        return self.layers * self.layer_params + (self.vocab * self.width if self.lm_head else 0)
 
     @property
     def layer_params(self) -> int:
@@ -335,7 +343,7 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
         # compute
         if mfu and strategy.framework in mfu and machine.flops:
             row.mfu, row.mfu_source = mfu[strategy.framework]
-            flops = (8 if recompute else 6) * p * batch * shape.seq
+            flops = (8 if recompute else 6) * shape.compute_params * batch * shape.seq
             row.compute_s = flops / (n * machine.flops * row.mfu)
             if kind == "pipeline":
                 m = microbatches or min(batch, 4 * n)
