@@ -59,6 +59,12 @@ def _lines(text: str) -> str:
     return " ".join(text.split())
 
 
+def not_json(constant: str) -> None:
+    """``json.loads``' ``parse_constant``: Python's json reads ``Infinity``, ``-Infinity`` and ``NaN``, which are not
+    JSON (strict parsers, ``jq``, JavaScript's JSON.parse refuse them)."""
+    raise ValueError(f"{constant} is not JSON")
+
+
 @NEEDS
 def test_a_shipped_workloads_ports_agree(tmp_path):
     r = bakeoff("parity", "--workload", "mnist", "--framework", "torch,jax", "--execution", "eager", cwd=tmp_path)
@@ -75,7 +81,7 @@ def test_a_users_port_wrong_in_one_tensor_is_named(tmp_path):
     r = bakeoff("parity", "--workload", "models/blobs.py:Blobs", "--framework", "torch,jax", "--format", "json",
                 cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
-    report = json.loads(r.stdout)
+    report = json.loads(r.stdout, parse_constant=not_json)
     first = report["first_disagreement"]
     assert (first["framework"], first["mode"], first["check"], first["item"]) == ("jax", "eager fp32", "gradients",
                                                                                   "out.kernel")
@@ -133,3 +139,29 @@ def test_a_probe_past_its_timeout_is_reported_and_leaves_no_process(monkeypatch)
     assert all("timed out after 2 s" in why for why in report.failed_runs.values())
     left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
     assert left == []
+
+
+def test_json_writes_null_for_what_has_no_finite_value(monkeypatch, capsys):
+    """A port that loses a tensor has an infinite error for it, and one whose outputs are NaN a NaN error: the JSON
+    says null for each (bakeoff parity --help says so), and stays JSON."""
+    import numpy as np
+
+    from bakeoff.analysis import parity as checks
+    from bakeoff.cli.main import main
+    from bakeoff.run import parity
+
+    mode = parity.Mode("eager", "fp32")
+    canonical = {"out.kernel": np.ones((3, 2), np.float32), "out.bias": np.zeros(2, np.float32)}
+    lost = checks.compare_parameters(8, {"out.kernel": canonical["out.kernel"]}, canonical)  # out.bias missing
+    nan = checks.compare_outputs(np.full((4, 2), np.nan, np.float32), np.ones((4, 2), np.float32), "fp32")
+    report = parity.ParityReport("blobs", "torch", ("torch", "jax"), (mode,), (
+        parity.CheckRow(mode, "jax", "parameters", tuple(lost)), parity.CheckRow(mode, "jax", "outputs", tuple(nan))),
+        {})
+    monkeypatch.setattr(parity, "check_parity", lambda *args, **kwargs: report)
+    assert main(["parity", "--workload", "mnist", "--format", "json"]) == 1
+    out = json.loads(capsys.readouterr().out, parse_constant=not_json)
+    assert (out["first_disagreement"]["item"], out["first_disagreement"]["error"]) == ("out.bias", None)
+    assert "missing" in out["first_disagreement"]["note"]
+    [outputs] = [c for c in out["checks"] if c["check"] == "outputs"]
+    assert [(f["max_abs"], f["error"], f["tolerance"], f["ok"]) for f in outputs["findings"]] == [
+        (None, None, 1e-5, False)]
