@@ -5,10 +5,14 @@ exits 2 naming the value and what is accepted. Each framework's probe runs in it
 from __future__ import annotations
 
 import json
+import signal
+import sys
+import threading
 
 import pytest
 
 from bakeoff.core import registry
+from bakeoff.run import process
 from test_own_workload import bakeoff, write_workload
 
 JAX_MODEL = '''
@@ -165,3 +169,48 @@ def test_json_writes_null_for_what_has_no_finite_value(monkeypatch, capsys):
     [outputs] = [c for c in out["checks"] if c["check"] == "outputs"]
     assert [(f["max_abs"], f["error"], f["tolerance"], f["ok"]) for f in outputs["findings"]] == [
         (None, None, 1e-5, False)]
+
+
+class RacingGate(process._SignalGate):
+    """The signal gate of bakeoff.run.process, whose ``held`` counts the blocks holding signals, but its first two
+    reads of the count, from two threads, both happen before either thread writes it back: the interleaving that
+    a thread switch between the read and the write of ``held += 1`` gives, made certain. Where each change of the
+    count is made under a lock, the second thread waits at the lock instead, and the first goes on when its wait
+    for the second times out."""
+
+    def __init__(self) -> None:
+        self._race: threading.Barrier | None = threading.Barrier(2, timeout=2.0)
+        super().__init__()
+
+    @property
+    def held(self) -> int:
+        value = self._held
+        if self._race is not None:
+            try:
+                self._race.wait()
+            except threading.BrokenBarrierError:
+                pass  # the other thread did not come: it waits at the lock
+            self._race = None
+        return value
+
+    @held.setter
+    def held(self, value: int) -> None:
+        self._held = value
+
+
+@NEEDS  # check_parity plans for installed frameworks before it starts a probe
+def test_probes_from_a_thread_pool_leave_the_signal_gate_balanced(monkeypatch):
+    """bakeoff parity starts and ends its probes' process groups from a thread pool, and each start and end moves
+    the signal gate's count of holders: a lost update would leave it at 1 or -1, and every later Ctrl-C held for
+    good instead of interrupting."""
+    from bakeoff.run import parity
+
+    gate = RacingGate()
+    monkeypatch.setattr(process, "_GATE", gate)
+    monkeypatch.setattr(parity, "usable_cores", lambda: 4)  # a pool of threads however few cores run the test
+    monkeypatch.setattr(parity, "probe_command", lambda *a, **k: [sys.executable, "-c", "raise SystemExit(3)"])
+    report = parity.check_parity("mnist", ["torch", "jax"], ["eager", "graph"])
+    assert sorted(report.failed_runs.values()) == ["exit status 3"] * 4  # every probe ran, and failed as told
+    assert gate.held == 0
+    with pytest.raises(process.Interrupted):
+        gate.handler(signal.SIGINT, None)  # not held: it interrupts
