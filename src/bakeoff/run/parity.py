@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,7 @@ import numpy as np
 
 from bakeoff.analysis import parity as checks
 from bakeoff.core import registry
+from bakeoff.core.frameworks import FRAMEWORKS
 from bakeoff.core.spec import RunSpec, SpecError
 from bakeoff.measure.environment import usable_cores
 from bakeoff.plan.suite import ADHOC_MATRIX
@@ -188,10 +190,11 @@ def check_parity(workload: str, frameworks: Sequence[str] | None = None, executi
             out = Path(tmp) / f"{framework}-{mode.execution}-{mode.precision}.npz"
             log.info("parity probe: %s, %s", framework, mode)
             # In its own session, as a trial: leaving the block kills whatever is left of it (a timed-out probe,
-            # Inductor's compile workers), so no probe process outlives its turn.
+            # Inductor's compile workers), so no probe process outlives its turn. With its framework record's
+            # settings, as a trial's (a Keras row's KERAS_BACKEND: Keras reads it once, when first imported).
             with process_group(probe_command(workload, framework, mode, out, preset, config),
                                f"parity probe {framework} {mode}", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True) as proc:
+                               text=True, env={**os.environ, **FRAMEWORKS[framework].env}) as proc:
                 try:
                     _, stderr = proc.communicate(timeout=PROBE_TIMEOUT_S)
                 except subprocess.TimeoutExpired:
