@@ -3,11 +3,12 @@ passes on its ports, ``bakeoff run --suite NAME/suite.toml`` stores an ok trial 
 ``test_parity.py`` passes under pytest, its code is ruff-clean under bakeoff's ruff config — and bad input exits 2
 naming the value and what is accepted, with nothing written.
 
-What it costs, 2 cores: about 75 s of CPU, nearly all of it framework processes, each importing its framework
-afresh (TensorFlow's import alone takes seconds): parity probes in torch and jax by file, then in torch,
-tensorflow and jax through the generated test under pytest; three trials of 4 steps; a torch and a Keras-on-JAX
-probe. The sizes are the skeleton's own preset tiny (an MLP 16 -> 32 -> 4, 676 parameters): the cost is the
-processes, not the model. The bad-input cases start no framework (half a second each).
+What it costs, 2 cores: about 80 s of CPU (1 min 36 s wall beside other work, load 5), nearly all of it in
+framework processes, each importing its framework afresh (TensorFlow's import alone takes seconds): parity probes
+in torch and jax by file, then in torch, tensorflow and jax through the generated test under pytest; three trials
+of 4 steps; a torch and a Keras-on-JAX probe. The sizes are the skeleton's own preset tiny (an MLP 16 -> 32 -> 4,
+676 parameters): the cost is the processes, not the model. The bad-input cases start no framework (half a second
+each).
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ from pathlib import Path
 from bakeoff.cli.options import comma_list
 
 HELP = """\
-Writes a workload package NAME/ into --dir that runs as written (a small MLP telling apart Gaussian blobs
-generated from a fixed seed), for you to make yours. Each file's docstrings state the contract it keeps:
+Writes into --dir (the current folder by default) a workload package NAME/ that runs as written, a small MLP
+telling apart Gaussian blobs generated from a fixed seed, for you to make yours. Each file's docstrings state the
+contract it keeps:
   NAME/__init__.py
   NAME/workload.py       the framework-free half: presets, the data as numpy, initial weights under canonical
                          names, the metric, targets (to be measured: the comment says how), FLOPs
