@@ -148,8 +148,9 @@ def test_help_says_what_is_written_and_what_to_run_next(tmp_path):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (("My-Task",), "workload name 'My-Task' is not a lowercase Python identifier (a letter, then letters, digits "
-                   "or underscores), e.g. my_task; accepted: a lowercase Python identifier"),
+    (("My-Task",), "workload name 'My-Task' is not a lowercase Python identifier; accepted: a lowercase Python "
+                   "identifier (a letter, then letters, digits or underscores), e.g. my_task, not a known workload's "
+                   "name, in a folder where NAME/ does not exist yet"),
     (("3d",), "workload name '3d' is not a lowercase Python identifier"),
     (("class",), "workload name 'class' is a Python keyword"),
     (("mnist",), "workload name 'mnist' is taken: results are stored by name, and mnist is a shipped workload"),

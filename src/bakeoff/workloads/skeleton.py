@@ -88,7 +88,7 @@ def check_name(name: str, folder: Path) -> None:
     """Raise :class:`SpecError` unless ``name`` can be a new workload package in ``folder``."""
     accepted = f"accepted: {NAME_RULE}, not a known workload's name, in a folder where NAME/ does not exist yet"
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-        raise SpecError(f"workload name {name!r} is not {NAME_RULE}; {accepted}")
+        raise SpecError(f"workload name {name!r} is not a lowercase Python identifier; {accepted}")
     if keyword.iskeyword(name):
         raise SpecError(f"workload name {name!r} is a Python keyword: `import {name}.workload` cannot be written; "
                         f"{accepted}")
