@@ -5,10 +5,14 @@ exits 2 naming the value and what is accepted. Each framework's probe runs in it
 from __future__ import annotations
 
 import json
+import signal
+import sys
+import threading
 
 import pytest
 
 from bakeoff.core import registry
+from bakeoff.run import process
 from test_own_workload import bakeoff, write_workload
 
 JAX_MODEL = '''
@@ -59,6 +63,12 @@ def _lines(text: str) -> str:
     return " ".join(text.split())
 
 
+def not_json(constant: str) -> None:
+    """``json.loads``' ``parse_constant``: Python's json reads ``Infinity``, ``-Infinity`` and ``NaN``, which are not
+    JSON (strict parsers, ``jq``, JavaScript's JSON.parse refuse them)."""
+    raise ValueError(f"{constant} is not JSON")
+
+
 @NEEDS
 def test_a_shipped_workloads_ports_agree(tmp_path):
     r = bakeoff("parity", "--workload", "mnist", "--framework", "torch,jax", "--execution", "eager", cwd=tmp_path)
@@ -75,7 +85,7 @@ def test_a_users_port_wrong_in_one_tensor_is_named(tmp_path):
     r = bakeoff("parity", "--workload", "models/blobs.py:Blobs", "--framework", "torch,jax", "--format", "json",
                 cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
-    report = json.loads(r.stdout)
+    report = json.loads(r.stdout, parse_constant=not_json)
     first = report["first_disagreement"]
     assert (first["framework"], first["mode"], first["check"], first["item"]) == ("jax", "eager fp32", "gradients",
                                                                                   "out.kernel")
@@ -133,3 +143,74 @@ def test_a_probe_past_its_timeout_is_reported_and_leaves_no_process(monkeypatch)
     assert all("timed out after 2 s" in why for why in report.failed_runs.values())
     left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
     assert left == []
+
+
+def test_json_writes_null_for_what_has_no_finite_value(monkeypatch, capsys):
+    """A port that loses a tensor has an infinite error for it, and one whose outputs are NaN a NaN error: the JSON
+    says null for each (bakeoff parity --help says so), and stays JSON."""
+    import numpy as np
+
+    from bakeoff.analysis import parity as checks
+    from bakeoff.cli.main import main
+    from bakeoff.run import parity
+
+    mode = parity.Mode("eager", "fp32")
+    canonical = {"out.kernel": np.ones((3, 2), np.float32), "out.bias": np.zeros(2, np.float32)}
+    lost = checks.compare_parameters(8, {"out.kernel": canonical["out.kernel"]}, canonical)  # out.bias missing
+    nan = checks.compare_outputs(np.full((4, 2), np.nan, np.float32), np.ones((4, 2), np.float32), "fp32")
+    report = parity.ParityReport("blobs", "torch", ("torch", "jax"), (mode,), (
+        parity.CheckRow(mode, "jax", "parameters", tuple(lost)), parity.CheckRow(mode, "jax", "outputs", tuple(nan))),
+        {})
+    monkeypatch.setattr(parity, "check_parity", lambda *args, **kwargs: report)
+    assert main(["parity", "--workload", "mnist", "--format", "json"]) == 1
+    out = json.loads(capsys.readouterr().out, parse_constant=not_json)
+    assert (out["first_disagreement"]["item"], out["first_disagreement"]["error"]) == ("out.bias", None)
+    assert "missing" in out["first_disagreement"]["note"]
+    [outputs] = [c for c in out["checks"] if c["check"] == "outputs"]
+    assert [(f["max_abs"], f["error"], f["tolerance"], f["ok"]) for f in outputs["findings"]] == [
+        (None, None, 1e-5, False)]
+
+
+class RacingGate(process._SignalGate):
+    """The signal gate of bakeoff.run.process, whose ``held`` counts the blocks holding signals, but its first two
+    reads of the count, from two threads, both happen before either thread writes it back: the interleaving that
+    a thread switch between the read and the write of ``held += 1`` gives, made certain. Where each change of the
+    count is made under a lock, the second thread waits at the lock instead, and the first goes on when its wait
+    for the second times out."""
+
+    def __init__(self) -> None:
+        self._race: threading.Barrier | None = threading.Barrier(2, timeout=2.0)
+        super().__init__()
+
+    @property
+    def held(self) -> int:
+        value = self._held
+        if self._race is not None:
+            try:
+                self._race.wait()
+            except threading.BrokenBarrierError:
+                pass  # the other thread did not come: it waits at the lock
+            self._race = None
+        return value
+
+    @held.setter
+    def held(self, value: int) -> None:
+        self._held = value
+
+
+@NEEDS  # check_parity plans for installed frameworks before it starts a probe
+def test_probes_from_a_thread_pool_leave_the_signal_gate_balanced(monkeypatch):
+    """bakeoff parity starts and ends its probes' process groups from a thread pool, and each start and end moves
+    the signal gate's count of holders: a lost update would leave it at 1 or -1, and every later Ctrl-C held for
+    good instead of interrupting."""
+    from bakeoff.run import parity
+
+    gate = RacingGate()
+    monkeypatch.setattr(process, "_GATE", gate)
+    monkeypatch.setattr(parity, "usable_cores", lambda: 4)  # a pool of threads however few cores run the test
+    monkeypatch.setattr(parity, "probe_command", lambda *a, **k: [sys.executable, "-c", "raise SystemExit(3)"])
+    report = parity.check_parity("mnist", ["torch", "jax"], ["eager", "graph"])
+    assert sorted(report.failed_runs.values()) == ["exit status 3"] * 4  # every probe ran, and failed as told
+    assert gate.held == 0
+    with pytest.raises(process.Interrupted):
+        gate.handler(signal.SIGINT, None)  # not held: it interrupts

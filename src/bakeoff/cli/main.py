@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 
-from bakeoff.cli import deploy, info, parity, plan, results, run
+from bakeoff.cli import deploy, info, new, parity, plan, results, run
 
 EPILOG = """\
 examples:
@@ -30,6 +30,7 @@ examples:
   bakeoff report --format json --fail-if-slower-than torch=0.9   # the decision as JSON; exit 1 for CI
   bakeoff prune --status failed --yes      # delete stored trials by filter
   bakeoff parity --workload my_models.py:Sentiment --framework torch,jax   # prove your ports equivalent
+  bakeoff new workload my_task             # a workload package that runs: workload, models, suite, parity test
   bakeoff plan --params 100e9 --devices 8 --memory 80GB --batch 64   # will it fit, under which strategy
 
 Results go to results/bakeoff.sqlite (SQLite; every raw sample kept). Runs resume by default: trials already
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_store_parsers(sub)
     deploy.add_parsers(sub)
     parity.add_parser(sub)
+    new.add_parser(sub)
     plan.add_parser(sub)
     return parser
 
@@ -77,7 +79,7 @@ COMMANDS = {"run": run.cmd_run, "report": results.cmd_report, "list": info.cmd_l
             "show": results.cmd_show, "compare": results.cmd_compare, "prune": results.cmd_prune,
             "train": deploy.cmd_train, "export": deploy.cmd_export, "deploy": deploy.cmd_deploy,
             "evaluate": deploy.cmd_evaluate, "parity": parity.cmd_parity,
-            "plan": plan.cmd_plan}
+            "new": new.cmd_new, "plan": plan.cmd_plan}
 
 
 def main(argv: list[str] | None = None) -> int:

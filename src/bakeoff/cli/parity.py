@@ -38,7 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parity.add_argument("--set", dest="config", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field of the preset, repeatable")
     parity.add_argument("--format", choices=("table", "json"), default="table",
-                        help="a table in the terminal, or JSON on stdout [table]")
+                        help="a table in the terminal, or JSON on stdout, where an error or ratio with no finite "
+                             "value (a missing tensor, a shape that differs, a NaN output) is null [table]")
 
 
 def cmd_parity(args: argparse.Namespace) -> int:
@@ -47,7 +48,8 @@ def cmd_parity(args: argparse.Namespace) -> int:
     report = check_parity(args.workload, args.framework, args.execution, args.precision, args.preset,
                           tuple(key_values(args.config, "--set").items()))
     if args.format == "json":
-        print(json.dumps(report.to_dict(), indent=1, default=float))  # noqa: T201 (the machine-readable output)
+        # allow_nan=False: to_dict writes null for what has no finite value, so this never writes Infinity or NaN
+        print(json.dumps(report.to_dict(), indent=1, allow_nan=False))  # noqa: T201 (the machine-readable output)
     else:
         say(report)
     return 0 if report.ok else 1

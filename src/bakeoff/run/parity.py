@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -21,6 +23,7 @@ import numpy as np
 
 from bakeoff.analysis import parity as checks
 from bakeoff.core import registry
+from bakeoff.core.frameworks import FRAMEWORKS
 from bakeoff.core.spec import RunSpec, SpecError
 from bakeoff.measure.environment import usable_cores
 from bakeoff.plan.suite import ADHOC_MATRIX
@@ -98,16 +101,33 @@ class ParityReport:
         return None
 
     def to_dict(self) -> dict:
+        """The report as JSON-ready data: an error or ratio with no finite value (a missing tensor, a shape that
+        differs: infinite; a NaN output) is None, JSON's null, as JSON has no Infinity or NaN."""
         first = self.first_failure
-        return {"workload": self.workload, "reference": self.reference, "frameworks": list(self.frameworks),
-                "modes": [dataclasses.asdict(m) for m in self.modes], "ok": self.ok,
-                "tolerances": {p: dataclasses.asdict(checks.TOLERANCES[p]) for p in {m.precision for m in self.modes}},
-                "failed_runs": self.failed_runs,
-                "first_disagreement": None if first is None else {
-                    "mode": str(first[0].mode), "framework": first[0].framework, **dataclasses.asdict(first[1])},
-                "checks": [{"mode": str(r.mode), "framework": r.framework, "check": r.check, "ok": r.ok,
-                            "skipped": r.skipped, "findings": [dataclasses.asdict(f) for f in r.findings]}
-                           for r in self.rows]}
+        out = {"workload": self.workload, "reference": self.reference, "frameworks": list(self.frameworks),
+               "modes": [dataclasses.asdict(m) for m in self.modes], "ok": self.ok,
+               "tolerances": {p: dataclasses.asdict(checks.TOLERANCES[p]) for p in {m.precision for m in self.modes}},
+               "failed_runs": self.failed_runs,
+               "first_disagreement": None if first is None else {
+                   "mode": str(first[0].mode), "framework": first[0].framework, **dataclasses.asdict(first[1])},
+               "checks": [{"mode": str(r.mode), "framework": r.framework, "check": r.check, "ok": r.ok,
+                           "skipped": r.skipped, "findings": [dataclasses.asdict(f) for f in r.findings]}
+                          for r in self.rows]}
+        return _json_ready(out)
+
+
+def _json_ready(value: object) -> object:
+    """``value`` with numpy scalars as Python's and every infinite or NaN float as None: ``json.dumps`` would
+    write them as ``Infinity`` and ``NaN``, which are not JSON and which strict parsers refuse."""
+    if isinstance(value, dict):
+        return {key: _json_ready(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_ready(item) for item in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def plan(workload: str, frameworks: Sequence[str] | None = None, executions: Sequence[str] | None = None,
@@ -170,10 +190,11 @@ def check_parity(workload: str, frameworks: Sequence[str] | None = None, executi
             out = Path(tmp) / f"{framework}-{mode.execution}-{mode.precision}.npz"
             log.info("parity probe: %s, %s", framework, mode)
             # In its own session, as a trial: leaving the block kills whatever is left of it (a timed-out probe,
-            # Inductor's compile workers), so no probe process outlives its turn.
+            # Inductor's compile workers), so no probe process outlives its turn. With its framework record's
+            # settings, as a trial's (a Keras row's KERAS_BACKEND: Keras reads it once, when first imported).
             with process_group(probe_command(workload, framework, mode, out, preset, config),
                                f"parity probe {framework} {mode}", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True) as proc:
+                               text=True, env={**os.environ, **FRAMEWORKS[framework].env}) as proc:
                 try:
                     _, stderr = proc.communicate(timeout=PROBE_TIMEOUT_S)
                 except subprocess.TimeoutExpired:

@@ -43,11 +43,19 @@ class Interrupted(KeyboardInterrupt):
 
 class _SignalGate:
     """Where SIGINT and SIGTERM go inside :func:`interruptible`: raised at once as :class:`Interrupted`, or held
-    (see :meth:`hold`) while something must not be cut in half."""
+    (see :meth:`hold`) while something must not be cut in half.
+
+    ``held`` counts the blocks holding signals now, in any thread: ``bakeoff parity`` starts and ends its probes'
+    process groups from a thread pool. Each change is made under a lock, since ``held += 1`` is a read and a write
+    that two threads can interleave, losing one; a count left at 1 would hold every later Ctrl-C for good, one left
+    at -1 likewise (it is truthy). The handler (which Python runs in the main thread) only reads it, so it never
+    waits on the lock the main thread may itself hold.
+    """
 
     def __init__(self) -> None:
         self.held = 0
         self.pending: int | None = None
+        self._lock = threading.Lock()
 
     def handler(self, signum: int, frame: object) -> None:
         if self.held:
@@ -55,21 +63,33 @@ class _SignalGate:
             return
         raise Interrupted(signum)
 
+    def enter(self) -> None:
+        """Start holding signals (one more block holds them)."""
+        with self._lock:
+            self.held += 1
+
+    def leave(self) -> None:
+        """Stop holding signals for one block (they pass when none holds them); see :meth:`check`."""
+        with self._lock:
+            self.held -= 1
+
     def check(self) -> None:
-        """Raise the signal that came while held, if any."""
-        if not self.held and self.pending is not None:
+        """Raise the signal that came while held, if any (in one thread only, should several check at once)."""
+        with self._lock:
+            if self.held or self.pending is None:
+                return
             signum, self.pending = self.pending, None
-            raise Interrupted(signum)
+        raise Interrupted(signum)
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
         """Hold signals during the block; one that came meanwhile is raised when the block ends normally (when
         the block raises, it stays pending for the next :meth:`check`)."""
-        self.held += 1
+        self.enter()
         try:
             yield
         finally:
-            self.held -= 1
+            self.leave()
         self.check()
 
 
@@ -180,7 +200,7 @@ def process_groups(commands: Sequence[tuple[Sequence[str], dict[str, Any]]], wha
     names the trial for the interrupt message.
     """
     procs = Family()
-    _GATE.held += 1  # a signal during the start is raised below, once the groups are ours to kill
+    _GATE.enter()  # a signal during the start is raised below, once the groups are ours to kill
     try:
         for command, popen in commands:  # each tethered: killed by the kernel if this process dies first
             procs.append(subprocess.Popen(tether.command(list(command)), start_new_session=True, **popen))
@@ -189,7 +209,7 @@ def process_groups(commands: Sequence[tuple[Sequence[str], dict[str, Any]]], wha
         kill_groups(procs, grace_s=0)
         raise
     finally:
-        _GATE.held -= 1
+        _GATE.leave()
     try:
         _GATE.check()
         yield procs
