@@ -1,12 +1,13 @@
 """One definition, three backends (#26 item 5): a user's workload, written outside bakeoff, gives its model as one
 Keras 3 function (``bakeoff.core.keras_function``) and runs on keras-jax, keras-torch and keras-tensorflow with no
 ModelImpl and no weight mapping, beside a native PyTorch model that names its weights by the Keras paths; a wrong
-declaration exits 2 naming the workload, the rows and what was expected, before anything is stored.
+declaration exits 2 naming the workload, the rows and what was expected, before anything is stored; a weight table
+that does not fit the model fails its trial with the table that does; an edited Keras function is a new trial.
 
 All through the real CLI in fresh processes, as tests/test_own_workload.py does. Cost on 2 cores: the parity
 command (four probes, two at a time, all eager: keras-torch's graph mode is torch.compile, minutes here) and three
-4-step trials dominate, about a minute and a half in all; the refusals start no framework. A backend whose
-packages are not installed is left out of the rows, as tests/test_keras_backends.py skips it.
+4-step trials dominate, about 100 s in all (measured); the refusals start no framework. A backend whose packages
+are not installed is left out of the rows, as tests/test_keras_backends.py skips it.
 """
 
 from __future__ import annotations
@@ -242,3 +243,39 @@ def test_a_wrong_keras_function_exits_2_naming_the_workload_the_rows_and_what_is
     assert r.stderr.startswith(f"bakeoff {command}: error: ") and r.stderr.count("\n") == 1, r.stderr
     assert message in r.stderr, r.stderr
     assert not (tmp_path / "r.sqlite").exists() and not (tmp_path / "reports").exists()  # nothing half-written
+
+
+@pytest.mark.skipif("keras-torch" not in INSTALLED, reason="needs keras-torch: pip install 'bakeoff[keras]' torch")
+def test_a_weight_table_that_does_not_fit_fails_the_trial_with_the_table_that_does(tmp_path):
+    write_workload(tmp_path / "models", WORKLOAD.replace('"dense_1/bias": (c,)', '"dense_1/bias": (c + 1,)'))
+    r = bakeoff("run", "--workload", "models/blobs.py:KerasBlobs", "--framework", "keras-torch", *RUN, cwd=tmp_path)
+    assert r.returncode != 0, r.stdout + r.stderr
+    [(status, raw)] = sqlite3.connect(tmp_path / "r.sqlite").execute("SELECT status, result FROM trials").fetchall()
+    reason = json.loads(raw)["reason"]
+    assert status == "failed" and "other shapes for dense_1/bias" in reason, reason
+    assert ("the table for the workload's init_weights: {'dense/kernel': (4, 16), 'dense/bias': (16,), "
+            "'layer_normalization/gamma': (16,), 'layer_normalization/beta': (16,), 'dense_1/kernel': (16, 3), "
+            "'dense_1/bias': (3,)}") in reason, reason
+
+
+CODE_HASH = """
+import sys
+from bakeoff.core import identity, registry
+from bakeoff.core.spec import RunSpec
+print(identity.content(RunSpec(framework="keras-jax", max_steps=1, **registry.workload_fields(sys.argv[1])))
+      ["workload"])
+"""
+
+
+def test_the_trial_key_counts_the_keras_functions_file(tmp_path):
+    write_workload(tmp_path / "models")
+
+    def code_hash() -> str:
+        r = subprocess.run([sys.executable, "-c", CODE_HASH, "models/blobs.py:KerasBlobs"], cwd=tmp_path,
+                           env={**os.environ, "PYTHONPATH": str(SRC)}, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
+    before = code_hash()
+    (tmp_path / "models" / "blobs_keras.py").write_text(KERAS_FUNCTION.replace("Dense(config", "Dense(units=config"))
+    assert code_hash() != before  # an edited Keras function is another trial
