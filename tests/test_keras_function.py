@@ -199,11 +199,11 @@ def test_the_keras_function_module_prints_the_table_init_weights_states(tmp_path
     write_workload(tmp_path / "models")
     backend = INSTALLED[-1].removeprefix("keras-")  # one backend: the paths are the same on all (parity shows it)
     env = {**os.environ, "PYTHONPATH": str(SRC), "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    r = subprocess.run([sys.executable, "-m", "bakeoff.workloads.common.keras_function", "models/blobs.py:KerasBlobs",
-                        "--set", "norm=batch"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-m", "bakeoff.workloads.common.keras_function", "models/blobs.py:KerasBlobs"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # the README's command
     assert r.returncode == 0, r.stderr
     assert ast.literal_eval(r.stdout) == {"dense/kernel": (4, 16), "dense/bias": (16,),
-                                          "batch_normalization/gamma": (16,), "batch_normalization/beta": (16,),
+                                          "layer_normalization/gamma": (16,), "layer_normalization/beta": (16,),
                                           "dense_1/kernel": (16, 3), "dense_1/bias": (3,)}
     shown = bakeoff("list", "--presets", "--workload", "models/blobs.py", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
