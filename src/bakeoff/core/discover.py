@@ -35,7 +35,7 @@ from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 
-from bakeoff.core import frameworks
+from bakeoff.core import frameworks, keras_function
 from bakeoff.core.spec import SpecError
 from bakeoff.core.workload import Workload
 
@@ -43,6 +43,10 @@ GROUP = "bakeoff.workloads"
 """The entry-point group through which an installed package offers its workloads by name."""
 
 SHIPPED_PACKAGE = "bakeoff.workloads"
+
+KERAS_FUNCTION_MODEL = "bakeoff.workloads.common.keras_function:KerasFunctionModel"
+"""The model of a Keras row for a workload that declares a ``keras_function``: one class for every such workload,
+bound to it by :func:`bakeoff.core.registry.model_class`."""
 
 REFERENCES = "MODULE:CLASS (a module on sys.path or under the current folder) or FILE.py:CLASS"
 FORMS = f"a workload name (`bakeoff list` shows them), {REFERENCES}"
@@ -305,11 +309,15 @@ def check(cls: object, given: str) -> None:
         if not _findable(module):
             raise SpecError(f"workload {given!r}: {cls.__name__}.models[{framework!r}] is {target!r}, but no module "
                             f"{module} is found (on sys.path, or beside the workload's package)")
+    wrong = keras_function.problems(cls.keras_function) if cls.keras_function is not None else []
+    if wrong:
+        raise SpecError(f"workload {given!r}: {cls.__name__}.keras_function, the model of its Keras rows "
+                        f"({', '.join(keras_function.KERAS_ROWS)}): {'; '.join(wrong)}")
     if not models(cls):
         files = ", ".join(sorted({f"{info.model_module}.py" for info in frameworks.FRAMEWORKS.values()}))
         raise SpecError(f"workload {given!r}: {cls.__name__} declares no model in any framework: set model_class "
                         f"to its model's class name in the files beside it ({files}), or models = "
-                        "{framework: \"module:Class\"}")
+                        "{framework: \"module:Class\"}, or keras_function = KerasFunction(...) for the Keras rows")
 
 
 def _findable(module: str) -> bool:
@@ -322,7 +330,9 @@ def _findable(module: str) -> bool:
 
 def models(cls: type[Workload]) -> dict[str, str]:
     """``{framework: "module:Class"}`` of each framework row that implements ``cls`` (see
-    :attr:`Workload.model_class` and :attr:`Workload.models`), found without importing any model."""
+    :attr:`Workload.model_class` and :attr:`Workload.models`; a Keras row of a workload with a
+    :attr:`Workload.keras_function` and no other Keras model gets :data:`KERAS_FUNCTION_MODEL`), found without
+    importing any model."""
     module = sys.modules[cls.__module__]
     file = Path(module.__file__ or "")
     package = module.__name__ if file.name == "__init__.py" else module.__name__.rpartition(".")[0]
@@ -332,5 +342,7 @@ def models(cls: type[Workload]) -> dict[str, str]:
             out[framework] = cls.models[framework]
         elif cls.model_class and file.with_name(f"{info.model_module}.py").is_file():
             out[framework] = f"{package + '.' if package else ''}{info.model_module}:{cls.model_class}"
+        elif cls.keras_function is not None and framework in keras_function.KERAS_ROWS:
+            out[framework] = KERAS_FUNCTION_MODEL
     return out
 

@@ -84,10 +84,12 @@ def framework_version(framework: str) -> str:
 
 
 def workload_code(cls: type) -> str:
-    """A hash of a workload's code: the file defining its class and each of its model files (by name and
-    content; what they import from elsewhere is not counted), so an edited model is a new trial."""
+    """A hash of a workload's code: the file defining its class and each of its model files, its Keras function's
+    included (by name and content; what they import from elsewhere is not counted), so an edited model is a new
+    trial."""
     paths = [Path(inspect.getfile(cls))]
-    for target in discover.models(cls).values():
+    declared = getattr(cls, "keras_function", None)
+    for target in [*discover.models(cls).values(), *([declared.build] if declared is not None else [])]:
         found = importlib.util.find_spec(target.partition(":")[0])
         if found is not None and found.origin and Path(found.origin).is_file():
             paths.append(Path(found.origin))

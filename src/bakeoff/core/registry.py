@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Sequence
 from typing import Any
 
-from bakeoff.core import discover, frameworks
+from bakeoff.core import discover, frameworks, keras_function
 from bakeoff.core.spec import Framework, Parallelism, RunSpec, SpecError
 from bakeoff.core.workload import Workload
 
@@ -48,6 +49,15 @@ def unsupported(spec: RunSpec) -> str:
     if spec.parallelism is not Parallelism.NONE and spec.checkpoint_every:
         return "checkpoints are not kept under distributed training yet: drop checkpoint_every"
     return ""
+
+
+def data_problem(spec: RunSpec, entries: Sequence[str]) -> str:
+    """Why the model of ``spec``'s framework cannot read batches holding ``entries`` ('' when it can): checked for
+    a Keras function, whose input and labels are declared by name (a ModelImpl reads the batch itself)."""
+    if models(spec).get(spec.framework.value) != discover.KERAS_FUNCTION_MODEL:
+        return ""
+    why = keras_function.data_problem(workload_class(spec).keras_function, entries)
+    return f"{spec.workload} on {spec.framework.value}: {why}" if why else ""
 
 
 def launcher(spec: RunSpec) -> str:
@@ -120,6 +130,8 @@ def model_class(which: RunSpec | str, framework: str | Framework) -> Any:
     found = getattr(importlib.import_module(module), attr, None)
     if found is None:
         raise SpecError(f"{cls.name}'s {name} model {table[name]!r}: module {module} has no {attr}")
+    if table[name] == discover.KERAS_FUNCTION_MODEL:  # one class for every Keras function: bound to this one's
+        return found.bound(cls.keras_function)
     return found
 
 

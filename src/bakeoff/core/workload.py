@@ -14,11 +14,14 @@ import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
 from bakeoff.core.spec import RunSpec, SpecError
+
+if TYPE_CHECKING:
+    from bakeoff.core.keras_function import KerasFunction
 
 Batch = dict[str, np.ndarray]
 """A batch: named numpy arrays, identical for every framework."""
@@ -125,6 +128,9 @@ class Workload(ABC):
     # and wins over it.
     model_class: ClassVar[str] = ""
     models: ClassVar[Mapping[str, str]] = {}
+    # Or, for the Keras rows without a keras_model.py or a ``models`` entry: the model as one Keras 3 function, run
+    # on every backend with canonical names the Keras variables' own paths (:mod:`bakeoff.core.keras_function`).
+    keras_function: ClassVar[KerasFunction | None] = None
 
     def check_preset(self, preset: str) -> None:
         """Raise :class:`SpecError` naming the accepted presets when ``preset`` is not one of them."""

@@ -159,13 +159,13 @@ class KerasEngine(Engine):
         """The batch as backend tensors: numpy arrays handed to Keras' torch.compile'd step break its graph
         (Dynamo cannot trace Keras' ``ndarray.dtype`` check, measured), so the host→device copy happens here."""
         return (keras.ops.convert_to_tensor(batch[self.impl.input_key]),
-                keras.ops.convert_to_tensor(batch["labels"]))
+                keras.ops.convert_to_tensor(batch[_labels_key(self.impl)]))
 
     def train_step(self, micro_batches: Sequence[Batch]) -> float:
         if len(micro_batches) != self.spec.grad_accum:
             raise ValueError(f"{len(micro_batches)} micro-batches for an optimizer that accumulates "
                              f"{self.spec.grad_accum} (spec.grad_accum)")
-        sizes = [len(b["labels"]) for b in micro_batches]
+        sizes = [len(b[_labels_key(self.impl)]) for b in micro_batches]
         if len(set(sizes)) > 1:  # Keras averages micro-batch means: the batch's mean only for equal sizes
             raise ValueError(f"Keras' gradient accumulation needs micro-batches of one size; got {sizes}")
         losses = [self.module.train_on_batch(*self._xy(b), return_dict=True)["loss"] for b in micro_batches]
@@ -311,6 +311,12 @@ GradientFn = Callable[[Any, Any], tuple[list[np.ndarray], float]]
 """(x, y) -> (summed-loss gradients in trainable_variables order, example count)."""
 
 
+def _labels_key(impl: Any) -> str:
+    """The batch entry a model's loss reads as labels (Keras' y): ``labels``, unless the model names another (a
+    Keras function's declaration may)."""
+    return getattr(impl, "labels_key", "labels")
+
+
 def _lift_recompile_limits() -> None:
     """As the torch engine does: no frame silently falls back to eager after Dynamo's 8th recompilation."""
     import torch._dynamo as dynamo
@@ -428,7 +434,7 @@ def _torch_gradients(impl: Any, execution: Execution) -> GradientFn:
         params = [v.value for v in impl.module.trainable_variables]
         for p in params:
             p.grad = None
-        summed, count = impl.loss({impl.input_key: x, "labels": y}, training=True)
+        summed, count = impl.loss({impl.input_key: x, _labels_key(impl): y}, training=True)
         summed.backward()
         grads = [p.grad.detach().float().cpu().numpy().copy() for p in params]
         with torch.no_grad():
@@ -445,7 +451,7 @@ def _tf_gradients(impl: Any, execution: Execution) -> GradientFn:
     def grad(x: Any, y: Any) -> tuple[list, Any]:
         variables = [v.value for v in impl.module.trainable_variables]
         with tf.GradientTape() as tape:
-            summed, count = impl.loss({impl.input_key: x, "labels": y}, training=True)
+            summed, count = impl.loss({impl.input_key: x, _labels_key(impl): y}, training=True)
         # The embedding's gradient arrives as IndexedSlices: densified (summing repeated rows).
         return [tf.convert_to_tensor(g) for g in tape.gradient(summed, variables)], count
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from bakeoff.analysis import parity as checks
-from bakeoff.core import registry
+from bakeoff.core import discover, registry
 from bakeoff.core.frameworks import FRAMEWORKS
 from bakeoff.core.spec import RunSpec, SpecError
 from bakeoff.measure.environment import usable_cores
@@ -155,7 +155,22 @@ def plan(workload: str, frameworks: Sequence[str] | None = None, executions: Seq
             if why:
                 raise SpecError(why)
             registry.workload(spec).preset_config(preset, spec)  # an unknown preset or --set key
+    _check_keras_function_data(workload, frameworks, preset, config)
     return frameworks, modes
+
+
+def _check_keras_function_data(workload: str, frameworks: Sequence[str], preset: str,
+                               config: Sequence[tuple[str, str]]) -> None:
+    """A Keras function names its batch entries: check them against the data, as ``bakeoff run`` does (loaded here
+    only for such a workload; every other model reads its batches itself)."""
+    specs = [RunSpec(**registry.workload_fields(workload), framework=f, preset=preset, config=tuple(config),
+                     max_steps=STEPS) for f in frameworks]
+    declared = [s for s in specs if registry.models(s)[s.framework.value] == discover.KERAS_FUNCTION_MODEL]
+    if declared:
+        entries = sorted(registry.workload(specs[0]).load_data(specs[0]).train)
+        why = next(filter(None, (registry.data_problem(s, entries) for s in declared)), "")
+        if why:
+            raise SpecError(why)
 
 
 def probe_command(workload: str, framework: str, mode: Mode, out: Path, preset: str = "tiny",
@@ -165,6 +180,12 @@ def probe_command(workload: str, framework: str, mode: Mode, out: Path, preset: 
     return [sys.executable, "-m", "bakeoff.trial.parity", workload, framework, str(out), "--preset", preset,
             "--steps", str(STEPS), "--execution", mode.execution, "--precision", mode.precision,
             "--accum-steps", str(STEPS), *sets]
+
+
+def probe_env(framework: str) -> dict[str, str]:
+    """A probe's environment: this one with its framework record's settings, as a trial's (a Keras row's
+    ``KERAS_BACKEND``: without it every Keras row would run on one backend), and no GPU: probes run on the CPU."""
+    return {**os.environ, **FRAMEWORKS[framework].env, "CUDA_VISIBLE_DEVICES": ""}
 
 
 def check_parity(workload: str, frameworks: Sequence[str] | None = None, executions: Sequence[str] | None = None,
@@ -194,7 +215,7 @@ def check_parity(workload: str, frameworks: Sequence[str] | None = None, executi
             # settings, as a trial's (a Keras row's KERAS_BACKEND: Keras reads it once, when first imported).
             with process_group(probe_command(workload, framework, mode, out, preset, config),
                                f"parity probe {framework} {mode}", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env={**os.environ, **FRAMEWORKS[framework].env}) as proc:
+                               text=True, env=probe_env(framework)) as proc:
                 try:
                     _, stderr = proc.communicate(timeout=PROBE_TIMEOUT_S)
                 except subprocess.TimeoutExpired:

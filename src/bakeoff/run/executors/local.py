@@ -84,6 +84,7 @@ def validate(specs: Sequence[RunSpec]) -> dict[tuple, int]:
     fail here). Returns the training-set size of each :func:`data_key`.
     """
     train_sizes: dict[tuple, int] = {}
+    entries: dict[tuple, list[str]] = {}  # what each data set's batches hold
     if any(spec.device is Device.CUDA for spec in specs):
         gpus, why = cuda_devices()
         if not gpus:
@@ -96,7 +97,10 @@ def validate(specs: Sequence[RunSpec]) -> dict[tuple, int]:
         if key not in train_sizes:
             data = workload.load_data(spec)
             workload.config(spec.preset, spec, data)
-            train_sizes[key] = data.num_train
+            train_sizes[key], entries[key] = data.num_train, sorted(data.train)
+        why = registry.data_problem(spec, entries[key])  # a Keras function's declared input and labels
+        if why:
+            raise SpecError(why)
         examples, available = spec.batch_size * spec.grad_accum, train_sizes[key]
         if examples > available:
             raise SpecError(f"one step needs batch_size × grad_accum = {spec.batch_size} × {spec.grad_accum} = "
