@@ -4,14 +4,13 @@ missing transpose, a BatchNorm momentum not converted, a different LayerNorm eps
 evaluation, a GRU's gates not reordered — each make ``bakeoff parity`` exit 1 naming the tensor or the check
 that shows the bug.
 
-Why it costs what it costs (about 3 minutes on 2 shared cores, measured: 200 s with the machine's load average at
-3-5): ``bakeoff parity`` starts one process per framework (each imports its framework and runs 6 steps, 6 accumulated
-steps and the gradients, eagerly) and runs them two at a time, 10-35 s a command; the five broken ports take three
-commands, not five, because each command's reference is a correct port and every other framework in it carries its own
-bug, read from that framework's rows of ``--format json``. The trials (80 s) are 20 steps of each framework's trial in
-the tiny presets, five processes, TensorFlow's and JAX's compiling their steps. Each test works on a copy of
-``examples/`` in its temporary folder, whose paths the suites name relative to the current folder, as they are in the
-repository.
+Why it costs what it costs (2 minutes on 2 cores, measured: 120 s at a load average near 1, 200 s at 3-5): ``bakeoff
+parity`` starts one process per framework (each imports its framework and runs 6 steps, 6 accumulated steps and the
+gradients, eagerly) and runs them two at a time, 10-35 s a command; the five broken ports take three commands, not
+five, because each command's reference is a correct port and every other framework in it carries its own bug, read
+from that framework's rows of ``--format json``. The trials (30-80 s) are 20 steps of each framework's trial in the tiny
+presets, five processes, TensorFlow's and JAX's compiling their steps. Each test works on a copy of ``examples/`` in
+its temporary folder, whose paths the suites name relative to the current folder, as they are in the repository.
 """
 
 from __future__ import annotations

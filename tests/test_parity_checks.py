@@ -71,7 +71,10 @@ def test_bf16_losses_held_to_u_at_first_and_8u_after():
 
 
 def test_running_statistics_are_weights_but_neither_parameters_nor_gradients():
-    from bakeoff.analysis.parity import compare_gradients, compare_parameters, compare_weights
+    from bakeoff.analysis.parity import compare_gradients, compare_parameters, compare_weights, running_statistic
+
+    assert running_statistic("stem.bn.moving_variance") and running_statistic("batch_normalization/moving_mean")
+    assert not running_statistic("bn.gamma") and not running_statistic("moving_mean_head.kernel")
 
     canonical = {"bn.gamma": np.ones(4), "bn.beta": np.zeros(4), "bn.moving_mean": np.zeros(4),
                  "bn.moving_variance": np.ones(4)}

@@ -29,8 +29,9 @@ def recurrence(inputs: jax.Array, recurrent: jax.Array, bias: jax.Array) -> jax.
     ``recurrent (h, 3h)``, ``bias (3h)`` (the recurrent one) -> every step's state ``(B, T, h)``.
 
     Jitted on its own because a ``lax.scan`` run op by op (the eager mode) traces a new step function at every call,
-    which XLA then compiles anew: the parity probe in eager mode spent 57 s in 382 compilations without this, and a
-    scan is one compiled computation either way. Under the graph mode's ``jax.jit`` it is inlined."""
+    which XLA then compiles anew: an eager parity probe compiled 382 times (57 s, on 2 busy cores) without this, 299
+    (18 s) with it, and a scan is one compiled computation either way. Under the graph mode's ``jax.jit`` it is
+    inlined."""
 
     def step(state: jax.Array, given: jax.Array) -> tuple[jax.Array, jax.Array]:
         xz, xr, xn = jnp.split(given, 3, axis=-1)  # (B, h) each

@@ -130,8 +130,9 @@ momentum or an unbiased running variance shows."""
 
 def running_statistic(name: str) -> bool:
     """Whether the canonical tensor ``name`` is a normalisation layer's running statistic
-    (:data:`RUNNING_STATISTICS`)."""
-    return name.rpartition(".")[2] in RUNNING_STATISTICS
+    (:data:`RUNNING_STATISTICS`), its last part after a dot (``bn.moving_mean``) or a slash (a Keras variable's
+    path, ``batch_normalization/moving_mean``)."""
+    return name.replace("/", ".").rpartition(".")[2] in RUNNING_STATISTICS
 
 
 def _trained(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
