@@ -20,7 +20,7 @@ demo: $(STAMP)
 # Install everything and run the whole test suite (lint first: it is part of "green"), a worker per core (at most
 # 4), each pinned to its own cores: tests/conftest.py.
 test: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench scripts
+	$(VENV)/bin/ruff check src tests bench scripts examples
 	$(PY) -m pytest -n auto --maxprocesses 4 --dist loadfile --durations=25
 
 # The benches also compare with public reference implementations: the bench extra, and keras-hub without its

@@ -68,3 +68,41 @@ def test_bf16_losses_held_to_u_at_first_and_8u_after():
         check_losses(fp32 * (1 + np.array([0, 9, 0]) * BF16_U), fp32, "bf16")
     with pytest.raises(AssertionError, match="step 2 loss"):
         check_losses(fp32 * (1 + np.array([0, 2e-4, 0])), fp32, "fp32")
+
+
+def test_running_statistics_are_weights_but_neither_parameters_nor_gradients():
+    from bakeoff.analysis.parity import compare_gradients, compare_parameters, compare_weights, running_statistic
+
+    assert running_statistic("stem.bn.moving_variance") and running_statistic("batch_normalization/moving_mean")
+    assert not running_statistic("bn.gamma") and not running_statistic("moving_mean_head.kernel")
+
+    canonical = {"bn.gamma": np.ones(4), "bn.beta": np.zeros(4), "bn.moving_mean": np.zeros(4),
+                 "bn.moving_variance": np.ones(4)}
+    [count, *values] = compare_parameters(8, canonical, canonical)  # 8 trainable: gamma and beta
+    assert count.ok and [v.item for v in values] == list(canonical) and all(v.ok for v in values)
+    assert not compare_parameters(16, canonical, canonical)[0].ok
+    # an engine reading gradients through the weight mapping finds the statistics' values there: not compared
+    grads = {"bn.gamma": np.full(4, 0.1), "bn.beta": np.full(4, 0.2)}
+    found = compare_gradients({**grads, "bn.moving_mean": np.full(4, 5.0)}, {**grads, "bn.moving_mean": np.zeros(4)})
+    assert [f.item for f in found] == ["bn.gamma", "bn.beta"] and all(f.ok for f in found)
+    # after training: a momentum of 0.99 for 0.01 moves the running mean 99 times as far
+    batch_mean = np.full(4, 0.5)
+    keras = {**canonical, "bn.moving_mean": 0.01 * batch_mean}
+    unconverted = {**canonical, "bn.moving_mean": 0.99 * batch_mean}
+    assert all(f.ok for f in compare_weights(canonical, keras, keras))
+    [bad] = [f for f in compare_weights(canonical, unconverted, keras) if not f.ok]
+    assert bad.item == "bn.moving_mean" and bad.error == pytest.approx(98)
+
+
+def test_dropout_left_on_in_evaluation_fails_the_evaluation_check():
+    from bakeoff.analysis.parity import compare_evaluation
+
+    outputs = np.random.default_rng(0).uniform(0, 1, 64).astype(np.float32)
+    probe = {"outputs": outputs, "eval_dropout": np.array(0.2), "outputs_dropout": outputs.copy(),
+             "outputs_dropout_again": outputs + 1e-7}
+    found = compare_evaluation(probe, "fp32")
+    assert [f.check for f in found] == ["evaluation"] * 2 and all(f.ok for f in found)
+    assert found[0].item == "outputs with dropout 0.2 (evaluation mode)"
+    mask = np.random.default_rng(1).uniform(size=64) > 0.2
+    dropped = {**probe, "outputs_dropout": np.where(mask, outputs / 0.8, 0), "outputs_dropout_again": outputs}
+    assert [f.ok for f in compare_evaluation(dropped, "fp32")] == [False, True]

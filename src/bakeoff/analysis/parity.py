@@ -7,12 +7,13 @@ or step) that disagrees. ``bakeoff parity`` (:mod:`bakeoff.run.parity`) and the 
 these same checks and tolerances.
 
 Tolerances, fp32 (measured worst over the shipped workloads and every mode, eager and compiled, in brackets):
-  outputs: max |a − b| ≤ 1e-5 · max(1, max |ref|) [3e-6]; training losses, plain and accumulated: relative 1e-4
-  per step [5e-6]; gradients per tensor: max |a − b| ≤ 1e-4 · max(max |ref|, 1e-6) [1.5e-5], the floor 1e-6
-  holding a tensor whose gradient is all tiny to an absolute tolerance instead of noise against noise — across
-  frameworks, and between 4 accumulated micro-batches and the batch they make up [1.3e-5]; an accumulating run's
-  losses against the plain run's on the same examples, in one framework: relative 1e-5 [6e-7]; weights after
-  training, per tensor: ‖Δa − Δb‖ ≤ 5e-3 · ‖Δref‖ for the movement Δ = after − initial [1.1e-3, a token
+  outputs: max |a − b| ≤ 1e-5 · max(1, max |ref|) [3e-6], and the same between a model built with the preset's
+  dropout, in evaluation mode, and one built without, in one framework (:func:`compare_evaluation`); training losses,
+  plain and accumulated: relative 1e-4 per step [5e-6]; gradients per tensor: max |a − b| ≤ 1e-4 · max(max |ref|,
+  1e-6) [1.5e-5], the floor 1e-6 holding a tensor whose gradient is all tiny to an absolute tolerance instead of noise
+  against noise — across frameworks, and between 4 accumulated micro-batches and the batch they make up [1.3e-5]; an
+  accumulating run's losses against the plain run's on the same examples, in one framework: relative 1e-5 [6e-7];
+  weights after training, per tensor: ‖Δa − Δb‖ ≤ 5e-3 · ‖Δref‖ for the movement Δ = after − initial [1.1e-3, a token
   embedding whose rare tokens' tiny gradients sit in Adam's ε regime; every other tensor ≤ 4e-4].
 bf16, u = 2⁻⁸ its unit roundoff (8 significant bits): the frameworks round activations to bf16 in different places
 (autocast: matmul and convolution outputs; Keras' mixed_bfloat16: every layer's output), so one forward pass
@@ -119,6 +120,26 @@ def per_tensor_errors(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], 
     return {k: float(np.abs(a[k] - b[k]).max() / max(float(np.abs(b[k]).max()), floor)) for k in sorted(a)}
 
 
+RUNNING_STATISTICS = ("moving_mean", "moving_variance")
+"""Leaf names (Keras', the canonical ones) of a BatchNorm's running statistics. Canonical weights carry them, since a
+model moved between frameworks evaluates with them, but no optimizer trains them: the forward pass does, in
+training mode, by a momentum rule each framework words differently. So they are not counted as parameters, have no
+gradient to compare, and are compared after training with the weights (their movement), where an unconverted
+momentum or an unbiased running variance shows."""
+
+
+def running_statistic(name: str) -> bool:
+    """Whether the canonical tensor ``name`` is a normalisation layer's running statistic
+    (:data:`RUNNING_STATISTICS`), its last part after a dot (``bn.moving_mean``) or a slash (a Keras variable's
+    path, ``batch_normalization/moving_mean``)."""
+    return name.replace("/", ".").rpartition(".")[2] in RUNNING_STATISTICS
+
+
+def _trained(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The tensors an optimizer trains: all but the running statistics."""
+    return {k: v for k, v in tensors.items() if not running_statistic(k)}
+
+
 def zero_in_theory(name: str) -> bool:
     """Whether the canonical tensor ``name`` has an exactly zero gradient in theory (:data:`ZERO_GRADIENT`)."""
     return name.endswith(ZERO_GRADIENT)
@@ -146,9 +167,10 @@ def _structure(check: str, a: Mapping[str, np.ndarray], ref: Mapping[str, np.nda
 
 def compare_parameters(num_params: int, roundtrip: Mapping[str, np.ndarray],
                        canonical: Mapping[str, np.ndarray]) -> list[Finding]:
-    """The model's parameter count equals the canonical weights' (``num_params``), and reading back the
-    canonical weights it was given (``canonical``) returns every name, shape and value exactly (``roundtrip``)."""
-    expected = sum(int(np.size(v)) for v in canonical.values())
+    """The model's parameter count equals the canonical weights' but their running statistics (``num_params``),
+    and reading back the canonical weights it was given (``canonical``) returns every name, shape and value exactly
+    (``roundtrip``), running statistics included."""
+    expected = sum(int(np.size(v)) for v in _trained(canonical).values())
     count = Finding("parameters", "count", float(abs(num_params - expected)), _rel(abs(num_params - expected),
                     expected), float(abs(num_params - expected)), 0.0, "|count − canonical count|",
                     num_params == expected,
@@ -198,7 +220,10 @@ def compare_losses(a: np.ndarray, ref: np.ndarray, precision: str, check: str = 
 def compare_gradients(a: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], tolerance: float = 1e-4,
                       check: str = "gradients") -> list[Finding]:
     """Per canonical tensor: max |a − ref| relative to the tensor's largest reference entry (floor
-    :data:`GRADIENT_FLOOR`); a tensor zero in theory (:data:`ZERO_GRADIENT`) must be noise on both sides."""
+    :data:`GRADIENT_FLOOR`); a tensor zero in theory (:data:`ZERO_GRADIENT`) must be noise on both sides. Running
+    statistics (:data:`RUNNING_STATISTICS`) have no gradient: an engine reading gradients through the model's weight
+    mapping finds their current values there, which are not compared."""
+    a, ref = _trained(a), _trained(ref)
     out = _structure(check, a, ref)
     scale = max((float(np.abs(g).max(initial=0.0)) for g in ref.values()), default=0.0)
     bad = {f.item for f in out}
@@ -236,6 +261,18 @@ def compare_weights(init: Mapping[str, np.ndarray], a: Mapping[str, np.ndarray],
         out.append(Finding("weights", name, diff, rel, error, tolerance, "‖Δa − Δref‖ / ‖Δref‖",
                            error <= tolerance))
     return out
+
+
+def compare_evaluation(probe: Mapping[str, np.ndarray], precision: str) -> list[Finding]:
+    """Within one probe: the outputs in evaluation mode of the model built with the preset's dropout
+    (``outputs_dropout``, and ``outputs_dropout_again`` asked a second time) equal those of the model built without
+    (``outputs``), within the outputs' tolerance — dropout is off in evaluation, so it changes nothing there and
+    draws nothing. Parity trains with dropout off, so this is where dropout left on in evaluation shows."""
+    rate = float(probe["eval_dropout"])
+    items = (("outputs_dropout", f"outputs with dropout {rate:g} (evaluation mode)"),
+             ("outputs_dropout_again", f"outputs with dropout {rate:g} (evaluation mode), asked again"))
+    return [dataclasses.replace(f, check="evaluation")
+            for key, item in items for f in compare_outputs(probe[key], probe["outputs"], precision, item)]
 
 
 def compare_accumulation(probe: Mapping[str, np.ndarray], tolerance: float = 1e-4) -> list[Finding]:

@@ -16,12 +16,17 @@ HELP = """\
 Checks, each framework against the first named (the reference), in every mode named: parameters (count, canonical
 names and shapes, an exact round trip of the canonical weights), forward outputs from the same canonical weights,
 per-tensor gradients on one batch, the losses of 6 Adam steps (plain and with 4 accumulated micro-batches) and the
-trained weights, and accumulation (4 micro-batches give the gradient of the batch they make up). Dropout is off.
-Tolerances, fp32: outputs 1e-5 of max(1, largest output); losses 1e-4 relative; gradients 1e-4 of each tensor's
-largest entry (floor 1e-6); trained weights: the movement from the initial weights within 5e-3 relative;
-accumulation: gradients 1e-4, losses 1e-5. bf16 (u = 2^-8): outputs 8u, first loss 1u, later losses 8u; gradients
-and weights not compared per tensor. The first disagreeing tensor is named with its largest absolute and relative
-difference and the tolerance. Exit status: 0 all agree, 1 a disagreement (or a probe that failed), 2 bad input."""
+trained weights, and accumulation (4 micro-batches give the gradient of the batch they make up). Dropout is off;
+evaluation (when the preset has dropout) checks, in each framework, that a model built with the preset's dropout
+gives in evaluation mode, asked twice, the outputs of the one built without. BatchNorm's running statistics
+(canonical *.moving_mean, *.moving_variance) are not counted as parameters nor as gradients: they are compared with
+the trained weights, and accumulation is not checked for a model that has them (each micro-batch is normalised
+with its own statistics). Tolerances, fp32: outputs and evaluation 1e-5 of max(1, largest output); losses 1e-4
+relative; gradients 1e-4 of each tensor's largest entry (floor 1e-6); trained weights: the movement from the
+initial weights within 5e-3 relative; accumulation: gradients 1e-4, losses 1e-5. bf16 (u = 2^-8): outputs and
+evaluation 8u, first loss 1u, later losses 8u; gradients and weights not compared per tensor. The first
+disagreeing tensor is named with its largest absolute and relative difference and the tolerance. Exit status: 0
+all agree, 1 a disagreement (or a probe that failed), 2 bad input."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -8,9 +8,12 @@ WORKLOAD is a name or a reference (``MODULE:CLASS``, ``FILE.py:CLASS``), resolve
 Runs in its own process (frameworks never share one), through the real engine and model code in the given
 execution mode and precision — the modes trials are timed in — with dropout off, and saves:
   ``num_params``; ``outputs`` — outputs on test examples from the workload's initial weights;
+  ``eval_dropout`` — the preset's dropout rate (parity trains with none), and when it is above 0, ``outputs_dropout``
+  and ``outputs_dropout_again`` — the outputs from the initial weights of a model built with that dropout, in
+  evaluation mode, asked twice (dropout left on in evaluation shows as a difference from ``outputs``);
   ``outputs_perturbed`` — outputs after loading perturbed weights (non-zero biases, non-unit LayerNorm), which
-  exercises every canonical-name mapping; ``roundtrip/NAME`` — get_weights(set_weights(w)) for those perturbed
-  weights w, and ``roundtrip_max_err`` — its largest difference from w;
+  exercises every canonical-name mapping; ``roundtrip/NAME`` — get_weights(set_weights(w)) for those perturbed weights
+  w, and ``roundtrip_max_err`` — its largest difference from w;
   ``grad/NAME`` — each canonical tensor's mean-loss gradient on one batch of ``batch_size``, and
   ``grad_accum/NAME`` — the same accumulated over the 4 micro-batches that batch is made of;
   ``init/NAME`` — the initial canonical weights; ``losses`` — the loss of every training step from them on the
@@ -24,6 +27,7 @@ The parity tests run this once per framework and mode, and compare.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -69,6 +73,13 @@ def probe(workload_name: str, framework: str, preset: str = "tiny", steps: int =
     test = {k: v[:examples] for k, v in data.test.items()}
     out: dict[str, np.ndarray] = {"num_params": np.array(engine.num_params())}
     out["outputs"] = engine.predict(test, examples)
+    rate = float(workload.config(spec.preset, spec, data).get("dropout", 0.0))  # the preset's, before it is off
+    out["eval_dropout"] = np.array(rate)
+    if rate > 0:
+        with_dropout = dataclasses.replace(parts, config={**parts.config, "dropout": rate}).build_engine()
+        out["outputs_dropout"] = with_dropout.predict(test, examples)
+        out["outputs_dropout_again"] = with_dropout.predict(test, examples)
+        del with_dropout
     if extra is not None:
         out.update(extra(engine, workload, test))
     other = perturbed(weights)
