@@ -311,3 +311,30 @@ def test_set_changes_the_model_that_trains(overridden):
 def test_target_flag_is_the_trials_target(overridden):
     _, result = overridden
     assert result["target"] == 0.6 and result["training"]["target_rule"] == "set by the user"
+
+
+def test_verdicts_are_whole_lines_when_not_on_a_terminal(monkeypatch):
+    """Into a file or a pipe a verdict is one line (rich would wrap it at 80 columns, between a ratio and its
+    interval); on a terminal it wraps at the terminal's width, between words."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from bakeoff.cli import console as console_module
+    from bakeoff.cli.results import say_report
+
+    verdict = ("PyTorch eager is faster than TensorFlow graph on steady throughput: 1.23x (95% interval 1.18x to "
+               "1.29x), 3 runs each, a win at the calibrated error rate")
+    written = SimpleNamespace(headlines=lambda: [("text_classifier/tiny", verdict)],
+                              paths={"html": "reports/" + "deep/" * 12 + "report.html", "markdown": "report.md"})
+    for terminal, whole in ((False, True), (True, False)):
+        out = io.StringIO()
+        monkeypatch.setattr(console_module, "console", Console(file=out, width=80, force_terminal=terminal,
+                                                               color_system=None, highlight=False))
+        say_report(written)
+        lines = out.getvalue().splitlines()
+        assert (f"text_classifier/tiny: {verdict}" in lines) is whole, lines
+        assert all(len(line) <= 80 for line in lines[:-1]) or whole
+        assert lines[-1].startswith("report: reports/deep/") and lines[-1].endswith("(Markdown: report.md)")
+        assert "1.23x (95% interval" in out.getvalue().replace("\n", " ")
