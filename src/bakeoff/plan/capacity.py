@@ -185,6 +185,10 @@ STRATEGIES: tuple[Strategy, ...] = (
 )
 
 
+REPLICATED = ("data", "zero1", "zero2", "zero3", "parameter_server")
+"""The strategies whose devices each take a share of the batch (every one a whole model's step)."""
+
+
 def layer_activations(shape: Shape, batch: float, e: int, tensor: int = 1, fused: bool = False,
                       dropout: bool = True) -> float:
     """Bytes one layer keeps for its backward pass, for ``batch`` sequences (Korthikanti et al. eq. 1-2, per element
@@ -271,6 +275,7 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
     mixed = precision != "fp32"
     weights_full = p * (4 + (2 if mixed else 0))
     grads_full, optimizer_full = p * 4, p * 8
+    m = microbatches or min(batch, 4 * n)  # pipeline micro-batches
     rows = []
     for strategy in STRATEGIES:
         row = Row(strategy.framework, strategy.kind, strategy.api, strategy.missing)
@@ -278,8 +283,9 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
         if strategy.missing:
             continue
         kind = strategy.kind
-        per_device_batch = batch / n if kind in ("data", "zero1", "zero2", "zero3", "parameter_server") else batch
-        if kind in ("data", "zero1", "zero2", "zero3", "parameter_server") and batch % n:
+        replicas = kind in REPLICATED
+        per_device_batch = batch / n if replicas else batch
+        if replicas and batch % n:
             row.notes.append(f"a global batch of {batch} does not split evenly over {n} devices")
         tensor = n if kind == "tensor" else 1
         if kind == "pipeline" and shape.layers < n:
@@ -303,7 +309,6 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
                              f"{optimizer_full / parameter_servers:.3g} bytes each, with the weights")
         # activations
         if kind == "pipeline":  # 1F1B: the first stage holds p micro-batches of its L/p layers = L layers of one
-            m = microbatches or min(batch, 4 * n)
             micro = batch / m
             act_batch = micro
             row.notes.append(f"{m} micro-batches of {micro:g}; the schedule's bubble is "
@@ -329,7 +334,6 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
         elif kind == "tensor":
             row.comm_bytes = shape.layers * 4 * 2 * ring * shape.seq * batch * shape.width * e
         elif kind == "pipeline":
-            m = microbatches or min(batch, 4 * n)
             row.comm_bytes = 2 * m * shape.seq * (batch / m) * shape.width * e if n > 1 else 0.0
         elif kind == "parameter_server":
             row.comm_bytes = 2 * p * 4  # push gradients, pull weights
@@ -346,7 +350,6 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
             flops = (8 if recompute else 6) * shape.compute_params * batch * shape.seq
             row.compute_s = flops / (n * machine.flops * row.mfu)
             if kind == "pipeline":
-                m = microbatches or min(batch, 4 * n)
                 row.compute_s *= (m + n - 1) / m
         if row.compute_s is not None and row.comm_s is not None:
             row.step_s = row.compute_s + row.comm_s
@@ -362,8 +365,8 @@ def describe_missing_times(machine: Machine, mfu: Mapping[str, Any] | None) -> l
     if not machine.flops:
         out.append("compute time: give the devices' peak FLOP/s (--flops) at the plan's precision")
     if not mfu:
-        out.append("compute time: no MFU measured in the store for these frameworks; give --mfu FRAMEWORK=0.4 "
-                   "or run trials first (bakeoff run stores each trial's MFU)")
+        out.append("compute time: no MFU, measured (--store: the trials bakeoff run stored) or stated "
+                   "(--mfu FRAMEWORK=0.4)")
     if not machine.bandwidth:
         out.append("communication time: give the bandwidth each device moves (--bandwidth 450GB/s)")
     return out
