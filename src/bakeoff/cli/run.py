@@ -29,6 +29,9 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:
     run.add_argument("--concurrent", action="store_true",
                      help="run at once even while another bakeoff run measures on this machine (by default a run "
                           "waits for it: two at once each time the other's load into its figures)")
+    run.add_argument("--executor", default="local", metavar="NAME[=ARGUMENT]",
+                     help="where the trials execute, this process staying the only writer of the store: "
+                          "local (default: on this machine, one after another)")
     run.add_argument("--no-report", action="store_true", help="do not write the report after the run")
     run.add_argument("--out", type=Path, help="report directory (default: reports/<suite>)")
     run.add_argument("--order-seed", type=int, default=0,
@@ -82,13 +85,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         console.print(line, soft_wrap=True)
 
+    from bakeoff.run.executors import parse as parse_executor
+
+    executor = parse_executor(args.executor)  # bad input fails here, before anything runs
+    if executor.name != "local":
+        console.print(f"executor: {executor.describe()}", soft_wrap=True)
     session = run_suite(suite, args.store, timeout_s=args.timeout, fresh=args.fresh, retry_failed=args.retry_failed,
                         retry_busy=args.retry_busy, concurrent=args.concurrent, order_seed=args.order_seed,
                         profile_steps=args.profile_steps if args.profile else 0,
                         report_dir=None if args.no_report else args.out or DEFAULT_REPORTS / suite.name,
                         title=f"bakeoff: {suite.name}" + (f" (overridden from the command line: {said})"
                                                           if said else ""),
-                        say=say, progress=RunProgress)
+                        say=say, progress=RunProgress, executor=executor)
     summary = session.summary
     console.print(f"ran {len(summary.ran)} trials, skipped {len(summary.skipped)} already in the store")
     unsettled = session.unsettled

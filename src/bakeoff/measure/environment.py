@@ -165,6 +165,7 @@ def host_environment() -> dict[str, Any]:
         if (v := package_version(dist)) is not None:
             versions[dist] = v
     return {
+        "host": platform.node(),  # which machine of a cluster ran the trial (executors spread them)
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "cores_usable": usable_cores(),

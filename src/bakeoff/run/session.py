@@ -25,6 +25,7 @@ from bakeoff.report.write import Written, write_report
 from bakeoff.results.store import Store, artifacts_dir
 from bakeoff.run import machine, process
 from bakeoff.run.executors import local as runner
+from bakeoff.run.executors.base import Executor
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +64,14 @@ class Session:
 def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None, fresh: bool = False,
               retry_failed: bool = False, retry_busy: bool = False, concurrent: bool = False, order_seed: int = 0,
               profile_steps: int = 0, report_dir: Path | None = None, title: str | None = None,
-              say: Callable[[str], None] = log.info, progress: ProgressFactory | None = None) -> Session:
+              say: Callable[[str], None] = log.info, progress: ProgressFactory | None = None,
+              executor: Executor | None = None) -> Session:
     """Run ``suite`` into the store at ``store_path`` and, with ``report_dir``, write its report there.
 
     Bad input (a spec, a data file, a damaged store) fails before a store or report is created. ``timeout_s``
     per trial defaults to the suite's; ``fresh``, ``retry_failed``, ``retry_busy``, ``order_seed`` and
-    ``profile_steps`` are :func:`bakeoff.run.executors.local.run`'s.
+    ``profile_steps`` and ``executor`` (where the trials execute; default: here, one after another) are
+    :func:`bakeoff.run.executors.local.run`'s.
     """
     timeout = timeout_s or suite.timeout_s
     sizes = runner.validate(suite.specs)  # bad input fails here, before a store or report is created
@@ -82,7 +85,7 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
             store.put_suite(suite.name, suite.source, suite.weights, suite.qualitative)
             options = dict(timeout_s=timeout, fresh=fresh, retry_failed=retry_failed, progress=shown,
                            annotations=annotations, validated=True, order_seed=order_seed, retry_busy=retry_busy,
-                           profile_steps=profile_steps)
+                           profile_steps=profile_steps, executor=executor)
             if suite.adaptive is None:
                 summary = runner.run(specs, store, suite.name, **options)
             else:

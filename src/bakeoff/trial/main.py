@@ -52,6 +52,7 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
     started = time.perf_counter()
     result = TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.FAILED)
     result.environment = host_environment()
+    result.extras["started_at"] = _MAIN_AT  # the trial's first line, on its node's clock: executors' scheduling time
     launched = os.environ.get("BAKEOFF_LAUNCHED_AT")
     if launched:  # the launcher's clock when it started the group: process start, torchrun's agent included
         result.extras["launch_s"] = max(0.0, _MAIN_AT - float(launched))

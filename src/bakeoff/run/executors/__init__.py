@@ -1,1 +1,46 @@
-"""Where a suite's trials execute: :mod:`.local` runs them one after another on this machine."""
+"""Where a suite's trials execute (:mod:`.base` says what every executor keeps to): :mod:`.local` runs them one
+after another on this machine. ``bakeoff run --executor NAME[=ARGUMENT]`` picks one by its record here; adding an
+executor is one record and its own module, imported only when it is asked for."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+from bakeoff.core.spec import SpecError
+from bakeoff.run.executors.base import Executor
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutorRecord:
+    """One executor: its name, the class that implements it (``module:Class``, imported when asked for), what its
+    argument means, and what it needs installed."""
+
+    name: str
+    implementation: str
+    argument: str = ""  # what NAME=ARGUMENT means ('' when it takes none)
+    help: str = ""
+
+
+EXECUTORS: dict[str, ExecutorRecord] = {record.name: record for record in (
+    ExecutorRecord("local", "bakeoff.run.executors.base:LocalExecutor",
+                   help="each trial on this machine, one after another (the default)"),
+)}
+
+
+def describe() -> str:
+    """The accepted forms, one per executor, for ``--help`` and errors."""
+    return "; ".join(f"{r.name}{f'[={r.argument}]' if r.argument else ''}: {r.help}" for r in EXECUTORS.values())
+
+
+def parse(text: str) -> Executor:
+    """The executor ``text`` names: ``local``, or ``NAME=ARGUMENT`` for one that takes an argument."""
+    name, _, argument = text.strip().partition("=")
+    record = EXECUTORS.get(name.strip().lower())
+    if record is None:
+        raise SpecError(f"--executor {text!r}: unknown executor; accepted: {describe()}")
+    if argument and not record.argument:
+        raise SpecError(f"--executor {text!r}: {record.name} takes no argument; accepted: {describe()}")
+    module, _, cls = record.implementation.partition(":")
+    implementation = getattr(importlib.import_module(module), cls)
+    return implementation(argument.strip()) if record.argument else implementation()

@@ -34,7 +34,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 from bakeoff.core import registry
@@ -48,6 +48,7 @@ from bakeoff.results import model_dir
 from bakeoff.results.model_dir import KEEP_MODEL_ENV
 from bakeoff.results.store import Store, StoreWriteError
 from bakeoff.run import launchers
+from bakeoff.run.executors.base import Executor, LocalExecutor, TrialJob
 from bakeoff.run.process import OomKills, interruptible, read_oom_kills
 from bakeoff.run.process import hold as hold_signals
 from bakeoff.trial.loop import NO_EVALUATION_ENV
@@ -278,7 +279,7 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
         fresh: bool = False, retry_failed: bool = False, log_dir: Path | None = None,
         progress: Progress | None = None, annotations: dict[str, dict] | None = None,
         validated: bool = False, order_seed: int = 0, keep_models: Path | None = None,
-        profile_steps: int = 0, retry_busy: bool = False) -> RunSummary:
+        profile_steps: int = 0, retry_busy: bool = False, executor: Executor | None = None) -> RunSummary:
     """Run every spec not already recorded (or recorded but measured again:
     :func:`bakeoff.plan.order.measure_again`), in :func:`bakeoff.plan.order.order`, storing each result as it
     finishes.
@@ -291,6 +292,8 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
     :func:`bakeoff.results.model_dir.directory_name`. With ``profile_steps``, each trial that runs and succeeds
     then profiles that many steps (:mod:`bakeoff.trial.profile`) into its folder of the store's ``profiles``
     (named as its TensorBoard run is: :func:`tensorboard_runs`); a trial reused from the store is not profiled.
+    ``executor`` executes the trials (:mod:`bakeoff.run.executors.base`; default: here, one after another); this
+    process stores every result, whichever executor ran it.
     """
     if not validated:
         validate(specs)
@@ -301,7 +304,7 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
     with interruptible():
         summary = _run(order(identified, order_seed), store, suite, timeout_s, fresh, retry_failed,
                        log_dir or store.artifacts / "logs", progress, annotations, order_seed, keep_models,
-                       profile_steps, retry_busy)
+                       profile_steps, retry_busy, executor)
     summary.specs = identified
     return summary
 
@@ -401,7 +404,8 @@ def _claim(folder: Path, spec: RunSpec) -> None:
 
 def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh: bool, retry_failed: bool,
          log_dir: Path, progress: Progress | None, annotations: dict[str, dict], order_seed: int,
-         keep_models: Path | None = None, profile_steps: int = 0, retry_busy: bool = False) -> RunSummary:
+         keep_models: Path | None = None, profile_steps: int = 0, retry_busy: bool = False,
+         executor: Executor | None = None) -> RunSummary:
     _store_unstored(store, log_dir, {spec.key(): suite for spec in specs})
     recorded, again = store.statuses(), measure_again(store, timeout_s, retry_busy)
 
@@ -415,26 +419,38 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
     if progress:
         for spec in queued:
             progress("queued", spec, None)
-    for position, spec in enumerate(specs, 1):
-        if not runs(spec):
-            summary.skipped.append(spec)
-            if progress:
-                progress("skip", spec, None)
-            continue
+    needs: dict[str, tuple[ceiling.Need, dict | None]] = {}
+
+    def jobs() -> Iterator[TrialJob]:
+        """The trials to run, in order, made as the executor asks for them (the local one asks for the next only
+        when the last is stored, so a ceiling it probed is kept and not probed again)."""
+        for position, spec in enumerate(specs, 1):
+            if not runs(spec):
+                summary.skipped.append(spec)
+                if progress:
+                    progress("skip", spec, None)
+                continue
+            _claim(tensorboard[spec.key()], spec)
+            keep_dir = keep_models / model_dir.directory_name(spec) if keep_models is not None else None
+            profile = ProfileRequest(profiles[spec.key()], profile_steps) if profile_steps else None
+            if profile is not None:
+                _claim(profile.directory, spec)
+            wanted = ceiling.need(spec)
+            kept = store.ceiling(wanted.key) if wanted.key else None
+            needs[spec.key()] = wanted, kept
+            yield TrialJob(spec, position, timeout_s, log_dir, store.artifacts / "checkpoints" / spec.key(),
+                           tensorboard[spec.key()], keep_dir=keep_dir, probe_ceiling=bool(wanted.key) and kept is None,
+                           profile=profile)
+
+    def started(job: TrialJob) -> None:
         if progress:
-            progress("start", spec, None)
-        _claim(tensorboard[spec.key()], spec)
-        keep_dir = keep_models / model_dir.directory_name(spec) if keep_models is not None else None
-        profile = ProfileRequest(profiles[spec.key()], profile_steps) if profile_steps else None
-        if profile is not None:
-            _claim(profile.directory, spec)
-        wanted = ceiling.need(spec)
-        kept = store.ceiling(wanted.key) if wanted.key else None
-        result = run_one(spec, timeout_s, log_dir, store.artifacts / "checkpoints" / spec.key(),
-                         tensorboard[spec.key()], keep_dir=keep_dir, probe_ceiling=bool(wanted.key) and kept is None,
-                         profile=profile)
+            progress("start", job.spec, None)
+
+    def done(job: TrialJob, result: TrialResult) -> None:
+        spec = job.spec
         result.annotate(annotations.get(spec.key(), {}))
-        result.order = Order(position, len(specs), order_seed)
+        result.order = Order(job.position, len(specs), order_seed)
+        wanted, kept = needs[spec.key()]
         try:
             if result.status is Status.OK:
                 result.mfu = _utilisation(store, wanted, kept, result)  # may store the ceiling it probed
@@ -446,4 +462,6 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
         log.info("%s %s: %s %s", spec.label(), spec.key(), result.status.value, result.reason)
         if progress:
             progress("done", spec, result)
+
+    (executor or LocalExecutor()).run(jobs(), started, done)
     return summary

@@ -1,0 +1,108 @@
+"""What an executor is: where the trials of a run execute, while the submitting ``bakeoff run`` stays the only
+writer of the store.
+
+The runner (:func:`bakeoff.run.executors.local.run`) decides which trials run, in which order, and stores each
+result as it comes back; an :class:`Executor` only executes :class:`TrialJob` s, each as one trial process group
+started by the same launcher the local runner uses (:func:`bakeoff.run.executors.local.run_one`), wherever its
+engine puts it: here, one after another (``local``), as Ray tasks (``ray``) or Slurm jobs (``slurm``).
+
+The contract every executor keeps:
+
+- ``done(job, result)`` is called in the calling thread, once per job, with a :class:`TrialResult` whatever
+  happened to the job (crashed, timed out, cancelled, preempted, its node lost): the caller stores it.
+- No job is retried behind the runner's back (a timed trial run twice would be measured twice).
+- When :class:`bakeoff.run.process.Interrupted` (Ctrl-C, SIGTERM) reaches :meth:`Executor.run`, every job still
+  running or queued is cancelled and every process of it, on every node, ends before the exception propagates;
+  the jobs that were cut off are not recorded (they run again on the next ``bakeoff run``).
+- No process of a trial outlives it: a trial that passes its timeout is killed on its node.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec
+from bakeoff.trial.profile import Request as ProfileRequest
+
+Started = Callable[["TrialJob"], None]
+Done = Callable[["TrialJob", TrialResult], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialJob:
+    """One trial to execute: its spec, its place in the run, and what :func:`~bakeoff.run.executors.local.run_one`
+    is given for it (every path under the store's folder, which a remote node must see at the same path)."""
+
+    spec: RunSpec
+    position: int  # 1-based place in the planned order of the whole run
+    timeout_s: float
+    log_dir: Path
+    checkpoint_dir: Path | None = None
+    tensorboard_dir: Path | None = None
+    keep_dir: Path | None = None
+    probe_ceiling: bool = False
+    profile: ProfileRequest | None = None
+    evaluate: bool = True
+
+    @property
+    def what(self) -> str:
+        spec = self.spec
+        return f"{spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}"
+
+    def run_here(self) -> TrialResult:
+        """Run the trial's process group on this machine, now (the local runner's way); never raises for a trial
+        that fails, only for an interrupt."""
+        from bakeoff.run.executors.local import run_one
+
+        return run_one(self.spec, self.timeout_s, self.log_dir, self.checkpoint_dir, self.tensorboard_dir,
+                       keep_dir=self.keep_dir, probe_ceiling=self.probe_ceiling, profile=self.profile,
+                       evaluate=self.evaluate)
+
+
+def executor_record(name: str, *, submitted_at: float, started_at: float | None = None, **more: object) -> dict:
+    """The ``extras["executor"]`` section of a result: which executor ran it, when it was handed over (``time.time()``)
+    and when its trial began on its node, and the scheduling overhead between the two."""
+    record: dict = {"name": name, "submitted_at": submitted_at, "started_at": started_at}
+    if started_at is not None:
+        record["scheduling_s"] = max(0.0, started_at - submitted_at)
+    record.update(more)
+    return record
+
+
+class Executor(abc.ABC):
+    """Where a run's trials execute. One instance serves one ``bakeoff run``."""
+
+    name: str = ""
+    concurrent: bool = False
+    """Whether several trials may run at once (on separate nodes or resources); the local executor runs one."""
+
+    def describe(self) -> str:
+        """One line for the console and the dry run: which engine, where."""
+        return self.name
+
+    @abc.abstractmethod
+    def run(self, jobs: Iterable[TrialJob], started: Started, done: Done) -> None:
+        """Execute every job ``jobs`` yields; ``started(job)`` when its trial starts (as far as the executor knows),
+        ``done(job, result)`` in this thread as each ends. ``jobs`` may be lazy: the local executor takes the next
+        one only after the previous is done, so what a job is given may depend on the results before it."""
+
+
+class LocalExecutor(Executor):
+    """Today's runner: each trial on this machine, one after another, nothing else running beside it."""
+
+    name = "local"
+
+    def run(self, jobs: Iterable[TrialJob], started: Started, done: Done) -> None:
+        for job in jobs:
+            started(job)
+            submitted = time.time()
+            result = job.run_here()
+            launched = result.extras.get("started_at")
+            result.extras["executor"] = executor_record(self.name, submitted_at=submitted,
+                                                        started_at=launched if isinstance(launched, float) else None)
+            done(job, result)
