@@ -106,3 +106,32 @@ class LocalExecutor(Executor):
             result.extras["executor"] = executor_record(self.name, submitted_at=submitted,
                                                         started_at=launched if isinstance(launched, float) else None)
             done(job, result)
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """What one trial asks a cluster for. ``cpus`` None: every core of its node (a trial that does not say its
+    threads uses all the cores it sees, so it must not share them: another trial beside it would load its
+    timings). ``gpus``: whole GPUs, one per replica (:attr:`bakeoff.run.launchers.Launcher.gpu_per_rank`,
+    TensorFlow's strategies likewise), none on ``--device cpu``; ``gpus_required``: ``--device cuda`` (with
+    ``--device auto`` an executor asks for them only where the cluster has GPUs)."""
+
+    cpus: int | None
+    gpus: int
+    gpus_required: bool
+    processes: int  # processes that compute (ranks, servers)
+
+
+def resources(spec: RunSpec) -> Resources:
+    """The resources ``spec``'s trial needs on its node (all of it on one node)."""
+    from bakeoff.core import registry
+    from bakeoff.core.spec import Device, Parallelism
+    from bakeoff.run import launchers
+
+    launcher = launchers.LAUNCHERS[registry.launcher(spec)]
+    processes = spec.workers if launcher.group else 1
+    if spec.parallelism is Parallelism.PARAMETER_SERVER:
+        processes = 1 + spec.workers + launchers.PARAMETER_SERVERS
+    gpus = 0 if spec.device is Device.CPU else spec.workers if spec.parallelism is not Parallelism.NONE else 1
+    return Resources(cpus=spec.threads * processes if spec.threads else None, gpus=gpus,
+                     gpus_required=spec.device is Device.CUDA, processes=processes)
