@@ -31,7 +31,10 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:
                           "waits for it: two at once each time the other's load into its figures)")
     run.add_argument("--executor", default="local", metavar="NAME[=ARGUMENT]",
                      help="where the trials execute, this process staying the only writer of the store: "
-                          "local (default: on this machine, one after another)")
+                          "local (default: on this machine, one after another); slurm[=PARTITION] (each trial a "
+                          "Slurm job on PARTITION, default the cluster's default partition, submitted with sbatch "
+                          "from here; the store's folder must be shared with the nodes at the same path; "
+                          "scripts/slurm-local starts a single-machine Slurm)")
     run.add_argument("--no-report", action="store_true", help="do not write the report after the run")
     run.add_argument("--out", type=Path, help="report directory (default: reports/<suite>)")
     run.add_argument("--order-seed", type=int, default=0,
@@ -79,17 +82,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     said = ", ".join(f"{flag} {value}" for flag, value in suite.overrides.items())
     if said:
         console.print(f"overridden from the command line in every trial: {said} (stored as suite {suite.name})")
+    from bakeoff.run.executors import parse as parse_executor
+
+    executor = parse_executor(args.executor)  # bad input fails here, before anything runs
+    if executor.name != "local":
+        console.print(f"executor{' (would run them)' if args.dry_run else ''}: {executor.describe()}",
+                      soft_wrap=True)
     if args.dry_run:
         return _dry_run(suite, args)
 
     def say(line: str) -> None:
         console.print(line, soft_wrap=True)
-
-    from bakeoff.run.executors import parse as parse_executor
-
-    executor = parse_executor(args.executor)  # bad input fails here, before anything runs
-    if executor.name != "local":
-        console.print(f"executor: {executor.describe()}", soft_wrap=True)
     session = run_suite(suite, args.store, timeout_s=args.timeout, fresh=args.fresh, retry_failed=args.retry_failed,
                         retry_busy=args.retry_busy, concurrent=args.concurrent, order_seed=args.order_seed,
                         profile_steps=args.profile_steps if args.profile else 0,

@@ -1,6 +1,7 @@
 """Where a suite's trials execute (:mod:`.base` says what every executor keeps to): :mod:`.local` runs them one
-after another on this machine. ``bakeoff run --executor NAME[=ARGUMENT]`` picks one by its record here; adding an
-executor is one record and its own module, imported only when it is asked for."""
+after another on this machine, :mod:`.slurm_executor` as Slurm jobs. ``bakeoff run --executor NAME[=ARGUMENT]``
+picks one by its record here; adding an executor is one record and its own module, imported only when it is asked
+for."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ class ExecutorRecord:
 EXECUTORS: dict[str, ExecutorRecord] = {record.name: record for record in (
     ExecutorRecord("local", "bakeoff.run.executors.base:LocalExecutor",
                    help="each trial on this machine, one after another (the default)"),
+    ExecutorRecord("slurm", "bakeoff.run.executors.slurm_executor:SlurmExecutor", argument="PARTITION",
+                   help="each trial a Slurm job (sbatch), on PARTITION or the cluster's default one; the store's "
+                        "folder must be on a file system the nodes share, at the same path"),
 )}
 
 

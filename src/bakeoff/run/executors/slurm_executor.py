@@ -1,0 +1,377 @@
+"""``bakeoff run --executor slurm[=PARTITION]``: each trial one Slurm job, submitted with ``sbatch``; this process
+polls ``squeue`` and stores every result, so it stays the only writer of the store.
+
+Why ``sbatch`` and not ``submitit``: the job script is the contract a cluster's admins read, so we write its
+``#SBATCH`` lines ourselves (``--exclusive`` for a trial that uses every core, ``--no-requeue`` so that no timed
+trial is measured twice — submitit requeues preempted and timed-out jobs by design); no dependency to install on
+the login node and every compute node; and ``squeue``/``sacct``/``scancel`` are what we would call under
+submitit anyway (its local executor, offered for CI, runs no Slurm at all, so it would test none of this).
+
+Why one job per trial and not a job array: an array's tasks share one resource request, while trials differ in
+CPUs, GPUs and time limit; one job per trial is also what ``squeue`` and ``scancel`` show the user, named
+``bakeoff-<position>-<key>``. Every trial the run needs is submitted at once (the scheduler decides what runs
+beside what; a trial that uses all its node's cores asks for the node whole, ``--exclusive``).
+
+On the node, the job runs ``python -m bakeoff.run.executors.slurm_executor JOB_FILE``: the trial's process group,
+started exactly as the local runner starts it (:meth:`TrialJob.run_here`, its own deadline included), and the
+result written atomically (a temporary file, then a rename) to ``<store folder>/slurm/<key>.result.json``. The
+store's folder (``results/bakeoff/`` for ``results/bakeoff.sqlite``) must therefore be on a file system that the
+compute nodes share with the submitting machine, at the same path (trial logs, checkpoints, TensorBoard runs are
+there too); the SQLite store itself is only ever opened here. A result file present wins over any job state. A
+job that ends without one (cancelled, preempted, timed out, out of memory, its node lost, its runner crashed) is
+recorded with its Slurm state, job id and the end of its output. Ctrl-C or SIGTERM here cancels every job of the
+run (``scancel``) and waits, bounded, until Slurm has ended them (it kills every process of a job: cgroup or
+process-tree tracking) before the interrupt propagates; nothing of them is stored.
+
+Other ``sbatch`` options (account, QOS, memory) come from sbatch's own input environment variables
+(``SBATCH_ACCOUNT``, ``SBATCH_QOS``, ``SBATCH_MEM_PER_NODE``...), which this process passes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec, SpecError, Status
+from bakeoff.run.executors.base import Done, Executor, Resources, Started, TrialJob, executor_record, resources
+from bakeoff.trial.profile import Request as ProfileRequest
+
+log = logging.getLogger("bakeoff.run.executors.slurm")
+
+TIME_MARGIN_S = 120.0
+"""Slurm's time limit is the trial's timeout plus this: the trial's own deadline ends it first and records a timeout
+with its log; Slurm's limit only ends a job whose runner hangs past it (Python start-up, writing the result)."""
+POLL_S = 2.0
+"""Seconds between two looks at the result files and ``squeue``."""
+RESULT_GRACE_S = {"COMPLETED": 60.0}
+"""How long a job that ended is given for its result file to appear here: a network file system may show a file
+renamed on another machine only after its attribute cache expires (NFS: up to 60 s); other states: DEFAULT_GRACE_S."""
+DEFAULT_GRACE_S = 5.0
+CANCEL_WAIT_S = 90.0
+"""How long an interrupted run waits for its cancelled jobs to end (Slurm's KillWait, 30 s by default, and more)."""
+ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
+                    "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"})
+"""Job states that are not over yet (``squeue``'s long names); every other state is an end."""
+STATUS_OF = {"TIMEOUT": Status.TIMEOUT, "DEADLINE": Status.TIMEOUT, "OUT_OF_MEMORY": Status.OUT_OF_MEMORY}
+"""The trial status of a job that ended without a result, by its state; any other state: failed."""
+START_HINT = ("start a single-machine Slurm on this machine with `sudo scripts/slurm-local` (from bakeoff's "
+              "repository), or run where sbatch reaches your cluster")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobState:
+    """What Slurm says of one job: its state (long name, first word: ``CANCELLED by 0`` is CANCELLED), its node
+    and the reason it waits or ended."""
+
+    state: str
+    node: str = ""
+    reason: str = ""
+
+    @property
+    def over(self) -> bool:
+        return self.state not in ACTIVE
+
+
+@dataclasses.dataclass(frozen=True)
+class Paths:
+    """One trial's files under ``<store folder>/slurm/``: what the job runs and where it writes."""
+
+    job: Path
+    script: Path
+    output: Path
+    result: Path
+
+    @classmethod
+    def of(cls, folder: Path, key: str) -> Paths:
+        return cls(*(folder / f"{key}.{name}" for name in ("job.json", "sh", "out", "result.json")))
+
+
+def job_to_dict(job: TrialJob) -> dict:
+    """``job`` as JSON for its node (paths as strings, the spec as :meth:`RunSpec.to_dict`)."""
+    raw: dict = {}
+    for f in dataclasses.fields(job):
+        value = getattr(job, f.name)
+        if isinstance(value, RunSpec):
+            value = value.to_dict()
+        elif isinstance(value, ProfileRequest):
+            value = {"directory": str(value.directory), "steps": value.steps}
+        elif isinstance(value, Path):
+            value = str(value)
+        raw[f.name] = value
+    return raw
+
+
+def job_from_dict(raw: Mapping) -> TrialJob:
+    """The :class:`TrialJob` :func:`job_to_dict` wrote."""
+    paths = ("log_dir", "checkpoint_dir", "tensorboard_dir", "keep_dir")
+    fields = {name: Path(value) if name in paths and value is not None else value for name, value in raw.items()}
+    fields["spec"] = RunSpec.from_dict(raw["spec"])
+    profile = raw.get("profile")
+    fields["profile"] = ProfileRequest(Path(profile["directory"]), profile["steps"]) if profile else None
+    return TrialJob(**fields)
+
+
+def time_limit(timeout_s: float) -> str:
+    """Slurm's ``--time`` for a trial with ``timeout_s``: whole minutes, rounded up."""
+    return str(max(1, math.ceil((timeout_s + TIME_MARGIN_S) / 60)))
+
+
+def job_script(job: TrialJob, paths: Paths, needs: Resources, partition: str = "", cluster_gpus: bool = False,
+               workdir: Path | None = None, python: str = sys.executable) -> str:
+    """The batch script of ``job``'s trial: one node, one task holding every process of the trial (the launcher
+    starts its ranks, as locally), its CPUs (``--exclusive`` when the trial uses all of a node's cores: ``cpus``
+    None), its GPUs when ``--device cuda`` asks for them or ``--device auto`` finds the cluster has some."""
+    key = job.spec.key()
+    lines = ["#!/bin/bash", f"#SBATCH --job-name=bakeoff-{job.position}-{key[:12]}",
+             f"#SBATCH --output={paths.output}", "#SBATCH --nodes=1", "#SBATCH --ntasks=1",
+             f"#SBATCH --time={time_limit(job.timeout_s)}", "#SBATCH --no-requeue"]
+    if needs.cpus is None:
+        lines += ["#SBATCH --exclusive", "#SBATCH --mem=0"]  # the whole node: its cores and its memory
+    else:
+        lines.append(f"#SBATCH --cpus-per-task={needs.cpus}")
+    if needs.gpus and (needs.gpus_required or cluster_gpus):
+        lines.append(f"#SBATCH --gpus-per-node={needs.gpus}")
+    if partition:
+        lines.append(f"#SBATCH --partition={partition}")
+    lines.append(f"#SBATCH --chdir={workdir or Path.cwd()}")  # relative store paths mean the same on the node
+    lines += [f"# {job.what} (trial {job.position} of a bakeoff run; key {key})",
+              f"exec {python} -m bakeoff.run.executors.slurm_executor {paths.job}"]
+    return "\n".join(lines) + "\n"
+
+
+def parse_squeue(text: str) -> dict[str, JobState]:
+    """``squeue -h -t all -o '%i|%T|%N|%r'`` lines by job id."""
+    states = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 2 and parts[0]:
+            states[parts[0]] = JobState(parts[1].split()[0], *(p.strip() for p in parts[2:4]))
+    return states
+
+
+def parse_sacct(text: str) -> dict[str, JobState]:
+    """``sacct -n -P -X -o JobID,State,NodeList,Reason`` lines by job id (``CANCELLED by 0`` is CANCELLED)."""
+    return parse_squeue(text)
+
+
+def settle(job: TrialJob, job_id: str, state: JobState | None, result: TrialResult | None) -> TrialResult | None:
+    """The result to store for ``job`` (Slurm job ``job_id``) now, or None while it is not over: its result file
+    when it wrote one, whatever Slurm says; else, once Slurm says it ended (or has forgotten it: ``state`` None),
+    a result with the matching status and a reason naming the state and the job."""
+    if result is not None:
+        return result
+    if state is not None and not state.over:
+        return None
+    spec = job.spec
+    if state is None:
+        status, reason = Status.FAILED, f"Slurm job {job_id} is gone (neither squeue nor sacct knows it)"
+    else:
+        status = STATUS_OF.get(state.state, Status.FAILED)
+        on = f" on {state.node}" if state.node and state.node != "(null)" else ""
+        why = f" ({state.reason})" if state.reason and state.reason != "None" else ""
+        reason = f"Slurm job {job_id} ended {state.state}{why}{on}"
+    failed = TrialResult(spec=spec.to_dict(), key=spec.key(), status=status, reason=f"{reason} without a result")
+    if status is Status.TIMEOUT:
+        failed.extras["timeout_s"] = job.timeout_s  # a later run with a longer timeout runs it again (to_run)
+    return failed
+
+
+def _slurm(*command: str, check: bool = True) -> str:
+    """A Slurm command's standard output; its error as :class:`SlurmError` (``check``)."""
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    if check and done.returncode:
+        raise SlurmError(f"{' '.join(command)}: {(done.stderr or done.stdout).strip()}")
+    return done.stdout
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed."""
+
+
+@dataclasses.dataclass
+class _Submitted:
+    job: TrialJob
+    job_id: str
+    paths: Paths
+    submitted_at: float
+    started: bool = False
+    node: str = ""
+    over_since: float | None = None  # when Slurm first said it ended (its result file may still be on its way)
+
+
+class SlurmExecutor(Executor):
+    """Each trial a Slurm job on ``partition`` (the cluster's default partition when empty)."""
+
+    name = "slurm"
+    concurrent = True
+
+    def __init__(self, partition: str = "") -> None:
+        missing = [tool for tool in ("sbatch", "squeue", "scancel", "sinfo") if shutil.which(tool) is None]
+        if missing:
+            raise SpecError(f"--executor slurm: {', '.join(missing)} not found on PATH; {START_HINT}")
+        try:
+            partitions = _slurm("sinfo", "-h", "-o", "%P").split()
+        except (SlurmError, subprocess.TimeoutExpired) as exc:
+            raise SpecError(f"--executor slurm: no Slurm controller answers ({exc}); {START_HINT}") from None
+        names = [p.rstrip("*") for p in partitions]
+        if partition and partition not in names:
+            raise SpecError(f"--executor slurm={partition}: no such partition; accepted: {', '.join(names)}")
+        self.partition = partition
+        self.default = next((p.rstrip("*") for p in partitions if p.endswith("*")), names[0] if names else "")
+
+    def describe(self) -> str:
+        return (f"slurm: each trial a job on partition {self.partition or self.default}, submitted with sbatch; "
+                "results come back through the store's folder, which the nodes must share at the same path")
+
+    def cluster_gpus(self) -> bool:
+        """Whether the partition's nodes have GPUs (``--device auto`` asks for them only then)."""
+        where = ("-p", self.partition) if self.partition else ()
+        return "gpu" in _slurm("sinfo", "-h", *where, "-o", "%G", check=False).lower()
+
+    def submit(self, job: TrialJob, gpus: bool) -> _Submitted | TrialResult:
+        """Write ``job``'s files and submit it; a submission Slurm refuses is the trial's failed result."""
+        folder = (job.log_dir.parent / "slurm").absolute()
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = Paths.of(folder, job.spec.key())
+        paths.result.unlink(missing_ok=True)  # an earlier attempt's result must not stand for this one
+        paths.job.write_text(json.dumps(job_to_dict(job)))
+        paths.script.write_text(job_script(job, paths, resources(job.spec), self.partition, gpus))
+        submitted_at = time.time()
+        try:
+            job_id = _slurm("sbatch", "--parsable", str(paths.script)).strip().split(";")[0]
+        except SlurmError as exc:
+            spec = job.spec
+            return TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.FAILED,
+                               reason=f"Slurm refused the job ({exc}); its script: {paths.script}")
+        log.info("%s: Slurm job %s", job.what, job_id)
+        return _Submitted(job, job_id, paths, submitted_at)
+
+    def run(self, jobs: Iterable[TrialJob], started: Started, done: Done) -> None:
+        gpus: bool | None = None
+        waiting: dict[str, _Submitted] = {}
+        try:
+            for job in jobs:
+                if gpus is None:
+                    gpus = self.cluster_gpus()
+                submitted = self.submit(job, gpus)
+                if isinstance(submitted, TrialResult):
+                    started(job)
+                    done(job, submitted)
+                else:
+                    waiting[submitted.job_id] = submitted
+            while waiting:
+                self._look(waiting, started, done)
+                if waiting:
+                    time.sleep(POLL_S)
+        except BaseException:  # Ctrl-C, SIGTERM, a store that cannot take a result: no job runs on unowned
+            from bakeoff.run.process import hold
+
+            with hold():
+                self.cancel(list(waiting))
+            raise
+
+    def _look(self, waiting: dict[str, _Submitted], started: Started, done: Done) -> None:
+        """Store what has ended; say what has started."""
+        states = self.states(list(waiting))
+        now = time.time()
+        for job_id, sub in list(waiting.items()):
+            state = states.get(job_id)
+            if state is not None and state.node and state.state != "PENDING":
+                sub.node = state.node
+            result = read_result(sub.paths.result)
+            if result is None and (state is None or state.over):  # give its result file time to show here
+                sub.over_since = sub.over_since or now
+                grace = RESULT_GRACE_S.get(state.state if state else "", DEFAULT_GRACE_S)
+                if now - sub.over_since < grace:
+                    continue
+            final = settle(sub.job, job_id, state, result)
+            if (final is not None or (state is not None and state.state != "PENDING")) and not sub.started:
+                sub.started = True
+                started(sub.job)
+            if final is None:
+                continue
+            if result is None:
+                final.reason += f"; its output: {_tail(sub.paths.output)}"
+            launched = final.extras.get("started_at")
+            final.extras["executor"] = executor_record(
+                self.name, submitted_at=sub.submitted_at,
+                started_at=launched if isinstance(launched, float) else None, job_id=job_id,
+                node=sub.node or final.extras.get("host") or None, partition=self.partition or self.default)
+            del waiting[job_id]
+            done(sub.job, final)
+
+    def states(self, job_ids: list[str]) -> dict[str, JobState]:
+        """What Slurm says of each job: ``squeue`` (which keeps ended jobs for the cluster's MinJobAge), then
+        ``sacct`` for the jobs squeue has forgotten (nothing where the cluster keeps no accounting)."""
+        if not job_ids:
+            return {}
+        states = parse_squeue(_slurm("squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%N|%r",
+                                     check=False))
+        forgotten = [j for j in job_ids if j not in states]
+        if forgotten and shutil.which("sacct"):
+            states.update(parse_sacct(_slurm("sacct", "-n", "-P", "-X", "-j", ",".join(forgotten),
+                                             "-o", "JobID,State,NodeList,Reason", check=False)))
+        return states
+
+    def cancel(self, job_ids: list[str]) -> None:
+        """Cancel ``job_ids`` and wait (at most :data:`CANCEL_WAIT_S`) until Slurm has ended every one."""
+        if not job_ids:
+            return
+        log.warning("cancelling %d Slurm job(s) of this run: %s", len(job_ids), " ".join(job_ids))
+        _slurm("scancel", *job_ids, check=False)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while time.monotonic() < deadline:
+            left = [j for j, s in self.states(job_ids).items() if not s.over]
+            if not left:
+                return
+            time.sleep(0.5)
+        log.error("Slurm jobs %s have not ended %.0f s after scancel", " ".join(left), CANCEL_WAIT_S)
+
+
+def read_result(path: Path) -> TrialResult | None:
+    """The result a job wrote, or None (not there yet; a rename makes it appear whole)."""
+    try:
+        return TrialResult.from_dict(json.loads(path.read_text()))
+    except (FileNotFoundError, ValueError):  # not there yet, or unreadable: the job's state decides
+        return None
+
+
+def _tail(path: Path, chars: int = 600) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:].strip() or f"{path} is empty"
+    except OSError:
+        return f"{path} was not written"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """On the node: run the trial ``JOB_FILE`` describes and write its result beside it (write, then rename)."""
+    from bakeoff.run.process import interruptible
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    (job_file,) = argv if argv is not None else sys.argv[1:]
+    path = Path(job_file)
+    job = job_from_dict(json.loads(path.read_text()))
+    log.info("%s on %s (Slurm job %s)", job.what, socket.gethostname(), os.environ.get("SLURM_JOB_ID", "?"))
+    with interruptible():  # scancel's SIGTERM kills the trial's group, as Ctrl-C does locally
+        result = job.run_here()
+    result.extras.setdefault("host", socket.gethostname())
+    target = path.with_name(path.name.replace(".job.json", ".result.json"))
+    partial = target.with_suffix(".part")
+    partial.write_text(json.dumps(result.to_dict()))
+    partial.replace(target)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
