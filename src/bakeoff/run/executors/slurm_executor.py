@@ -274,11 +274,14 @@ class SlurmExecutor(Executor):
                 self._look(waiting, started, done)
                 if waiting:
                     time.sleep(POLL_S)
-        except BaseException:  # Ctrl-C, SIGTERM, a store that cannot take a result: no job runs on unowned
-            from bakeoff.run.process import hold
+        except BaseException as exc:  # Ctrl-C, SIGTERM, a store that cannot take a result: no job runs on unowned
+            from bakeoff.run.process import Interrupted, hold
 
+            cut = list(waiting)
             with hold():
-                self.cancel(list(waiting))
+                self.cancel(cut)
+            if isinstance(exc, Interrupted) and exc.stopped is None and cut:
+                exc.stopped = f"the run's {len(cut)} Slurm job(s) still queued or running ({', '.join(cut)}: scancel)"
             raise
 
     def _look(self, waiting: dict[str, _Submitted], started: Started, done: Done) -> None:
@@ -347,24 +350,30 @@ def read_result(path: Path) -> TrialResult | None:
         return None
 
 
-def _tail(path: Path, chars: int = 600) -> str:
+def _tail(path: Path, lines: int = 4) -> str:
+    """The last lines of a job's output, on one line (a reason is one line in the console and the report)."""
     try:
-        return path.read_text(errors="replace")[-chars:].strip() or f"{path} is empty"
+        last = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()][-lines:]
     except OSError:
         return f"{path} was not written"
+    return " | ".join(line[:300] for line in last) or f"{path} is empty"
 
 
 def main(argv: list[str] | None = None) -> int:
     """On the node: run the trial ``JOB_FILE`` describes and write its result beside it (write, then rename)."""
-    from bakeoff.run.process import interruptible
+    from bakeoff.run.process import Interrupted, interruptible
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     (job_file,) = argv if argv is not None else sys.argv[1:]
     path = Path(job_file)
     job = job_from_dict(json.loads(path.read_text()))
     log.info("%s on %s (Slurm job %s)", job.what, socket.gethostname(), os.environ.get("SLURM_JOB_ID", "?"))
-    with interruptible():  # scancel's SIGTERM kills the trial's group, as Ctrl-C does locally
-        result = job.run_here()
+    try:
+        with interruptible():  # scancel's SIGTERM (or Slurm's time limit) kills the trial's group, as Ctrl-C locally
+            result = job.run_here()
+    except Interrupted as exc:
+        log.error("%s: %s; its processes were killed, no result written", job.what, exc.signal_name)
+        return exc.exit_code
     result.extras.setdefault("host", socket.gethostname())
     target = path.with_name(path.name.replace(".job.json", ".result.json"))
     partial = target.with_suffix(".part")

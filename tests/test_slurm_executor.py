@@ -1,0 +1,381 @@
+"""The Slurm executor (#27): ``bakeoff run --executor slurm``.
+
+Everywhere (no Slurm needed, well under a second): the job scripts it writes for representative specs, exact
+``#SBATCH`` lines; what it records from ``squeue``/``sacct`` states (recorded outputs), a result file winning over
+any state; and its whole polling loop against a fake ``sbatch``/``squeue``/``scancel`` (each job stored once,
+every job cancelled when the run is interrupted).
+
+With a real Slurm (``sinfo`` answers; or, as root where Debian's ``slurm-wlm`` and ``munge`` are installed, the
+test starts one with ``scripts/slurm-local`` — about 1 s — and stops it after; otherwise these tests are skipped
+with the reason: installing the packages, ~30 s of apt, is left to whoever runs them): a small suite through the
+real CLI, every trial ok with its job id; a job cancelled with ``scancel`` recorded so, its trial processes gone;
+Ctrl-C of the CLI cancelling every job (exit 130, none left in ``squeue``, no trial process). Measured on 2 shared
+cores: about 50 s of wall time, 60 s of CPU, most of it importing torch and JAX in the trials.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec, SpecError, Status
+from bakeoff.run.executors import parse
+from bakeoff.run.executors import slurm_executor as slurm
+from bakeoff.run.executors.base import TrialJob, resources
+from bakeoff.run.process import Interrupted
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _job(tmp_path: Path, **spec: object) -> TrialJob:
+    fields = {"workload": "mnist", "framework": "torch", "max_steps": 3, **spec}
+    return TrialJob(RunSpec(**fields), position=3, timeout_s=600, log_dir=tmp_path / "logs")
+
+
+def _script(tmp_path: Path, job: TrialJob, cluster_gpus: bool = False, partition: str = "") -> list[str]:
+    paths = slurm.Paths.of(tmp_path / "slurm", job.spec.key())
+    text = slurm.job_script(job, paths, resources(job.spec), partition, cluster_gpus, workdir=Path("/work/dir"),
+                            python="/venv/bin/python")
+    return [line for line in text.splitlines() if line.startswith("#SBATCH")]
+
+
+def _common(tmp_path: Path, job: TrialJob) -> list[str]:
+    key = job.spec.key()
+    return [f"#SBATCH --job-name=bakeoff-3-{key[:12]}", f"#SBATCH --output={tmp_path}/slurm/{key}.out",
+            "#SBATCH --nodes=1", "#SBATCH --ntasks=1", "#SBATCH --time=12", "#SBATCH --no-requeue"]
+
+
+def test_a_trial_using_every_core_asks_for_its_node_whole(tmp_path):
+    job = _job(tmp_path, device="cpu")
+    assert _script(tmp_path, job, cluster_gpus=True) == _common(tmp_path, job) + [
+        "#SBATCH --exclusive", "#SBATCH --mem=0", "#SBATCH --chdir=/work/dir"]
+
+
+def test_a_trial_with_its_threads_asks_for_those_cores_on_its_partition(tmp_path):
+    job = _job(tmp_path, device="cpu", threads=2)
+    assert _script(tmp_path, job, partition="short") == _common(tmp_path, job) + [
+        "#SBATCH --cpus-per-task=2", "#SBATCH --partition=short", "#SBATCH --chdir=/work/dir"]
+
+
+def test_gpus_are_asked_for_by_device_cuda_and_by_auto_where_the_cluster_has_them(tmp_path):
+    cuda = _job(tmp_path, device="cuda", threads=4)
+    assert _script(tmp_path, cuda)[6:] == ["#SBATCH --cpus-per-task=4", "#SBATCH --gpus-per-node=1",
+                                           "#SBATCH --chdir=/work/dir"]
+    auto = _job(tmp_path, threads=4)
+    assert "#SBATCH --gpus-per-node=1" in _script(tmp_path, auto, cluster_gpus=True)
+    assert not any("--gpus-per-node" in line for line in _script(tmp_path, auto, cluster_gpus=False))
+
+
+def test_a_multi_worker_trial_is_one_task_holding_every_rank_and_its_cores(tmp_path):
+    job = _job(tmp_path, parallelism="multi_worker", workers=2, threads=1)
+    assert _script(tmp_path, job, cluster_gpus=True) == _common(tmp_path, job) + [
+        "#SBATCH --cpus-per-task=2", "#SBATCH --gpus-per-node=2", "#SBATCH --chdir=/work/dir"]
+
+
+def test_the_script_runs_the_job_file_on_the_node_and_the_time_limit_has_a_margin(tmp_path):
+    job = _job(tmp_path, device="cpu")
+    paths = slurm.Paths.of(tmp_path, job.spec.key())
+    last = slurm.job_script(job, paths, resources(job.spec), python="/venv/bin/python").splitlines()[-1]
+    assert last == f"exec /venv/bin/python -m bakeoff.run.executors.slurm_executor {paths.job}"
+    assert slurm.time_limit(1) == "3" and slurm.time_limit(900) == "17"
+
+
+def test_a_job_file_round_trips_to_the_same_trial(tmp_path):
+    from bakeoff.trial.profile import Request
+
+    job = TrialJob(RunSpec(workload="mnist", framework="jax", max_steps=3, seed=4), 2, 90.0, tmp_path / "logs",
+                   tmp_path / "ck", None, keep_dir=tmp_path / "keep", profile=Request(tmp_path / "prof", 3))
+    again = slurm.job_from_dict(json.loads(json.dumps(slurm.job_to_dict(job))))
+    assert again == job and again.spec.key() == job.spec.key()
+
+
+SQUEUE = """\
+101|PENDING|(null)|Resources
+102|RUNNING|node7|None
+103|COMPLETED|node7|None
+104|CANCELLED|node8|None
+105|TIMEOUT|node8|TimeLimit
+106|OUT_OF_MEMORY|node9|OutOfMemory
+107|NODE_FAIL|node9|NodeDown
+108|PREEMPTED|node9|None
+109|FAILED|node7|NonZeroExitCode
+"""
+SACCT = "110|CANCELLED by 0|node3|None\n111|BOOT_FAIL|node4|None\n"
+
+
+def test_each_state_squeue_reports_becomes_the_matching_status_with_the_job_named(tmp_path):
+    job = _job(tmp_path)
+    states = slurm.parse_squeue(SQUEUE) | slurm.parse_sacct(SACCT)
+    assert slurm.settle(job, "101", states["101"], None) is None
+    assert slurm.settle(job, "102", states["102"], None) is None
+    expected = {"103": Status.FAILED, "104": Status.FAILED, "105": Status.TIMEOUT, "106": Status.OUT_OF_MEMORY,
+                "107": Status.FAILED, "108": Status.FAILED, "109": Status.FAILED, "110": Status.FAILED,
+                "111": Status.FAILED}
+    for job_id, status in expected.items():
+        result = slurm.settle(job, job_id, states[job_id], None)
+        assert result is not None and result.status is status, job_id
+        assert f"Slurm job {job_id} ended {states[job_id].state}" in result.reason
+        assert result.key == job.spec.key()
+    assert states["110"].state == "CANCELLED"
+    assert "(TimeLimit) on node8" in slurm.settle(job, "105", states["105"], None).reason
+    assert slurm.settle(job, "105", states["105"], None).extras["timeout_s"] == 600
+    gone = slurm.settle(job, "112", None, None)
+    assert gone.status is Status.FAILED and "Slurm job 112 is gone" in gone.reason
+
+
+def test_a_result_file_wins_over_any_state(tmp_path):
+    job = _job(tmp_path)
+    ok = TrialResult(spec=job.spec.to_dict(), key=job.spec.key(), status=Status.OK)
+    for state in (slurm.JobState("RUNNING"), slurm.JobState("CANCELLED"), slurm.JobState("TIMEOUT"), None):
+        assert slurm.settle(job, "7", state, ok) is ok
+
+
+class FakeSlurm:
+    """``sbatch``, ``squeue``, ``scancel`` and ``sinfo`` as a dict of job states; each call can change them."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, str] = {}
+        self.scripts: dict[str, Path] = {}
+        self.cancelled: list[str] = []
+        self.step = lambda fake: None  # what happens on the cluster between two looks
+
+    def __call__(self, *command: str, check: bool = True) -> str:
+        tool = command[0]
+        if tool == "sbatch":
+            job_id = str(100 + len(self.states))
+            self.states[job_id], self.scripts[job_id] = "PENDING", Path(command[-1])
+            return f"{job_id};cluster\n"
+        if tool == "squeue":
+            self.step(self)
+            asked = command[command.index("-j") + 1].split(",")
+            return "".join(f"{j}|{self.states[j]}|node1|None\n" for j in asked if j in self.states)
+        if tool == "scancel":
+            self.cancelled += command[1:]
+            self.states.update({j: "CANCELLED" for j in command[1:] if self.states[j] in slurm.ACTIVE})
+            return ""
+        if tool == "sinfo":
+            return "(null)\n"
+        return ""
+
+    def finish(self, job_id: str, status: Status = Status.OK) -> None:
+        """The job ran on its node and wrote its result, as the entry point does."""
+        job = slurm.job_from_dict(json.loads(self.scripts[job_id].with_suffix("").with_suffix(".job.json")
+                                             .read_text()))
+        result = TrialResult(spec=job.spec.to_dict(), key=job.spec.key(), status=status)
+        result.extras["started_at"] = time.time()
+        slurm.Paths.of(self.scripts[job_id].parent, job.spec.key()).result.write_text(json.dumps(result.to_dict()))
+        self.states[job_id] = "COMPLETED"
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    cluster = FakeSlurm()
+    monkeypatch.setattr(slurm, "_slurm", cluster)
+    monkeypatch.setattr(slurm, "POLL_S", 0.0)
+    monkeypatch.setattr(slurm, "DEFAULT_GRACE_S", 0.0)
+    monkeypatch.setattr(slurm, "RESULT_GRACE_S", {})
+    executor = object.__new__(slurm.SlurmExecutor)
+    executor.partition, executor.default = "", "local"
+    return cluster, executor
+
+
+def test_the_driver_stores_each_job_once_started_before_done_and_records_its_job(tmp_path, fake):
+    cluster, executor = fake
+    jobs = [_job(tmp_path, seed=seed, device="cpu", threads=1) for seed in range(3)]
+    looks = iter(range(100))
+
+    def step(fake: FakeSlurm) -> None:  # 100 runs, 101 writes its result, 102 is cancelled: one state per look
+        look = next(looks)
+        if look == 0:
+            fake.states["100"] = fake.states["101"] = "RUNNING"
+        elif look == 1:
+            fake.finish("100")
+            fake.finish("101", Status.FAILED)
+            fake.states["101"] = "FAILED"  # a result file wins over the state
+        elif look == 2:
+            fake.states["102"] = "CANCELLED"
+
+    cluster.step = step
+    events: list[tuple[str, int]] = []
+    stored: dict[int, TrialResult] = {}
+
+    def done(job: TrialJob, result: TrialResult) -> None:
+        events.append(("done", job.spec.seed))
+        stored[job.spec.seed] = result
+
+    executor.run(iter(jobs), lambda job: events.append(("start", job.spec.seed)), done)
+    assert sorted(events) == sorted([("start", s) for s in range(3)] + [("done", s) for s in range(3)])
+    assert all(events.index(("start", s)) < events.index(("done", s)) for s in range(3))
+    assert [stored[s].status for s in range(3)] == [Status.OK, Status.FAILED, Status.FAILED]
+    assert stored[1].reason == ""  # its own result, not the job's state
+    assert stored[2].reason.startswith("Slurm job 102 ended CANCELLED on node1 without a result")
+    record = stored[0].extras["executor"]
+    assert (record["name"], record["job_id"], record["node"]) == ("slurm", "100", "node1")
+    assert record["scheduling_s"] >= 0
+    assert cluster.cancelled == []
+
+
+def test_an_interrupt_cancels_every_job_and_stores_nothing_of_them(tmp_path, fake):
+    cluster, executor = fake
+    jobs = [_job(tmp_path, seed=seed, device="cpu", threads=1) for seed in range(3)]
+
+    def step(fake: FakeSlurm) -> None:
+        if "100" in fake.states and fake.states["100"] == "PENDING":
+            fake.finish("100")
+            fake.states["101"] = "RUNNING"
+        elif fake.states.get("100") == "COMPLETED" and not fake.cancelled:
+            raise Interrupted(signal.SIGINT)  # Ctrl-C while the driver polls
+
+    cluster.step = step
+    stored = []
+    with pytest.raises(Interrupted) as caught:
+        executor.run(iter(jobs), lambda job: None, lambda job, result: stored.append(job.spec.seed))
+    assert stored == [0]
+    assert sorted(cluster.cancelled) == ["101", "102"]
+    assert caught.value.stopped == "the run's 2 Slurm job(s) still queued or running (101, 102: scancel)"
+
+
+def test_a_submission_slurm_refuses_is_that_trial_failed_and_the_run_goes_on(tmp_path, fake, monkeypatch):
+    cluster, executor = fake
+
+    def refusing(*command: str, check: bool = True) -> str:
+        if command[0] == "sbatch" and not cluster.states:
+            cluster.states["skip"] = "COMPLETED"  # the next submission is accepted
+            raise slurm.SlurmError("sbatch: error: Requested node configuration is not available")
+        return cluster(*command, check=check)
+
+    monkeypatch.setattr(slurm, "_slurm", refusing)
+    cluster.step = lambda fake: fake.finish("101") if fake.states["101"] == "PENDING" else None
+    stored = {}
+    jobs = [_job(tmp_path, seed=seed, device="cpu", threads=1) for seed in range(2)]
+    executor.run(iter(jobs), lambda job: None, lambda job, result: stored.update({job.spec.seed: result}))
+    assert stored[0].status is Status.FAILED and "Requested node configuration is not available" in stored[0].reason
+    assert stored[1].status is Status.OK
+
+
+def test_without_sbatch_the_run_stops_before_anything_runs_saying_how_to_start_slurm(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SpecError, match=r"sbatch, squeue, scancel, sinfo not found on PATH.*scripts/slurm-local"):
+        parse("slurm")
+    from bakeoff.cli.main import main
+
+    assert main(["run", "--workload", "mnist", "--max-steps", "1", "--executor", "slurm=gpu",
+                 "--store", str(tmp_path / "s.sqlite")]) == 2
+    assert not (tmp_path / "s.sqlite").exists()
+
+
+# With a real Slurm ------------------------------------------------------------------------------------------------
+
+
+def _answers() -> bool:
+    try:
+        return shutil.which("sinfo") is not None and subprocess.run(
+            ["sinfo", "-h"], capture_output=True, timeout=10).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+@pytest.fixture(scope="module")
+def real_slurm():
+    """A Slurm that answers: the one running, or a single-machine one started here (and stopped after)."""
+    if _answers():
+        yield
+        return
+    if os.geteuid() != 0 or shutil.which("slurmctld") is None or shutil.which("munged") is None:
+        pytest.skip("no Slurm answers (sinfo) and slurm-wlm/munge are not installed to start one as root: "
+                    "sudo scripts/slurm-local installs and starts a single-machine Slurm")
+    start = subprocess.run([str(ROOT / "scripts" / "slurm-local")], capture_output=True, text=True, timeout=120)
+    if start.returncode:
+        pytest.skip(f"scripts/slurm-local could not start a Slurm here: {start.stderr.strip()[-500:]}")
+    yield
+    subprocess.run([str(ROOT / "scripts" / "slurm-local"), "stop"], capture_output=True, timeout=60)
+
+
+def _bakeoff(tmp_path: Path, *flags: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "bakeoff.cli", "run", "--workload", "mnist", "--preset", "tiny", "--execution",
+               "eager", "--device", "cpu", "--threads", "1", "--executor", "slurm", "--store",
+               str(tmp_path / "s.sqlite"), "--no-report", "--concurrent", *flags]
+    return subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _processes_of(tmp_path: Path, but: int | None = None) -> list[str]:
+    """Command lines of the processes whose arguments name ``tmp_path`` (each trial's do: its checkpoint folder)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(tmp_path) in line and int(proc.name) != but:
+            found.append(line)
+    return found
+
+
+def _our_jobs(tmp_path: Path) -> list[str]:
+    """Job ids of this test's jobs that Slurm has not ended."""
+    out = subprocess.run(["squeue", "-h", "-o", "%i|%T|%o"], capture_output=True, text=True).stdout
+    return [line.split("|")[0] for line in out.splitlines() if str(tmp_path) in line]
+
+
+def test_a_suite_runs_as_slurm_jobs_each_trial_stored_once_with_its_job(tmp_path, real_slurm):
+    from bakeoff.results.store import Store
+
+    run = _bakeoff(tmp_path, "--framework", "torch,jax", "--max-steps", "3")
+    out, _ = run.communicate(timeout=600)
+    assert run.returncode == 0, out
+    assert "ran 2 trials" in out
+    results = Store(tmp_path / "s.sqlite", readonly=True).results()
+    assert sorted(r.run_spec.framework.value for r in results) == ["jax", "torch"]
+    for result in results:
+        assert result.status is Status.OK, result.reason
+        record = result.extras["executor"]
+        assert record["name"] == "slurm" and record["job_id"].isdigit()
+        assert record["node"] == socket.gethostname() and record["scheduling_s"] >= 0
+    again = _bakeoff(tmp_path, "--framework", "torch,jax", "--max-steps", "3")
+    out, _ = again.communicate(timeout=300)
+    assert "ran 0 trials, skipped 2 already in the store" in out, out
+    assert _processes_of(tmp_path) == []
+
+
+def test_scancel_is_recorded_and_ctrl_c_cancels_every_job_leaving_no_process(tmp_path, real_slurm):
+    from bakeoff.results.store import Store
+
+    run = _bakeoff(tmp_path, "--framework", "torch", "--repeats", "2", "--max-steps", "100000",
+                   "--max-seconds", "300")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until a job's trial process runs
+        trials = [line for line in _processes_of(tmp_path, but=run.pid) if "-m bakeoff.trial " in line]
+        if trials:
+            break
+        time.sleep(0.5)
+    assert trials, "no trial process started"
+    running = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i|%o"], capture_output=True,
+                             text=True).stdout
+    victim = next(line.split("|")[0] for line in running.splitlines() if str(tmp_path) in line)
+    subprocess.run(["scancel", victim], check=True)
+    with Store(tmp_path / "s.sqlite", readonly=True) as store:
+        while time.monotonic() < deadline and not store.results():
+            time.sleep(0.5)
+        (cancelled,) = store.results()
+    assert cancelled.status is Status.FAILED
+    assert cancelled.reason.startswith(f"Slurm job {victim} ended CANCELLED"), cancelled.reason
+    assert cancelled.extras["executor"]["job_id"] == victim
+    assert not any(cancelled.key in line for line in _processes_of(tmp_path, but=run.pid))
+    run.send_signal(signal.SIGINT)
+    out, _ = run.communicate(timeout=150)
+    assert run.returncode == 130, out
+    assert "cancelling 1 Slurm job(s)" in out
+    assert _our_jobs(tmp_path) == []
+    assert _processes_of(tmp_path) == []
+    assert [r.key for r in Store(tmp_path / "s.sqlite", readonly=True).results()] == [cancelled.key]
