@@ -274,6 +274,13 @@ def test_without_sbatch_the_run_stops_before_anything_runs_saying_how_to_start_s
     assert not (tmp_path / "s.sqlite").exists()
 
 
+def test_bakeoff_help_imports_nothing_of_slurm():
+    code = ("import sys; from bakeoff.cli.main import build_parser; build_parser().format_help(); "
+            "print(sorted(m for m in sys.modules if 'slurm' in m))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 # With a real Slurm ------------------------------------------------------------------------------------------------
 
 
@@ -331,6 +338,10 @@ def _our_jobs(tmp_path: Path) -> list[str]:
 def test_a_suite_runs_as_slurm_jobs_each_trial_stored_once_with_its_job(tmp_path, real_slurm):
     from bakeoff.results.store import Store
 
+    dry = _bakeoff(tmp_path, "--framework", "torch,jax", "--max-steps", "3", "--dry-run")
+    out, _ = dry.communicate(timeout=300)
+    assert "executor (would run them): slurm: each trial a job on partition" in out, out
+    assert "2 to run" in out and _our_jobs(tmp_path) == []
     run = _bakeoff(tmp_path, "--framework", "torch,jax", "--max-steps", "3")
     out, _ = run.communicate(timeout=600)
     assert run.returncode == 0, out
