@@ -245,6 +245,29 @@ def test_an_interrupt_cancels_every_job_and_stores_nothing_of_them(tmp_path, fak
     assert caught.value.stopped == "the run's 2 Slurm job(s) still queued or running (101, 102: scancel)"
 
 
+def test_a_look_without_an_answer_decides_nothing_and_a_forgotten_job_is_failed(tmp_path, fake, monkeypatch):
+    cluster, executor = fake
+    answers = iter(["silent", "silent", "running", "forgotten"])
+
+    def flaky(*command: str, check: bool = True) -> str:
+        if command[0] == "squeue":
+            answer = next(answers)
+            if answer == "silent":  # a controller restarting: no state of any job
+                raise slurm.SlurmError("squeue: error: Socket timed out on send/recv operation")
+            if answer == "forgotten":  # past MinJobAge, no accounting: squeue's own words
+                raise slurm.SlurmError("slurm_load_jobs error: Invalid job id specified")
+            cluster.states["100"] = "RUNNING"
+        return cluster(*command, check=check)
+
+    monkeypatch.setattr(slurm, "_slurm", flaky)
+    stored = []
+    executor.run(iter([_job(tmp_path, device="cpu")]), lambda job: None, lambda job, result: stored.append(result))
+    (result,) = stored
+    assert result.status is Status.FAILED
+    assert result.reason.startswith("Slurm job 100 is gone (neither squeue nor sacct knows it) without a result")
+    assert result.extras["executor"]["node"] == "node1"
+
+
 def test_a_submission_slurm_refuses_is_that_trial_failed_and_the_run_goes_on(tmp_path, fake, monkeypatch):
     cluster, executor = fake
 

@@ -58,6 +58,9 @@ RESULT_GRACE_S = {"COMPLETED": 60.0}
 """How long a job that ended is given for its result file to appear here: a network file system may show a file
 renamed on another machine only after its attribute cache expires (NFS: up to 60 s); other states: DEFAULT_GRACE_S."""
 DEFAULT_GRACE_S = 5.0
+SILENCE_S = 600.0
+"""How long ``squeue`` may fail to answer (a controller restarting or overloaded) before the run gives up: until then
+a look without an answer decides nothing, it does not fail the jobs."""
 CANCEL_WAIT_S = 90.0
 """How long an interrupted run waits for its cancelled jobs to end (Slurm's KillWait, 30 s by default, and more)."""
 ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
@@ -258,6 +261,7 @@ class SlurmExecutor(Executor):
         return _Submitted(job, job_id, paths, submitted_at)
 
     def run(self, jobs: Iterable[TrialJob], started: Started, done: Done) -> None:
+        self._silent_since = time.time()
         gpus: bool | None = None
         waiting: dict[str, _Submitted] = {}
         try:
@@ -286,10 +290,16 @@ class SlurmExecutor(Executor):
 
     def _look(self, waiting: dict[str, _Submitted], started: Started, done: Done) -> None:
         """Store what has ended; say what has started."""
-        states = self.states(list(waiting))
+        answer = self.states(list(waiting))
         now = time.time()
+        if answer is None and now - self._silent_since > SILENCE_S:
+            raise SlurmError(f"squeue has not answered for {SILENCE_S:.0f} s; the run's jobs are cancelled")
+        if answer is not None:
+            self._silent_since = now
         for job_id, sub in list(waiting.items()):
-            state = states.get(job_id)
+            state = (answer or {}).get(job_id)
+            if answer is None and not sub.paths.result.exists():
+                continue  # Slurm did not answer: only a result file decides
             if state is not None and state.node and state.state != "PENDING":
                 sub.node = state.node
             result = read_result(sub.paths.result)
@@ -314,13 +324,20 @@ class SlurmExecutor(Executor):
             del waiting[job_id]
             done(sub.job, final)
 
-    def states(self, job_ids: list[str]) -> dict[str, JobState]:
+    def states(self, job_ids: list[str]) -> dict[str, JobState] | None:
         """What Slurm says of each job: ``squeue`` (which keeps ended jobs for the cluster's MinJobAge), then
-        ``sacct`` for the jobs squeue has forgotten (nothing where the cluster keeps no accounting)."""
+        ``sacct`` for the jobs squeue has forgotten (nothing where the cluster keeps no accounting); a job
+        neither knows is absent. None when squeue did not answer."""
         if not job_ids:
             return {}
-        states = parse_squeue(_slurm("squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%N|%r",
-                                     check=False))
+        try:
+            text = _slurm("squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%N|%r")
+        except (SlurmError, subprocess.TimeoutExpired) as exc:
+            if "Invalid job id" not in str(exc):  # squeue's answer when it has forgotten every job asked
+                log.warning("no answer from Slurm this time: %s", exc)
+                return None
+            text = ""
+        states = parse_squeue(text)
         forgotten = [j for j in job_ids if j not in states]
         if forgotten and shutil.which("sacct"):
             states.update(parse_sacct(_slurm("sacct", "-n", "-P", "-X", "-j", ",".join(forgotten),
@@ -335,7 +352,8 @@ class SlurmExecutor(Executor):
         _slurm("scancel", *job_ids, check=False)
         deadline = time.monotonic() + CANCEL_WAIT_S
         while time.monotonic() < deadline:
-            left = [j for j, s in self.states(job_ids).items() if not s.over]
+            states = self.states(job_ids)
+            left = job_ids if states is None else [j for j, s in states.items() if not s.over]
             if not left:
                 return
             time.sleep(0.5)
