@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -370,12 +369,13 @@ def test_a_suite_runs_as_slurm_jobs_each_trial_stored_once_with_its_job(tmp_path
     assert run.returncode == 0, out
     assert "ran 2 trials" in out
     results = Store(tmp_path / "s.sqlite", readonly=True).results()
+    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()
     assert sorted(r.run_spec.framework.value for r in results) == ["jax", "torch"]
     for result in results:
         assert result.status is Status.OK, result.reason
         record = result.extras["executor"]
         assert record["name"] == "slurm" and record["job_id"].isdigit()
-        assert record["node"] == socket.gethostname() and record["scheduling_s"] >= 0
+        assert record["node"] in nodes and record["scheduling_s"] >= 0
     again = _bakeoff(tmp_path, "--framework", "torch,jax", "--max-steps", "3")
     out, _ = again.communicate(timeout=300)
     assert "ran 0 trials, skipped 2 already in the store" in out, out
