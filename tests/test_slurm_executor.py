@@ -108,6 +108,7 @@ SQUEUE = """\
 107|NODE_FAIL|node9|NodeDown
 108|PREEMPTED|node9|None
 109|FAILED|node7|NonZeroExitCode
+112|PENDING|(null)|PartitionNodeLimit
 """
 SACCT = "110|CANCELLED by 0|node3|None\n111|BOOT_FAIL|node4|None\n"
 
@@ -128,8 +129,11 @@ def test_each_state_squeue_reports_becomes_the_matching_status_with_the_job_name
     assert states["110"].state == "CANCELLED"
     assert "(TimeLimit) on node8" in slurm.settle(job, "105", states["105"], None).reason
     assert slurm.settle(job, "105", states["105"], None).extras["timeout_s"] == 600
-    gone = slurm.settle(job, "112", None, None)
-    assert gone.status is Status.FAILED and "Slurm job 112 is gone" in gone.reason
+    never = slurm.settle(job, "112", states["112"], None)
+    assert never.status is Status.FAILED and never.reason.startswith("Slurm job 112 can never start "
+                                                                     "(PartitionNodeLimit")
+    gone = slurm.settle(job, "113", None, None)
+    assert gone.status is Status.FAILED and "Slurm job 113 is gone" in gone.reason
 
 
 def test_a_result_file_wins_over_any_state(tmp_path):
@@ -168,8 +172,9 @@ class FakeSlurm:
 
     def finish(self, job_id: str, status: Status = Status.OK) -> None:
         """The job ran on its node and wrote its result, as the entry point does."""
-        job = slurm.job_from_dict(json.loads(self.scripts[job_id].with_suffix("").with_suffix(".job.json")
-                                             .read_text()))
+        raw = json.loads(self.scripts[job_id].with_suffix("").with_suffix(".job.json").read_text())
+        assert raw.pop("workers_per_node") is None
+        job = slurm.job_from_dict(raw)
         result = TrialResult(spec=job.spec.to_dict(), key=job.spec.key(), status=status)
         result.extras["started_at"] = time.time()
         slurm.Paths.of(self.scripts[job_id].parent, job.spec.key()).result.write_text(json.dumps(result.to_dict()))
@@ -184,7 +189,7 @@ def fake(monkeypatch):
     monkeypatch.setattr(slurm, "DEFAULT_GRACE_S", 0.0)
     monkeypatch.setattr(slurm, "RESULT_GRACE_S", {})
     executor = object.__new__(slurm.SlurmExecutor)
-    executor.partition, executor.default = "", "local"
+    executor.partition, executor.default, executor.workers_per_node = "", "local", None
     return cluster, executor
 
 

@@ -31,9 +31,10 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:
                           "waits for it: two at once each time the other's load into its figures)")
     run.add_argument("--executor", default="local", metavar="NAME[=ARGUMENT]",
                      help="where the trials execute, this process staying the only writer of the store: "
-                          "local (default: on this machine, one after another); slurm[=PARTITION] (each trial a "
-                          "Slurm job on PARTITION, default the cluster's default partition, submitted with sbatch "
-                          "from here; the store's folder must be shared with the nodes at the same path; "
+                          "local (default: on this machine, one after another); slurm[=PARTITION][,workers-per-node=K] "
+                          "(each trial a Slurm job on PARTITION, default the cluster's default partition, submitted "
+                          "with sbatch from here; a multi_worker trial of more than K workers spans nodes, K on "
+                          "each; the store's folder must be shared with the nodes at the same path; "
                           "scripts/slurm-local starts a single-machine Slurm)")
     run.add_argument("--no-report", action="store_true", help="do not write the report after the run")
     run.add_argument("--out", type=Path, help="report directory (default: reports/<suite>)")

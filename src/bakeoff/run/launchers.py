@@ -19,7 +19,10 @@ Hosts (``RunSpec.hosts``, multi_worker only): worker ``i`` runs on ``hosts[i]``;
 127.0.0.2, or one of this machine's own addresses) is started here; any other is started with
 ``ssh -o BatchMode=yes HOST 'cd CWD && env ... python -m ...'``: it needs passwordless ssh, the same Python
 environment at the same path, and the trial's folder (under the store's folder) at the same path (a shared file
-system). Ports are then chosen free here and must be free there too.
+system). Ports are then chosen free here and must be free there too. Inside a multi-node Slurm job
+(:mod:`bakeoff.run.executors.slurm_executor` sets :data:`SLURM_NODE_ENV`), hosts are the job's node names, this
+machine is the node of that name, and a member on another node starts there as a job step (``srun``), which
+passes it the whole environment and which Slurm ends with the job.
 
 GPUs: each rank of a PyTorch or JAX group takes a GPU of its own, the one at its *local rank*, its index among the
 trial's ranks on its machine (NCCL refuses two ranks of a communicator on one GPU). A torchrun agent of several
@@ -99,8 +102,16 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+SLURM_NODE_ENV = "BAKEOFF_SLURM_NODE"
+"""This machine's Slurm node name, set only inside a multi-node Slurm job: hosts are then node names."""
+
+
 def is_local(host: str) -> bool:
-    """Whether ``host`` is this machine: a loopback address, or an address of this machine's own name."""
+    """Whether ``host`` is this machine: a loopback address, or an address of this machine's own name (inside a
+    multi-node Slurm job: this node's name)."""
+    node = os.environ.get(SLURM_NODE_ENV)
+    if node:  # virtual nodes of one machine resolve alike: the name decides
+        return host == node
     try:
         address = socket.gethostbyname(host)
     except OSError:
@@ -120,7 +131,13 @@ REMOTE_ENV = ("BAKEOFF_", "TF_", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "KERAS_BA
 
 
 def remote(member: Member, host: str) -> Member:
-    """``member`` started on ``host`` with ssh, in this directory, with the plan's own variables."""
+    """``member`` started on ``host`` with ssh, in this directory, with the plan's own variables (inside a
+    multi-node Slurm job, as a step of it on node ``host``, with the cores the job has on each node)."""
+    if os.environ.get(SLURM_NODE_ENV):
+        cpus = os.environ.get("SLURM_CPUS_ON_NODE", "1")
+        step = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={host}", f"--cpus-per-task={cpus}",
+                "--kill-on-bad-exit=1", "--quiet", *member.command]
+        return Member(f"{member.name} on {host}", step, member.env, member.writes_result)
     extra = {k: v for k, v in member.env.items() if k.startswith(REMOTE_ENV)}
     script = (f"cd {shlex.quote(os.getcwd())} && env "
               + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(extra.items())) + " " + shlex.join(member.command))

@@ -26,9 +26,11 @@ class ExecutorRecord:
 EXECUTORS: dict[str, ExecutorRecord] = {record.name: record for record in (
     ExecutorRecord("local", "bakeoff.run.executors.base:LocalExecutor",
                    help="each trial on this machine, one after another (the default)"),
-    ExecutorRecord("slurm", "bakeoff.run.executors.slurm_executor:SlurmExecutor", argument="PARTITION",
-                   help="each trial a Slurm job (sbatch), on PARTITION or the cluster's default one; the store's "
-                        "folder must be on a file system the nodes share, at the same path"),
+    ExecutorRecord("slurm", "bakeoff.run.executors.slurm_executor:SlurmExecutor",
+                   argument="PARTITION[,workers-per-node=K]",
+                   help="each trial a Slurm job (sbatch), on PARTITION or the cluster's default one; a "
+                        "multi_worker trial of more than K workers spans nodes, K on each; the store's folder must "
+                        "be on a file system the nodes share, at the same path"),
 )}
 
 

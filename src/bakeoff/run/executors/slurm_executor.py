@@ -7,6 +7,13 @@ trial is measured twice — submitit requeues preempted and timed-out jobs by de
 the login node and every compute node; and ``squeue``/``sacct``/``scancel`` are what we would call under
 submitit anyway (its local executor, offered for CI, runs no Slurm at all, so it would test none of this).
 
+A multi-node trial (``slurm=PARTITION,workers-per-node=K``: a ``multi_worker`` trial of more than K workers) is
+one job across ``ceil(workers / K)`` nodes: its batch step, on the first node, starts the same process group with
+the job's nodes as the trial's hosts (K workers each, :mod:`bakeoff.run.launchers`), members on the other nodes
+as job steps (``srun``): torchrun agents with their rendezvous on the first node, TensorFlow workers with their
+``TF_CONFIG``, ``jax.distributed`` processes with the coordinator on the first node. The result is stored under the
+trial's own spec (its key does not depend on where it ran); its hosts are in ``extras["hosts"]``.
+
 Why one job per trial and not a job array: an array's tasks share one resource request, while trials differ in
 CPUs, GPUs and time limit; one job per trial is also what ``squeue`` and ``scancel`` show the user, named
 ``bakeoff-<position>-<key>``. Every trial the run needs is submitted at once (the scheduler decides what runs
@@ -43,7 +50,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from bakeoff.core.result import TrialResult
-from bakeoff.core.spec import RunSpec, SpecError, Status
+from bakeoff.core.spec import Parallelism, RunSpec, SpecError, Status
 from bakeoff.run.executors.base import Done, Executor, Resources, Started, TrialJob, executor_record, resources
 from bakeoff.trial.profile import Request as ProfileRequest
 
@@ -66,6 +73,11 @@ CANCEL_WAIT_S = 90.0
 ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
                     "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"})
 """Job states that are not over yet (``squeue``'s long names); every other state is an end."""
+NEVER = frozenset({"PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "InvalidAccount", "InvalidQOS",
+                   "QOSMaxNodePerJobLimit", "QOSMaxWallDurationPerJobLimit", "QOSMaxCpuPerJobLimit",
+                   "QOSMaxGRESPerJob"})
+"""Reasons a job waits that its own request causes (more nodes, time or GPUs than its partition or QOS allows):
+it would wait for ever, so it is cancelled and its trial recorded failed with the reason."""
 STATUS_OF = {"TIMEOUT": Status.TIMEOUT, "DEADLINE": Status.TIMEOUT, "OUT_OF_MEMORY": Status.OUT_OF_MEMORY}
 """The trial status of a job that ended without a result, by its state; any other state: failed."""
 START_HINT = ("start a single-machine Slurm on this machine with `sudo scripts/slurm-local` (from bakeoff's "
@@ -130,14 +142,35 @@ def time_limit(timeout_s: float) -> str:
     return str(max(1, math.ceil((timeout_s + TIME_MARGIN_S) / 60)))
 
 
+def nodes_for(spec: RunSpec, workers_per_node: int | None) -> int:
+    """How many nodes ``spec``'s trial spans: more than one only for a ``multi_worker`` trial of more workers than
+    ``workers_per_node``."""
+    if workers_per_node is None or spec.parallelism is not Parallelism.MULTI_WORKER:
+        return 1
+    return math.ceil(spec.workers / workers_per_node)
+
+
+def spread(nodes: list[str], workers: int, workers_per_node: int) -> list[str]:
+    """Each worker's node, in rank order: the first ``workers_per_node`` on the first node, and so on."""
+    return [nodes[i // workers_per_node] for i in range(workers)]
+
+
 def job_script(job: TrialJob, paths: Paths, needs: Resources, partition: str = "", cluster_gpus: bool = False,
-               workdir: Path | None = None, python: str = sys.executable) -> str:
+               workdir: Path | None = None, python: str = sys.executable, workers_per_node: int | None = None) -> str:
     """The batch script of ``job``'s trial: one node, one task holding every process of the trial (the launcher
     starts its ranks, as locally), its CPUs (``--exclusive`` when the trial uses all of a node's cores: ``cpus``
-    None), its GPUs when ``--device cuda`` asks for them or ``--device auto`` finds the cluster has some."""
+    None), its GPUs when ``--device cuda`` asks for them or ``--device auto`` finds the cluster has some. A
+    multi-node trial (:func:`nodes_for`): one task per node, each node asked for what its workers need."""
     key = job.spec.key()
+    nodes = nodes_for(job.spec, workers_per_node)
+    if nodes > 1:
+        per_node = workers_per_node or 1
+        needs = dataclasses.replace(needs, cpus=job.spec.threads * per_node if job.spec.threads else None,
+                                    gpus=per_node if needs.gpus else 0)
+    tasks = ["#SBATCH --nodes=1", "#SBATCH --ntasks=1"] if nodes == 1 else [
+        f"#SBATCH --nodes={nodes}", "#SBATCH --ntasks-per-node=1"]
     lines = ["#!/bin/bash", f"#SBATCH --job-name=bakeoff-{job.position}-{key[:12]}",
-             f"#SBATCH --output={paths.output}", "#SBATCH --nodes=1", "#SBATCH --ntasks=1",
+             f"#SBATCH --output={paths.output}", *tasks,
              f"#SBATCH --time={time_limit(job.timeout_s)}", "#SBATCH --no-requeue"]
     if needs.cpus is None:
         lines += ["#SBATCH --exclusive", "#SBATCH --mem=0"]  # the whole node: its cores and its memory
@@ -174,9 +207,13 @@ def settle(job: TrialJob, job_id: str, state: JobState | None, result: TrialResu
     a result with the matching status and a reason naming the state and the job."""
     if result is not None:
         return result
+    spec = job.spec
+    if state is not None and state.state == "PENDING" and state.reason in NEVER:
+        return TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.FAILED,
+                           reason=f"Slurm job {job_id} can never start ({state.reason}: the trial asks for more than "
+                                  "its partition or QOS allows); cancelled")
     if state is not None and not state.over:
         return None
-    spec = job.spec
     if state is None:
         status, reason = Status.FAILED, f"Slurm job {job_id} is gone (neither squeue nor sacct knows it)"
     else:
@@ -213,13 +250,36 @@ class _Submitted:
     over_since: float | None = None  # when Slurm first said it ended (its result file may still be on its way)
 
 
+OPTIONS = "PARTITION[,workers-per-node=K]"
+
+
+def parse_options(options: str) -> tuple[str, int | None]:
+    """``slurm=``'s argument: the partition ('' for the cluster's default) and the workers per node of a
+    multi-node trial (None: every trial on one node)."""
+    partition, per_node = "", None
+    for item in (part.strip() for part in options.split(",")):
+        name, equals, value = item.partition("=")
+        if not item:
+            continue
+        if not equals and not partition:
+            partition = item
+        elif name == "workers-per-node" and value.isdigit() and int(value) > 0:
+            per_node = int(value)
+        else:
+            raise SpecError(f"--executor slurm={options}: {item!r} is not understood; accepted: slurm={OPTIONS}, "
+                            "e.g. slurm=gpu or slurm=gpu,workers-per-node=4 (K a positive integer)")
+    return partition, per_node
+
+
 class SlurmExecutor(Executor):
-    """Each trial a Slurm job on ``partition`` (the cluster's default partition when empty)."""
+    """Each trial a Slurm job on the partition ``options`` names (the cluster's default partition when empty);
+    ``workers-per-node=K`` spreads a multi_worker trial of more than K workers over nodes."""
 
     name = "slurm"
     concurrent = True
 
-    def __init__(self, partition: str = "") -> None:
+    def __init__(self, options: str = "") -> None:
+        partition, self.workers_per_node = parse_options(options)
         missing = [tool for tool in ("sbatch", "squeue", "scancel", "sinfo") if shutil.which(tool) is None]
         if missing:
             raise SpecError(f"--executor slurm: {', '.join(missing)} not found on PATH; {START_HINT}")
@@ -248,8 +308,9 @@ class SlurmExecutor(Executor):
         folder.mkdir(parents=True, exist_ok=True)
         paths = Paths.of(folder, job.spec.key())
         paths.result.unlink(missing_ok=True)  # an earlier attempt's result must not stand for this one
-        paths.job.write_text(json.dumps(job_to_dict(job)))
-        paths.script.write_text(job_script(job, paths, resources(job.spec), self.partition, gpus))
+        paths.job.write_text(json.dumps({**job_to_dict(job), "workers_per_node": self.workers_per_node}))
+        paths.script.write_text(job_script(job, paths, resources(job.spec), self.partition, gpus,
+                                           workers_per_node=self.workers_per_node))
         submitted_at = time.time()
         try:
             job_id = _slurm("sbatch", "--parsable", str(paths.script)).strip().split(";")[0]
@@ -309,6 +370,8 @@ class SlurmExecutor(Executor):
                 if now - sub.over_since < grace:
                     continue
             final = settle(sub.job, job_id, state, result)
+            if final is not None and state is not None and not state.over:  # a job that can never start
+                _slurm("scancel", job_id, check=False)
             if (final is not None or (state is not None and state.state != "PENDING")) and not sub.started:
                 sub.started = True
                 started(sub.job)
@@ -384,14 +447,27 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     (job_file,) = argv if argv is not None else sys.argv[1:]
     path = Path(job_file)
-    job = job_from_dict(json.loads(path.read_text()))
+    raw = json.loads(path.read_text())
+    per_node = raw.pop("workers_per_node", None)
+    job = job_from_dict(raw)
     log.info("%s on %s (Slurm job %s)", job.what, socket.gethostname(), os.environ.get("SLURM_JOB_ID", "?"))
+    here, hosts = job, None
+    if int(os.environ.get("SLURM_JOB_NUM_NODES", "1")) > 1:  # the trial's hosts are the job's nodes
+        from bakeoff.run.launchers import SLURM_NODE_ENV
+
+        nodes = _slurm("scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]).split()
+        hosts = spread(nodes, job.spec.workers, per_node or 1)
+        os.environ[SLURM_NODE_ENV] = os.environ.get("SLURMD_NODENAME", nodes[0])
+        here = dataclasses.replace(job, spec=dataclasses.replace(job.spec, hosts=tuple(hosts)))
     try:
         with interruptible():  # scancel's SIGTERM (or Slurm's time limit) kills the trial's group, as Ctrl-C locally
-            result = job.run_here()
+            result = here.run_here()
     except Interrupted as exc:
         log.error("%s: %s; its processes were killed, no result written", job.what, exc.signal_name)
         return exc.exit_code
+    if hosts is not None:  # stored as the trial it is, wherever it ran
+        result.spec, result.key = job.spec.to_dict(), job.spec.key()
+        result.extras["hosts"] = hosts
     result.extras.setdefault("host", socket.gethostname())
     target = path.with_name(path.name.replace(".job.json", ".result.json"))
     partial = target.with_suffix(".part")
