@@ -81,6 +81,42 @@ def test_a_multi_worker_trial_is_one_task_holding_every_rank_and_its_cores(tmp_p
         "#SBATCH --cpus-per-task=2", "#SBATCH --gpus-per-node=2", "#SBATCH --chdir=/work/dir"]
 
 
+def test_a_multi_node_trial_is_one_job_a_task_per_node_each_asking_for_its_workers(tmp_path):
+    job = _job(tmp_path, parallelism="multi_worker", workers=4, threads=3, device="cuda")
+    paths = slurm.Paths.of(tmp_path / "slurm", job.spec.key())
+    text = slurm.job_script(job, paths, resources(job.spec), workdir=Path("/w"), workers_per_node=2)
+    lines = [line for line in text.splitlines() if line.startswith("#SBATCH")]
+    assert lines[2:] == ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --time=12",
+                         "#SBATCH --no-requeue", "#SBATCH --cpus-per-task=6", "#SBATCH --gpus-per-node=2",
+                         "#SBATCH --chdir=/w"]
+    assert slurm.spread(["a", "b"], 4, 2) == ["a", "a", "b", "b"]
+    assert slurm.spread(["a", "b", "c"], 3, 1) == ["a", "b", "c"]
+    assert [slurm.nodes_for(job.spec, k) for k in (4, 3, 1, None)] == [1, 2, 4, 1]
+    assert slurm.nodes_for(_job(tmp_path, parallelism="data_parallel", workers=4).spec, 1) == 1
+
+
+def test_the_executor_argument_names_a_partition_and_workers_per_node():
+    assert slurm.parse_options("") == ("", None)
+    assert slurm.parse_options("gpu") == ("gpu", None)
+    assert slurm.parse_options("gpu,workers-per-node=4") == ("gpu", 4)
+    assert slurm.parse_options("workers-per-node=1") == ("", 1)
+    for bad in ("gpu,cpu", "gpu,workers-per-node=0", "gpu,nodes=2"):
+        with pytest.raises(SpecError, match=r"accepted: slurm=PARTITION\[,workers-per-node=K\]"):
+            slurm.parse_options(bad)
+
+
+def test_inside_a_multi_node_job_other_nodes_are_remote_and_started_as_job_steps(monkeypatch):
+    from bakeoff.run import launchers
+
+    monkeypatch.setenv(launchers.SLURM_NODE_ENV, "n1")
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "3")
+    assert launchers.is_local("n1") and not launchers.is_local("n2") and not launchers.is_local("127.0.0.1")
+    member = launchers.remote(launchers.Member("node 1", ["python", "-m", "bakeoff.trial"], {"A": "1"}, True), "n2")
+    assert member.command == ["srun", "--nodes=1", "--ntasks=1", "--nodelist=n2", "--cpus-per-task=3",
+                              "--kill-on-bad-exit=1", "--quiet", "python", "-m", "bakeoff.trial"]
+    assert member.env == {"A": "1"} and member.name == "node 1 on n2"
+
+
 def test_the_script_runs_the_job_file_on_the_node_and_the_time_limit_has_a_margin(tmp_path):
     job = _job(tmp_path, device="cpu")
     paths = slurm.Paths.of(tmp_path, job.spec.key())
@@ -328,7 +364,9 @@ def real_slurm():
     if os.geteuid() != 0 or shutil.which("slurmctld") is None or shutil.which("munged") is None:
         pytest.skip("no Slurm answers (sinfo) and slurm-wlm/munge are not installed to start one as root: "
                     "sudo scripts/slurm-local installs and starts a single-machine Slurm")
-    start = subprocess.run([str(ROOT / "scripts" / "slurm-local")], capture_output=True, text=True, timeout=120)
+    # Two nodes on this machine, so that a trial across nodes runs for real (one node each: 1 CPU here on 2).
+    start = subprocess.run([str(ROOT / "scripts" / "slurm-local")], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "BAKEOFF_SLURM_NODES": "2"})
     if start.returncode:
         pytest.skip(f"scripts/slurm-local could not start a Slurm here: {start.stderr.strip()[-500:]}")
     yield
@@ -418,3 +456,37 @@ def test_scancel_is_recorded_and_ctrl_c_cancels_every_job_leaving_no_process(tmp
     assert _our_jobs(tmp_path) == []
     assert _processes_of(tmp_path) == []
     assert [r.key for r in Store(tmp_path / "s.sqlite", readonly=True).results()] == [cancelled.key]
+
+
+def test_a_multi_worker_trial_spans_two_nodes_and_a_cancelled_one_leaves_no_rank(tmp_path, real_slurm):
+    from bakeoff.results.store import Store
+
+    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()
+    if len(nodes) < 2:
+        pytest.skip(f"this Slurm has one node ({nodes}): BAKEOFF_SLURM_NODES=2 scripts/slurm-local makes two")
+    flags = ("--framework", "torch", "--parallelism", "multi_worker", "--workers", "2", "--executor",
+             "slurm=,workers-per-node=1")
+    run = _bakeoff(tmp_path, *flags, "--max-steps", "3")
+    out, _ = run.communicate(timeout=600)
+    assert run.returncode == 0, out
+    (result,) = Store(tmp_path / "s.sqlite", readonly=True).results()
+    assert result.status is Status.OK, result.reason
+    assert result.run_spec.hosts == () and len(result.extras["hosts"]) == 2 and len(set(result.extras["hosts"])) == 2
+    assert result.distributed.launcher == "torchrun_nodes" and len(result.distributed.ranks) == 2
+    assert Path(result.extras["log"]).with_name(Path(result.extras["log"]).stem + ".node1on"
+                                               + result.extras["hosts"][1] + ".log").exists()
+
+    run = _bakeoff(tmp_path, *flags, "--max-steps", "100000", "--seed", "1")  # synchronous ranks: no --max-seconds
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until both ranks train, one on each node
+        ranks = [line for line in _processes_of(tmp_path, but=run.pid) if "-m bakeoff.trial " in line]
+        if len(ranks) >= 2:
+            break
+        time.sleep(0.5)
+    assert len(ranks) >= 2, ranks
+    (job_id,) = _our_jobs(tmp_path)
+    subprocess.run(["scancel", job_id], check=True)
+    out, _ = run.communicate(timeout=150)
+    assert run.returncode == 1, out  # a trial that failed: the run's exit code says so
+    assert f"Slurm job {job_id} ended CANCELLED" in out
+    assert _our_jobs(tmp_path) == [] and _processes_of(tmp_path) == []
