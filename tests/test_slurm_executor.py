@@ -332,6 +332,28 @@ def test_a_submission_slurm_refuses_is_that_trial_failed_and_the_run_goes_on(tmp
     assert stored[1].status is Status.OK
 
 
+def test_a_suite_through_run_suite_is_stored_from_the_jobs_without_this_machines_gpu_check_or_lock(
+        tmp_path, fake, monkeypatch):
+    from bakeoff.plan.suite import adhoc_suite
+    from bakeoff.results.store import Store
+    from bakeoff.run import machine, session
+    from bakeoff.run.executors import local
+
+    cluster, executor = fake
+    cluster.step = lambda fake: [fake.finish(j) for j, s in list(fake.states.items()) if s == "PENDING"]
+    monkeypatch.setattr(local, "cuda_devices", lambda: (0, "no NVIDIA GPU is visible"))
+    monkeypatch.setattr(machine, "measuring", lambda *a, **k: pytest.fail("a remote executor took the local lock"))
+    suite = adhoc_suite({"workload": "mnist", "framework": ["torch", "jax"], "execution": ["eager"], "max_steps": 3,
+                         "device": "cuda"})
+    with pytest.raises(SpecError, match="--device cuda: no NVIDIA GPU"):
+        local.validate(suite.specs)
+    done = session.run_suite(suite, tmp_path / "s.sqlite", executor=executor)
+    assert sorted(r.run_spec.framework.value for r in done.summary.ran) == ["jax", "torch"]
+    stored = Store(tmp_path / "s.sqlite", readonly=True).results()
+    assert sorted(r.extras["executor"]["job_id"] for r in stored) == ["100", "101"]
+    assert all(r.status is Status.OK and r.order.of == 2 for r in stored)
+
+
 def test_without_sbatch_the_run_stops_before_anything_runs_saying_how_to_start_slurm(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SpecError, match=r"sbatch, squeue, scancel, sinfo not found on PATH.*scripts/slurm-local"):

@@ -74,11 +74,15 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
     :func:`bakeoff.run.executors.local.run`'s.
     """
     timeout = timeout_s or suite.timeout_s
-    sizes = runner.validate(suite.specs)  # bad input fails here, before a store or report is created
+    here = executor is None or not executor.remote  # trials on other machines: not this one's GPUs, nor its lock
+    # Bad input fails here, before a store or report is created.
+    sizes = runner.validate(suite.specs, local_devices=here)
     if store_path.exists():  # a damaged store, or a folder, fails here: before any search or trial; nothing written
         Store(store_path, readonly=True).close()
     specs, annotations = suite.specs, {}
-    with process.interruptible(), machine.measuring(store_path, wait=not concurrent, say=say):
+    measuring = here or suite.auto_batch is not None  # the batch-size search measures here, whatever the executor
+    with process.interruptible(), (machine.measuring(store_path, wait=not concurrent, say=say) if measuring
+                                   else contextlib.nullcontext(False)):
         if suite.auto_batch is not None:
             specs, annotations = search_batch_sizes(suite, sizes, artifacts_dir(store_path) / "logs", timeout, say)
         with Store(store_path) as store, (progress or _no_progress)(len(specs), store) as shown:

@@ -80,6 +80,9 @@ class Executor(abc.ABC):
     name: str = ""
     concurrent: bool = False
     """Whether several trials may run at once (on separate nodes or resources); the local executor runs one."""
+    remote: bool = False
+    """Whether the trials run on other machines (a cluster's nodes): this machine's GPUs then say nothing of theirs,
+    and its measuring lock (:mod:`bakeoff.run.machine`) guards nothing of their timings."""
 
     def describe(self) -> str:
         """One line for the console and the dry run: which engine, where."""

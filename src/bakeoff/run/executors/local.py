@@ -75,18 +75,18 @@ def data_key(spec: RunSpec) -> tuple:
     return spec.workload, spec.preset, spec.data, spec.config
 
 
-def validate(specs: Sequence[RunSpec]) -> dict[tuple, int]:
+def validate(specs: Sequence[RunSpec], local_devices: bool = True) -> dict[tuple, int]:
     """Check, before any trial starts, everything that can be checked without a framework.
 
     Unknown workloads, presets and config overrides, and ``device = cuda`` on a machine without a visible NVIDIA
-    GPU, raise :class:`SpecError`; unusable data raises
+    GPU (``local_devices``: the trials run on this machine), raise :class:`SpecError`; unusable data raises
     ``DataError``. Each distinct :func:`data_key` is loaded once, here in the parent, with numpy only, and the
     configuration is resolved against it (checks that depend on the data, like a kernel against the image size,
     fail here). Returns the training-set size of each :func:`data_key`.
     """
     train_sizes: dict[tuple, int] = {}
     entries: dict[tuple, list[str]] = {}  # what each data set's batches hold
-    if any(spec.device is Device.CUDA for spec in specs):
+    if local_devices and any(spec.device is Device.CUDA for spec in specs):
         gpus, why = cuda_devices()
         if not gpus:
             raise SpecError(f"--device cuda: {why}; run with --device cpu, or auto (a GPU when the framework sees "
@@ -296,7 +296,7 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
     process stores every result, whichever executor ran it.
     """
     if not validated:
-        validate(specs)
+        validate(specs, local_devices=executor is None or not executor.remote)
     # Keys by content (bakeoff.core.identity): a changed data file, configuration or version is a new trial.
     identified = identify(specs)
     annotations = {new.key(): (annotations or {}).get(old.key(), {}) for old, new in zip(specs, identified,

@@ -277,6 +277,7 @@ class SlurmExecutor(Executor):
 
     name = "slurm"
     concurrent = True
+    remote = True  # even on scripts/slurm-local: Slurm shares the cores out among the jobs
 
     def __init__(self, options: str = "") -> None:
         partition, self.workers_per_node = parse_options(options)
