@@ -354,6 +354,15 @@ def test_a_suite_through_run_suite_is_stored_from_the_jobs_without_this_machines
     assert all(r.status is Status.OK and r.order.of == 2 for r in stored)
 
 
+def test_a_trial_naming_ssh_hosts_is_unsupported_under_slurm_and_not_submitted(tmp_path, fake):
+    cluster, executor = fake
+    job = _job(tmp_path, parallelism="multi_worker", workers=2, hosts=("127.0.0.2", "127.0.0.3"), device="cpu")
+    stored = []
+    executor.run(iter([job]), lambda job: None, lambda job, result: stored.append(result))
+    assert stored[0].status is Status.UNSUPPORTED and "workers-per-node=K" in stored[0].reason
+    assert cluster.states == {}
+
+
 def test_without_sbatch_the_run_stops_before_anything_runs_saying_how_to_start_slurm(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SpecError, match=r"sbatch, squeue, scancel, sinfo not found on PATH.*scripts/slurm-local"):

@@ -305,6 +305,12 @@ class SlurmExecutor(Executor):
 
     def submit(self, job: TrialJob, gpus: bool) -> _Submitted | TrialResult:
         """Write ``job``'s files and submit it; a submission Slurm refuses is the trial's failed result."""
+        if job.spec.hosts:  # the ssh launcher's machines: under Slurm, the job's nodes are the trial's hosts
+            spec = job.spec
+            return TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.UNSUPPORTED,
+                               reason=f"--hosts {','.join(spec.hosts)} names machines to reach with ssh; under "
+                                      "--executor slurm a trial's hosts are its job's nodes: drop --hosts and give "
+                                      "--executor slurm=PARTITION,workers-per-node=K to spread its workers")
         folder = (job.log_dir.parent / "slurm").absolute()
         folder.mkdir(parents=True, exist_ok=True)
         paths = Paths.of(folder, job.spec.key())
