@@ -377,7 +377,7 @@ class SlurmExecutor(Executor):
                 if now - sub.over_since < grace:
                     continue
             final = settle(sub.job, job_id, state, result)
-            if final is not None and state is not None and not state.over:  # a job that can never start
+            if result is None and final is not None and state is not None and not state.over:  # can never start
                 _slurm("scancel", job_id, check=False)
             if (final is not None or (state is not None and state.state != "PENDING")) and not sub.started:
                 sub.started = True
