@@ -72,6 +72,7 @@ def suite_of(args: argparse.Namespace) -> Suite:
 def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff.cli.console import RunProgress, console
     from bakeoff.cli.results import say_report
+    from bakeoff.run.executors import parse as parse_executor
     from bakeoff.run.session import run_suite
 
     suite = suite_of(args)
@@ -79,17 +80,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     said = ", ".join(f"{flag} {value}" for flag, value in suite.overrides.items())
     if said:
         console.print(f"overridden from the command line in every trial: {said} (stored as suite {suite.name})")
+    executor = parse_executor(args.executor)  # bad input fails here, before anything runs
+    if executor.name != "local" or args.dry_run:
+        console.print(f"executor: {executor.describe()}", soft_wrap=True)
     if args.dry_run:
         return _dry_run(suite, args)
 
     def say(line: str) -> None:
         console.print(line, soft_wrap=True)
-
-    from bakeoff.run.executors import parse as parse_executor
-
-    executor = parse_executor(args.executor)  # bad input fails here, before anything runs
-    if executor.name != "local":
-        console.print(f"executor: {executor.describe()}", soft_wrap=True)
     session = run_suite(suite, args.store, timeout_s=args.timeout, fresh=args.fresh, retry_failed=args.retry_failed,
                         retry_busy=args.retry_busy, concurrent=args.concurrent, order_seed=args.order_seed,
                         profile_steps=args.profile_steps if args.profile else 0,

@@ -276,7 +276,6 @@ def _flags(spec: RunSpec) -> tuple[list[str], list[str]]:
     flags += ["--grad-accum", str(spec.grad_accum)] if spec.grad_accum > 1 else []
     if spec.parallelism is not Parallelism.NONE:
         flags += ["--parallelism", spec.parallelism.value, "--workers", str(spec.workers)]
-        flags += ["--hosts", ",".join(spec.hosts)] if spec.hosts else []
     flags += ["--max-steps", str(spec.max_steps)] if spec.max_steps is not None else []
     flags += ["--max-epochs", f"{spec.max_epochs:g}"] if spec.max_epochs is not None else []
     flags += ["--max-seconds", f"{spec.max_seconds:g}"] if spec.max_seconds is not None else []

@@ -97,6 +97,9 @@ class LocalExecutor(Executor):
 
     name = "local"
 
+    def describe(self) -> str:
+        return "local: on this machine, one trial after another"
+
     def run(self, jobs: Iterable[TrialJob], started: Started, done: Done) -> None:
         for job in jobs:
             started(job)

@@ -217,12 +217,7 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
                keep_dir: Path | None = None, probe_ceiling: bool = False,
                profile: ProfileRequest | None = None, evaluate: bool = True) -> tuple[TrialResult, bool]:
     """One start of the group: its result, and whether it failed because a port was in use."""
-    # Workers on other machines read the spec and write their results here: under the store's folder, which they
-    # see at the same path (a shared file system), rather than in this machine's /tmp.
-    shared = log_dir.parent / "tmp" if any(not launchers.is_local(h) for h in spec.hosts) else None
-    if shared is not None:
-        shared.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="bakeoff-trial-", dir=shared) as tmp:
+    with tempfile.TemporaryDirectory(prefix="bakeoff-trial-") as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(spec.to_json())
         started, oom_before = time.perf_counter(), read_oom_kills()
