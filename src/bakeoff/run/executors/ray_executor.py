@@ -183,10 +183,13 @@ class RayExecutor(Executor):
                     flight[generator] = _Flight(job, submitted, asked)
                 if flight:
                     self._step(flight, started, done, cluster)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(Interrupted):  # a second Ctrl-C while stopping adds nothing
                 with hold():
                     _cancel(flight)
+            if isinstance(exc, Interrupted) and exc.stopped is None and flight:
+                cut = [f.job.what for f in flight.values()]
+                exc.stopped = cut[0] if len(cut) == 1 else f"{len(cut)} trials ({'; '.join(cut)})"
             raise
 
     def _step(self, flight: dict[Any, _Flight], started: Started, done: Done, cluster: Cluster) -> None:
