@@ -78,6 +78,18 @@ def test_a_bad_executor_argument_lists_ray_among_the_accepted():
         parse("dask")
 
 
+def test_an_address_where_nothing_answers_is_refused_at_once_with_exit_2(tmp_path):
+    pytest.importorskip("ray")
+    port = free_port()  # closed again: nothing listens there
+    r = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", "--workload", "mnist", "--framework", "torch",
+                        "--max-steps", "2", "--executor", f"ray=127.0.0.1:{port}", "--store", "r.sqlite"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert f"--executor ray=127.0.0.1:{port}: nothing answers at 127.0.0.1:{port}" in r.stderr
+    assert "accepted: ray (a Ray instance on this machine for the run), ray=auto" in r.stderr
+    assert not (tmp_path / "r.sqlite").exists()
+
+
 # --- the cluster -------------------------------------------------------------------------------------------------
 
 def free_port() -> int:

@@ -34,6 +34,7 @@ import logging
 import os
 import platform
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -50,6 +51,8 @@ INSTALL = "pip install 'bakeoff[ray]'"
 ADDRESSES = "ray (a Ray instance on this machine for the run), ray=auto, ray=HOST:6379, ray=ray://HOST:10001"
 POLL_S = 0.2
 """Longest wait inside one Ray call: signals are held meanwhile, so this is how late a Ctrl-C may be seen."""
+CONNECT_TIMEOUT_S = 10.0
+"""How long a cluster's head (or Ray Client server) has to accept a connection."""
 CANCEL_WAIT_S = 60.0
 """How long an interrupted run waits for Ray to confirm that its cancelled tasks ended."""
 
@@ -135,6 +138,7 @@ class RayExecutor(Executor):
             return self._cluster
         import ray
 
+        _check_reachable(self.address)
         signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             ray.init(address=self.address or None, include_dashboard=False, log_to_driver=False,
@@ -142,8 +146,9 @@ class RayExecutor(Executor):
             nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
             address = ray.get_runtime_context().gcs_address
         except Exception as exc:  # Ray raises ConnectionError, ValueError, RuntimeError... for an address it can't use
-            raise SpecError(f"--executor ray={self.address}: cannot connect to Ray ({' '.join(str(exc).split())});"
-                            f" accepted: {ADDRESSES}") from None
+            given = f"ray={self.address}" if self.address else "ray"
+            raise SpecError(f"--executor {given}: cannot connect to Ray ({' '.join(str(exc).split())}); accepted: "
+                            f"{ADDRESSES}") from None
         finally:
             for s, handler in signals.items():  # ray.init sets its own SIGTERM handler; the run keeps its own
                 signal.signal(s, handler)
@@ -229,6 +234,18 @@ class RayExecutor(Executor):
             address=cluster.address, node=where.get("node"), host=where.get("host"),
             worker_pid=where.get("worker_pid"), main_thread=where.get("main_thread"), resources=current.asked)
         return result
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse at once an address where nothing answers: Ray itself retries a dead head for minutes."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():  # "" or "auto": Ray finds the cluster (or says there is none)
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise SpecError(f"--executor ray={address}: nothing answers at {host}:{port} ({exc}); is the cluster's "
+                        f"head up? accepted: {ADDRESSES}") from None
 
 
 def _cancel(flight: dict[Any, _Flight]) -> None:
