@@ -138,7 +138,7 @@ class Ray:
     def start(self, *args: str) -> None:
         subprocess.run([RAY, "start", "--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats",
                         f"--dashboard-agent-listen-port={free_port()}", f"--temp-dir={self.root / 'r'}", *args],
-                       env=self.env, check=True, capture_output=True, text=True, timeout=180)
+                       env=self.env, cwd=self.root, check=True, capture_output=True, text=True, timeout=180)
 
     def processes(self) -> set[int]:
         """Every live process of this cluster: those whose command line names its folder or its port, and their
@@ -223,6 +223,7 @@ def test_a_suite_fans_out_over_the_cluster_each_result_stored_once_then_resumed(
         assert record["main_thread"] is True  # the tether holds: its members die with the worker, not a thread
         assert record["submitted_at"] <= record["started_at"] and record["scheduling_s"] >= 0
         assert record["host"] == result["environment"]["host"]
+        assert Path(tmp_path, result["extras"]["log"]).is_file()  # in the run's folder, not the worker's
         nodes.add(record["node"])
     assert len(nodes) == 2  # both nodes ran trials (one CPU each: two trials at once need both)
     again = ray_cluster.bakeoff(*SUITE, "--store", "r.sqlite", cwd=tmp_path)

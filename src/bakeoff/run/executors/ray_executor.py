@@ -3,8 +3,9 @@ writer of the store.
 
 ``ray`` alone starts a Ray instance for the run on this machine (or joins the one ``RAY_ADDRESS`` names);
 ``ray=ADDRESS`` connects to a running cluster: ``auto``, ``HOST:6379`` (its head), ``ray://HOST:10001`` (Ray
-Client). Every node must have bakeoff, its frameworks and the same Ray installed, and see the store's folder at the
-same path (logs, checkpoints and TensorBoard runs are written there; the results come back to this process).
+Client). Every node must have bakeoff, its frameworks and the same Ray installed, and see this run's folder and the
+store's folder at the same paths (a trial runs in the run's folder, as a local one does, reading its data there;
+logs, checkpoints and TensorBoard runs are written to the store's folder; the results come back to this process).
 
 A task (:func:`_trial`) runs :meth:`TrialJob.run_here` on its node: the local runner's process group, whose
 members are tethered to the task's worker (:mod:`bakeoff.core.tether`; Ray runs a task on its worker's main
@@ -79,9 +80,12 @@ class Cluster:
         return {"num_cpus": cpus, "num_gpus": gpus}, None
 
 
-def _trial(job: TrialJob) -> Iterator[dict]:
+def _trial(job: TrialJob, folder: str) -> Iterator[dict]:
     """The Ray task (a generator): where it runs, then the trial's result (as a dict: the driver reads it with
-    :meth:`TrialResult.from_dict`, which migrates a result an older bakeoff on the node wrote)."""
+    :meth:`TrialResult.from_dict`, which migrates a result an older bakeoff on the node wrote).
+
+    It runs in the run's ``folder``, as a local trial does: the store's folder, data files and workload files may be
+    given relative to it (a worker starts in its node's folder, wherever ``ray start`` ran)."""
     import ray
 
     main = threading.current_thread() is threading.main_thread()
@@ -89,7 +93,16 @@ def _trial(job: TrialJob) -> Iterator[dict]:
         logging.getLogger(__name__).warning("Ray runs this task off its worker's main thread")
     yield {"node": ray.get_runtime_context().get_node_id(), "host": platform.node(), "worker_pid": os.getpid(),
            "main_thread": main}
-    yield job.run_here().to_dict()
+    if not os.path.isdir(folder):
+        yield _failure(job, f"the run's folder {folder} is not on {platform.node()}: every node must see it (and "
+                            "the store's folder) at the same path").to_dict()
+        return
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield job.run_here().to_dict()
+    finally:
+        os.chdir(before)
 
 
 @dataclasses.dataclass
@@ -184,7 +197,7 @@ class RayExecutor(Executor):
                         continue
                     with hold():
                         submitted = time.time()
-                        generator = task.options(**asked).remote(job)
+                        generator = task.options(**asked).remote(job, os.getcwd())
                     flight[generator] = _Flight(job, submitted, asked)
                 if flight:
                     self._step(flight, started, done, cluster)
