@@ -5,10 +5,11 @@ nobody else's Ray is touched).
 Through the real CLI (``bakeoff run --executor ray=ADDRESS``): a small suite fanned out over both nodes, every
 result stored once by the driver with its executor record and host, then resumed (nothing runs again); a trial
 whose Ray worker is killed (``kill -9``) recorded failed with Ray's reason, and no process of it left; Ctrl-C of
-the run while two trials train: exit 130, no trial process left, nothing stored. Plus fast checks of what a trial
-asks the cluster for and of a missing Ray.
+the run while two trials train: exit 130, no trial process left, nothing stored; the run killed outright
+(``kill -9``): no trial process left. Plus fast checks of what a trial asks the cluster for, of a missing Ray and of
+an address where nothing answers.
 
-Cost, measured on the team's 2-core machine with other work beside it: about 52 s of wall time and 42 s of CPU,
+Cost, measured on the team's 2-core machine with other work beside it: about 50 s of wall time and 47 s of CPU,
 every process of the tree counted (Ray's daemons and workers, the trials; sampled every 0.2 s, since the raylet
 reaps its workers without accounting). The cluster starts in about 8 s; the suite's 4 trials are most of the rest.
 """
@@ -271,4 +272,18 @@ def test_ctrl_c_cancels_the_running_trials_leaves_no_process_and_stores_nothing(
     said = rf"interrupted by SIGINT; stopped 2 trials \({trial}; {trial}\)"
     assert re.search(said, " ".join(err.split())), err
     assert not ray_cluster.trial_processes(), trials
+    assert stored(tmp_path / "r.sqlite") == []
+
+
+@CLUSTER
+def test_a_run_killed_outright_leaves_no_trial_process_on_the_cluster(ray_cluster, tmp_path):
+    """kill -9 of the submitting run: Ray ends its job's workers, and each trial dies with its worker."""
+    run = ray_cluster.bakeoff(*LONG, "--no-stop-at-target", "--store", "r.sqlite", cwd=tmp_path)
+    try:
+        wait_for(ray_cluster.trial_processes, what="the trial to start")
+        os.kill(run.pid, signal.SIGKILL)
+        run.communicate(timeout=60)
+    finally:
+        run.kill()
+    wait_for(lambda: not ray_cluster.trial_processes(), timeout=60, what="the trial's processes to end")
     assert stored(tmp_path / "r.sqlite") == []
