@@ -258,18 +258,20 @@ def test_a_trial_whose_worker_is_killed_is_recorded_failed_and_leaves_no_process
 
 
 @CLUSTER
-def test_ctrl_c_cancels_the_running_trials_leaves_no_process_and_stores_nothing(ray_cluster, tmp_path):
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_cancels_the_running_trials_leaves_no_process_and_stores_nothing(ray_cluster, tmp_path, sig, code):
+    """Ray turns a signal that interrupts its calls into a bare KeyboardInterrupt: SIGTERM's 143 says it did not."""
     run = ray_cluster.bakeoff(*LONG, "--no-stop-at-target", "--repeats", "2", "--store", "r.sqlite", cwd=tmp_path)
     try:
         trials = wait_for(lambda: len(ray_cluster.trial_processes()) == 2 and ray_cluster.trial_processes(),
                           what="two trials running at once")
-        os.kill(run.pid, signal.SIGINT)
+        os.kill(run.pid, sig)
         out, err = run.communicate(timeout=120)
     finally:
         run.kill()
-    assert run.returncode == 130, out + err
+    assert run.returncode == code, out + err
     trial = r"mnist/tiny torch/eager seed [01]"
-    said = rf"interrupted by SIGINT; stopped 2 trials \({trial}; {trial}\)"
+    said = rf"interrupted by {sig.name}; stopped 2 trials \({trial}; {trial}\)"
     assert re.search(said, " ".join(err.split())), err
     assert not ray_cluster.trial_processes(), trials
     assert stored(tmp_path / "r.sqlite") == []
