@@ -4,10 +4,10 @@ nobody else's Ray is touched).
 
 Through the real CLI (``bakeoff run --executor ray=ADDRESS``): a small suite fanned out over both nodes, every
 result stored once by the driver with its executor record and host, then resumed (nothing runs again); a trial
-whose Ray worker is killed (``kill -9``) recorded failed with Ray's reason, and no process of it left; Ctrl-C of
-the run while two trials train: exit 130, no trial process left, nothing stored; the run killed outright
-(``kill -9``): no trial process left. Plus fast checks of what a trial asks the cluster for, of a missing Ray and of
-an address where nothing answers.
+whose Ray worker is killed (``kill -9``) recorded failed with Ray's reason, and no process of it left; Ctrl-C
+(SIGTERM) of the run while two trials train: exit 130 (143), no trial process left, nothing stored; the run killed
+outright (``kill -9``): no trial process left. Plus fast checks of what a trial asks the cluster for, of a missing
+Ray and of an address where nothing answers.
 
 Cost, measured on the team's 2-core machine with other work beside it: about 50 s of wall time and 47 s of CPU,
 every process of the tree counted (Ray's daemons and workers, the trials; sampled every 0.2 s, since the raylet
