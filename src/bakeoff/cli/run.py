@@ -31,7 +31,9 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:
                           "waits for it: two at once each time the other's load into its figures)")
     run.add_argument("--executor", default="local", metavar="NAME[=ARGUMENT]",
                      help="where the trials execute, this process staying the only writer of the store: "
-                          "local (default: on this machine, one after another)")
+                          "local (default: on this machine, one after another); ray[=ADDRESS] (each trial a Ray "
+                          "task on a Ray instance started for the run, or on the cluster at ADDRESS: auto, "
+                          "HOST:6379, ray://HOST:10001)")
     run.add_argument("--no-report", action="store_true", help="do not write the report after the run")
     run.add_argument("--out", type=Path, help="report directory (default: reports/<suite>)")
     run.add_argument("--order-seed", type=int, default=0,
