@@ -90,6 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def say(line: str) -> None:
         console.print(line, soft_wrap=True)
+
     session = run_suite(suite, args.store, timeout_s=args.timeout, fresh=args.fresh, retry_failed=args.retry_failed,
                         retry_busy=args.retry_busy, concurrent=args.concurrent, order_seed=args.order_seed,
                         profile_steps=args.profile_steps if args.profile else 0,
