@@ -95,3 +95,13 @@ def test_a_trial_asks_for_the_cores_and_gpus_its_processes_use() -> None:
     ps = resources(RunSpec(workload="mnist", framework="tensorflow", max_steps=2, parallelism="parameter_server",
                            workers=2, threads=1, device="cuda"))
     assert (ps.cpus, ps.processes, ps.gpus_required) == (4, 4, True)  # chief, 2 workers, 1 parameter server
+
+
+def test_device_cuda_is_checked_on_this_machine_only_when_the_trials_run_here(monkeypatch) -> None:
+    from bakeoff.run.executors import local
+
+    monkeypatch.setattr(local, "cuda_devices", lambda: (0, "no NVIDIA GPU is visible"))
+    specs = [RunSpec(workload="mnist", framework="torch", max_steps=2, device="cuda")]
+    with pytest.raises(SpecError, match="--device cuda: no NVIDIA GPU is visible"):
+        local.validate(specs)
+    assert local.validate(specs, here=False)  # a cluster's nodes have their own GPUs: its executor checks them

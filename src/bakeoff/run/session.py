@@ -74,7 +74,8 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
     :func:`bakeoff.run.executors.local.run`'s.
     """
     timeout = timeout_s or suite.timeout_s
-    sizes = runner.validate(suite.specs)  # bad input fails here, before a store or report is created
+    # bad input fails here, before a store or report is created
+    sizes = runner.validate(suite.specs, here=executor is None or executor.here)
     if store_path.exists():  # a damaged store, or a folder, fails here: before any search or trial; nothing written
         Store(store_path, readonly=True).close()
     specs, annotations = suite.specs, {}

@@ -80,6 +80,9 @@ class Executor(abc.ABC):
     name: str = ""
     concurrent: bool = False
     """Whether several trials may run at once (on separate nodes or resources); the local executor runs one."""
+    here: bool = True
+    """Whether the trials run on this machine, so that its GPUs are theirs (``--device cuda`` is checked here);
+    a cluster's executor checks its nodes instead."""
 
     def describe(self) -> str:
         """One line for the console and the dry run: which engine, where."""

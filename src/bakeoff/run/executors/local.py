@@ -75,18 +75,19 @@ def data_key(spec: RunSpec) -> tuple:
     return spec.workload, spec.preset, spec.data, spec.config
 
 
-def validate(specs: Sequence[RunSpec]) -> dict[tuple, int]:
+def validate(specs: Sequence[RunSpec], here: bool = True) -> dict[tuple, int]:
     """Check, before any trial starts, everything that can be checked without a framework.
 
     Unknown workloads, presets and config overrides, and ``device = cuda`` on a machine without a visible NVIDIA
     GPU, raise :class:`SpecError`; unusable data raises
     ``DataError``. Each distinct :func:`data_key` is loaded once, here in the parent, with numpy only, and the
     configuration is resolved against it (checks that depend on the data, like a kernel against the image size,
-    fail here). Returns the training-set size of each :func:`data_key`.
+    fail here). Returns the training-set size of each :func:`data_key`. ``here``: the trials run on this machine
+    (without, its GPUs are not checked: a cluster's executor checks its nodes').
     """
     train_sizes: dict[tuple, int] = {}
     entries: dict[tuple, list[str]] = {}  # what each data set's batches hold
-    if any(spec.device is Device.CUDA for spec in specs):
+    if here and any(spec.device is Device.CUDA for spec in specs):
         gpus, why = cuda_devices()
         if not gpus:
             raise SpecError(f"--device cuda: {why}; run with --device cpu, or auto (a GPU when the framework sees "

@@ -131,6 +131,7 @@ class RayExecutor(Executor):
 
     name = "ray"
     concurrent = True
+    here = False  # the nodes' GPUs count, not the driver's: a trial no node can hold is refused by Cluster.ask
 
     def __init__(self, address: str = "") -> None:
         try:
