@@ -111,16 +111,19 @@ def test_the_executor_argument_names_a_partition_and_workers_per_node():
             slurm.parse_options(bad)
 
 
-def test_inside_a_multi_node_job_other_nodes_are_remote_and_started_as_job_steps(monkeypatch):
+def test_inside_a_multi_node_job_members_on_other_nodes_start_as_job_steps(monkeypatch):
     from bakeoff.run import launchers
 
-    monkeypatch.setenv(launchers.SLURM_NODE_ENV, "n1")
     monkeypatch.setenv("SLURM_CPUS_ON_NODE", "3")
-    assert launchers.is_local("n1") and not launchers.is_local("n2") and not launchers.is_local("127.0.0.1")
-    member = launchers.remote(launchers.Member("node 1", ["python", "-m", "bakeoff.trial"], {"A": "1"}, True), "n2")
-    assert member.command == ["srun", "--nodes=1", "--ntasks=1", "--nodelist=n2", "--cpus-per-task=3",
-                              "--kill-on-bad-exit=1", "--quiet", "python", "-m", "bakeoff.trial"]
-    assert member.env == {"A": "1"} and member.name == "node 1 on n2"
+    spec = RunSpec(workload="mnist", framework="torch", parallelism="multi_worker", workers=2, max_steps=2)
+    plan = launchers.plan(spec, ["a"], {"A": "1"}, ports=[29500], cores=2, hosts=["n1", "n2"])
+    here, there = (slurm.job_step("n1", member) for member in plan.members)
+    assert here == plan.members[0]  # on this node: started as it is
+    assert there.command[:7] == ["srun", "--nodes=1", "--ntasks=1", "--nodelist=n2", "--cpus-per-task=3",
+                                 "--kill-on-bad-exit=1", "--quiet"]
+    assert there.command[7:] == plan.members[1].command and there.name == "node 1 on n2"
+    assert there.env["A"] == "1" and "--master-addr" in there.command  # rendezvous at the first node, n1
+    assert there.command[there.command.index("--master-addr") + 1] == "n1"
 
 
 def test_the_script_runs_the_job_file_on_the_node_and_the_time_limit_has_a_margin(tmp_path):
@@ -354,15 +357,6 @@ def test_a_suite_through_run_suite_is_stored_from_the_jobs_without_this_machines
     assert all(r.status is Status.OK and r.order.of == 2 for r in stored)
 
 
-def test_a_trial_naming_ssh_hosts_is_unsupported_under_slurm_and_not_submitted(tmp_path, fake):
-    cluster, executor = fake
-    job = _job(tmp_path, parallelism="multi_worker", workers=2, hosts=("127.0.0.2", "127.0.0.3"), device="cpu")
-    stored = []
-    executor.run(iter([job]), lambda job: None, lambda job, result: stored.append(result))
-    assert stored[0].status is Status.UNSUPPORTED and "workers-per-node=K" in stored[0].reason
-    assert cluster.states == {}
-
-
 def test_without_sbatch_the_run_stops_before_anything_runs_saying_how_to_start_slurm(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SpecError, match=r"sbatch, squeue, scancel, sinfo not found on PATH.*scripts/slurm-local"):
@@ -508,7 +502,7 @@ def test_a_multi_worker_trial_spans_two_nodes_and_a_cancelled_one_leaves_no_rank
     assert run.returncode == 0, out
     (result,) = Store(tmp_path / "s.sqlite", readonly=True).results()
     assert result.status is Status.OK, result.reason
-    assert result.run_spec.hosts == () and len(result.extras["hosts"]) == 2 and len(set(result.extras["hosts"])) == 2
+    assert len(result.extras["hosts"]) == 2 and len(set(result.extras["hosts"])) == 2
     assert result.distributed.launcher == "torchrun_nodes" and len(result.distributed.ranks) == 2
     assert Path(result.extras["log"]).with_name(Path(result.extras["log"]).stem + ".node1on"
                                                + result.extras["hosts"][1] + ".log").exists()

@@ -107,3 +107,34 @@ def test_export_csv_and_json(tmp_path):
     assert data["trials"][0]["step_times_s"] == [1.0, 0.5, 0.25]
     with pytest.raises(SpecError, match="json or .csv"):
         export(results, tmp_path / "t.xlsx")
+
+
+MOUNTINFO = """\
+27 1 252:0 / / rw,relatime - ext4 /dev/vda rw
+60 27 0:50 / /shared rw,relatime - nfs4 server:/export rw,vers=4.2
+61 60 0:51 / /shared/local\\040disk rw,relatime - ext4 /dev/vdb rw
+"""
+
+
+def test_the_file_system_of_a_path_is_its_longest_mount_point() -> None:
+    from pathlib import Path
+
+    from bakeoff.results.store import file_system
+
+    assert file_system(Path("/shared/results/bakeoff.sqlite"), MOUNTINFO) == "nfs4"
+    assert file_system(Path("/shared/local disk/bakeoff.sqlite"), MOUNTINFO) == "ext4"
+    assert file_system(Path("/sharedother/bakeoff.sqlite"), MOUNTINFO) == "ext4"  # a prefix is not a parent
+    assert file_system(Path("/shared"), MOUNTINFO) == "nfs4"
+
+
+def test_a_store_on_a_network_file_system_keeps_a_rollback_journal_not_wal(tmp_path, monkeypatch) -> None:
+    """SQLite's WAL shares its index through memory of one machine: on NFS a store must not use it."""
+    from bakeoff.results import store as store_module
+
+    with Store(tmp_path / "local.sqlite") as local:
+        assert local._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    monkeypatch.setattr(store_module, "file_system", lambda path: "nfs4")
+    with Store(tmp_path / "shared.sqlite") as shared:
+        assert shared._db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    with Store(tmp_path / "local.sqlite") as moved:  # a store copied onto NFS leaves WAL when opened there
+        assert moved._db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"

@@ -15,7 +15,7 @@ from bakeoff.core import registry
 from bakeoff.core.result import BatchSearch
 from bakeoff.core.spec import RunSpec
 from bakeoff.report.render import render_report
-from bakeoff.report.what_ran import reproduce_commands
+from bakeoff.report.what_ran import reproduce_commands, what_ran_blocks
 from fake_results import TRAIN_ROWS, respec, trial
 
 TRAIN_A, TRAIN_B = "1a2b3c4d5e6f7a8b", "9f8e7d6c5b4a3921"
@@ -350,3 +350,23 @@ def test_text_classifier_records_class_counts_and_how_much_of_the_texts_it_reads
     probabilities = np.array([0.9, 0.8, 0.7, 0.2, 0.1])  # predicted 1, 1, 1, 0, 0
     labels = np.array([1, 1, 1, 1, 0])  # class 1 recall 3/4, class 0 recall 1/1
     assert wl.metrics(probabilities, {"labels": labels}) == {"accuracy": 0.8, "balanced_accuracy": 0.875}
+
+
+def test_a_section_whose_trials_ran_on_several_machines_names_them():
+    """An executor spreads trials over a cluster's nodes (#27): the report says which machine ran what."""
+    torch, tf = runs("torch", "eager"), tf_runs()
+    for r, host in zip(torch + tf, ["node-a"] * 3 + ["node-b", "node-b", "node-a"], strict=True):
+        r.environment["host"] = host
+    summaries = summarise_groups(torch + tf)
+    assert [m.text() for m in section_mixes(summaries)] == [
+        "machine: node-b (tensorflow/graph); node-a (tensorflow/graph, torch/eager)"]
+    assert "text_classifier/tiny (ran on different machines: node-a vs node-b / node-a) over" \
+        in decide(summaries).verdict
+    facts = " ".join(" ".join(str(b) for b in what_ran_blocks(summaries)).split())
+    assert "node-a (1 trial), node-b (2 trials) (tensorflow/graph); node-a (3 trials) (torch/eager)" in facts
+    for r in tf:
+        r.environment["host"] = "node-b"
+    assert "text_classifier/tiny (ran on different machines: node-a vs node-b) over" \
+        in decide(summarise_groups(torch + tf)).verdict
+    one = runs("torch", "eager") + tf_runs()  # no host recorded (older results): nothing said
+    assert section_mixes(summarise_groups(one)) == [] and "Machines" not in str(what_ran_blocks(summarise_groups(one)))

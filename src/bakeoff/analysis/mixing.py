@@ -2,8 +2,9 @@
 
 Each successful trial is read for a few **aspects**. Two kinds:
 
-* **Provenance** — the content of the data files (``RunSpec.content["data:<option>"]``), the bakeoff version and,
-  within one framework, the framework's version. Any difference inside a section is a mix: the section holds
+* **Provenance** — the content of the data files (``RunSpec.content["data:<option>"]``), the bakeoff version,
+  the machine (``environment["host"]``: an executor spreads trials over a cluster's nodes) and, within one
+  framework, the framework's version. Any difference inside a section is a mix: the section holds
   results of different experiments, whatever the reason.
 * **Settings** — batch size and accumulation, the training budget, evaluation cadence, warm-up, the resolved model
   configuration, the target, the device, and the data options that name no hashed file. A suite may vary these on
@@ -93,13 +94,14 @@ class Aspect:
 
     name: str  # for people: "data", "batch size"
     provenance: bool  # True: any difference is a mix; False: a setting, mixed when the frameworks' sets differ
-    get: Callable[[TrialResult], str]
+    get: Callable[[TrialResult], str | None]  # None: the trial did not record it (left out)
     per_framework: bool = False  # compared only between trials of the same framework (its version)
 
 
 ASPECTS: tuple[Aspect, ...] = (
     Aspect("data", True, _data),
     Aspect("bakeoff version", True, _bakeoff),
+    Aspect("machine", True, lambda r: r.environment.get("host") or None),
     Aspect("framework version", True, framework_version, per_framework=True),
     Aspect("data options", False, _data_options),
     Aspect("batch size", False, lambda r: batch_text(r.run_spec)),
@@ -131,7 +133,7 @@ def _values(cs: ConfigSummary, aspect: Aspect) -> list[str]:
     out: list[str] = []
     for r in cs.ok:
         v = aspect.get(r)
-        if v not in out:
+        if v is not None and v not in out:
             out.append(v)
     return out
 
@@ -182,7 +184,8 @@ _PAIR_WORDS = {"data": "compares different data sets", "bakeoff version": "diffe
                "batch size": "different batch sizes", "budget": "different budgets",
                "evaluation": "different evaluation cadences", "warm-up": "different warm-ups",
                "model config": "different model configs", "target": "different targets",
-               "device": "different devices", "data options": "different data options"}
+               "device": "different devices", "data options": "different data options",
+               "machine": "ran on different machines"}
 
 
 def pair_note(a: ConfigSummary, b: ConfigSummary, mixes: Sequence[Mix]) -> str:

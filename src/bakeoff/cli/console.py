@@ -55,8 +55,10 @@ class RunProgress:
 
     Each finished trial's line ends with the run's place and, when it can be estimated, the time left: the
     expected wall time of every trial still to run (:class:`bakeoff.plan.preview.Durations`: stored results of the same
-    configuration in ``store``, else the trials finished in this run), less what the running one has already taken.
-    At the end of a run it prints where the store's TensorBoard runs are.
+    configuration in ``store``, else the trials finished in this run), less what the running ones have already
+    taken. Several may run at once (an executor that spreads them over a cluster): the estimate is then the work
+    left, summed, an upper bound on the wall time. At the end of a run it prints where the store's TensorBoard runs
+    are.
     """
 
     def __init__(self, total: int, store: Store | None = None) -> None:
@@ -65,7 +67,7 @@ class RunProgress:
         self._durations = Durations.from_store(store) if store is not None else Durations()
         self._tensorboard = store.artifacts / "tensorboard" if store is not None else None
         self._queued: list[RunSpec] = []
-        self._running: tuple[RunSpec, float] | None = None
+        self._running: dict[RunSpec, float] = {}  # the trials running now, each with when it started
         self._done = 0
         self._total = total
         self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -93,8 +95,7 @@ class RunProgress:
             estimate = self._durations.estimate(spec)
             known = known and estimate is not None
             left += estimate or 0.0
-        if self._running is not None:
-            spec, started = self._running
+        for spec, started in self._running.items():
             estimate = self._durations.estimate(spec)
             known = known and estimate is not None
             left += max(0.0, (estimate or 0.0) - (time.monotonic() - started))
@@ -104,7 +105,7 @@ class RunProgress:
         """``"about 3 min 20 s left"``, ``"at least 40 s left"`` (some trials without an estimate), or ``""``."""
         from bakeoff.plan.preview import duration
 
-        if not self._queued and self._running is None:
+        if not self._queued and not self._running:
             return ""
         left, known = self.remaining_s()
         if not known and left == 0:
@@ -118,17 +119,29 @@ class RunProgress:
         elif event == "start":
             if spec in self._queued:
                 self._queued.remove(spec)
-            self._running = (spec, time.monotonic())
-            self._progress.update(self._task, description=f"running {name}")
+            self._running[spec] = time.monotonic()
+            self._describe_running()
         elif event == "skip":
             self._progress.advance(self._task)
             console.print(f"  [dim]skip {name} (already in the store)[/]")
         elif event == "done" and result is not None:
-            self._running = None
+            self._running.pop(spec, None)
+            self._describe_running()
             self._done += 1
             if result.wall_s is not None:
                 self._durations.learn(spec, result.wall_s)
             self._progress.advance(self._task)
             left = self.eta_text()
-            place = escape(f"[{self._done} run of {self._done + len(self._queued)}{'; ' + left if left else ''}]")
+            planned = self._done + len(self._queued) + len(self._running)  # the others running at once (executors)
+            place = escape(f"[{self._done} run of {planned}{'; ' + left if left else ''}]")
             console.print(f"  {name}: {describe(result)}  [dim]{place}[/]", soft_wrap=True)
+
+    def _describe_running(self) -> None:
+        """The bar's label: the trial running, or the first of those running and how many more run beside it."""
+        specs = list(self._running)
+        if not specs:
+            return
+        first = specs[0]
+        name = f"{first.workload}/{first.preset} {first.label()} seed {first.seed}"
+        more = f" and {len(specs) - 1} more" if len(specs) > 1 else ""
+        self._progress.update(self._task, description=f"running {name}{more}")

@@ -61,10 +61,6 @@ def add_trial_options(parser: argparse.ArgumentParser, rules: str = "") -> None:
     grid.add_argument("--workers", type=comma_list,
                       help="comma-separated replica / worker counts, e.g. 1,2; --batch-size is the global batch, split "
                            "evenly over them [1]")
-    grid.add_argument("--hosts", type=comma_list,
-                      help="multi_worker across machines: one host per worker, the first the rendezvous host; others "
-                           "are reached with ssh and must see the store's folder at the same path [all on this "
-                           "machine]")
     grid.add_argument("--repeats", type=repeats,
                       help="repeats per configuration, seeds seed..seed+N-1; or 'auto': 3, then one more at a time "
                            "where a verdict is unsettled, up to --max-repeats (its intervals widened for the "
@@ -122,7 +118,7 @@ def key_values(items: list[str], what: str) -> dict[str, str]:
 
 # Flags that describe trials (argparse dest = suite field or override key, see bakeoff.plan.suite.check_overrides).
 TRIAL_FLAGS = ("workload", "preset", "config", "target", "framework", "execution", "precision", "parallelism",
-               "workers", "hosts", "repeats", "max_repeats",
+               "workers", "repeats", "max_repeats",
                "batch_size", "grad_accum", "memory_cap", "batch_step", "checkpoint_every", "max_steps", "max_epochs",
                "max_seconds", "eval_every", "stop_at_target", "seed", "threads", "device", "data")
 

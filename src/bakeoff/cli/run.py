@@ -31,7 +31,9 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:
                           "waits for it: two at once each time the other's load into its figures)")
     run.add_argument("--executor", default="local", metavar="NAME[=ARGUMENT]",
                      help="where the trials execute, this process staying the only writer of the store: "
-                          "local (default: on this machine, one after another); slurm[=PARTITION][,workers-per-node=K] "
+                          "local (default: on this machine, one after another); ray[=ADDRESS] (each trial a Ray "
+                          "task on a Ray instance started for the run, or on the cluster at ADDRESS: auto, "
+                          "HOST:6379, ray://HOST:10001); slurm[=PARTITION][,workers-per-node=K] "
                           "(each trial a Slurm job on PARTITION, default the cluster's default partition, submitted "
                           "with sbatch from here; a multi_worker trial of more than K workers spans nodes, K on "
                           "each; the store's folder must be shared with the nodes at the same path; "
@@ -76,6 +78,7 @@ def suite_of(args: argparse.Namespace) -> Suite:
 def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff.cli.console import RunProgress, console
     from bakeoff.cli.results import say_report
+    from bakeoff.run.executors import parse as parse_executor
     from bakeoff.run.session import run_suite
 
     suite = suite_of(args)
@@ -83,10 +86,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     said = ", ".join(f"{flag} {value}" for flag, value in suite.overrides.items())
     if said:
         console.print(f"overridden from the command line in every trial: {said} (stored as suite {suite.name})")
-    from bakeoff.run.executors import parse as parse_executor
-
     executor = parse_executor(args.executor)  # bad input fails here, before anything runs
-    if executor.name != "local":
+    if executor.name != "local" or args.dry_run:
         console.print(f"executor{' (would run them)' if args.dry_run else ''}: {executor.describe()}",
                       soft_wrap=True)
     if args.dry_run:
@@ -94,6 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def say(line: str) -> None:
         console.print(line, soft_wrap=True)
+
     session = run_suite(suite, args.store, timeout_s=args.timeout, fresh=args.fresh, retry_failed=args.retry_failed,
                         retry_busy=args.retry_busy, concurrent=args.concurrent, order_seed=args.order_seed,
                         profile_steps=args.profile_steps if args.profile else 0,

@@ -88,6 +88,11 @@ class Device(_Choice):
     CUDA = "cuda"
 
 
+RETIRED = ("hosts",)
+"""Spec fields an older bakeoff stored that this one reads past: ``hosts`` (multi_worker workers placed on machines
+through ssh, replaced by the Slurm and Ray executors). A trial stored with hosts keeps its stored key."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
     """One trial, completely described. Its :meth:`key` identifies the trial in the store.
@@ -108,9 +113,6 @@ class RunSpec:
     precision: Precision = Precision.FP32
     parallelism: Parallelism = Parallelism.NONE
     workers: int = 1
-    # multi_worker across machines: the host of each worker, in rank order (the first is the rendezvous host);
-    # empty: every worker on this machine. A host that is not this machine is reached with ssh (see launchers).
-    hosts: tuple[str, ...] = ()
     batch_size: int = 32
     grad_accum: int = 1
     max_steps: int | None = None
@@ -152,13 +154,6 @@ class RunSpec:
             set_(self, name, tuple(sorted((str(k), str(v)) for k, v in pairs)))
         if self.target is not None:
             set_(self, "target", float(self.target))
-        hosts = (self.hosts,) if isinstance(self.hosts, str) else self.hosts
-        set_(self, "hosts", tuple(str(h).strip() for h in hosts))
-        if self.hosts and (self.parallelism is not Parallelism.MULTI_WORKER or len(self.hosts) != self.workers
-                           or not all(self.hosts)):
-            raise SpecError(f"hosts {', '.join(self.hosts)}: hosts name one machine per worker of a multi_worker "
-                            f"trial ({len(self.hosts)} given for parallelism {self.parallelism.value} with "
-                            f"{self.workers} worker{'s' if self.workers > 1 else ''})")
         for name in ("workers", "batch_size", "grad_accum", "eval_every"):
             if int(getattr(self, name)) < 1:
                 raise SpecError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
@@ -191,14 +186,13 @@ class RunSpec:
                 value = value.value
             elif f.name in ("data", "config", "content"):
                 value = dict(value)
-            elif f.name == "hosts":
-                value = list(value)
             out[f.name] = value
         return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> RunSpec:
         known = {f.name for f in dataclasses.fields(cls)}
+        raw = {k: v for k, v in raw.items() if k not in RETIRED}
         unknown = sorted(set(raw) - known)
         if unknown:
             raise SpecError(f"unknown spec field(s) {', '.join(unknown)}; accepted: {', '.join(sorted(known))}")
@@ -225,7 +219,7 @@ class RunSpec:
         raw = self.to_dict()
         content = raw["content"]
         raw["data"] = {k: v for k, v in raw["data"].items() if f"data:{k}" not in content}
-        for name in ("hosts", "workload_class"):
+        for name in ("workload_class",):
             if not raw[name]:
                 del raw[name]  # a field added later counts only when set, so earlier keys stay valid
         del raw["workload_path"]  # where the module is on this machine: moving a project is the same trial

@@ -209,10 +209,6 @@ def field_problem(name: str, value: Any) -> str:
     Types follow the RunSpec annotations (``int | None`` takes an integer, ``float`` any number, an enum one of
     its values); sizes and budgets must be positive, counts and seeds not negative.
     """
-    if name == "hosts":
-        if isinstance(value, list) and all(isinstance(h, str) and h.strip() for h in value):
-            return ""
-        return f"hosts must be a list of host names, one per worker, got {value!r}"
     hint = _HINTS[name]
     kind = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
     kind = typing.get_origin(kind) or kind
@@ -550,7 +546,6 @@ def _expand(defaults: dict[str, Any], matrix: dict[str, list[Any]], variants: li
                 continue
             if str(fields.get("parallelism", "none")) == "none":
                 fields["workers"] = 1  # one process: a matrix's workers apply to its distributed configurations
-                fields.pop("hosts", None)
             fields.update(repeat=repeat, seed=base_seed + repeat)
             if "workload" not in fields or "framework" not in fields:
                 raise fail("defaults", "every configuration needs a workload and a framework")

@@ -1,6 +1,6 @@
 """What ran, per (workload, preset): the data, the model, the budget and what was trained, the target, the modes,
-the machine settings and versions, the command that reproduces it — and a warning when the section's trials differ
-in what a comparison needs equal (:mod:`bakeoff.analysis.mixing`).
+the machine settings and versions, the machines (when its trials ran on several), the command that reproduces it —
+and a warning when the section's trials differ in what a comparison needs equal (:mod:`bakeoff.analysis.mixing`).
 
 A fact the configurations share is one value; one that differs lists each value with its configurations:
 ``32 (torch/eager); 64 (tensorflow/graph)``. Everything is read from the stored results (spec, ``extras["data"]``,
@@ -244,6 +244,20 @@ def device_text(c: ConfigSummary) -> str:
     return spec.device.value + (f" → {', '.join(seen)}" if seen and spec.device is Device.AUTO else "")
 
 
+def machines_text(c: ConfigSummary) -> str | None:
+    """``"node-a (2 trials), node-b (1 trial)"``: the machines (hosts) the configuration's trials ran on."""
+    hosts: dict[str, int] = {}
+    for r in c.trials:
+        if r.environment.get("host"):
+            hosts[str(r.environment["host"])] = hosts.get(str(r.environment["host"]), 0) + 1
+    return ", ".join(f"{h} ({n} trial{'s' if n != 1 else ''})" for h, n in sorted(hosts.items())) or None
+
+
+def machines(configs: Sequence[ConfigSummary]) -> set[str]:
+    """Every machine (host) the section's trials ran on, as recorded."""
+    return {str(r.environment["host"]) for c in configs for r in c.trials if r.environment.get("host")}
+
+
 def seeds_text(c: ConfigSummary) -> str:
     seeds = sorted({r.run_spec.seed for r in c.trials})
     trials = f"{c.n_total} trial{'s' if c.n_total != 1 else ''}"
@@ -276,7 +290,6 @@ def _flags(spec: RunSpec) -> tuple[list[str], list[str]]:
     flags += ["--grad-accum", str(spec.grad_accum)] if spec.grad_accum > 1 else []
     if spec.parallelism is not Parallelism.NONE:
         flags += ["--parallelism", spec.parallelism.value, "--workers", str(spec.workers)]
-        flags += ["--hosts", ",".join(spec.hosts)] if spec.hosts else []
     flags += ["--max-steps", str(spec.max_steps)] if spec.max_steps is not None else []
     flags += ["--max-epochs", f"{spec.max_epochs:g}"] if spec.max_epochs is not None else []
     flags += ["--max-seconds", f"{spec.max_seconds:g}"] if spec.max_seconds is not None else []
@@ -403,6 +416,7 @@ def what_ran_blocks(configs: Sequence[ConfigSummary], suites: Mapping[str, str] 
         ("Threads", per_config(configs, threads_text)),
         ("Thread pools, intra / inter-op", per_config(configs, pools_text)),
         ("Device", per_config(configs, device_text)),
+        ("Machines", per_config(configs, machines_text) if len(machines(configs)) > 1 else None),
         ("Runs", per_config(configs, seeds_text)),
         ("Versions", versions_text(configs) if configs else None),
         ("Order", order_text(configs)),

@@ -8,6 +8,11 @@ Tables:
 
 Each trial is written in one transaction, so an interrupted run never leaves half a trial behind.
 
+Journal: write-ahead (WAL) on a local disk; on a network file system (NFS, SMB, Lustre, GPFS, ...: the results
+folder of a cluster) the rollback journal instead, since WAL's shared-memory index only works among processes of
+one machine, as SQLite documents (https://www.sqlite.org/wal.html). bakeoff writes a store from one process only,
+the submitting ``bakeoff run`` whatever executor runs the trials, so no two machines write one store at once.
+
 A store's files besides the database (trial logs, checkpoints, TensorBoard events) live in the folder named after
 it, :func:`artifacts_dir`: ``results/bakeoff.sqlite`` keeps them under ``results/bakeoff/``, so two stores in one
 folder never share a tree.
@@ -30,6 +35,37 @@ from bakeoff.core.result import SCHEMA_VERSION, Training, TrialResult, migrate
 from bakeoff.core.spec import SpecError, Status
 
 STORE_VERSION = 1
+
+NETWORK_FILE_SYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs",
+                        "9p", "afs", "panfs", "wekafs", "fuse.sshfs", "fuse.ceph", "fuse.glusterfs", "fuse.s3fs",
+                        "fuse.gcsfuse", "fuse.juicefs")
+"""File systems whose files other machines share: a store there keeps a rollback journal, not WAL."""
+
+
+def file_system(path: Path, mountinfo: str | None = None) -> str:
+    """The type of the file system holding ``path`` (``ext4``, ``nfs4``; '' where it cannot be read: not Linux),
+    from the longest mount point above it in ``/proc/self/mountinfo`` (or the ``mountinfo`` text given)."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return ""
+    target = path.resolve()  # links followed as far as they exist: a store's folder may not exist yet
+    best, kind = -1, ""
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if " - " not in line or len(fields) < 5:
+            continue
+        point = Path(fields[4].replace("\\040", " "))
+        after = line.split(" - ", 1)[1].split()
+        if (target == point or point in target.parents) and len(point.parts) > best and after:
+            best, kind = len(point.parts), after[0]
+    return kind
+
+
+def journal_mode(path: Path) -> str:
+    """``wal`` for a store on a local disk, ``delete`` (the rollback journal) on a network file system."""
+    return "delete" if file_system(path) in NETWORK_FILE_SYSTEMS else "wal"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -128,8 +164,8 @@ class Store:
             self._db = sqlite3.connect(self.path)
         try:
             with self._db:
-                if not readonly:
-                    self._db.execute("PRAGMA journal_mode = WAL")  # reads the header: a damaged file fails here
+                if not readonly:  # reads the header: a damaged file fails here
+                    self._db.execute(f"PRAGMA journal_mode = {journal_mode(self.path)}")
                 self._db.execute("PRAGMA foreign_keys = ON")
                 if not readonly:
                     self._db.executescript(_SCHEMA)

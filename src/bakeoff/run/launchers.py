@@ -14,15 +14,10 @@ TensorFlow reads ``TF_CONFIG``. Nothing here imports a framework.
 Ports are free ports on loopback, chosen just before the start (:func:`free_ports`); a group whose log shows one
 was taken meanwhile is started again on new ones (:data:`PORT_IN_USE`).
 
-Hosts (``RunSpec.hosts``, multi_worker only): worker ``i`` runs on ``hosts[i]``; the first is the rendezvous host
-(torchrun's master address, TF_CONFIG's worker 0). A host that is this machine (a loopback address such as
-127.0.0.2, or one of this machine's own addresses) is started here; any other is started with
-``ssh -o BatchMode=yes HOST 'cd CWD && env ... python -m ...'``: it needs passwordless ssh, the same Python
-environment at the same path, and the trial's folder (under the store's folder) at the same path (a shared file
-system). Ports are then chosen free here and must be free there too. Inside a multi-node Slurm job
-(:mod:`bakeoff.run.executors.slurm_executor` sets :data:`SLURM_NODE_ENV`), hosts are the job's node names, this
-machine is the node of that name, and a member on another node starts there as a job step (``srun``), which
-passes it the whole environment and which Slurm ends with the job.
+Machines: every member starts here, on this machine. A trial across machines is an executor's to place
+(:mod:`bakeoff.run.executors`: Slurm, Ray), on the engines clusters already run; bakeoff has no launcher of its own
+over ssh. :func:`plan` takes the machine of each worker (``hosts``) for an executor that starts each member on its
+machine itself; the first is the rendezvous host (torchrun's master address, TF_CONFIG's worker 0).
 
 GPUs: each rank of a PyTorch or JAX group takes a GPU of its own, the one at its *local rank*, its index among the
 trial's ranks on its machine (NCCL refuses two ranks of a communicator on one GPU). A torchrun agent of several
@@ -42,11 +37,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import ipaddress
 import json
-import os
 import re
-import shlex
 import socket
 import subprocess
 import sys
@@ -79,6 +71,7 @@ class Member:
     command: list[str]
     env: dict[str, str]
     writes_result: bool  # the group is done when every such member has exited
+    host: str = ""  # the machine of its worker (plan's ``hosts``); an executor's placement starts it there
 
 
 @dataclasses.dataclass
@@ -100,49 +93,6 @@ def free_ports(count: int) -> list[int]:
             sock.bind((HOST, 0))
             ports.append(sock.getsockname()[1])
     return ports
-
-
-SLURM_NODE_ENV = "BAKEOFF_SLURM_NODE"
-"""This machine's Slurm node name, set only inside a multi-node Slurm job: hosts are then node names."""
-
-
-def is_local(host: str) -> bool:
-    """Whether ``host`` is this machine: a loopback address, or an address of this machine's own name (inside a
-    multi-node Slurm job: this node's name)."""
-    node = os.environ.get(SLURM_NODE_ENV)
-    if node:  # virtual nodes of one machine resolve alike: the name decides
-        return host == node
-    try:
-        address = socket.gethostbyname(host)
-    except OSError:
-        return False
-    if ipaddress.ip_address(address).is_loopback:
-        return True
-    try:
-        own = {socket.gethostbyname(socket.gethostname()), *socket.gethostbyname_ex(socket.getfqdn())[2]}
-    except OSError:
-        own = set()
-    return address in own
-
-
-REMOTE_ENV = ("BAKEOFF_", "TF_", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "KERAS_BACKEND", "PYTHONUNBUFFERED",
-              "CUDA_VISIBLE_DEVICES", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
-"""The variables a remote member gets from its plan (the rest of its environment is the remote login's)."""
-
-
-def remote(member: Member, host: str) -> Member:
-    """``member`` started on ``host`` with ssh, in this directory, with the plan's own variables (inside a
-    multi-node Slurm job, as a step of it on node ``host``, with the cores the job has on each node)."""
-    if os.environ.get(SLURM_NODE_ENV):
-        cpus = os.environ.get("SLURM_CPUS_ON_NODE", "1")
-        step = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={host}", f"--cpus-per-task={cpus}",
-                "--kill-on-bad-exit=1", "--quiet", *member.command]
-        return Member(f"{member.name} on {host}", step, member.env, member.writes_result)
-    extra = {k: v for k, v in member.env.items() if k.startswith(REMOTE_ENV)}
-    script = (f"cd {shlex.quote(os.getcwd())} && env "
-              + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(extra.items())) + " " + shlex.join(member.command))
-    return Member(f"{member.name} on {host}", ["ssh", "-o", "BatchMode=yes", host, script], member.env,
-                  member.writes_result)
 
 
 def _trial(args: Sequence[str]) -> list[str]:
@@ -208,9 +158,9 @@ def _torchrun(s: Start) -> Plan:
 
 def _torchrun_nodes(s: Start) -> Plan:  # one agent per node: the multi-host path, also on one machine
     n = s.workers
-    members = [Member(f"node {i}", _torchrun_command(s, n, i, 1), {**s.env, LOCAL_RANK_ENV: str(local)}, True)
-               for i, local in enumerate(local_ranks(s.hosts))]
-    return s.plan("torchrun_nodes", _placed(members, s.hosts), n, n)
+    members = [Member(f"node {i}", _torchrun_command(s, n, i, 1), {**s.env, LOCAL_RANK_ENV: str(local)}, True, host)
+               for i, (local, host) in enumerate(zip(local_ranks(s.hosts), s.hosts, strict=True))]
+    return s.plan("torchrun_nodes", members, n, n)
 
 
 def torchrun_root_cause(log: str) -> tuple[int, int] | None:
@@ -225,9 +175,9 @@ def _tf_workers(s: Start) -> Plan:
     cluster = {"worker": [f"{h}:{p}" for h, p in zip(s.hosts, s.ports[:n], strict=True)]}
     members = [Member(f"worker {i}", _trial(s.args),
                       {**s.env, "TF_CONFIG": _tf_config(cluster, "worker", i), "BAKEOFF_RANK": str(i),
-                       LOCAL_RANK_ENV: str(local)}, True)
-               for i, local in enumerate(local_ranks(s.hosts))]
-    return s.plan("tf_config", _placed(members, s.hosts), n, n)
+                       LOCAL_RANK_ENV: str(local)}, True, host)
+               for i, (local, host) in enumerate(zip(local_ranks(s.hosts), s.hosts, strict=True))]
+    return s.plan("tf_config", members, n, n)
 
 
 def _jax_distributed(s: Start) -> Plan:
@@ -236,9 +186,9 @@ def _jax_distributed(s: Start) -> Plan:
     coordinator = {"JAX_COORDINATOR_ADDRESS": f"{s.hosts[0]}:{s.ports[0]}", "JAX_NUM_PROCESSES": str(n)}
     members = [Member(f"process {i}", _trial(s.args),
                       {**s.env, **coordinator, "JAX_PROCESS_ID": str(i), "BAKEOFF_RANK": str(i),
-                       LOCAL_RANK_ENV: str(local)}, True)
-               for i, local in enumerate(local_ranks(s.hosts))]
-    return s.plan("jax_distributed", _placed(members, s.hosts), n, n)
+                       LOCAL_RANK_ENV: str(local)}, True, host)
+               for i, (local, host) in enumerate(zip(local_ranks(s.hosts), s.hosts, strict=True))]
+    return s.plan("jax_distributed", members, n, n)
 
 
 def _tf_parameter_server(s: Start) -> Plan:
@@ -269,9 +219,10 @@ LAUNCHERS = {launcher.name: launcher for launcher in (
 
 
 def plan(spec: RunSpec, args: Sequence[str], env: dict[str, str], ports: Sequence[int] | None = None,
-         cores: int | None = None) -> Plan:
+         cores: int | None = None, hosts: Sequence[str] | None = None) -> Plan:
     """The process group that runs ``spec``: ``args`` are the trial's command-line arguments (spec file, result
-    file, checkpoint and TensorBoard folders), ``env`` the environment every member starts from."""
+    file, checkpoint and TensorBoard folders), ``env`` the environment every member starts from, ``hosts`` the
+    machine of each worker (default: all here, on loopback), for an executor that starts each member there."""
     launcher = LAUNCHERS[registry.launcher(spec)]
     cores = cores or usable_cores()
     n = spec.workers
@@ -284,22 +235,20 @@ def plan(spec: RunSpec, args: Sequence[str], env: dict[str, str], ports: Sequenc
         warnings.append(f"{n} replicas on {cores} CPU cores: replicas share cores, so throughput measures "
                         "overhead more than speed-up")
     ports = list(ports) if ports is not None else free_ports(launcher.ports(n))
-    hosts = list(spec.hosts) or [HOST] * n
-    if spec.hosts and launcher.group:
+    hosts = list(hosts or [HOST] * n)
+    if len(set(hosts)) > 1 and launcher.group:  # the cores of one machine are shared by the workers placed on it
         threads = spec.threads or max(1, cores // max(1, sum(h == hosts[0] for h in hosts)))
     return launcher.start(Start(spec, args, env, ports, hosts, threads, warnings))
 
 
 def local_ranks(hosts: Sequence[str]) -> list[int]:
-    """Each worker's index among the trial's workers on its machine: the workers on this machine (every
-    loopback host and this machine's own addresses are one machine) are numbered in rank order, and so are
-    those of each other host."""
+    """Each worker's index among the trial's workers on its machine (the workers of each host numbered in rank
+    order)."""
     seen: dict[str, int] = {}
     out = []
     for host in hosts:
-        machine = "" if is_local(host) else host
-        out.append(seen.get(machine, 0))
-        seen[machine] = out[-1] + 1
+        out.append(seen.get(host, 0))
+        seen[host] = out[-1] + 1
     return out
 
 
@@ -307,25 +256,20 @@ def unsupported_here(spec: RunSpec, gpus: int | None = None) -> str:
     """Why ``spec``'s ranks cannot each have a GPU of their own on this machine ('' when they can, or when they
     train on the CPU), decided before any process starts. ``gpus``: the NVIDIA GPUs a trial here could see
     (default: :func:`bakeoff.measure.environment.cuda_devices`). Only launchers whose ranks take one GPU each
-    (``gpu_per_rank``) are checked; ranks on other hosts are that host's to place."""
+    (``gpu_per_rank``) are checked."""
     launcher = LAUNCHERS[registry.launcher(spec)]
     if not launcher.gpu_per_rank or spec.device is Device.CPU:
         return ""
     if spec.device is Device.AUTO and not cuda_build(spec.framework.value):
         return ""  # a CPU build trains on the CPU whatever GPUs the machine has
     gpus = cuda_devices()[0] if gpus is None else gpus
-    here = sum(is_local(h) for h in spec.hosts) if spec.hosts else spec.workers
+    here = spec.workers
     if gpus == 0 or here <= gpus:  # no GPU: the ranks train on the CPU (device cuda is refused by validate())
         return ""
     strategy = spec.info.strategies.get(spec.parallelism, spec.parallelism.value)
     return (f"{spec.parallelism.value} over {spec.workers} replicas ({strategy}) puts {here} ranks on this machine, "
             f"one GPU each (NCCL refuses two ranks on one GPU), and it has {gpus} visible GPU"
             f"{'s' * (gpus != 1)}: use at most {gpus} workers here, or --device cpu")
-
-
-def _placed(members: list[Member], hosts: Sequence[str]) -> list[Member]:
-    """Each member on its host: started here when the host is this machine, else with ssh."""
-    return [m if is_local(h) else remote(m, h) for m, h in zip(members, hosts, strict=True)]
 
 
 @dataclasses.dataclass

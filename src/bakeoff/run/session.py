@@ -75,8 +75,7 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
     """
     timeout = timeout_s or suite.timeout_s
     here = executor is None or not executor.remote  # trials on other machines: not this one's GPUs, nor its lock
-    # Bad input fails here, before a store or report is created.
-    sizes = runner.validate(suite.specs, local_devices=here)
+    sizes = runner.validate(suite.specs, here=here)  # bad input fails here, before a store or report is created
     if store_path.exists():  # a damaged store, or a folder, fails here: before any search or trial; nothing written
         Store(store_path, readonly=True).close()
     specs, annotations = suite.specs, {}

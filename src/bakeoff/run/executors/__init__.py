@@ -1,7 +1,7 @@
 """Where a suite's trials execute (:mod:`.base` says what every executor keeps to): :mod:`.local` runs them one
-after another on this machine, :mod:`.slurm_executor` as Slurm jobs. ``bakeoff run --executor NAME[=ARGUMENT]``
-picks one by its record here; adding an executor is one record and its own module, imported only when it is asked
-for."""
+after another on this machine; :mod:`.ray_executor` as Ray tasks on a cluster, :mod:`.slurm_executor` as Slurm
+jobs. ``bakeoff run --executor NAME[=ARGUMENT]`` picks one by its record here; adding an executor is one record and
+its own module, imported only when it is asked for."""
 
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ class ExecutorRecord:
 EXECUTORS: dict[str, ExecutorRecord] = {record.name: record for record in (
     ExecutorRecord("local", "bakeoff.run.executors.base:LocalExecutor",
                    help="each trial on this machine, one after another (the default)"),
+    ExecutorRecord("ray", "bakeoff.run.executors.ray_executor:RayExecutor", argument="ADDRESS",
+                   help="each trial a Ray task, several at once: a Ray instance on this machine for the run, or the "
+                        "cluster at ADDRESS (auto, HOST:6379, ray://HOST:10001); needs pip install 'bakeoff[ray]'"),
     ExecutorRecord("slurm", "bakeoff.run.executors.slurm_executor:SlurmExecutor",
                    argument="PARTITION[,workers-per-node=K]",
                    help="each trial a Slurm job (sbatch), on PARTITION or the cluster's default one; a "

@@ -22,13 +22,19 @@ from __future__ import annotations
 import abc
 import dataclasses
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec
 from bakeoff.trial.profile import Request as ProfileRequest
 
+if TYPE_CHECKING:
+    from bakeoff.run.launchers import Member
+
+Placement = Callable[["Member"], "Member"]
+"""How a member of a trial's group starts on its host (:attr:`Member.host`): the member itself where it starts here."""
 Started = Callable[["TrialJob"], None]
 Done = Callable[["TrialJob", TrialResult], None]
 
@@ -54,14 +60,15 @@ class TrialJob:
         spec = self.spec
         return f"{spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}"
 
-    def run_here(self) -> TrialResult:
-        """Run the trial's process group on this machine, now (the local runner's way); never raises for a trial
-        that fails, only for an interrupt."""
+    def run_here(self, hosts: Sequence[str] | None = None, place: Placement | None = None) -> TrialResult:
+        """Run the trial's process group from this machine, now (the local runner's way); never raises for a trial
+        that fails, only for an interrupt. A multi-node executor gives each worker's ``hosts`` and how a member is
+        started on its host (``place``: a Slurm job step); by default every member starts here."""
         from bakeoff.run.executors.local import run_one
 
         return run_one(self.spec, self.timeout_s, self.log_dir, self.checkpoint_dir, self.tensorboard_dir,
                        keep_dir=self.keep_dir, probe_ceiling=self.probe_ceiling, profile=self.profile,
-                       evaluate=self.evaluate)
+                       evaluate=self.evaluate, hosts=hosts, place=place)
 
 
 def executor_record(name: str, *, submitted_at: float, started_at: float | None = None, **more: object) -> dict:
@@ -81,8 +88,9 @@ class Executor(abc.ABC):
     concurrent: bool = False
     """Whether several trials may run at once (on separate nodes or resources); the local executor runs one."""
     remote: bool = False
-    """Whether the trials run on other machines (a cluster's nodes): this machine's GPUs then say nothing of theirs,
-    and its measuring lock (:mod:`bakeoff.run.machine`) guards nothing of their timings."""
+    """Whether the trials run on other machines (a cluster's nodes): this machine's GPUs then say nothing of theirs
+    (``--device cuda`` is the executor's to check on its nodes), and its measuring lock (:mod:`bakeoff.run.machine`)
+    guards nothing of their timings."""
 
     def describe(self) -> str:
         """One line for the console and the dry run: which engine, where."""
@@ -99,6 +107,9 @@ class LocalExecutor(Executor):
     """Today's runner: each trial on this machine, one after another, nothing else running beside it."""
 
     name = "local"
+
+    def describe(self) -> str:
+        return "local: on this machine, one trial after another"
 
     def run(self, jobs: Iterable[TrialJob], started: Started, done: Done) -> None:
         for job in jobs:

@@ -48,7 +48,7 @@ from bakeoff.results import model_dir
 from bakeoff.results.model_dir import KEEP_MODEL_ENV
 from bakeoff.results.store import Store, StoreWriteError
 from bakeoff.run import launchers
-from bakeoff.run.executors.base import Executor, LocalExecutor, TrialJob
+from bakeoff.run.executors.base import Executor, LocalExecutor, Placement, TrialJob
 from bakeoff.run.process import OomKills, interruptible, read_oom_kills
 from bakeoff.run.process import hold as hold_signals
 from bakeoff.trial.loop import NO_EVALUATION_ENV
@@ -75,18 +75,19 @@ def data_key(spec: RunSpec) -> tuple:
     return spec.workload, spec.preset, spec.data, spec.config
 
 
-def validate(specs: Sequence[RunSpec], local_devices: bool = True) -> dict[tuple, int]:
+def validate(specs: Sequence[RunSpec], here: bool = True) -> dict[tuple, int]:
     """Check, before any trial starts, everything that can be checked without a framework.
 
     Unknown workloads, presets and config overrides, and ``device = cuda`` on a machine without a visible NVIDIA
-    GPU (``local_devices``: the trials run on this machine), raise :class:`SpecError`; unusable data raises
+    GPU, raise :class:`SpecError`; unusable data raises
     ``DataError``. Each distinct :func:`data_key` is loaded once, here in the parent, with numpy only, and the
     configuration is resolved against it (checks that depend on the data, like a kernel against the image size,
-    fail here). Returns the training-set size of each :func:`data_key`.
+    fail here). Returns the training-set size of each :func:`data_key`. ``here``: the trials run on this machine
+    (without, its GPUs are not checked: a cluster's executor checks its nodes').
     """
     train_sizes: dict[tuple, int] = {}
     entries: dict[tuple, list[str]] = {}  # what each data set's batches hold
-    if local_devices and any(spec.device is Device.CUDA for spec in specs):
+    if here and any(spec.device is Device.CUDA for spec in specs):
         gpus, why = cuda_devices()
         if not gpus:
             raise SpecError(f"--device cuda: {why}; run with --device cpu, or auto (a GPU when the framework sees "
@@ -175,7 +176,8 @@ def _tail(paths: Sequence[Path], first: str, names: Sequence[str]) -> str:
 def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path | None = None,
             tensorboard_dir: Path | None = None, memory_cap: int | None = None,
             keep_dir: Path | None = None, probe_ceiling: bool = False,
-            profile: ProfileRequest | None = None, evaluate: bool = True) -> TrialResult:
+            profile: ProfileRequest | None = None, evaluate: bool = True, hosts: Sequence[str] | None = None,
+            place: Placement | None = None) -> TrialResult:
     """Run one spec as a fresh process group (:mod:`bakeoff.run.launchers`); a crash, hang or kill of any
     member becomes a result, never an exception.
 
@@ -187,6 +189,8 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
     ``probe_ceiling``, the trial probes the matmul ceiling after its result (:mod:`bakeoff.measure.ceiling`). With
     ``profile``, a trial that succeeds profiles a few more steps after its result (:mod:`bakeoff.trial.profile`).
     Without ``evaluate``, the trial never evaluates its model (:func:`bakeoff.trial.loop.train`).
+    ``hosts`` and ``place``: the machine of each worker and how a member starts on its machine, from an executor
+    that spreads a trial over nodes (:meth:`bakeoff.run.executors.base.TrialJob.run_here`).
     """
     reason = registry.unsupported(spec) or launchers.unsupported_here(spec)
     if reason:
@@ -198,7 +202,7 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
     retries = 0
     while True:
         result, port_in_use = _run_group(spec, timeout_s, log_dir, checkpoint_dir, tensorboard_dir, memory_cap,
-                                         keep_dir, probe_ceiling, profile, evaluate)
+                                         keep_dir, probe_ceiling, profile, evaluate, hosts, place)
         if not port_in_use or retries + 1 >= PORT_ATTEMPTS:
             break
         retries += 1
@@ -215,19 +219,18 @@ PORT_ATTEMPTS = 3
 def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path | None,
                tensorboard_dir: Path | None, memory_cap: int | None,
                keep_dir: Path | None = None, probe_ceiling: bool = False,
-               profile: ProfileRequest | None = None, evaluate: bool = True) -> tuple[TrialResult, bool]:
+               profile: ProfileRequest | None = None, evaluate: bool = True, hosts: Sequence[str] | None = None,
+               place: Placement | None = None) -> tuple[TrialResult, bool]:
     """One start of the group: its result, and whether it failed because a port was in use."""
-    # Workers on other machines read the spec and write their results here: under the store's folder, which they
-    # see at the same path (a shared file system), rather than in this machine's /tmp.
-    shared = log_dir.parent / "tmp" if any(not launchers.is_local(h) for h in spec.hosts) else None
-    if shared is not None:
-        shared.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="bakeoff-trial-", dir=shared) as tmp:
+    with tempfile.TemporaryDirectory(prefix="bakeoff-trial-") as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(spec.to_json())
         started, oom_before = time.perf_counter(), read_oom_kills()
         args = [str(spec_path), str(result_path), str(checkpoint_dir or ""), str(tensorboard_dir or "")]
-        group = launchers.plan(spec, args, _trial_env(spec, tmp, keep_dir, probe_ceiling, profile, evaluate))
+        group = launchers.plan(spec, args, _trial_env(spec, tmp, keep_dir, probe_ceiling, profile, evaluate),
+                               hosts=hosts)
+        if place is not None:  # members on other nodes start there (a Slurm job step), the rest here
+            group.members = [place(member) for member in group.members]
         logs = _log_paths(log_dir, spec, group)
         names = [m.name for m in group.members]
         what = f"{spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}"
@@ -296,7 +299,7 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
     process stores every result, whichever executor ran it.
     """
     if not validated:
-        validate(specs, local_devices=executor is None or not executor.remote)
+        validate(specs, here=executor is None or not executor.remote)
     # Keys by content (bakeoff.core.identity): a changed data file, configuration or version is a new trial.
     identified = identify(specs)
     annotations = {new.key(): (annotations or {}).get(old.key(), {}) for old, new in zip(specs, identified,

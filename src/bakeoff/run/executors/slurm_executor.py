@@ -37,6 +37,7 @@ Other ``sbatch`` options (account, QOS, memory) come from sbatch's own input env
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -52,6 +53,7 @@ from pathlib import Path
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import Parallelism, RunSpec, SpecError, Status
 from bakeoff.run.executors.base import Done, Executor, Resources, Started, TrialJob, executor_record, resources
+from bakeoff.run.launchers import Member
 from bakeoff.trial.profile import Request as ProfileRequest
 
 log = logging.getLogger("bakeoff.run.executors.slurm")
@@ -305,12 +307,6 @@ class SlurmExecutor(Executor):
 
     def submit(self, job: TrialJob, gpus: bool) -> _Submitted | TrialResult:
         """Write ``job``'s files and submit it; a submission Slurm refuses is the trial's failed result."""
-        if job.spec.hosts:  # the ssh launcher's machines: under Slurm, the job's nodes are the trial's hosts
-            spec = job.spec
-            return TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.UNSUPPORTED,
-                               reason=f"--hosts {','.join(spec.hosts)} names machines to reach with ssh; under "
-                                      "--executor slurm a trial's hosts are its job's nodes: drop --hosts and give "
-                                      "--executor slurm=PARTITION,workers-per-node=K to spread its workers")
         folder = (job.log_dir.parent / "slurm").absolute()
         folder.mkdir(parents=True, exist_ok=True)
         paths = Paths.of(folder, job.spec.key())
@@ -447,6 +443,18 @@ def _tail(path: Path, lines: int = 4) -> str:
     return " | ".join(line[:300] for line in last) or f"{path} is empty"
 
 
+def job_step(node: str, member: Member) -> Member:
+    """``member`` started on its host from the batch step on ``node``: here when its host is this node, else as a
+    step of the job on its node (``srun``), which passes it the whole environment, gives it the cores the job has
+    there and which Slurm ends with the job."""
+    if not member.host or member.host == node:
+        return member
+    cpus = os.environ.get("SLURM_CPUS_ON_NODE", "1")
+    step = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={member.host}", f"--cpus-per-task={cpus}",
+            "--kill-on-bad-exit=1", "--quiet", *member.command]
+    return dataclasses.replace(member, name=f"{member.name} on {member.host}", command=step)
+
+
 def main(argv: list[str] | None = None) -> int:
     """On the node: run the trial ``JOB_FILE`` describes and write its result beside it (write, then rename)."""
     from bakeoff.run.process import Interrupted, interruptible
@@ -458,22 +466,18 @@ def main(argv: list[str] | None = None) -> int:
     per_node = raw.pop("workers_per_node", None)
     job = job_from_dict(raw)
     log.info("%s on %s (Slurm job %s)", job.what, socket.gethostname(), os.environ.get("SLURM_JOB_ID", "?"))
-    here, hosts = job, None
+    hosts, place = None, None
     if int(os.environ.get("SLURM_JOB_NUM_NODES", "1")) > 1:  # the trial's hosts are the job's nodes
-        from bakeoff.run.launchers import SLURM_NODE_ENV
-
         nodes = _slurm("scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]).split()
         hosts = spread(nodes, job.spec.workers, per_node or 1)
-        os.environ[SLURM_NODE_ENV] = os.environ.get("SLURMD_NODENAME", nodes[0])
-        here = dataclasses.replace(job, spec=dataclasses.replace(job.spec, hosts=tuple(hosts)))
+        place = functools.partial(job_step, os.environ.get("SLURMD_NODENAME", nodes[0]))
     try:
         with interruptible():  # scancel's SIGTERM (or Slurm's time limit) kills the trial's group, as Ctrl-C locally
-            result = here.run_here()
+            result = job.run_here(hosts=hosts, place=place)
     except Interrupted as exc:
         log.error("%s: %s; its processes were killed, no result written", job.what, exc.signal_name)
         return exc.exit_code
-    if hosts is not None:  # stored as the trial it is, wherever it ran
-        result.spec, result.key = job.spec.to_dict(), job.spec.key()
+    if hosts is not None:
         result.extras["hosts"] = hosts
     result.extras.setdefault("host", socket.gethostname())
     target = path.with_name(path.name.replace(".job.json", ".result.json"))

@@ -1,0 +1,287 @@
+"""``bakeoff run --executor ray[=ADDRESS]``: each trial a Ray task on the node Ray picks, this process the only
+writer of the store.
+
+``ray`` alone starts a Ray instance for the run on this machine (or joins the one ``RAY_ADDRESS`` names);
+``ray=ADDRESS`` connects to a running cluster: ``auto``, ``HOST:6379`` (its head), ``ray://HOST:10001`` (Ray
+Client). Every node must have bakeoff, its frameworks and the same Ray installed, and see this run's folder and the
+store's folder at the same paths (a trial runs in the run's folder, as a local one does, reading its data there;
+logs, checkpoints and TensorBoard runs are written to the store's folder; the results come back to this process).
+
+A task (:func:`_trial`) runs :meth:`TrialJob.run_here` on its node: the local runner's process group, whose
+members are tethered to the task's worker (:mod:`bakeoff.core.tether`; Ray runs a task on its worker's main
+thread, checked and recorded per trial, so PR_SET_PDEATHSIG fires when the worker dies, not when a thread ends).
+It first yields a small signal, its node and worker, so the run knows the trial has started; then the result.
+
+- Resources (:func:`bakeoff.run.executors.base.resources`): ``num_cpus`` its threads × processes; a trial that
+  does not say its threads uses every core it sees, so it asks for as many CPUs as the cluster's largest node has
+  (it runs alone on such a node; on a cluster of unequal nodes it runs only on the largest). Whole GPUs, one per
+  replica: required by ``--device cuda``; with ``--device auto`` asked for only when the cluster has GPUs. A trial
+  that no node can hold is recorded failed with the reason at once, rather than waiting forever.
+- ``max_retries=0``, ``retry_exceptions=False``: a timed trial run twice would be measured twice.
+- A task whose worker died or which Ray cancelled is a failed result with Ray's reason; the run goes on.
+- Ctrl-C / SIGTERM (:class:`bakeoff.run.process.Interrupted`): every task still queued or running is cancelled
+  with ``force=True`` (its worker killed, so its trial's processes die with it), this process waits for Ray to
+  confirm each, then the interrupt propagates. Nothing of the cut-off trials is stored.
+
+Ray turns a signal that interrupts its blocking calls into a plain ``KeyboardInterrupt`` (losing SIGTERM's exit
+code), so every Ray call here is made with signals held (:func:`bakeoff.run.process.hold`), and waits are short.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import platform
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import SpecError, Status
+from bakeoff.run.executors.base import Done, Executor, Started, TrialJob, executor_record, resources
+from bakeoff.run.process import Interrupted, hold
+
+log = logging.getLogger("bakeoff.run.executors.ray")
+
+INSTALL = "pip install 'bakeoff[ray]'"
+ADDRESSES = "ray (a Ray instance on this machine for the run), ray=auto, ray=HOST:6379, ray=ray://HOST:10001"
+POLL_S = 0.2
+"""Longest wait inside one Ray call: signals are held meanwhile, so this is how late a Ctrl-C may be seen."""
+CONNECT_TIMEOUT_S = 10.0
+"""How long a cluster's head (or Ray Client server) has to accept a connection."""
+CANCEL_WAIT_S = 60.0
+"""How long an interrupted run waits for Ray to confirm that its cancelled tasks ended."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """What the run's Ray cluster offers, read once when the run connects."""
+
+    address: str
+    nodes: int
+    cpus: float  # in the whole cluster
+    node_cpus: float  # on its largest node
+    node_gpus: float  # on the node with the most
+
+    def ask(self, job: TrialJob) -> tuple[dict[str, float], str | None]:
+        """The Ray resources ``job``'s trial asks for, and why no node can hold it (None when one can)."""
+        need = resources(job.spec)
+        cpus = float(need.cpus) if need.cpus is not None else self.node_cpus
+        gpus = float(need.gpus) if need.gpus_required or self.node_gpus > 0 else 0.0
+        if cpus > self.node_cpus or gpus > self.node_gpus:
+            return {}, (f"no node of the Ray cluster at {self.address} can hold this trial: it needs {cpus:g} CPUs "
+                        f"and {gpus:g} GPUs on one node; the largest has {self.node_cpus:g} CPUs, the most GPUs on "
+                        f"one node are {self.node_gpus:g}")
+        return {"num_cpus": cpus, "num_gpus": gpus}, None
+
+
+def _trial(job: TrialJob, folder: str) -> Iterator[dict]:
+    """The Ray task (a generator): where it runs, then the trial's result (as a dict: the driver reads it with
+    :meth:`TrialResult.from_dict`, which migrates a result an older bakeoff on the node wrote).
+
+    It runs in the run's ``folder``, as a local trial does: the store's folder, data files and workload files may be
+    given relative to it (a worker starts in its node's folder, wherever ``ray start`` ran)."""
+    import ray
+
+    main = threading.current_thread() is threading.main_thread()
+    if not main:  # the trial's members would die with this thread rather than with the worker
+        logging.getLogger(__name__).warning("Ray runs this task off its worker's main thread")
+    yield {"node": ray.get_runtime_context().get_node_id(), "host": platform.node(), "worker_pid": os.getpid(),
+           "main_thread": main}
+    if not os.path.isdir(folder):
+        yield _failure(job, f"the run's folder {folder} is not on {platform.node()}: every node must see it (and "
+                            "the store's folder) at the same path").to_dict()
+        return
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield job.run_here().to_dict()
+    finally:
+        os.chdir(before)
+
+
+@dataclasses.dataclass
+class _Flight:
+    """A submitted job and what is known of it so far."""
+
+    job: TrialJob
+    submitted_at: float
+    asked: dict[str, float]
+    where: dict | None = None  # the task's first signal, once it came
+
+
+def _failure(job: TrialJob, reason: str) -> TrialResult:
+    spec = job.spec
+    return TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.FAILED, reason=reason)
+
+
+def _reason(exc: BaseException) -> str:
+    """What Ray said of a task that ended without a result, in a few lines."""
+    text = " ".join(str(exc).split())
+    return f"Ray: {type(exc).__name__}: {text[:600]}"
+
+
+class RayExecutor(Executor):
+    """Trials as Ray tasks, several at once on the cluster's nodes (module docstring)."""
+
+    name = "ray"
+    concurrent = True
+
+    def __init__(self, address: str = "") -> None:
+        try:
+            import ray  # noqa: F401  (imported here only to fail before anything runs)
+        except ImportError as exc:
+            raise SpecError(f"--executor ray: Ray is not installed ({exc}); install it with {INSTALL}") from None
+        self.address = address
+        # A cluster's nodes have their own GPUs (a trial no node can hold is refused by Cluster.ask) and timings; a
+        # Ray instance started here for the run runs its trials on this machine, under its measuring lock.
+        self.remote = bool(address)
+        self._cluster: Cluster | None = None
+
+    def describe(self) -> str:
+        cluster = self._connect()
+        return (f"ray at {cluster.address}: {cluster.nodes} node{'s' if cluster.nodes != 1 else ''}, "
+                f"{cluster.cpus:g} CPUs, at most {cluster.node_gpus:g} GPUs on one node")
+
+    def _connect(self) -> Cluster:
+        """Join (or start) the cluster once; a bad address is a :class:`SpecError` naming it."""
+        if self._cluster is not None:
+            return self._cluster
+        import ray
+
+        _check_reachable(self.address)
+        signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            ray.init(address=self.address or None, include_dashboard=False, log_to_driver=False,
+                     ignore_reinit_error=True)
+            nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+            address = ray.get_runtime_context().gcs_address
+        except Exception as exc:  # Ray raises ConnectionError, ValueError, RuntimeError... for an address it can't use
+            given = f"ray={self.address}" if self.address else "ray"
+            raise SpecError(f"--executor {given}: cannot connect to Ray ({' '.join(str(exc).split())}); accepted: "
+                            f"{ADDRESSES}") from None
+        finally:
+            for s, handler in signals.items():  # ray.init sets its own SIGTERM handler; the run keeps its own
+                signal.signal(s, handler)
+        self._cluster = Cluster(address=self.address or address, nodes=len(nodes),
+                                cpus=sum(n.get("CPU", 0.0) for n in nodes),
+                                node_cpus=max((n.get("CPU", 0.0) for n in nodes), default=0.0),
+                                node_gpus=max((n.get("GPU", 0.0) for n in nodes), default=0.0))
+        log.info("connected: %s", self._cluster)
+        return self._cluster
+
+    def run(self, jobs: Iterable[TrialJob], started: Started, done: Done) -> None:
+        import ray
+
+        cluster = self._connect()
+        task = ray.remote(num_returns="streaming", max_retries=0, retry_exceptions=False)(_trial)
+        # No more trials can run at once than the cluster has CPUs (each asks for one at least): jobs are made and
+        # submitted as room opens, so a job is made late (a ceiling probed meanwhile is known) and few are queued.
+        window = max(1, int(cluster.cpus))
+        flight: dict[Any, _Flight] = {}
+        queue = iter(jobs)
+        try:
+            more = True
+            while more or flight:
+                while more and len(flight) < window:
+                    job = next(queue, None)
+                    if job is None:
+                        more = False
+                        break
+                    asked, refused = cluster.ask(job)
+                    if refused:
+                        started(job)
+                        done(job, _failure(job, refused))
+                        continue
+                    with hold():
+                        submitted = time.time()
+                        generator = task.options(**asked).remote(job, os.getcwd())
+                    flight[generator] = _Flight(job, submitted, asked)
+                if flight:
+                    self._step(flight, started, done, cluster)
+        except BaseException as exc:
+            with contextlib.suppress(Interrupted):  # a second Ctrl-C while stopping adds nothing
+                with hold():
+                    _cancel(flight)
+            if isinstance(exc, Interrupted) and exc.stopped is None and flight:
+                cut = [f.job.what for f in flight.values()]
+                exc.stopped = cut[0] if len(cut) == 1 else f"{len(cut)} trials ({'; '.join(cut)})"
+            raise
+
+    def _step(self, flight: dict[Any, _Flight], started: Started, done: Done, cluster: Cluster) -> None:
+        """Wait a little for the tasks; hand on each signal and result that came."""
+        import ray
+
+        with hold():
+            ready, _ = ray.wait(list(flight), num_returns=1, timeout=POLL_S)
+        for generator in ready:
+            current = flight[generator]
+            try:
+                with hold():
+                    item = ray.get(next(generator))
+            except StopIteration:
+                item = None
+            except ray.exceptions.RayError as exc:  # the worker died, the task was cancelled or raised
+                del flight[generator]
+                if current.where is None:
+                    started(current.job)
+                done(current.job, self._record(_failure(current.job, _reason(exc)), current, cluster))
+                continue
+            if current.where is None and item is not None:
+                current.where = item
+                started(current.job)
+                continue
+            del flight[generator]
+            result = TrialResult.from_dict(item) if item is not None else _failure(
+                current.job, "Ray: the task ended without a result")
+            done(current.job, self._record(result, current, cluster))
+
+    @staticmethod
+    def _record(result: TrialResult, current: _Flight, cluster: Cluster) -> TrialResult:
+        where = current.where or {}
+        began = result.extras.get("started_at")
+        result.extras["executor"] = executor_record(
+            "ray", submitted_at=current.submitted_at, started_at=began if isinstance(began, float) else None,
+            address=cluster.address, node=where.get("node"), host=where.get("host"),
+            worker_pid=where.get("worker_pid"), main_thread=where.get("main_thread"), resources=current.asked)
+        return result
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse at once an address where nothing answers: Ray itself retries a dead head for minutes."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():  # "" or "auto": Ray finds the cluster (or says there is none)
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise SpecError(f"--executor ray={address}: nothing answers at {host}:{port} ({exc}); is the cluster's "
+                        f"head up? accepted: {ADDRESSES}") from None
+
+
+def _cancel(flight: dict[Any, _Flight]) -> None:
+    """Cancel every task in ``flight`` (its worker killed: the trial's tethered processes die with it) and wait,
+    up to :data:`CANCEL_WAIT_S`, until Ray says each has ended."""
+    import ray
+
+    for generator in flight:
+        with contextlib.suppress(Exception):
+            ray.cancel(generator, force=True)
+    left = list(flight)
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while left and time.monotonic() < deadline:
+        ready, left = ray.wait(left, num_returns=len(left), timeout=POLL_S)
+        for generator in ready:
+            try:
+                ray.get(next(generator))
+                left.append(generator)  # a signal that came before the cancel: its end is still to come
+            except (StopIteration, ray.exceptions.RayError):
+                pass
+    if left:
+        log.warning("Ray did not confirm the end of %d cancelled trials within %.0f s: %s", len(left),
+                    CANCEL_WAIT_S, ", ".join(flight[g].job.what for g in left))
