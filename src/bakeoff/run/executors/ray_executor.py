@@ -10,7 +10,10 @@ logs, checkpoints and TensorBoard runs are written to the store's folder; the re
 A task (:func:`_trial`) runs :meth:`TrialJob.run_here` on its node: the local runner's process group, whose
 members are tethered to the task's worker (:mod:`bakeoff.core.tether`; Ray runs a task on its worker's main
 thread, checked and recorded per trial, so PR_SET_PDEATHSIG fires when the worker dies, not when a thread ends).
-It first yields a small signal, its node and worker, so the run knows the trial has started; then the result.
+It first writes where it runs (node, host, worker) to a small file under the store's folder, so the run knows the
+trial has started, and where, even if its worker dies; then it returns the result. (A plain task, not a streaming
+one: the run only ever asks Ray for a result Ray says is ready, so no Ray call here waits longer than
+:data:`POLL_S` and a Ctrl-C is seen within it; a streaming generator's ``next`` may wait without a bound.)
 
 - Resources (:func:`bakeoff.run.executors.base.resources`): ``num_cpus`` its threads × processes; a trial that
   does not say its threads uses every core it sees, so it asks for as many CPUs as the cluster's largest node has
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import platform
@@ -38,7 +42,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from bakeoff.core.result import TrialResult
@@ -80,9 +85,10 @@ class Cluster:
         return {"num_cpus": cpus, "num_gpus": gpus}, None
 
 
-def _trial(job: TrialJob, folder: str) -> Iterator[dict]:
-    """The Ray task (a generator): where it runs, then the trial's result (as a dict: the driver reads it with
-    :meth:`TrialResult.from_dict`, which migrates a result an older bakeoff on the node wrote).
+def _trial(job: TrialJob, folder: str, where_file: str) -> dict:
+    """The Ray task: where it runs (also written at once to ``where_file``, under the store's folder, so that the run
+    knows the trial has started, and where, even if its worker dies) and the trial's result (as a dict: the driver
+    reads it with :meth:`TrialResult.from_dict`, which migrates a result an older bakeoff on the node wrote).
 
     It runs in the run's ``folder``, as a local trial does: the store's folder, data files and workload files may be
     given relative to it (a worker starts in its node's folder, wherever ``ray start`` ran)."""
@@ -91,18 +97,35 @@ def _trial(job: TrialJob, folder: str) -> Iterator[dict]:
     main = threading.current_thread() is threading.main_thread()
     if not main:  # the trial's members would die with this thread rather than with the worker
         logging.getLogger(__name__).warning("Ray runs this task off its worker's main thread")
-    yield {"node": ray.get_runtime_context().get_node_id(), "host": platform.node(), "worker_pid": os.getpid(),
-           "main_thread": main}
+    where = {"node": ray.get_runtime_context().get_node_id(), "host": platform.node(), "worker_pid": os.getpid(),
+             "main_thread": main}
+    with contextlib.suppress(OSError):  # a node that does not see the store's folder says so below
+        partial = Path(where_file + ".part")
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps(where))
+        partial.replace(where_file)
     if not os.path.isdir(folder):
-        yield _failure(job, f"the run's folder {folder} is not on {platform.node()}: every node must see it (and "
-                            "the store's folder) at the same path").to_dict()
-        return
+        return {"where": where, "result": _failure(job, f"the run's folder {folder} is not on {platform.node()}: "
+                                                        "every node must see it (and the store's folder) at the "
+                                                        "same path").to_dict()}
     before = os.getcwd()
     os.chdir(folder)
     try:
-        yield job.run_here().to_dict()
+        return {"where": where, "result": job.run_here().to_dict()}
     finally:
         os.chdir(before)
+
+
+def _where_file(job: TrialJob) -> Path:
+    """Where the task of ``job`` says it has started: beside the store's logs (the nodes see the store's folder)."""
+    return (job.log_dir.parent / "ray" / f"{job.spec.key()}.where.json").absolute()
+
+
+def _read_where(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 @dataclasses.dataclass
@@ -112,7 +135,8 @@ class _Flight:
     job: TrialJob
     submitted_at: float
     asked: dict[str, float]
-    where: dict | None = None  # the task's first signal, once it came
+    where_file: Path
+    where: dict | None = None  # where the task runs, once it said
 
 
 def _failure(job: TrialJob, reason: str) -> TrialResult:
@@ -179,7 +203,7 @@ class RayExecutor(Executor):
         import ray
 
         cluster = self._connect()
-        task = ray.remote(num_returns="streaming", max_retries=0, retry_exceptions=False)(_trial)
+        task = ray.remote(max_retries=0, retry_exceptions=False)(_trial)
         # No more trials can run at once than the cluster has CPUs (each asks for one at least): jobs are made and
         # submitted as room opens, so a job is made late (a ceiling probed meanwhile is known) and few are queued.
         window = max(1, int(cluster.cpus))
@@ -198,10 +222,12 @@ class RayExecutor(Executor):
                         started(job)
                         done(job, _failure(job, refused))
                         continue
+                    where_file = _where_file(job)
+                    where_file.unlink(missing_ok=True)  # an earlier attempt's must not stand for this one
                     with hold():
                         submitted = time.time()
-                        generator = task.options(**asked).remote(job, os.getcwd())
-                    flight[generator] = _Flight(job, submitted, asked)
+                        ref = task.options(**asked).remote(job, os.getcwd(), str(where_file))
+                    flight[ref] = _Flight(job, submitted, asked, where_file)
                 if flight:
                     self._step(flight, started, done, cluster)
         except BaseException as exc:
@@ -214,31 +240,30 @@ class RayExecutor(Executor):
             raise
 
     def _step(self, flight: dict[Any, _Flight], started: Started, done: Done, cluster: Cluster) -> None:
-        """Wait a little for the tasks; hand on each signal and result that came."""
+        """Wait a little for the tasks; say which have started, and hand on each result that came. Nothing here
+        blocks longer than :data:`POLL_S`: a task's result is only asked for once Ray says it is ready."""
         import ray
 
         with hold():
-            ready, _ = ray.wait(list(flight), num_returns=1, timeout=POLL_S)
-        for generator in ready:
-            current = flight[generator]
+            ready, _ = ray.wait(list(flight), num_returns=len(flight), timeout=POLL_S)
+        for ref, current in flight.items():
+            if current.where is None and ref not in ready:
+                current.where = _read_where(current.where_file)
+                if current.where is not None:
+                    started(current.job)
+        for ref in ready:
+            current = flight.pop(ref)
             try:
                 with hold():
-                    item = ray.get(next(generator))
-            except StopIteration:
-                item = None
+                    out = ray.get(ref, timeout=POLL_S)  # ready: it does not wait
+                result = TrialResult.from_dict(out["result"])
+                where = out["where"]
             except ray.exceptions.RayError as exc:  # the worker died, the task was cancelled or raised
-                del flight[generator]
-                if current.where is None:
-                    started(current.job)
-                done(current.job, self._record(_failure(current.job, _reason(exc)), current, cluster))
-                continue
-            if current.where is None and item is not None:
-                current.where = item
+                result, where = _failure(current.job, _reason(exc)), _read_where(current.where_file)
+            if current.where is None:
                 started(current.job)
-                continue
-            del flight[generator]
-            result = TrialResult.from_dict(item) if item is not None else _failure(
-                current.job, "Ray: the task ended without a result")
+            current.where = where or current.where
+            current.where_file.unlink(missing_ok=True)
             done(current.job, self._record(result, current, cluster))
 
     @staticmethod
@@ -266,22 +291,18 @@ def _check_reachable(address: str) -> None:
 
 def _cancel(flight: dict[Any, _Flight]) -> None:
     """Cancel every task in ``flight`` (its worker killed: the trial's tethered processes die with it) and wait,
-    up to :data:`CANCEL_WAIT_S`, until Ray says each has ended."""
+    up to :data:`CANCEL_WAIT_S`, until Ray says each has ended (each wait at most :data:`POLL_S`)."""
     import ray
 
-    for generator in flight:
+    for ref in flight:
         with contextlib.suppress(Exception):
-            ray.cancel(generator, force=True)
+            ray.cancel(ref, force=True)
     left = list(flight)
     deadline = time.monotonic() + CANCEL_WAIT_S
     while left and time.monotonic() < deadline:
-        ready, left = ray.wait(left, num_returns=len(left), timeout=POLL_S)
-        for generator in ready:
-            try:
-                ray.get(next(generator))
-                left.append(generator)  # a signal that came before the cancel: its end is still to come
-            except (StopIteration, ray.exceptions.RayError):
-                pass
+        _, left = ray.wait(left, num_returns=len(left), timeout=POLL_S)
+    for current in flight.values():
+        current.where_file.unlink(missing_ok=True)
     if left:
         log.warning("Ray did not confirm the end of %d cancelled trials within %.0f s: %s", len(left),
-                    CANCEL_WAIT_S, ", ".join(flight[g].job.what for g in left))
+                    CANCEL_WAIT_S, ", ".join(flight[ref].job.what for ref in left))
