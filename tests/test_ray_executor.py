@@ -175,8 +175,11 @@ class Ray:
     def bakeoff(self, *args: str, cwd: Path, **popen) -> subprocess.Popen:
         command = [sys.executable, "-m", "bakeoff.cli", "run", "--executor", f"ray={self.address}", "--concurrent",
                    "--no-report", *args]
+        # SIGINT as a terminal gives it: a test run started in the background of a non-interactive shell inherits
+        # it ignored (as the fresh-clone check did), and a run that keeps an inherited SIG_IGN cannot be Ctrl-C'd.
         return subprocess.Popen(command, cwd=cwd, env={**self.env, "TMPDIR": tempfile.gettempdir()},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **popen)
 
 
 @pytest.fixture(scope="module")
