@@ -59,6 +59,21 @@ def test_results_that_come_back_in_any_order_are_each_stored_once_in_their_plann
     assert again.submitted == [] and len(summary.skipped) == 4 and summary.ran == []
 
 
+def test_a_trial_its_framework_cannot_run_is_recorded_here_and_never_reaches_the_executor(tmp_path) -> None:
+    """PyTorch has no parameter-server strategy and so no launcher: the distributed suite's trial of it once reached
+    the Slurm executor, whose resource request had no launcher to read, and the whole run stopped."""
+    specs = [RunSpec(workload="text_classifier", framework=framework, execution=execution, max_steps=2,
+                     parallelism="parameter_server", workers=2)
+             for framework, execution in (("torch", "eager"), ("tensorflow", "graph"))]
+    executor = LastFirst()
+    with Store(tmp_path / "r.sqlite") as store:
+        runner.run(specs, store, "s", executor=executor)
+        stored = {r.spec["framework"]: r for r in store.results()}
+    assert [job.spec.framework.value for job in executor.submitted] == ["tensorflow"]
+    assert stored["torch"].status is Status.UNSUPPORTED and "parameter-server" in stored["torch"].reason
+    assert stored["tensorflow"].status is Status.OK
+
+
 def test_the_local_executor_runs_the_next_job_only_after_the_last_is_stored(tmp_path, monkeypatch) -> None:
     stored_before: list[int] = []
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -149,3 +150,18 @@ def resources(spec: RunSpec) -> Resources:
     gpus = 0 if spec.device is Device.CPU else spec.workers if spec.parallelism is not Parallelism.NONE else 1
     return Resources(cpus=spec.threads * processes if spec.threads else None, gpus=gpus,
                      gpus_required=spec.device is Device.CUDA, processes=processes)
+
+
+def nodes_for(spec: RunSpec, workers_per_node: int | None) -> int:
+    """How many nodes ``spec``'s trial spans on an executor told ``workers-per-node=K``: more than one only for a
+    ``multi_worker`` trial of more workers than K (data parallel and parameter servers stay on one node)."""
+    from bakeoff.core.spec import Parallelism
+
+    if workers_per_node is None or spec.parallelism is not Parallelism.MULTI_WORKER:
+        return 1
+    return math.ceil(spec.workers / workers_per_node)
+
+
+def spread(nodes: Sequence[str], workers: int, workers_per_node: int) -> list[str]:
+    """Each worker's node, in rank order: the first ``workers_per_node`` on the first node, and so on."""
+    return [nodes[i // workers_per_node] for i in range(workers)]

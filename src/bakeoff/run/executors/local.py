@@ -221,8 +221,14 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
                keep_dir: Path | None = None, probe_ceiling: bool = False,
                profile: ProfileRequest | None = None, evaluate: bool = True, hosts: Sequence[str] | None = None,
                place: Placement | None = None) -> tuple[TrialResult, bool]:
-    """One start of the group: its result, and whether it failed because a port was in use."""
-    with tempfile.TemporaryDirectory(prefix="bakeoff-trial-") as tmp:
+    """One start of the group: its result, and whether it failed because a port was in use. A group spread over
+    machines keeps its spec and rank results under the store's folder, which its nodes share (a node's ``/tmp`` is
+    its own); otherwise in this machine's temporary folder."""
+    shared = None
+    if hosts is not None and len(set(hosts)) > 1:
+        shared = log_dir.parent / "tmp"
+        shared.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bakeoff-trial-", dir=shared) as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(spec.to_json())
         started, oom_before = time.perf_counter(), read_oom_kills()
@@ -441,9 +447,15 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
             wanted = ceiling.need(spec)
             kept = store.ceiling(wanted.key) if wanted.key else None
             needs[spec.key()] = wanted, kept
-            yield TrialJob(spec, position, timeout_s, log_dir, store.artifacts / "checkpoints" / spec.key(),
+            job = TrialJob(spec, position, timeout_s, log_dir, store.artifacts / "checkpoints" / spec.key(),
                            tensorboard[spec.key()], keep_dir=keep_dir, probe_ceiling=bool(wanted.key) and kept is None,
                            profile=profile)
+            reason = registry.unsupported(spec)
+            if reason:  # no process starts, on any executor: recorded here (a cluster has nothing to run for it)
+                started(job)
+                done(job, _failure(spec, Status.UNSUPPORTED, reason))
+                continue
+            yield job
 
     def started(job: TrialJob) -> None:
         if progress:

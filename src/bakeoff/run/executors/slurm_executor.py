@@ -51,8 +51,18 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from bakeoff.core.result import TrialResult
-from bakeoff.core.spec import Parallelism, RunSpec, SpecError, Status
-from bakeoff.run.executors.base import Done, Executor, Resources, Started, TrialJob, executor_record, resources
+from bakeoff.core.spec import RunSpec, SpecError, Status
+from bakeoff.run.executors.base import (
+    Done,
+    Executor,
+    Resources,
+    Started,
+    TrialJob,
+    executor_record,
+    nodes_for,
+    resources,
+    spread,
+)
 from bakeoff.run.launchers import Member
 from bakeoff.trial.profile import Request as ProfileRequest
 
@@ -142,19 +152,6 @@ def job_from_dict(raw: Mapping) -> TrialJob:
 def time_limit(timeout_s: float) -> str:
     """Slurm's ``--time`` for a trial with ``timeout_s``: whole minutes, rounded up."""
     return str(max(1, math.ceil((timeout_s + TIME_MARGIN_S) / 60)))
-
-
-def nodes_for(spec: RunSpec, workers_per_node: int | None) -> int:
-    """How many nodes ``spec``'s trial spans: more than one only for a ``multi_worker`` trial of more workers than
-    ``workers_per_node``."""
-    if workers_per_node is None or spec.parallelism is not Parallelism.MULTI_WORKER:
-        return 1
-    return math.ceil(spec.workers / workers_per_node)
-
-
-def spread(nodes: list[str], workers: int, workers_per_node: int) -> list[str]:
-    """Each worker's node, in rank order: the first ``workers_per_node`` on the first node, and so on."""
-    return [nodes[i // workers_per_node] for i in range(workers)]
 
 
 def job_script(job: TrialJob, paths: Paths, needs: Resources, partition: str = "", cluster_gpus: bool = False,
