@@ -53,15 +53,65 @@ def test_a_trial_asks_for_its_threads_or_a_whole_node_and_gpus_only_where_there_
     pytest.importorskip("ray")
     from bakeoff.run.executors.ray_executor import Cluster
 
-    cpus_only = Cluster(address="a", nodes=2, cpus=12, node_cpus=8, node_gpus=0)
-    assert cpus_only.ask(job(threads=2)) == ({"num_cpus": 2.0, "num_gpus": 0.0}, None)
-    assert cpus_only.ask(job()) == ({"num_cpus": 8.0, "num_gpus": 0.0}, None)  # all cores: the largest node, alone
+    cpus_only = Cluster(address="a", nodes=2, cpus=12, node_cpus=8, node_gpus=0, each=((8, 0), (4, 0)))
+    assert cpus_only.ask(job(threads=2)) == ({"num_cpus": 2.0, "num_gpus": 0.0}, 1, None)
+    assert cpus_only.ask(job()) == ({"num_cpus": 8.0, "num_gpus": 0.0}, 1, None)  # all cores: the largest node, alone
     assert cpus_only.ask(job(threads=3, parallelism="data_parallel", workers=2, device="cpu"))[0]["num_cpus"] == 6
-    asked, refused = cpus_only.ask(job(device="cuda"))
-    assert not asked and "needs 8 CPUs and 1 GPUs on one node" in refused and "most GPUs on one node are 0" in refused
-    with_gpus = Cluster(address="a", nodes=1, cpus=16, node_cpus=16, node_gpus=2)
-    assert with_gpus.ask(job(threads=4)) == ({"num_cpus": 4.0, "num_gpus": 1.0}, None)  # --device auto
-    assert with_gpus.ask(job(threads=4, device="cpu")) == ({"num_cpus": 4.0, "num_gpus": 0.0}, None)
+    _, _, refused = cpus_only.ask(job(device="cuda"))
+    assert "needs 8 CPUs and 1 GPUs on one node" in refused and "most GPUs on one node are 0" in refused
+    with_gpus = Cluster(address="a", nodes=1, cpus=16, node_cpus=16, node_gpus=2, each=((16, 2),))
+    assert with_gpus.ask(job(threads=4)) == ({"num_cpus": 4.0, "num_gpus": 1.0}, 1, None)  # --device auto
+    assert with_gpus.ask(job(threads=4, device="cpu")) == ({"num_cpus": 4.0, "num_gpus": 0.0}, 1, None)
+
+
+def test_a_multi_worker_trial_of_more_than_k_workers_asks_for_one_bundle_a_node_and_that_many_nodes():
+    pytest.importorskip("ray")
+    from bakeoff.run.executors.ray_executor import Cluster, Group
+
+    cluster = Cluster(address="a", nodes=3, cpus=12, node_cpus=4, node_gpus=1, each=((4, 1), (4, 1), (4, 0)))
+    four = job(parallelism="multi_worker", workers=4, threads=1, device="cpu")
+    assert cluster.ask(four, 2) == ({"num_cpus": 2.0, "num_gpus": 0.0}, 2, None)  # 2 workers x 1 thread a node
+    assert cluster.ask(four, None)[1] == 1 and cluster.ask(four, 4)[1] == 1  # K not given, or K >= workers
+    assert cluster.ask(job(parallelism="data_parallel", workers=4, threads=1), 1)[1] == 1  # one process: one node
+    three = {"parallelism": "multi_worker", "workers": 3, "batch_size": 30}
+    whole = cluster.ask(job(**three, device="cpu"), 1)  # no --threads: whole nodes
+    assert whole == ({"num_cpus": 4.0, "num_gpus": 0.0}, 3, None)
+    _, nodes, refused = cluster.ask(job(**three, threads=1), 1)  # --device auto on a cluster with GPUs: 1 a node
+    assert nodes == 3 and "spans 3 nodes (workers-per-node=1), each with 1 CPUs and 1 GPUs, and 2 of its 3" in refused
+    assert Group("g", 2, 1, {"num_cpus": 2.0, "num_gpus": 0.0}).bundles() == [{"CPU": 2.0}, {"CPU": 2.0}]
+
+
+def test_a_member_on_another_node_starts_through_a_proxy_in_its_bundle_and_the_rest_as_they_are():
+    pytest.importorskip("ray")
+    from bakeoff.run.executors.ray_executor import Group, _proxied, _Proxy
+    from bakeoff.run.launchers import Member
+
+    proxy = _Proxy("10.0.0.1:6379", Group("g1", 2, 1, {"num_cpus": 1.0, "num_gpus": 0.0}),
+                   {"10.0.0.1": 0, "10.0.0.2": 1})
+    here = Member("node 0", ["torchrun", "a"], {}, True, "10.0.0.1")
+    assert _proxied("10.0.0.1", proxy, here) is here
+    there = _proxied("10.0.0.1", proxy, Member("node 1", ["torchrun", "b"], {"X": "1"}, True, "10.0.0.2"))
+    assert there.name == "node 1 on 10.0.0.2" and there.env == {"X": "1"} and there.writes_result
+    assert there.command[1:3] == ["-m", "bakeoff.run.executors.ray_executor"]
+    assert there.command[3:] == ["member", "--address", "10.0.0.1:6379", "--group", "g1", "--bundle", "1",
+                                 "--cpus", "1.0", "--gpus", "0.0", "--", "torchrun", "b"]
+
+
+@pytest.mark.parametrize(("given", "parsed"), [("", ("", None)), ("auto", ("auto", None)),
+                                               ("10.0.0.1:6379,workers-per-node=2", ("10.0.0.1:6379", 2)),
+                                               ("workers-per-node=1", ("", 1))])
+def test_the_ray_argument_is_an_address_and_workers_per_node(given, parsed):
+    from bakeoff.run.executors.ray_executor import parse_options
+
+    assert parse_options(given) == parsed
+
+
+@pytest.mark.parametrize("given", ["auto,workers-per-node=0", "a,b", "auto,nodes=2"])
+def test_a_ray_argument_not_understood_exits_2_listing_the_accepted_forms(given):
+    from bakeoff.run.executors.ray_executor import parse_options
+
+    with pytest.raises(SpecError, match=r"is not understood; accepted: ray .* ,workers-per-node=K"):
+        parse_options(given)
 
 
 def test_without_ray_the_executor_names_the_extra_to_install(monkeypatch):
@@ -75,7 +125,8 @@ def test_without_ray_the_executor_names_the_extra_to_install(monkeypatch):
 def test_a_bad_executor_argument_lists_ray_among_the_accepted():
     from bakeoff.run.executors import parse
 
-    with pytest.raises(SpecError, match=r"unknown executor; accepted: local: .*; ray\[=ADDRESS\]: each trial a Ray"):
+    accepted = r"unknown executor; accepted: local: .*; ray\[=ADDRESS\[,workers-per-node=K\]\]: each trial a Ray"
+    with pytest.raises(SpecError, match=accepted):
         parse("dask")
 
 
@@ -136,8 +187,8 @@ class Ray:
         self.env = {**os.environ, "RAY_AUTH_MODE": "disabled", "TMPDIR": str(self.trials)}
         self.address = f"127.0.0.1:{free_port()}"
 
-    def start(self, *args: str) -> None:
-        subprocess.run([RAY, "start", "--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats",
+    def start(self, *args: str, ip: str = "127.0.0.1") -> None:
+        subprocess.run([RAY, "start", "--num-cpus=1", f"--node-ip-address={ip}", "--disable-usage-stats",
                         f"--dashboard-agent-listen-port={free_port()}", f"--temp-dir={self.root / 'r'}", *args],
                        env=self.env, cwd=self.root, check=True, capture_output=True, text=True, timeout=180)
 
@@ -172,8 +223,9 @@ class Ray:
         """The live processes of this module's trials (their command lines hold their spec files' folder)."""
         return {pid: c for pid, c in processes_mentioning(str(self.trials)).items() if "bakeoff" in c}
 
-    def bakeoff(self, *args: str, cwd: Path, **popen) -> subprocess.Popen:
-        command = [sys.executable, "-m", "bakeoff.cli", "run", "--executor", f"ray={self.address}", "--concurrent",
+    def bakeoff(self, *args: str, cwd: Path, options: str = "", **popen) -> subprocess.Popen:
+        command = [sys.executable, "-m", "bakeoff.cli", "run", "--executor", f"ray={self.address}{options}",
+                   "--concurrent",
                    "--no-report", *args]
         # SIGINT as a terminal gives it: a test run started in the background of a non-interactive shell inherits
         # it ignored (as the fresh-clone check did), and a run that keeps an inherited SIG_IGN cannot be Ctrl-C'd.
@@ -190,7 +242,7 @@ def ray_cluster() -> Iterator[Ray]:
         port = cluster.address.rpartition(":")[2]
         cluster.start("--head", f"--port={port}", "--include-dashboard=false",
                       f"--ray-client-server-port={free_port()}")
-        cluster.start(f"--address={cluster.address}")
+        cluster.start(f"--address={cluster.address}", ip="127.0.0.2")  # loopback too: a machine of its own
         yield cluster
     finally:
         cluster.stop()
@@ -225,6 +277,7 @@ def test_a_suite_fans_out_over_the_cluster_each_result_stored_once_then_resumed(
         assert record["name"] == "ray" and record["address"] == ray_cluster.address
         assert record["resources"] == {"num_cpus": 1.0, "num_gpus": 0.0}
         assert record["main_thread"] is True  # the tether holds: its members die with the worker, not a thread
+        assert record["nice"] == 0 or os.geteuid() != 0  # Ray's niceness 15 undone where allowed (root here)
         assert record["submitted_at"] <= record["started_at"] and record["scheduling_s"] >= 0
         assert record["host"] == result["environment"]["host"]
         assert Path(tmp_path, result["extras"]["log"]).is_file()  # in the run's folder, not the worker's
@@ -291,4 +344,55 @@ def test_a_run_killed_outright_leaves_no_trial_process_on_the_cluster(ray_cluste
     finally:
         run.kill()
     wait_for(lambda: not ray_cluster.trial_processes(), timeout=60, what="the trial's processes to end")
+    assert stored(tmp_path / "r.sqlite") == []
+
+
+MULTI = ("--workload", "mnist", "--framework", "torch", "--execution", "eager", "--parallelism", "multi_worker",
+         "--workers", "2", "--threads", "1")
+
+
+def member_log(folder: Path) -> Path | None:
+    """The log of the trial's member on the other node (its proxy's: ``<key>.node1on<its address>.log``)."""
+    return next(iter(folder.rglob("*.node1on*.log")), None)
+
+
+@CLUSTER
+def test_a_multi_worker_trial_spans_both_nodes_through_a_placement_group(ray_cluster, tmp_path):
+    """workers-per-node=1: one worker on each node, the second started there by its proxy, in the trial's bundle."""
+    run = ray_cluster.bakeoff(*MULTI, "--max-steps", "3", "--store", str(tmp_path / "r.sqlite"),  # paths name it
+                              options=",workers-per-node=1", cwd=tmp_path)
+    out, err = run.communicate(timeout=600)
+    assert run.returncode == 0, out + err
+    [(_, label, _, status, reason, text)] = stored(tmp_path / "r.sqlite")
+    assert (label, status) == ("torch/eager/multi_workerx2", "ok"), reason
+    extras = json.loads(text)["extras"]
+    # One worker on each node, whichever holds the first bundle (the head's address is this machine's, not loopback)
+    assert len(set(extras["hosts"])) == 2 and "127.0.0.2" in extras["hosts"]
+    assert len(set(extras["nodes"])) == 2 and extras["executor"]["node"] == extras["nodes"][0]
+    assert extras["executor"]["resources"] == {"num_cpus": 1.0, "num_gpus": 0.0}  # each bundle: 1 worker x 1 thread
+    log = member_log(tmp_path)
+    assert log is not None and f"on Ray node {extras['nodes'][1]} (" in log.read_text()
+    wait_for(lambda: not processes_mentioning(str(tmp_path)), timeout=30, what="the trial's processes to end")
+
+
+@CLUSTER
+def test_ctrl_c_of_a_multi_node_trial_leaves_no_rank_on_either_node(ray_cluster, tmp_path):
+    """The run's Ctrl-C cancels the trial's task: its proxy dies with its worker, Ray then ends the proxy's task on
+    the second node, and the member there dies with that task's worker."""
+    run = ray_cluster.bakeoff(*MULTI, "--max-steps", "100000", "--no-stop-at-target", "--timeout", "400",
+                              "--store", str(tmp_path / "r.sqlite"), options=",workers-per-node=1", cwd=tmp_path)
+    try:
+        wait_for(lambda: (log := member_log(tmp_path)) is not None and "on Ray node" in log.read_text(),
+                 what="the member on the second node to start")
+        there = int(re.search(r", worker (\d+)", member_log(tmp_path).read_text())[1])
+        wait_for(lambda: [p for p in processes_mentioning(str(tmp_path)) if parent(p) == there],
+                 what="the second node's worker to run its member")  # its torchrun agent
+        wait_for(lambda: len(processes_mentioning(str(tmp_path))) >= 5, what="2 agents, 2 ranks and the proxy")
+        time.sleep(3)  # the ranks train
+        os.kill(run.pid, signal.SIGINT)
+        out, err = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    assert run.returncode == 130, out + err
+    wait_for(lambda: not processes_mentioning(str(tmp_path)), timeout=60, what="every rank on both nodes to end")
     assert stored(tmp_path / "r.sqlite") == []

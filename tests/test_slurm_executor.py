@@ -521,3 +521,17 @@ def test_a_multi_worker_trial_spans_two_nodes_and_a_cancelled_one_leaves_no_rank
     assert run.returncode == 1, out  # a trial that failed: the run's exit code says so
     assert f"Slurm job {job_id} ended CANCELLED" in out
     assert _our_jobs(tmp_path) == [] and _processes_of(tmp_path) == []
+
+
+def test_a_trial_past_its_timeout_is_killed_on_its_node_recorded_timeout_and_leaves_no_process(tmp_path, real_slurm):
+    """The trial's deadline is kept on the node (the local runner's own); Slurm's time limit, a margin later, is
+    only the backstop (its TIMEOUT state is read in test_each_state_squeue_reports...)."""
+    from bakeoff.results.store import Store
+
+    run = _bakeoff(tmp_path, "--framework", "torch", "--max-steps", "100000", "--max-seconds", "300",
+                   "--timeout", "15")
+    out, _ = run.communicate(timeout=300)
+    (result,) = Store(tmp_path / "s.sqlite", readonly=True).results()
+    assert result.status is Status.TIMEOUT and "no result after 15 s; killed" in result.reason, out
+    assert result.extras["executor"]["name"] == "slurm"
+    assert _our_jobs(tmp_path) == [] and _processes_of(tmp_path) == []

@@ -26,9 +26,11 @@ class ExecutorRecord:
 EXECUTORS: dict[str, ExecutorRecord] = {record.name: record for record in (
     ExecutorRecord("local", "bakeoff.run.executors.base:LocalExecutor",
                    help="each trial on this machine, one after another (the default)"),
-    ExecutorRecord("ray", "bakeoff.run.executors.ray_executor:RayExecutor", argument="ADDRESS",
+    ExecutorRecord("ray", "bakeoff.run.executors.ray_executor:RayExecutor",
+                   argument="ADDRESS[,workers-per-node=K]",
                    help="each trial a Ray task, several at once: a Ray instance on this machine for the run, or the "
-                        "cluster at ADDRESS (auto, HOST:6379, ray://HOST:10001); needs pip install 'bakeoff[ray]'"),
+                        "cluster at ADDRESS (auto, HOST:6379, ray://HOST:10001); a multi_worker trial of more than "
+                        "K workers spans nodes, K on each (a placement group); needs pip install 'bakeoff[ray]'"),
     ExecutorRecord("slurm", "bakeoff.run.executors.slurm_executor:SlurmExecutor",
                    argument="PARTITION[,workers-per-node=K]",
                    help="each trial a Slurm job (sbatch), on PARTITION or the cluster's default one; a "
