@@ -1,11 +1,12 @@
 """Render trial results as a decision report: ``report.md``, a self-contained ``report.html``, and two PNGs.
 
-Per (workload, preset) the report gives, in this order: the one-line verdict, a warning when the trials differ in
-what a comparison needs equal (data, versions, settings), the environment, what ran and the command that reproduces
-it (:mod:`bakeoff.report.what_ran`), one row per configuration with every measured quantity of
-:data:`~bakeoff.analysis.quantities.QUANTITIES` (noisy values marked, missing ones explained), memory, run conditions
-(threads, machine load), the head-to-head differences with their intervals, the scores of every mode, the weights,
-the robustness of the verdict, and the trials that did not succeed.
+First the decision card across every workload (:mod:`bakeoff.report.card`), then the plots. Then per (workload,
+preset), in this order: the verdict, a warning when the trials differ in what a comparison needs equal (data,
+versions, settings), what ran and the command that reproduces it (:mod:`bakeoff.report.what_ran`), one row per
+configuration with every measured quantity of :data:`~bakeoff.analysis.quantities.QUANTITIES` (noisy values
+marked, missing ones explained), memory, run conditions (threads, machine load), the head-to-head differences with
+their intervals, the scores of every mode, the weights, the robustness of the verdict, the trials that did not
+succeed, and the environment (folded away).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError, Status
 from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE, size_note
 from bakeoff.measure.environment import OTHER_WORK_SHARE
-from bakeoff.report import deployment, plots
-from bakeoff.report.templates import Block, Heading, Image, Para, Table, to_html, to_markdown
+from bakeoff.report import card, deployment, plots
+from bakeoff.report.templates import Block, Details, Heading, Image, Para, Table, to_html, to_markdown
 from bakeoff.report.what_ran import mix_warning, what_ran_blocks
 
 NOISY_MARK = "†"
@@ -492,7 +493,6 @@ def _section(configs: Sequence[ConfigSummary], decision: Decision, qualitative: 
         Para(decision.verdict, "verdict"),
         *([Para(scaling, "verdict")] if scaling else []),
         *([warning] if warning else []),
-        Para(environment_line(configs), "env"),
         *what_ran_blocks(configs, suites),
         Heading(3, "Configurations"),
         _comparison_table(configs),
@@ -512,7 +512,8 @@ def _section(configs: Sequence[ConfigSummary], decision: Decision, qualitative: 
         blocks += [Heading(3, "Scores (every mode)"), _scores_table(decision)]
     blocks += [Heading(3, "Weights"), _weights_table(decision, qualitative),
                Heading(3, "Robustness of the verdict"), *_robustness_blocks(decision),
-               Heading(3, "Trials that did not succeed"), _failures_block(configs)]
+               Heading(3, "Trials that did not succeed"), _failures_block(configs),
+               Details("Environment", [Para(environment_line(configs), "env")])]
     return blocks
 
 
@@ -558,11 +559,11 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
     n_ok = sum(r.status is Status.OK for r in results)
     blocks: list[Block] = [Para(f"{len(results)} trials ({n_ok} successful) in {len(summaries)} configurations "
                                 f"on {len(decisions)} workload/preset pair{'s' if len(decisions) != 1 else ''}.")]
-    blocks += [Para(d.verdict, "verdict") for d in decisions.values() if len(decisions) > 1]
+    blocks += card.blocks(card.build(decisions, summaries))
+    blocks += [Heading(2, "Plots"), *images.values()]
     for key, decision in decisions.items():
         blocks += _section(groups[key], decision, qualitative, suites or {})
     blocks += deployment.blocks(deployments)
-    blocks += [Heading(2, "Plots"), *images.values()]
 
     paths = {"markdown": out_dir / "report.md", "html": out_dir / "report.html"}
     contents = {"markdown": to_markdown(title, blocks).encode(), "html": to_html(title, blocks).encode()}
