@@ -69,11 +69,31 @@ def _columns(configs: Sequence[ConfigSummary], table: str) -> list[Quantity]:
             and (not q.optional or any(c.get(q.name) is not None for c in configs))]
 
 
+SHORT = {"examples_per_s": "throughput", "tokens_per_s": "tokens/s", "frames_per_s": "frames/s", "mfu": "MFU",
+         "first_step_s": "first step", "steady_step_s": "step", "time_to_target_s": "to target",
+         "steps_to_target": "steps to target", "metric_at_budget": "{metric} at budget", "final_metric": "final",
+         "import_s": "import", "build_s": "build", "memory_baseline_bytes": "baseline",
+         "memory_increment_bytes": "training increment", "peak_memory_bytes": "peak"}
+"""Column headers of the configuration and memory tables; what each means, with its unit, is in the legend under
+the table (a quantity without one here is headed by its full title)."""
+
+
 def _header(q: Quantity, configs: Sequence[ConfigSummary]) -> str:
+    """A short column header (:data:`SHORT`)."""
+    return SHORT[q.name].format(metric=configs[0].metric_name or "metric") if q.name in SHORT else _title(q, configs)
+
+
+def _title(q: Quantity, configs: Sequence[ConfigSummary]) -> str:
+    """What a column holds, in full: ``steady throughput, examples/s median (95% CI)``."""
     text = configs[0].title(q.name) + (f", {q.display_unit}" if q.display_unit else "")
     if q.interval:
         text += " median (95% CI)"
     return text + (" (reached)" if q.censored else "")
+
+
+def _legend(columns: Sequence[Quantity], configs: Sequence[ConfigSummary]) -> str:
+    """``Columns: throughput: steady throughput, examples/s median (95% CI); ...``: each short header's meaning."""
+    return "Columns: " + "; ".join(f"{_header(q, configs)}: {_title(q, configs)}" for q in columns) + "."
 
 
 def _cell(c: ConfigSummary, q: Quantity, notes: _Footnotes) -> str:
@@ -107,9 +127,9 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
         row += [_cell(c, q, notes) for q in columns]
         row += [_graph_builds(c)] if builds else []
         rows.append(row)
-    footnotes = notes.lines()
+    footnotes = [_legend(columns, configs), *notes.lines()]
     if any(NOISY_MARK in cell for row in rows for cell in row):
-        footnotes.insert(0, f"{NOISY_MARK} noisy: spread across runs above {NOISY_THRESHOLD:.0%} of the median (IQR, "
+        footnotes.insert(1, f"{NOISY_MARK} noisy: spread across runs above {NOISY_THRESHOLD:.0%} of the median (IQR, "
                             "or the full range with fewer than 4 runs) — treat differences in it with suspicion")
     footnotes.append(f"Medians over successful runs. The {CONFIDENCE:.0%} CI is a bootstrap ({RESAMPLES:,} "
                      "resamples) over runs and, within each run, over its steady steps.")
@@ -164,7 +184,7 @@ def _memory_table(configs: Sequence[ConfigSummary]) -> Table | None:
     notes = _Footnotes()
     rows = [[c.label, c.memory_kind or "—", *(_cell(c, q, notes) for q in columns)] for c in configs]
     header = ["configuration", "probe", *(_header(q, configs) for q in columns)]
-    footnotes = notes.lines() + [
+    footnotes = [_legend(columns, configs), *notes.lines()] + [
         "Read by each engine's probe: rss is the process's resident set (CPU); on GPU, the framework allocator's "
         "peak. Baseline: in use after the framework import and model build. Training increment: the peak during "
         "training steps minus that baseline — what training costs, and what the memory criterion scores. The peak "
