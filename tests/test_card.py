@@ -151,3 +151,30 @@ def test_the_terminal_card_keeps_each_row_whole_off_a_terminal_and_fits_on_one(m
             assert re.search(r"TensorFlow \(graph\) +0% +loss 0\.67x \(0\.60–0\.74x\) +loss 1\.82x", row), row
             assert f"recommendation: {built.recommendation}" in lines
             assert f"what decides it: {built.decides}" in lines
+
+
+def test_bakeoff_report_ends_with_the_card_a_given_score_beside_the_measured(tmp_path, capsys):
+    """``bakeoff report`` on a stored suite with a qualitative criterion: its scores are a column of the card (given,
+    not measured, as the legend says), and the output ends with the card, then where the report is."""
+    from bakeoff.cli import main as cli
+    from bakeoff.results.store import Store
+
+    with Store(tmp_path / "r.sqlite") as store:
+        for result in default_results():
+            store.put(result, "mine")
+        store.put_suite("mine", "my.toml", {"team_familiarity": 0.5},
+                        {"team_familiarity": {"torch": 1, "tensorflow": 5}})
+    assert cli.main(["report", "--store", str(tmp_path / "r.sqlite"), "--suite", "mine",
+                     "--out", str(tmp_path / "rep")]) == 0
+    lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("workload "))
+    assert lines[header].split()[-2:] == ["team", "familiarity"]
+    # TensorFlow leads on the team's score (weighted 0.5) although PyTorch wins on three measured criteria
+    assert "★ TensorFlow (graph)" in lines[header + 2] and lines[header + 2].split()[-1] == "5/5"
+    assert "win 1.83x (1.76–1.90x)" in lines[header + 3] and lines[header + 3].endswith("loss 1 vs 5")
+    assert lines[-3].startswith("recommendation: TensorFlow: it wins text_classifier/tiny; win probability ")
+    assert lines[-2] == ("what decides it: team familiarity on text_classifier/tiny (5 vs 1, a score given, not "
+                         "measured).")
+    assert lines[-1].startswith("report: ")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "team familiarity: a 0..5 score given in the suite, not measured" in md
