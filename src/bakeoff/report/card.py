@@ -298,8 +298,8 @@ def build(decisions: Mapping[tuple[str, str], Decision], summaries: Sequence[Con
 def blocks(card: Card) -> list[Block]:
     """The report's card: its heading, the recommendation and what decides it, then the coloured table."""
     cells = card.cells()
-    table = Table(card.header, [[c.text for c in row] for row in cells], card.legend, align="llll" + "r" *
-                  len(card.criteria),
+    table = Table(card.header, [[c.text for c in row] for row in cells], card.legend,
+                  align="lllr" + "r" * len(card.criteria),
                   classes=[[c.outcome + (" group" if row[0].text and i else "") for c in row]
                            for i, row in enumerate(cells)])
     return [Section("decision", [Heading(2, "Decision"), Para(card.recommendation, "recommendation"),
