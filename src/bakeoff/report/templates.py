@@ -112,8 +112,8 @@ tr td.group { border-top: 2px solid #999; }
   #decision td, th, td { white-space: normal; }
   td.win, td.loss, td.tie, th { print-color-adjust: exact; -webkit-print-color-adjust: exact; }
   h2, h3 { break-after: avoid; } table, img, p.verdict { break-inside: avoid; }
-  summary { display: none; } details > * { display: block; }
 }
+@media print { details::details-content { content-visibility: visible; } }
 """.strip()
 
 
