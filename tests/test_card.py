@@ -123,7 +123,7 @@ def test_the_page_opens_with_the_card_then_the_plots_and_says_each_verdict_once(
         assert section.index("<details><summary>Environment</summary>") > section.index("### Trials that did not")
     assert page.count("<details><summary>Environment</summary>") == 3
     assert '<section id="decision">' in page and page.index('id="decision"') < page.index("<img")
-    assert '<td class="loss">loss 0.67x (0.60–0.74x)</td>' in page  # coloured by its class
+    assert '<td class="loss">loss 0.67x<br>(0.60–0.74x)</td>' in page  # coloured by its class; two lines
     assert '<td class="l leader">★ PyTorch (eager)</td>' in page
     assert page.count('<div class="scroll">') == page.count("<table>")  # every table scrolls within its box
     assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page

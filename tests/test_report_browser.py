@@ -2,9 +2,9 @@
 
 The page is the quick suite's shape (three workloads, PyTorch against TensorFlow and JAX, 3 repeats each) rendered
 from synthetic stored results (:func:`fake_results.quick_results`): no trial runs. Cost, measured on 2 cores under
-a load of about 2: 4–6 s in all, 2 s of it rendering the report, the rest Chromium's start and four page loads. Chromium is driven over its
-DevTools pipe with the standard library only (:mod:`browser`); without it, every test here skips and says how to
-install it (``make test`` does, as root with apt).
+a load of about 2: 4–7 s in all, 2 s of it rendering the report, the rest Chromium's start and six page loads.
+Chromium is driven over its DevTools pipe with the standard library only (:mod:`browser`); without it, every test
+here skips and says how to install it (``make test`` does, as root with apt).
 """
 
 from __future__ import annotations
@@ -90,6 +90,19 @@ def test_the_card_is_on_the_first_screen_and_the_page_says_each_verdict_once(chr
         d.querySelector("summary").innerText])""")
     assert folded == [[False, "Environment"]] * 3
     assert "intra_op_threads" not in text  # folded away
+
+
+def test_at_1280_px_the_whole_card_shows_without_scrolling_sideways(chromium, report):
+    chromium.resize(1280, 800)
+    try:
+        chromium.open(report)
+        card = chromium.evaluate("""(() => { const box = document.querySelector("#decision div.scroll");
+            return {inner: box.scrollWidth, shown: box.clientWidth,
+                    page: document.documentElement.scrollWidth}; })()""")
+    finally:
+        chromium.resize(*WIDE)
+        chromium.open(report)
+    assert card["inner"] <= card["shown"] and card["page"] <= 1280, card
 
 
 def test_on_a_phone_the_page_does_not_widen_and_tables_scroll_in_their_box(chromium, report):

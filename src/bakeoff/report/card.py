@@ -298,7 +298,9 @@ def build(decisions: Mapping[tuple[str, str], Decision], summaries: Sequence[Con
 def blocks(card: Card) -> list[Block]:
     """The report's card: its heading, the recommendation and what decides it, then the coloured table."""
     cells = card.cells()
-    table = Table(card.header, [[c.text for c in row] for row in cells], card.legend,
+    # In HTML a ratio and its interval are two lines of one cell: the card fits 1280 px without scrolling.
+    texts = [[c.text.replace(" (", "\n(", 1) if i >= 4 else c.text for i, c in enumerate(row)] for row in cells]
+    table = Table(card.header, texts, card.legend,
                   align="lllr" + "r" * len(card.criteria),
                   classes=[[c.outcome + (" group" if row[0].text and i else "") for c in row]
                            for i, row in enumerate(cells)])

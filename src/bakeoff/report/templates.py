@@ -41,7 +41,7 @@ class Code:
 @dataclasses.dataclass
 class Table:
     header: list[str]
-    rows: list[list[str]]
+    rows: list[list[str]]  # a cell's "\n" is a line break in HTML, a space in Markdown
     notes: list[str] = dataclasses.field(default_factory=list)  # footnotes printed under the table
     align: str = ""  # "l" or "r" per column; default: the first column left, the others (numbers) right
     classes: list[list[str]] | None = None  # per cell, the HTML classes beside its alignment (the card's colours)
@@ -98,7 +98,7 @@ details { margin: 1rem 0; } summary { cursor: pointer; font-weight: 600; }
 #decision p.recommendation { font-size: 1.15rem; background: #eef4fb; border-left: 4px solid #2c6fb7;
                              padding: .6rem .9rem; margin-bottom: .3rem; }
 #decision p.decides { margin-top: .3rem; }
-#decision td { white-space: nowrap; }
+#decision td:not(.l) { white-space: nowrap; }
 td.win { background: #dcefd0; color: #1d4d05; } td.loss { background: #f8d9d6; color: #7a1610; }
 td.tie { background: #f1f1f1; color: #444; } td.leader { font-weight: 600; }
 tr td.group { border-top: 2px solid #999; }
@@ -109,7 +109,6 @@ tr td.group { border-top: 2px solid #999; }
 @media print {
   body { max-width: none; margin: 0; font-size: 10pt; }
   div.scroll { overflow: visible; }
-  #decision td, th, td { white-space: normal; }
   td.win, td.loss, td.tie, th { print-color-adjust: exact; -webkit-print-color-adjust: exact; }
   h2, h3 { break-after: avoid; } table, img, p.verdict { break-inside: avoid; }
 }
@@ -205,7 +204,7 @@ def _html_table(b: Table) -> str:
     aligns = b.alignment()
     head = "".join(f"<th{attr(a)}>{e(h)}</th>" for a, h in zip(aligns, b.header, strict=True))
     classes = b.classes or [[""] * len(aligns) for _ in b.rows]
-    rows = "".join("<tr>" + "".join(f"<td{attr(a, k.strip())}>{e(c)}</td>"
+    rows = "".join("<tr>" + "".join(f"<td{attr(a, k.strip())}>{e(c).replace(chr(10), '<br>')}</td>"
                                     for a, c, k in zip(aligns, row, kinds, strict=True)) + "</tr>\n"
                    for row, kinds in zip(b.rows, classes, strict=True))
     text = (f'<div class="scroll">\n<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{rows}</tbody>\n</table>\n'
