@@ -15,7 +15,7 @@ from bakeoff.analysis.stats import summarise_groups
 from bakeoff.analysis.verdict import ratio_text
 from bakeoff.report import card
 from bakeoff.report.render import render_report
-from fake_results import default_results, quick_results, respec, trial
+from fake_results import default_results, failed, quick_results, respec, trial
 
 
 def table_rows(markdown: str, after: str) -> list[list[str]]:
@@ -178,3 +178,15 @@ def test_bakeoff_report_ends_with_the_card_a_given_score_beside_the_measured(tmp
     assert lines[-1].startswith("report: ")
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "team familiarity: a 0..5 score given in the suite, not measured" in md
+
+
+def test_with_one_framework_no_recommendation_and_the_verdict_not_repeated():
+    results = [trial("torch", "eager"), failed("tensorflow", "graph")]
+    decided = decide_each(summarise_groups(results))
+    built = card.build(decided, summarise_groups(results))
+    assert [(r.framework, r.standing, r.win_probability) for r in built.rows] == [
+        ("PyTorch (eager)", "only one compared", "—"), ("TensorFlow", "no successful trial", "—")]
+    assert built.rows[1].cells == [card.Cell("—")] * len(built.criteria)
+    assert built.recommendation == ("No recommendation: no workload had two frameworks to compare "
+                                    "(text_classifier/tiny: its verdict below says why).")
+    assert decided["text_classifier", "tiny"].verdict not in built.recommendation + built.decides

@@ -184,8 +184,8 @@ def recommendation(decisions: Sequence[Decision]) -> str:
     """The framework the evidence favours across every workload, with its win probability; or why none."""
     compared = [d for d in decisions if len(d.ranking) > 1]
     if not compared:
-        return ("No recommendation: no workload compared two frameworks"
-                + (f" ({'; '.join(d.verdict for d in decisions)})" if decisions else "") + ".")
+        return ("No recommendation: no workload had two frameworks to compare"
+                + (f" ({_names(decisions)}: its verdict below says why)" if decisions else "") + ".")
     wins: dict[str, list[Decision]] = {}
     for d in compared:
         if d.winner is not None:
