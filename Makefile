@@ -21,10 +21,14 @@ demo: $(STAMP)
 # 4), each pinned to its own cores: tests/conftest.py.
 # Debian's slurm-wlm and munge, when this is root with apt (CI's machine): tests/test_slurm_executor.py then starts a
 # real Slurm on this machine (scripts/slurm-local); without them those few tests skip, saying why (about 20 s).
+# Debian's chromium likewise: tests/test_report_browser.py opens the report in it, headless; without it they skip.
 test: $(STAMP)
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! command -v sbatch >/dev/null; then \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null 2>&1 \
 	    || echo "slurm-wlm not installed: the real-Slurm tests will skip"; fi
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! command -v chromium >/dev/null; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 \
+	    || echo "chromium not installed: the browser tests of the report will skip"; fi
 	$(VENV)/bin/ruff check src tests bench scripts examples
 	$(PY) -m pytest -n auto --maxprocesses 4 --dist loadfile --durations=25
 

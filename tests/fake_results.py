@@ -195,3 +195,33 @@ def brute_force_throughput(results: Sequence[TrialResult], rng: np.random.Genera
     runs = rng.integers(n, size=(resamples, n))
     steps = steady[runs[..., None], rng.integers(m, size=(resamples, n, m))]
     return np.median(results[0].examples_per_step / np.median(steps, axis=2), axis=1)
+
+
+def quick_results() -> list[TrialResult]:
+    """The quick suite's shape, synthetic: text_classifier/tiny PyTorch (eager) against TensorFlow (graph), and
+    mnist/tiny and autoencoder/tiny with JAX (graph) too; 3 repeats each. PyTorch wins text_classifier and mnist;
+    on the autoencoder PyTorch and JAX are within noise of each other (inconclusive)."""
+    def on(workload: str, results: list[TrialResult]) -> list[TrialResult]:
+        return [respec(r, workload=workload) for r in results]
+
+    return [
+        *on("text_classifier", [
+            *repeats("torch", "eager", [690, 700, 710], [2.9, 3.0, 3.1], final_metric=[0.80, 0.80, 0.81],
+                     first_step_s=0.05, increment_mib=120),
+            *repeats("tensorflow", "graph", [510, 520, 530], [3.9, 4.1, 4.3], final_metric=[0.81, 0.82, 0.81],
+                     first_step_s=0.8, increment_mib=180)]),
+        *on("mnist", [
+            *repeats("torch", "eager", [2900, 3000, 3100], [1.0, 1.1, 1.2], final_metric=[0.97, 0.97, 0.98],
+                     first_step_s=0.04, increment_mib=60),
+            *repeats("tensorflow", "graph", [1900, 2000, 2100], [1.9, 2.0, 2.1], final_metric=[0.97, 0.97, 0.97],
+                     first_step_s=0.6, increment_mib=90),
+            *repeats("jax", "graph", [2300, 2400, 2500], [1.6, 1.7, 1.8], final_metric=[0.97, 0.98, 0.97],
+                     first_step_s=0.4, increment_mib=70)]),
+        *on("autoencoder", [
+            *repeats("torch", "eager", [1500, 1800, 2100], [1.4, 2.0, 2.6], final_metric=[0.90, 0.86, 0.93],
+                     first_step_s=0.05, increment_mib=80, jitter=0.25),
+            *repeats("tensorflow", "graph", [900, 1000, 1100], [2.5, 3.0, 3.5], final_metric=[0.88, 0.9, 0.89],
+                     first_step_s=0.7, increment_mib=110),
+            *repeats("jax", "graph", [1450, 1750, 2150], [1.5, 2.1, 2.5], final_metric=[0.89, 0.92, 0.87],
+                     first_step_s=0.5, increment_mib=85, jitter=0.25)]),
+    ]

@@ -323,10 +323,12 @@ def test_verdicts_are_whole_lines_when_not_on_a_terminal(monkeypatch):
 
     from bakeoff.cli import console as console_module
     from bakeoff.cli.results import say_report
+    from bakeoff.report.card import Card
 
     verdict = ("PyTorch eager is faster than TensorFlow graph on steady throughput: 1.23x (95% interval 1.18x to "
                "1.29x), 3 runs each, a win at the calibrated error rate")
     written = SimpleNamespace(headlines=lambda: [("text_classifier/tiny", verdict)],
+                              card=lambda: Card([], [], "PyTorch: it wins text_classifier/tiny", "throughput", []),
                               paths={"html": "reports/" + "deep/" * 12 + "report.html", "markdown": "report.md"})
     for terminal, whole in ((False, True), (True, False)):
         out = io.StringIO()

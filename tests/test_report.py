@@ -47,10 +47,12 @@ def test_writes_the_four_files(report):
 def test_markdown_has_one_row_per_configuration_with_its_numbers(report):
     md = report["markdown"].read_text()
     table = section(md, "Configurations")
-    assert table.splitlines()[1] == (
-        "| configuration | ok / trials | steady throughput, examples/s median (95% CI) | first step (graph build / "
-        "compile), s | steady step, ms | time to accuracy 0.78, s (reached) | accuracy at 3,200 examples | final "
-        "accuracy | framework import, s | model build, s |")
+    assert table.splitlines()[1] == ("| configuration | ok / trials | throughput | first step | step | to target | "
+                                     "accuracy at budget | final | import | build |")  # short; units in the legend
+    assert ("- Columns: throughput: steady throughput, examples/s median (95% CI); first step: first step (graph "
+            "build / compile), s; step: steady step, ms; to target: time to accuracy 0.78, s (reached); accuracy at "
+            "budget: accuracy at 3,200 examples; final: final accuracy; import: framework import, s; build: model "
+            "build, s.") in table
     rows = {row[0]: row for row in table_rows(table)}
     assert sorted(rows) == LABELS
     assert rows["torch/graph"][1:6] == ["3/3", "950 (928–965)", "1.2", "33.7", "2.1 (3/3)"]  # 95% CI, reached 3/3
@@ -246,8 +248,9 @@ def test_batch_column_appears_when_configurations_differ_in_examples_per_step(tm
 def test_memory_table_shows_baseline_increment_and_peak_with_the_probe(report):
     md = report["markdown"].read_text()
     table = section(md, "Memory")
-    assert table.splitlines()[1] == ("| configuration | probe | baseline after import and build, MiB | training memory "
-                                     "increment, MiB | peak over the whole trial, MiB |")
+    assert table.splitlines()[1] == "| configuration | probe | baseline | training increment | peak |"
+    assert ("- Columns: baseline: baseline after import and build, MiB; training increment: training memory "
+            "increment, MiB; peak: peak over the whole trial, MiB.") in table
     rows = {row[0]: row for row in table_rows(table)}
     assert rows["torch/graph"] == ["torch/graph", "rss", "260", "140", "408"]
     assert rows["tensorflow/xla"][1:] == ["—", "— [1]", "— [1]", "— [1]"]

@@ -44,7 +44,7 @@ from bakeoff.analysis.stats import ConfigSummary
 from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, ratio_text
 
 __all__ = ["DEFAULT_WEIGHTS", "FRAMEWORK_NAMES", "MEASURED", "MIN_RUNS", "ROBUST_SHARE", "Criterion", "Decision",
-           "decide", "decide_each", "display_name", "interval_text", "ratio_text", "resolve_weights"]
+           "against", "decide", "decide_each", "display_name", "interval_text", "ratio_text", "resolve_weights"]
 
 Qualitative = Mapping[str, Mapping[str, float]]
 """``{criterion: {framework: score 0..5}}``, e.g. ``{"team_familiarity": {"torch": 4, "tensorflow": 2}}``."""
@@ -256,6 +256,12 @@ def _head_to_head(q: Quantity, a: ConfigSummary, b: ConfigSummary,
                           None if vb is None else float(q.floored(vb)), q.floored(ra), q.floored(rb), ba, bb,
                           a.higher(q.name), confidence)
     return dataclasses.replace(d, a=va, b=vb)  # show the measured values
+
+
+def against(criterion: str, a: ConfigSummary, b: ConfigSummary, looks: int = 1) -> Difference:
+    """``a`` against ``b`` on the measured ``criterion``, as a decision compares its leader with its runner-up (its
+    interval at the confidence of a decision whose run could take ``looks`` looks)."""
+    return _head_to_head(MEASURED[criterion].record, a, b, intervals.for_looks(intervals.CONFIDENCE, looks))
 
 
 def _ceiling_spread(c: ConfigSummary) -> tuple[float, float]:

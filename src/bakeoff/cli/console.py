@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import time
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
@@ -15,12 +17,67 @@ from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec
 
 if TYPE_CHECKING:
+    from bakeoff.report.card import Card
     from bakeoff.results.store import Store
 
 console = Console(stderr=False, highlight=False)
 errors = Console(stderr=True, highlight=False)  # messages beside machine-readable output on stdout
 
 _STYLE = {"ok": "green", "failed": "red", "timeout": "red", "out_of_memory": "red", "unsupported": "yellow"}
+_OUTCOME = {"win": "green", "loss": "red", "tie": "yellow", "leader": "bold"}
+
+
+def print_card(card: Card) -> None:
+    """The decision card (:mod:`bakeoff.report.card`), then the recommendation and what decides it.
+
+    On a terminal, compact: a table per workload titled with its leader and verdict, each ratio over its interval
+    (fits 80 columns). Into a file or a pipe, the report's columns with each row on one line, as wide as it needs
+    (what a log or ``grep`` reads): no cell is wrapped between a ratio and its interval.
+    """
+    from rich import box
+    from rich.table import Table
+
+    from bakeoff.report.card import LEADER
+
+    def table(header: list[str], rows: list[list[Text]], title: str) -> Table:
+        """Each column at least as wide as its longest word, so that a terminal of 80 columns cuts no number."""
+        out = Table(box=box.SIMPLE_HEAD, pad_edge=False, title=title, title_justify="left", title_style="bold")
+        for i, name in enumerate(header):
+            words = [w for t in [name, *(row[i].plain for row in rows)] for w in t.split()]
+            out.add_column(name, justify="right" if i >= len(header) - len(card.criteria) else "left",
+                           no_wrap=not terminal, overflow="fold", min_width=max(map(len, words), default=1))
+        for row in rows:
+            out.add_row(*row)
+        return out
+
+    terminal = console.is_terminal
+    if terminal:
+        for section in dict.fromkeys(r.section for r in card.rows):
+            rows = [r for r in card.rows if r.section == section]
+            leader = next((r for r in rows if r.leader), None)
+            cells = [[Text((f"{LEADER} " if r.leader else "") + r.framework.replace(" (", "\n("),
+                           style=_OUTCOME["leader"] if r.leader else ""), Text(r.win_probability),
+                      *(Text(_stacked(c.text), style=_OUTCOME.get(c.outcome, "")) for c in r.cells)] for r in rows]
+            header = [h.replace(" ", "\n", 1) for h in ["framework", "win prob.", *card.header[4:]]]
+            console.print(table(header, cells,
+                                f"{section}: {leader.framework} {leader.standing}" if leader else section))
+    else:
+        every = table(card.header, [[Text(c.text, style=_OUTCOME.get(c.outcome, "")) for c in cells]
+                                    for cells in card.cells()], "decision")
+        wide = Console(file=io.StringIO(), color_system=None,
+                       width=Measurement.get(console, console.options.update(max_width=10_000), every).maximum)
+        wide.print(every)
+        console.out(wide.file.getvalue().rstrip("\n"), highlight=False)
+    console.print(f"[bold]recommendation[/]: {escape(card.recommendation)}", soft_wrap=not terminal)
+    console.print(f"[bold]what decides it[/]: {escape(card.decides)}", soft_wrap=not terminal)
+
+
+def _stacked(text: str) -> str:
+    """``"loss 0.56x (0.40–0.79x)"`` -> ``"loss 0.56x\n0.40–0.79"``: a narrow cell, never cut inside a number."""
+    if " (" not in text or not text.endswith(")"):
+        return text
+    ratio, interval = text[:-1].split(" (", 1)
+    return f"{ratio}\n{interval.removesuffix('x')}"
 
 
 def describe(result: TrialResult) -> str:

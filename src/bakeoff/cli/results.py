@@ -33,13 +33,14 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def say_report(written: Written) -> None:
-    """Each section's verdict (and scaling sentence), then where the report is. On a terminal a verdict wraps at
-    its width, between words; into a file or a pipe each verdict is one line, never cut at 80 columns between a
-    ratio and its interval (what a log or ``grep`` reads). A path is never wrapped."""
-    from bakeoff.cli.console import console
+    """Each section's verdict (and scaling sentence), the decision card, then where the report is. On a terminal a
+    verdict wraps at its width, between words; into a file or a pipe each verdict is one line, never cut at 80
+    columns between a ratio and its interval (what a log or ``grep`` reads). A path is never wrapped."""
+    from bakeoff.cli.console import console, print_card
 
     for heading, text in written.headlines():
         console.print(f"[bold]{heading}[/]: {text}", soft_wrap=not console.is_terminal)
+    print_card(written.card())
     console.print(f"report: {written.paths['html']}  (Markdown: {written.paths['markdown']})", soft_wrap=True)
 
 

@@ -1,11 +1,12 @@
 """Render trial results as a decision report: ``report.md``, a self-contained ``report.html``, and two PNGs.
 
-Per (workload, preset) the report gives, in this order: the one-line verdict, a warning when the trials differ in
-what a comparison needs equal (data, versions, settings), the environment, what ran and the command that reproduces
-it (:mod:`bakeoff.report.what_ran`), one row per configuration with every measured quantity of
-:data:`~bakeoff.analysis.quantities.QUANTITIES` (noisy values marked, missing ones explained), memory, run conditions
-(threads, machine load), the head-to-head differences with their intervals, the scores of every mode, the weights,
-the robustness of the verdict, and the trials that did not succeed.
+First the decision card across every workload (:mod:`bakeoff.report.card`), then the plots. Then per (workload,
+preset), in this order: the verdict, a warning when the trials differ in what a comparison needs equal (data,
+versions, settings), what ran and the command that reproduces it (:mod:`bakeoff.report.what_ran`), one row per
+configuration with every measured quantity of :data:`~bakeoff.analysis.quantities.QUANTITIES` (noisy values
+marked, missing ones explained), memory, run conditions (threads, machine load), the head-to-head differences with
+their intervals, the scores of every mode, the weights, the robustness of the verdict, the trials that did not
+succeed, and the environment (folded away).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError, Status
 from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE, size_note
 from bakeoff.measure.environment import OTHER_WORK_SHARE
-from bakeoff.report import deployment, plots
-from bakeoff.report.templates import Block, Heading, Image, Para, Table, to_html, to_markdown
+from bakeoff.report import card, deployment, plots
+from bakeoff.report.templates import Block, Details, Heading, Image, Para, Table, to_html, to_markdown
 from bakeoff.report.what_ran import mix_warning, what_ran_blocks
 
 NOISY_MARK = "†"
@@ -68,11 +69,31 @@ def _columns(configs: Sequence[ConfigSummary], table: str) -> list[Quantity]:
             and (not q.optional or any(c.get(q.name) is not None for c in configs))]
 
 
+SHORT = {"examples_per_s": "throughput", "tokens_per_s": "tokens/s", "frames_per_s": "frames/s", "mfu": "MFU",
+         "first_step_s": "first step", "steady_step_s": "step", "time_to_target_s": "to target",
+         "steps_to_target": "steps to target", "metric_at_budget": "{metric} at budget", "final_metric": "final",
+         "import_s": "import", "build_s": "build", "memory_baseline_bytes": "baseline",
+         "memory_increment_bytes": "training increment", "peak_memory_bytes": "peak"}
+"""Column headers of the configuration and memory tables; what each means, with its unit, is in the legend under
+the table (a quantity without one here is headed by its full title)."""
+
+
 def _header(q: Quantity, configs: Sequence[ConfigSummary]) -> str:
+    """A short column header (:data:`SHORT`)."""
+    return SHORT[q.name].format(metric=configs[0].metric_name or "metric") if q.name in SHORT else _title(q, configs)
+
+
+def _title(q: Quantity, configs: Sequence[ConfigSummary]) -> str:
+    """What a column holds, in full: ``steady throughput, examples/s median (95% CI)``."""
     text = configs[0].title(q.name) + (f", {q.display_unit}" if q.display_unit else "")
     if q.interval:
         text += " median (95% CI)"
     return text + (" (reached)" if q.censored else "")
+
+
+def _legend(columns: Sequence[Quantity], configs: Sequence[ConfigSummary]) -> str:
+    """``Columns: throughput: steady throughput, examples/s median (95% CI); ...``: each short header's meaning."""
+    return "Columns: " + "; ".join(f"{_header(q, configs)}: {_title(q, configs)}" for q in columns) + "."
 
 
 def _cell(c: ConfigSummary, q: Quantity, notes: _Footnotes) -> str:
@@ -106,9 +127,9 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
         row += [_cell(c, q, notes) for q in columns]
         row += [_graph_builds(c)] if builds else []
         rows.append(row)
-    footnotes = notes.lines()
+    footnotes = [_legend(columns, configs), *notes.lines()]
     if any(NOISY_MARK in cell for row in rows for cell in row):
-        footnotes.insert(0, f"{NOISY_MARK} noisy: spread across runs above {NOISY_THRESHOLD:.0%} of the median (IQR, "
+        footnotes.insert(1, f"{NOISY_MARK} noisy: spread across runs above {NOISY_THRESHOLD:.0%} of the median (IQR, "
                             "or the full range with fewer than 4 runs) — treat differences in it with suspicion")
     footnotes.append(f"Medians over successful runs. The {CONFIDENCE:.0%} CI is a bootstrap ({RESAMPLES:,} "
                      "resamples) over runs and, within each run, over its steady steps.")
@@ -163,7 +184,7 @@ def _memory_table(configs: Sequence[ConfigSummary]) -> Table | None:
     notes = _Footnotes()
     rows = [[c.label, c.memory_kind or "—", *(_cell(c, q, notes) for q in columns)] for c in configs]
     header = ["configuration", "probe", *(_header(q, configs) for q in columns)]
-    footnotes = notes.lines() + [
+    footnotes = [_legend(columns, configs), *notes.lines()] + [
         "Read by each engine's probe: rss is the process's resident set (CPU); on GPU, the framework allocator's "
         "peak. Baseline: in use after the framework import and model build. Training increment: the peak during "
         "training steps minus that baseline — what training costs, and what the memory criterion scores. The peak "
@@ -492,7 +513,6 @@ def _section(configs: Sequence[ConfigSummary], decision: Decision, qualitative: 
         Para(decision.verdict, "verdict"),
         *([Para(scaling, "verdict")] if scaling else []),
         *([warning] if warning else []),
-        Para(environment_line(configs), "env"),
         *what_ran_blocks(configs, suites),
         Heading(3, "Configurations"),
         _comparison_table(configs),
@@ -512,7 +532,8 @@ def _section(configs: Sequence[ConfigSummary], decision: Decision, qualitative: 
         blocks += [Heading(3, "Scores (every mode)"), _scores_table(decision)]
     blocks += [Heading(3, "Weights"), _weights_table(decision, qualitative),
                Heading(3, "Robustness of the verdict"), *_robustness_blocks(decision),
-               Heading(3, "Trials that did not succeed"), _failures_block(configs)]
+               Heading(3, "Trials that did not succeed"), _failures_block(configs),
+               Details("Environment", [Para(environment_line(configs), "env")])]
     return blocks
 
 
@@ -558,11 +579,11 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
     n_ok = sum(r.status is Status.OK for r in results)
     blocks: list[Block] = [Para(f"{len(results)} trials ({n_ok} successful) in {len(summaries)} configurations "
                                 f"on {len(decisions)} workload/preset pair{'s' if len(decisions) != 1 else ''}.")]
-    blocks += [Para(d.verdict, "verdict") for d in decisions.values() if len(decisions) > 1]
+    blocks += card.blocks(card.build(decisions, summaries))
+    blocks += [Heading(2, "Plots"), *images.values()]
     for key, decision in decisions.items():
         blocks += _section(groups[key], decision, qualitative, suites or {})
     blocks += deployment.blocks(deployments)
-    blocks += [Heading(2, "Plots"), *images.values()]
 
     paths = {"markdown": out_dir / "report.md", "html": out_dir / "report.html"}
     contents = {"markdown": to_markdown(title, blocks).encode(), "html": to_html(title, blocks).encode()}

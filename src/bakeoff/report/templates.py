@@ -41,9 +41,10 @@ class Code:
 @dataclasses.dataclass
 class Table:
     header: list[str]
-    rows: list[list[str]]
+    rows: list[list[str]]  # a cell's "\n" is a line break in HTML, a space in Markdown
     notes: list[str] = dataclasses.field(default_factory=list)  # footnotes printed under the table
     align: str = ""  # "l" or "r" per column; default: the first column left, the others (numbers) right
+    classes: list[list[str]] | None = None  # per cell, the HTML classes beside its alignment (the card's colours)
 
     def alignment(self) -> str:
         return self.align or "l" + "r" * (len(self.header) - 1)
@@ -56,9 +57,26 @@ class Image:
     png: bytes  # embedded into the HTML
 
 
-Block = Heading | Para | Facts | Code | Table | Image
+@dataclasses.dataclass
+class Section:
+    """Blocks that belong together, ``<section id=...>`` in HTML (the decision card); as they are in Markdown."""
 
-_PARA_PREFIX = {"verdict": "Verdict:", "warning": "Not like with like:"}
+    id: str
+    blocks: list[Block]
+
+
+@dataclasses.dataclass
+class Details:
+    """Blocks folded away under a one-line summary (the environment): ``<details>`` in both writers."""
+
+    summary: str
+    blocks: list[Block]
+
+
+Block = Heading | Para | Facts | Code | Table | Image | Section | Details
+
+_PARA_PREFIX = {"verdict": "Verdict:", "warning": "Not like with like:", "recommendation": "Recommendation:",
+                "decides": "What decides it:"}
 
 CSS = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; max-width: 76rem;
@@ -66,14 +84,35 @@ body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: 
 h1 { font-size: 1.6rem; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #ddd; } h3 { margin-top: 1.4rem; }
 p.verdict { font-size: 1.08rem; background: #f3f7ee; border-left: 4px solid #5a8f29; padding: .6rem .9rem; }
 p.warning { background: #fdf3e7; border-left: 4px solid #c77c02; padding: .6rem .9rem; }
-p.env { color: #555; font-size: .9rem; }
+p.env { color: #555; font-size: .9rem; overflow-wrap: anywhere; }
 ul.facts { padding-left: 1.2rem; } pre { background: #f6f6f6; padding: .5rem .8rem; overflow-x: auto; }
+div.scroll { max-width: 100%; overflow-x: auto; }
 table { border-collapse: collapse; margin: .5rem 0; font-variant-numeric: tabular-nums; }
 th, td { border: 1px solid #ddd; padding: .25rem .55rem; text-align: right; vertical-align: top; }
 th.l, td.l { text-align: left; }
 th { background: #f5f5f5; }
 ol.notes, ul.notes { font-size: .85rem; color: #555; margin-top: .2rem; }
-img { max-width: 100%; }
+img { max-width: 100%; height: auto; }
+details { margin: 1rem 0; } summary { cursor: pointer; font-weight: 600; }
+#decision h2 { margin-top: 1rem; }
+#decision p.recommendation { font-size: 1.15rem; background: #eef4fb; border-left: 4px solid #2c6fb7;
+                             padding: .6rem .9rem; margin-bottom: .3rem; }
+#decision p.decides { margin-top: .3rem; }
+#decision td:not(.l) { white-space: nowrap; }
+td.win { background: #dcefd0; color: #1d4d05; } td.loss { background: #f8d9d6; color: #7a1610; }
+td.tie { background: #f1f1f1; color: #444; } td.leader { font-weight: 600; }
+tr td.group { border-top: 2px solid #999; }
+@media (max-width: 40rem) {
+  body { margin: 1rem auto; padding: 0 .6rem; font-size: 14px; }
+  th, td { padding: .2rem .35rem; }
+}
+@media print {
+  body { max-width: none; margin: 0; font-size: 10pt; }
+  div.scroll { overflow: visible; }
+  td.win, td.loss, td.tie, th { print-color-adjust: exact; -webkit-print-color-adjust: exact; }
+  h2, h3 { break-after: avoid; } table, img, p.verdict { break-inside: avoid; }
+}
+@media print { details::details-content { content-visibility: visible; } }
 """.strip()
 
 
@@ -83,7 +122,11 @@ def _md_cell(text: str) -> str:
 
 def to_markdown(title: str, blocks: Sequence[Block]) -> str:
     """GitHub-flavoured Markdown; images link to the PNG files written next to it."""
-    out = [f"# {title}", ""]
+    return "\n".join([f"# {title}", "", *_markdown(blocks)]).rstrip() + "\n"
+
+
+def _markdown(blocks: Sequence[Block]) -> list[str]:
+    out: list[str] = []
     for b in blocks:
         if isinstance(b, Heading):
             out += [f"{'#' * b.level} {b.text}", ""]
@@ -106,13 +149,27 @@ def to_markdown(title: str, blocks: Sequence[Block]) -> str:
                 out += [f"- {note}" for note in b.notes] + [""]
         elif isinstance(b, Image):
             out += [f"![{b.alt}]({b.filename})", ""]
-    return "\n".join(out).rstrip() + "\n"
+        elif isinstance(b, Section):
+            out += _markdown(b.blocks)
+        elif isinstance(b, Details):  # GitHub renders it folded; the blank lines keep the Markdown inside
+            out += [f"<details><summary>{html.escape(b.summary)}</summary>", "", *_markdown(b.blocks), "</details>",
+                    ""]
+    return out
 
 
 def to_html(title: str, blocks: Sequence[Block]) -> str:
-    """One self-contained page: inline CSS, images as base64 data URIs, no external reference; all text escaped."""
+    """One self-contained page: inline CSS, images as base64 data URIs, no external reference; all text escaped.
+    Tables scroll within their box on a narrow screen rather than widen the page."""
     e = html.escape
-    body = [f"<h1>{e(title)}</h1>"]
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f"<title>{e(title)}</title>\n<style>\n{CSS}\n</style>\n</head>\n<body>\n<h1>{e(title)}</h1>\n"
+            + "\n".join(_html(blocks)) + "\n</body>\n</html>\n")
+
+
+def _html(blocks: Sequence[Block]) -> list[str]:
+    e = html.escape
+    body: list[str] = []
     for b in blocks:
         if isinstance(b, Heading):
             body.append(f"<h{b.level}>{e(b.text)}</h{b.level}>")
@@ -126,16 +183,32 @@ def to_html(title: str, blocks: Sequence[Block]) -> str:
         elif isinstance(b, Code):
             body.append(f"<pre><code>{e(chr(10).join(b.lines))}</code></pre>")
         elif isinstance(b, Table):
-            css = ['' if a == "r" else ' class="l"' for a in b.alignment()]
-            head = "".join(f"<th{a}>{e(h)}</th>" for a, h in zip(css, b.header, strict=True))
-            rows = "".join("<tr>" + "".join(f"<td{a}>{e(c)}</td>" for a, c in zip(css, row, strict=True))
-                           + "</tr>\n" for row in b.rows)
-            body.append(f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{rows}</tbody>\n</table>")
-            if b.notes:
-                body.append('<ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in b.notes) + "</ul>")
+            body.append(_html_table(b))
         elif isinstance(b, Image):
             data = base64.b64encode(b.png).decode("ascii")
             body.append(f'<p><img alt="{e(b.alt)}" src="data:image/png;base64,{data}"></p>')
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{e(title)}</title>\n<style>\n{CSS}\n</style>\n</head>\n<body>\n"
-            + "\n".join(body) + "\n</body>\n</html>\n")
+        elif isinstance(b, Section):
+            body += [f'<section id="{e(b.id)}">', *_html(b.blocks), "</section>"]
+        elif isinstance(b, Details):
+            body += [f"<details><summary>{e(b.summary)}</summary>", *_html(b.blocks), "</details>"]
+    return body
+
+
+def _html_table(b: Table) -> str:
+    e = html.escape
+
+    def attr(align: str, extra: str = "") -> str:
+        names = " ".join(n for n in ("l" if align == "l" else "", extra) if n)
+        return f' class="{e(names)}"' if names else ""
+
+    aligns = b.alignment()
+    head = "".join(f"<th{attr(a)}>{e(h)}</th>" for a, h in zip(aligns, b.header, strict=True))
+    classes = b.classes or [[""] * len(aligns) for _ in b.rows]
+    rows = "".join("<tr>" + "".join(f"<td{attr(a, k.strip())}>{e(c).replace(chr(10), '<br>')}</td>"
+                                    for a, c, k in zip(aligns, row, kinds, strict=True)) + "</tr>\n"
+                   for row, kinds in zip(b.rows, classes, strict=True))
+    text = (f'<div class="scroll">\n<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{rows}</tbody>\n</table>\n'
+            "</div>")
+    if b.notes:
+        text += '\n<ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in b.notes) + "</ul>"
+    return text

@@ -19,6 +19,7 @@ from bakeoff.analysis.scaling import scaling_rows, scaling_sentence
 from bakeoff.analysis.stats import ConfigSummary, summarise_groups
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError
+from bakeoff.report import card as decision_card
 from bakeoff.report import deployment
 from bakeoff.report.render import render_report
 
@@ -41,6 +42,10 @@ class Written:
             if scaling:
                 out.append(("scaling", scaling.removeprefix("Scaling: ")))
         return out
+
+    def card(self) -> decision_card.Card:
+        """The decision card across every section, as the report opens with it."""
+        return decision_card.build(self.decisions, self.summaries)
 
 
 def decisions(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | None,

@@ -1,0 +1,309 @@
+"""The decision card: what a reader sees first, in the report and at the end of ``bakeoff run`` / ``bakeoff report``.
+
+Across every workload of the report: one row per framework (judged, as the decision judges it, by its best
+configuration) and one column per weighted criterion. The workload's leader shows its medians; every other framework
+shows win, tie or loss against the leader with the ratio of medians and its interval (the runner-up's are the
+verdict's own head-to-head numbers, seen from its side). Under it, the overall recommendation with its win
+probability (the share of joint draws of measurements and weights in which it leads, :attr:`Decision.win_share`) and
+one line of what decides it. :func:`build` reads the decisions; :func:`blocks` is the report's, and
+:mod:`bakeoff.cli.console` draws the same :class:`Card` as a rich table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+from bakeoff.analysis.bootstrap import RESAMPLES, TIE_BAND, Difference
+from bakeoff.analysis.conditions import display_name
+from bakeoff.analysis.decide import MEASURED, Decision, against
+from bakeoff.analysis.quantities import fmt
+from bakeoff.analysis.stats import ConfigSummary
+from bakeoff.analysis.verdict import interval_text, percent, ratio_text
+from bakeoff.report.templates import Block, Heading, Para, Section, Table
+
+SHORT = {"throughput": "throughput", "time_to_target": "time to target", "first_step": "first step",
+         "memory": "memory", "quality": "quality"}
+"""Column headers of the measured criteria; their units are in the legend."""
+
+LEADER = "★"
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One cell: its text, and how it came out for the row's framework against the leader."""
+
+    text: str
+    outcome: str = ""  # "win" | "tie" | "loss" | "leader" (the leader's own value) | "" (nothing to judge)
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    section: str  # "text_classifier/tiny"
+    framework: str  # "PyTorch (graph)": the framework and the mode of its best configuration
+    standing: str  # the leader's: "wins", "leads, provisional", "leads within noise", "tie"; else "" or why none
+    win_probability: str  # "99.9%", or "—" where there are no joint draws worth a number
+    cells: list[Cell]
+    leader: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Card:
+    """The card: its criteria (columns), rows, the recommendation, what decides it, and the legend."""
+
+    criteria: list[str]
+    rows: list[Row]
+    recommendation: str
+    decides: str
+    legend: list[str]
+
+    @property
+    def header(self) -> list[str]:
+        return ["workload", "framework", "verdict", "win prob.", *(SHORT.get(c, c.replace("_", " "))
+                                                                   for c in self.criteria)]
+
+    def cells(self) -> list[list[Cell]]:
+        """Every row as cells, the workload named on the first row of its group only."""
+        out = []
+        for i, r in enumerate(self.rows):
+            first = i == 0 or self.rows[i - 1].section != r.section
+            name = f"{LEADER} {r.framework}" if r.leader else r.framework
+            out.append([Cell(r.section if first else ""), Cell(name, "leader" if r.leader else ""),
+                        Cell(r.standing), Cell(r.win_probability), *r.cells])
+        return out
+
+
+def _section(d: Decision) -> str:
+    return f"{d.workload}/{d.preset}"
+
+
+def _criteria(decisions: Sequence[Decision]) -> list[str]:
+    """The criteria weighted in some decision: the measured ones in their order, then the others as met."""
+    weighted = [c for d in decisions for c in d.weights]
+    return [c for c in MEASURED if c in weighted] + list(dict.fromkeys(c for c in weighted if c not in MEASURED))
+
+
+def _score(d: Decision, label: str, criterion: str) -> float | None:
+    """A qualitative (or deployment) criterion's 0..5 score of configuration ``label``."""
+    part = next((c.parts.get(criterion) for c in d.configs if c.label == label), None)
+    return None if part is None else 5 * part
+
+
+def _ratio_cell(diff: Difference) -> Cell:
+    """``win 1.83x (1.76–1.89x)`` from the row's side (``a``)."""
+    if diff.ratio is None:
+        return Cell("—")
+    outcome = {"a": "win", "b": "loss"}.get(diff.better or "", "tie")
+    if diff.low is None or diff.high is None:
+        return Cell(f"{outcome} {ratio_text(diff.ratio)} (1 run a side)", outcome)
+    return Cell(f"{outcome} {ratio_text(diff.ratio)} ({ratio_text(diff.low, '')}–{ratio_text(diff.high)})", outcome)
+
+
+def _leader_cell(d: Decision, c: str, config: ConfigSummary) -> Cell:
+    if c in MEASURED:
+        q = MEASURED[c].record
+        v = config.value(q.name)
+        text = "—" if v is None else "never" if math.isinf(v) else fmt(v * q.scale)
+        return Cell(text, "leader")
+    score = _score(d, config.label, c)
+    return Cell("—" if score is None else f"{score:.2g}/5", "leader")
+
+
+def _other_cell(d: Decision, c: str, config: ConfigSummary, leader: ConfigSummary, runner_up: bool) -> Cell:
+    if c in MEASURED:
+        diff = d.head_to_head[c].swapped() if runner_up and c in d.head_to_head else against(c, config, leader,
+                                                                                              d.looks)
+        return _ratio_cell(diff)
+    mine, theirs = _score(d, config.label, c), _score(d, leader.label, c)
+    if mine is None or theirs is None:
+        return Cell("—")
+    outcome = "win" if mine > theirs else "loss" if mine < theirs else "tie"
+    return Cell(f"{outcome} {mine:.2g} vs {theirs:.2g}", outcome)
+
+
+def _standing(d: Decision) -> str:
+    if d.winner is not None:
+        return "leads, provisional" if d.provisional else "wins"
+    if d.tie:
+        return "tie"
+    return "leads within noise" if len(d.ranking) > 1 else "only one compared"
+
+
+def _shares(d: Decision) -> bool:
+    """Whether the decision's joint draws are worth a number: two frameworks compared, and more than one run a side
+    (one run has no spread to draw from)."""
+    return bool(d.win_share) and not (d.runs is not None and min(d.runs) < 2)
+
+
+def _rows(d: Decision, summaries: Sequence[ConfigSummary], criteria: Sequence[str]) -> list[Row]:
+    mine = {s.label: s for s in summaries if (s.workload, s.preset) == (d.workload, d.preset)}
+    rows = []
+    if d.ranking:
+        leader = mine[d.ranking[0].label]
+        for i, f in enumerate(d.ranking):
+            config = mine[f.label]
+            share = percent(d.win_share.get(f.framework, 0.0)) if _shares(d) else "—"
+            if i == 0:
+                cells = [_leader_cell(d, c, config) if c in d.weights else Cell("—") for c in criteria]
+            else:
+                cells = [_other_cell(d, c, config, leader, i == 1) if c in d.weights else Cell("—")
+                         for c in criteria]
+            rows.append(Row(_section(d), display_name(f.label), _standing(d) if i == 0 else "", share, cells,
+                            leader=i == 0))
+    for framework in d.unscored:
+        rows.append(Row(_section(d), display_name(framework), "no successful trial", "—",
+                        [Cell("—") for _ in criteria]))
+    return rows
+
+
+def _mean_share(framework: str, decisions: Sequence[Decision]) -> tuple[float, int] | None:
+    """The framework's win share averaged over the decisions that drew for it, and how many did."""
+    shares = [d.win_share[framework] for d in decisions if _shares(d) and framework in d.win_share]
+    return (sum(shares) / len(shares), len(shares)) if shares else None
+
+
+def _probability(framework: str, decisions: Sequence[Decision]) -> str:
+    mean = _mean_share(framework, decisions)
+    if mean is None:
+        return "no win probability (one run a side: no spread to draw from)"
+    share, n = mean
+    over = "" if n == 1 else f", the mean over the {n} workloads it was compared on"
+    return f"win probability {percent(share)} (the share of joint draws in which it leads{over})"
+
+
+def _names(decisions: Sequence[Decision]) -> str:
+    return ", ".join(_section(d) for d in decisions)
+
+
+def _no_winner(d: Decision) -> str:
+    return "tie" if d.tie else "within noise"
+
+
+def recommendation(decisions: Sequence[Decision]) -> str:
+    """The framework the evidence favours across every workload, with its win probability; or why none."""
+    compared = [d for d in decisions if len(d.ranking) > 1]
+    if not compared:
+        return ("No recommendation: no workload had two frameworks to compare"
+                + (f" ({_names(decisions)}: its verdict below says why)" if decisions else "") + ".")
+    wins: dict[str, list[Decision]] = {}
+    for d in compared:
+        if d.winner is not None:
+            wins.setdefault(d.winner, []).append(d)
+    if len(wins) == 1:
+        (framework, won), = wins.items()
+        rest = [d for d in compared if d not in won]
+        name = display_name(framework)
+        provisional = " (provisional: fewer than 3 runs a side)" if any(d.provisional for d in won) else ""
+        others = "; ".join(f"no winner on {_section(d)} ({_no_winner(d)})" for d in rest)
+        wins_text = (f"wins {_names(won)}" if len(compared) == 1 else
+                     f"wins {len(won)} of {len(compared)} compared workloads ({_names(won)})")
+        return (f"{name}{provisional}: it {wins_text}{'; ' + others if others else ''}; "
+                f"{_probability(framework, compared)}.")
+    if wins:
+        def each(framework: str, won: list[Decision]) -> str:
+            share = _mean_share(framework, won)
+            return f"{display_name(framework)} wins {_names(won)}" + (
+                f" (win probability {percent(share[0])} there)" if share else "")
+
+        return ("No single framework: " + "; ".join(
+            each(fw, ds) for fw, ds in sorted(wins.items(), key=lambda kv: (-len(kv[1]), kv[0])))
+                + " — win probability: the share of joint draws in which it leads.")
+    leaning = max({f.framework for d in compared for f in d.ranking},
+                  key=lambda fw: ((_mean_share(fw, compared) or (0.0, 0))[0], fw))
+    lean = (f"; the evidence leans to {display_name(leaning)}, {_probability(leaning, compared)}"
+            if _mean_share(leaning, compared) else "")
+    return (f"No recommendation: no framework wins any workload "
+            f"({'; '.join(f'{_no_winner(d)} on {_section(d)}' for d in compared)}){lean}.")
+
+
+def _weightiest(d: Decision) -> str | None:
+    """The leader's weightiest criterion won against the runner-up, as ``throughput on mnist/tiny (1.83x TensorFlow
+    (graph)'s, 95% CI 1.76–1.89x)``."""
+    lead, runner = d.ranking[0], d.ranking[1]
+    parts = {c.label: c.parts for c in d.configs}
+
+    def gain(c: str) -> float:
+        return d.weights[c] * abs((parts[lead.label].get(c) or 0.0) - (parts[runner.label].get(c) or 0.0))
+
+    for c in sorted(d.weights, key=gain, reverse=True):
+        name = SHORT.get(c, c.replace("_", " "))
+        if c in d.head_to_head and d.head_to_head[c].better == "a":
+            diff = d.head_to_head[c]
+            ci = (f", {interval_text(diff.low, diff.high, diff.confidence)}" if diff.low is not None
+                  and diff.high is not None else "")
+            return f"{name} on {_section(d)} ({ratio_text(diff.ratio)} {display_name(runner.label)}'s{ci})"
+        if c not in MEASURED and gain(c) > 0 and (parts[lead.label].get(c) or 0) > (parts[runner.label].get(c) or 0):
+            return (f"{name} on {_section(d)} ({5 * (parts[lead.label][c] or 0):.2g} vs "
+                    f"{5 * (parts[runner.label][c] or 0):.2g}, a score given, not measured)")
+    return None
+
+
+def decides(decisions: Sequence[Decision]) -> str:
+    """One line of what decides the recommendation: each winner's weightiest criterion won, per workload."""
+    compared = [d for d in decisions if len(d.ranking) > 1]
+    won = [w for d in compared if d.winner is not None and (w := _weightiest(d))]
+    if won:
+        return "; ".join(won) + "."
+    if compared and all(d.tie for d in compared):
+        return (f"nothing measured: the frameworks are within ±{TIE_BAND:.0%} of each other on every weighted "
+                "criterion, so what cannot be measured (qualitative criteria, scored in the suite) decides.")
+    if compared:
+        return ("nothing yet: every lead is within noise; more runs (--repeats) narrow the intervals, and the "
+                "verdicts below say which differences are not settled.")
+    return "nothing: there is no comparison."
+
+
+def _legend(decisions: Sequence[Decision], summaries: Sequence[ConfigSummary], criteria: Sequence[str]) -> list[str]:
+    units = []
+    for c in criteria:
+        if c in MEASURED:
+            q = MEASURED[c].record
+            if c == "quality":
+                metrics = {}
+                for s in summaries:
+                    metrics.setdefault(s.metric_name or "metric", []).append(f"{s.workload}/{s.preset}")
+                what = ", ".join(f"{m} ({', '.join(dict.fromkeys(where))})" for m, where in metrics.items())
+                units.append(f"quality: the workload's metric at the largest training budget every configuration "
+                             f"reached, {what}" if len(metrics) > 1 else f"quality: {next(iter(metrics))} at the "
+                             "largest training budget every configuration reached")
+            else:
+                unit = q.display_unit + (" of training increment" if c == "memory" else "")
+                units.append(f"{SHORT[c]}: {unit}")
+        else:
+            units.append(f"{c.replace('_', ' ')}: a 0..5 score given in the suite, not measured"
+                         if not c.startswith("deploy_") else f"{c.replace('_', ' ')}: 0..5, scored from the stored "
+                                                                "deployments, 5 = the best")
+    legend = [f"Each framework by its best configuration (its mode in brackets). {LEADER}: the workload's leader, "
+              f"with its medians — {'; '.join(units)}.",
+              "Other rows: win, tie or loss against the leader — the ratio of medians, this framework's over the "
+              "leader's, and its 95% interval (for time, first step and memory above 1x is more); a tie when the "
+              f"interval reaches into ±{TIE_BAND:.0%}.",
+              f"win prob.: the share of {RESAMPLES:,} joint draws of the measurements (each configuration's runs) "
+              "and the weights (each ×½–2) in which the framework scores highest on that workload; — with one run "
+              "a side (no spread to draw from)."]
+    if any(c not in d.weights for d in decisions for c in criteria):
+        legend.append("— under a criterion: not counted on that workload (its verdict below says why).")
+    return legend
+
+
+def build(decisions: Mapping[tuple[str, str], Decision], summaries: Sequence[ConfigSummary]) -> Card:
+    """The card of every decision in the report."""
+    ds = list(decisions.values())
+    criteria = _criteria(ds)
+    rows = [row for d in ds for row in _rows(d, summaries, criteria)]
+    return Card(criteria, rows, recommendation(ds), decides(ds), _legend(ds, summaries, criteria))
+
+
+def blocks(card: Card) -> list[Block]:
+    """The report's card: its heading, the recommendation and what decides it, then the coloured table."""
+    cells = card.cells()
+    # In HTML a ratio and its interval are two lines of one cell: the card fits 1280 px without scrolling.
+    texts = [[c.text.replace(" (", "\n(", 1) if i >= 4 else c.text for i, c in enumerate(row)] for row in cells]
+    table = Table(card.header, texts, card.legend,
+                  align="lllr" + "r" * len(card.criteria),
+                  classes=[[c.outcome + (" group" if row[0].text and i else "") for c in row]
+                           for i, row in enumerate(cells)])
+    return [Section("decision", [Heading(2, "Decision"), Para(card.recommendation, "recommendation"),
+                                 Para(card.decides, "decides"), table])]
+
