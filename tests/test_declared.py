@@ -18,7 +18,7 @@ from bakeoff.core import formats
 from bakeoff.core.spec import SpecError
 from bakeoff.plan import team as team_file
 from bakeoff.report import declared
-from bakeoff.report.write import decisions, write_report
+from bakeoff.report.write import decisions, stored, write_report
 from bakeoff.results.store import Store
 from fake_results import default_results
 
@@ -228,3 +228,9 @@ def test_the_readme_survey_command_runs(tmp_path):
     assert r.returncode == 0, r.stderr
     md = (tmp_path / "reports" / "quick" / "report.md").read_text()
     assert "## Declared criteria" in md and "declared by product brief v3" in md
+    # --weight may weigh a criterion only a team file declares
+    team = team_file.load(EXAMPLE)
+    got = stored(tmp_path / "results" / "bakeoff.sqlite", "quick", {"team_familiarity": "1"}, "--weight", team)
+    assert got.weights["team_familiarity"] == 1.0
+    with pytest.raises(SpecError, match="team_familiarity"):
+        stored(tmp_path / "results" / "bakeoff.sqlite", "quick", {"team_familiarity": "1"}, "--weight")

@@ -20,8 +20,9 @@ these values as declared, beside the measured ones (:mod:`bakeoff.report.declare
     date = 2026-11-18
     weight = 0.3                  # optional: deploy_targets' decision weight (default 0)
 
-Every answer and the targets carry a source and a date (an answer may take [survey]'s). A weight given in the
-suite's ``[weights]`` or with ``bakeoff report --weight`` is used over the file's.
+Every answer and the targets carry a source and a date (an answer may take [survey]'s). ``bakeoff report
+--weight team_familiarity=W`` is used over the file's weight. A suite's bare ``[qualitative.team_familiarity]``
+scores and a team file's survey cannot both be given: the run or report is refused, naming both.
 
 **The scale** (:data:`SCALE`): 0 never used it, 1 followed a tutorial, 2 wrote small programs with it, 3 trained
 and debugged models with it on my own, 4 shipped a model with it, 5 could teach it or debug its internals.
@@ -128,7 +129,7 @@ class Team:
 
     @property
     def weights(self) -> dict[str, float]:
-        """The weights the file gives (a criterion without one weighs 0 unless the suite or a flag weighs it)."""
+        """The weights the file gives (a criterion without one weighs 0 unless ``--weight`` weighs it)."""
         given = {FAMILIARITY: self.survey_weight if self.answers else None,
                  TARGETS: self.needs.weight if self.needs else None}
         return {c: w for c, w in given.items() if w is not None}

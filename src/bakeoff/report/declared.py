@@ -4,7 +4,7 @@ measured. A declared target is checked against what ``bakeoff deploy`` exported 
 with the evidence.
 
 Both enter a decision as the qualitative criteria do: a 0..5 score per framework, divided by 5, times its weight
-(0 unless the team file, the suite or ``--weight`` gives one):
+(0 unless the team file or ``bakeoff report --weight`` gives one):
 
 * ``team_familiarity``: the survey's mean proficiency (:func:`bakeoff.plan.team.familiarity`);
 * ``deploy_targets``: 5 × the share of the needed targets met in that workload and preset; a target not tried
@@ -116,7 +116,7 @@ def _weight_note(criterion: str, decision: Decision | None) -> str:
         return ""
     used = decision.weights.get(criterion)
     return (f"weight {decision.given.get(criterion, 0):g} (normalised {used:.3f})" if used
-            else "weight 0: shown, not counted (set one with `weight =` in the team file, the suite's [weights] or "
+            else "weight 0: shown, not counted (set one with `weight =` in the team file or "
                  f"`bakeoff report --weight {criterion}=W`)")
 
 
