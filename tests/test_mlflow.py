@@ -39,6 +39,13 @@ def _trial_runs(client, experiment: str) -> list:
     return client.search_runs([found.experiment_id], filter_string="tags.`bakeoff.kind` = 'trial'")
 
 
+@pytest.fixture(autouse=True)
+def _mlflow_environment(monkeypatch):
+    """The variables :func:`mlflow_log.connect` sets for its process, restored after each test."""
+    for name in ("MLFLOW_ALLOW_FILE_STORE", "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def test_every_trial_round_trips_through_a_real_local_store(tmp_path):
     results = default_results()  # 4 configurations x 3 repeats, one failed trial
     written = write_report(results, tmp_path / "report", None, None, "t")
@@ -105,8 +112,9 @@ def test_an_unreachable_uri_is_refused_before_any_trial_runs(tmp_path, uri, says
 
 @pytest.mark.slow
 @pytest.mark.skipif(not registry.installed("torch"), reason="needs torch")
-def test_the_readme_mlflow_command_logs_a_real_trial(tmp_path):
+def test_the_readme_mlflow_command_logs_a_real_trial(tmp_path, monkeypatch):
     """The README's `bakeoff run ... --mlflow` command as written: one real PyTorch trial (about 20-30 s)."""
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # reading a file store, as the README says
     line = re.search(r"`(bakeoff run [^`]*--mlflow)`", (ROOT / "README.md").read_text()).group(1)
     r = _cli(*line.split()[1:], cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -10,8 +10,9 @@ whose artefacts are the report (``report/report.html``, its Markdown and plots).
 
 The trials are logged when the run has finished, from the store: the same results the report reads. A result
 already logged in the experiment (same key, same content) is not logged twice. Without a URI the tracking store is
-a local file store, ``mlruns`` beside the results store (``results/mlruns`` by default): ``mlflow ui
---backend-store-uri results/mlruns`` shows it.
+a local file store, ``mlruns`` beside the results store (``results/mlruns`` by default):
+``MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri results/mlruns`` shows it (:data:`FILE_STORE_NOTE`).
+The extra installs ``mlflow-skinny`` (the client and the file store, no server): a file store needs nothing else.
 
 MLflow is imported only here, and only when ``--mlflow`` is given. :func:`connect` reaches the store before any
 trial runs: a URI that cannot be reached, or MLflow not installed, is a :class:`SpecError` (exit 2).
@@ -35,6 +36,12 @@ from bakeoff.core.spec import SpecError, Status
 
 EXPERIMENT_PREFIX = "bakeoff/"
 """Trials of suite NAME go to the experiment ``bakeoff/NAME``."""
+
+FILE_STORE_NOTE = ("MLflow 3 keeps its file store (a folder of runs, the default here) in maintenance mode behind "
+                   "MLFLOW_ALLOW_FILE_STORE=true, which bakeoff sets for a file URI; another MLflow process reading "
+                   "the folder needs it too. A sqlite:///PATH URI works when sqlalchemy and alembic are installed "
+                   "(not in the mlflow extra).")
+"""Why a file store needs an environment variable."""
 
 REACH_TIMEOUT_S = 10
 """How long :func:`connect` waits for a tracking server to answer, without retrying."""
@@ -138,11 +145,13 @@ class Logged:
     artifacts: list[str]
 
     def line(self) -> str:
+        """What the console says: where the trials went, and how to browse a file store."""
         again = f", {len(self.already_logged)} already logged there" if self.already_logged else ""
+        report = "; the report is its artefact" if self.artifacts else ""
+        browse = (f" (browse: MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {self.uri})"
+                  if self.uri.startswith("file:") else "")
         return (f"mlflow: {len(self.trial_run_ids)} trials logged to {self.uri}, experiment {self.experiment}, "
-                f"under run {self.parent_run_id}{again}; the report is its artefact" if self.artifacts else
-                f"mlflow: {len(self.trial_run_ids)} trials logged to {self.uri}, experiment {self.experiment}, under "
-                f"run {self.parent_run_id}{again}")
+                f"under run {self.parent_run_id}{again}{report}{browse}")
 
 
 def connect(given: str | None, store_path: Path, suite: str) -> Tracker:
@@ -158,6 +167,8 @@ def connect(given: str | None, store_path: Path, suite: str) -> Tracker:
     except ImportError:
         raise SpecError("--mlflow needs MLflow: pip install 'bakeoff[mlflow]'") from None
     name = EXPERIMENT_PREFIX + suite
+    if uri.startswith("file:"):  # MLflow 3 keeps its file store behind this opt-in (:data:`FILE_STORE_NOTE`)
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     try:
         if uri.startswith("file:"):
             Path(uri.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
