@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.analysis import verdict
 from bakeoff.analysis.stats import summarise_groups
 from bakeoff.core import formats
 from bakeoff.core.spec import SpecError
@@ -172,6 +173,12 @@ def test_the_decision_weighs_declared_criteria_only_through_their_weight():
     parts = {c.framework: c.parts["team_familiarity"] for c in heavy.configs}
     assert parts == {"torch": pytest.approx(0.2), "tensorflow": pytest.approx(0.5)}  # (0+2)/2/5, (5+0)/2/5
     assert heavy.ranking[0].framework == "tensorflow"
+    # the verdict says whose figures they are: the team's, not measured ones
+    assert "team_familiarity: 2.5 vs 1 (your score)" in heavy.verdict
+    needs = decisions(summaries, {"deploy_targets": 20.0}, None, [r for r in ROWS if r["framework"] == "torch"],
+                      team)[("text_classifier", "tiny")]
+    assert "deploy_targets: 1.7 vs 0 (your needed targets, 5 = every one met)" in needs.verdict
+    assert set(verdict.DECLARED) <= {team_file.FAMILIARITY, team_file.TARGETS}
     with pytest.raises(SpecError, match=r"team_familiarity is declared twice: by \[qualitative.team_familiarity\]"):
         decisions(summaries, None, {"team_familiarity": {"torch": 4, "tensorflow": 2}}, ROWS, team)
 
