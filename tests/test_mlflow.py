@@ -118,7 +118,7 @@ def test_the_readme_mlflow_command_logs_a_real_trial(tmp_path, monkeypatch):
     line = re.search(r"`(bakeoff run [^`]*--mlflow)`", (ROOT / "README.md").read_text()).group(1)
     r = _cli(*line.split()[1:], cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "mlflow: 1 trials logged to file://" in r.stdout
+    assert "mlflow: 1 trial logged to file://" in r.stdout
     client = _client((tmp_path / "results" / "mlruns").as_uri())
     [experiment] = [e.name for e in client.search_experiments() if e.name.startswith(mlflow_log.EXPERIMENT_PREFIX)]
     [run] = _trial_runs(client, experiment)

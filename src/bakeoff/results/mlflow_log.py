@@ -150,7 +150,8 @@ class Logged:
         report = "; the report is its artefact" if self.artifacts else ""
         browse = (f" (browse: MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {self.uri})"
                   if self.uri.startswith("file:") else "")
-        return (f"mlflow: {len(self.trial_run_ids)} trials logged to {self.uri}, experiment {self.experiment}, "
+        n = len(self.trial_run_ids)
+        return (f"mlflow: {n} trial{'' if n == 1 else 's'} logged to {self.uri}, experiment {self.experiment}, "
                 f"under run {self.parent_run_id}{again}{report}{browse}")
 
 
