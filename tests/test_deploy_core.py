@@ -135,7 +135,8 @@ def test_store_keeps_deployment_rows_and_the_report_section_shows_them(tmp_path)
         assert store.deployments(model_keys=["k-torch"])[0]["framework"] == "torch"
     reached = deployment.targets(back)
     assert reached["torch"]["browser"] == ["ONNX (torch.onnx)"]
-    assert reached["tensorflow"] == {"mobile": ["LiteRT (float)"]}  # the failed and the differing formats count not
+    # the failed and the differing formats count not
+    assert reached["tensorflow"] == {"mobile": ["LiteRT (float)"], "edge": ["LiteRT (float)"]}
     scores = deployment.criteria(back, ["torch", "tensorflow", "jax"])
     assert scores["deploy_latency"] == {"torch": pytest.approx(2.5), "tensorflow": 5.0, "jax": 0.0}
     assert scores["deploy_size"]["tensorflow"] == 5.0 and scores["deploy_size"]["torch"] == pytest.approx(5 / 3)

@@ -3,11 +3,14 @@ writes its report, resumes, and refuses bad input before anything is written."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bakeoff.core.spec import SpecError, Status
 from bakeoff.data import DataError
 from bakeoff.plan.suite import parse_suite
+from bakeoff.plan.team import load
 from bakeoff.run.session import run_suite
 
 SUITE = """
@@ -36,6 +39,16 @@ def test_run_suite_runs_stores_reports_and_resumes(tmp_path):
     assert again.summary.ran == [] and [s.key() for s in again.summary.skipped] == [result.key]
     assert again.report is None and [r.key for r in again.results] == [result.key]
     assert again.unsettled == {} and again.unsupported == []
+
+    # with a team file: nothing runs again; its declared criteria are in the report and the decision
+    team = load(Path(__file__).resolve().parents[1] / "examples" / "team.toml")
+    declared = run_suite(parse_suite(SUITE), store, report_dir=tmp_path / "declared", team=team, concurrent=True)
+    assert declared.summary.ran == []
+    md = declared.report.paths["markdown"].read_text()
+    assert "declared by product brief v3, section 'Where it runs', 2026-11-18" in md
+    assert "| PyTorch | server | not tried | no stored deployment of TorchScript" in md
+    decision = declared.report.decisions[("mnist", "tiny")]
+    assert decision.given["team_familiarity"] == 0.2 and decision.configs[0].parts["team_familiarity"] == 0.7
 
 
 def test_run_suite_refuses_a_damaged_store_before_writing_anything(tmp_path):

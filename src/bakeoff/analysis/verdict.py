@@ -160,6 +160,11 @@ DEPLOY_PREFIX = "deploy_"
 """Criteria scored from measured deployments (:data:`bakeoff.report.deployment.CRITERIA`), passed to the decision
 beside the qualitative scores."""
 
+DECLARED = {"deploy_targets": "your needed targets, 5 = every one met"}
+"""Criteria a team file declares (:mod:`bakeoff.plan.team`) whose figures a verdict would otherwise misname:
+``deploy_targets`` is not a measured deployment figure (a team file's ``team_familiarity`` is "your score", as a
+suite's bare one is)."""
+
 
 def _lead_phrases(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapping[str, float | None],
                   r_parts: Mapping[str, float | None], qualitative: Qualitative) -> tuple[list[str], list[str]]:
@@ -177,7 +182,7 @@ def _lead_phrases(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapp
                 theirs.append(difference_phrase(diff.swapped(), r, w))
         elif c in qualitative:
             sw, sr = qualitative[c][w.framework], qualitative[c][r.framework]
-            whose = "measured, 5 = the best" if c.startswith(DEPLOY_PREFIX) else "your score"
+            whose = DECLARED.get(c) or ("measured, 5 = the best" if c.startswith(DEPLOY_PREFIX) else "your score")
             if sw != sr:
                 (ours if sw > sr else theirs).append(f"{c}: {sw:.2g} vs {sr:.2g} ({whose})" if sw > sr
                                                      else f"{c}: {sr:.2g} vs {sw:.2g} ({whose})")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from bakeoff.cli.options import DEFAULT_REPORTS, DEFAULT_STORE, key_values
 
 if TYPE_CHECKING:
+    from bakeoff.plan.team import Team
     from bakeoff.report.write import Stored, Written
 
 
@@ -21,6 +22,10 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
     report.add_argument("--weight", action="append", default=[], metavar="CRITERION=W",
                         help="decision weight, repeatable: throughput, time_to_target, first_step, "
                              "memory (the training increment), quality, or a qualitative criterion")
+    report.add_argument("--survey", type=Path, metavar="TEAM.toml",
+                        help="a team file: the team's proficiency per framework and the deployment targets the "
+                             "project needs, each with its source and date (examples/team.toml); shown as declared, "
+                             "weighed as team_familiarity and deploy_targets")
     report.add_argument("--export", type=Path, help="also export the trials as .json or .csv")
     report.add_argument("--format", choices=("html", "json"), default="html",
                         help="html (default): Markdown + HTML report; json: OUT/decision.json (verdict, winner, "
@@ -47,24 +52,27 @@ def say_report(written: Written) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from bakeoff.analysis.stats import summarise_groups
     from bakeoff.cli.console import console
+    from bakeoff.plan.team import load
     from bakeoff.report.write import stored, write_report
     from bakeoff.results.store import export
 
-    got = stored(args.store, args.suite, key_values(args.weight, "--weight"), f"--weight {' '.join(args.weight)}")
+    team = load(args.survey) if args.survey is not None else None
+    got = stored(args.store, args.suite, key_values(args.weight, "--weight"), f"--weight {' '.join(args.weight)}",
+                 team)
     if args.export:
         export(got.results, args.export)
     out = args.out or DEFAULT_REPORTS / (got.suite_name or "all")
     if args.format == "json":
-        return _report_json(got, out, args)
+        return _report_json(got, out, args, team)
     say_report(write_report(got.results, out, got.weights, got.qualitative,
-                            f"bakeoff: {got.suite_name or 'all trials'}", got.suites, got.deployments))
+                            f"bakeoff: {got.suite_name or 'all trials'}", got.suites, got.deployments, team))
     checks = _fail_if_slower(summarise_groups(got.results), args.fail_if_slower_than)
     for check in checks:
         console.print(check.line(), soft_wrap=True)
     return 1 if any(c.failed for c in checks) else 0
 
 
-def _report_json(got: Stored, out: Path, args: argparse.Namespace) -> int:
+def _report_json(got: Stored, out: Path, args: argparse.Namespace, team: Team | None) -> int:
     import json
 
     from bakeoff.analysis.stats import summarise_groups
@@ -76,7 +84,7 @@ def _report_json(got: Stored, out: Path, args: argparse.Namespace) -> int:
 
     summaries = summarise_groups(got.results)
     checks = _fail_if_slower(summaries, args.fail_if_slower_than)
-    decided = decisions(summaries, got.weights, got.qualitative, got.deployments)
+    decided = decisions(summaries, got.weights, got.qualitative, got.deployments, team)
     data = decisions_json(decided, summaries, store=str(args.store), suite=got.suite_name, bakeoff=bakeoff_version())
     data["checks"] = [{**vars(c), "failed": c.failed} for c in checks]
     text = json.dumps(data, indent=1, allow_nan=False, ensure_ascii=False)

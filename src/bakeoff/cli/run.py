@@ -38,6 +38,14 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:
                           "with sbatch from here; a multi_worker trial of more than K workers spans nodes, K on "
                           "each; the store's folder must be shared with the nodes at the same path; "
                           "scripts/slurm-local starts a single-machine Slurm)")
+    run.add_argument("--survey", type=Path, metavar="TEAM.toml",
+                     help="a team file: the team's proficiency per framework and the deployment targets the project "
+                          "needs, each with its source and date (format: the docstring of bakeoff/plan/team.py; "
+                          "examples/team.toml); the report shows them as declared and the decision weighs them")
+    run.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
+                     help="log every trial as an MLflow run (parameters: the spec; metrics: what it measured) and "
+                          "the report as an artefact of the suite's run, to the tracking URI (default: a local file "
+                          "store, mlruns beside the results store); pip install 'bakeoff[mlflow]'")
     run.add_argument("--no-report", action="store_true", help="do not write the report after the run")
     run.add_argument("--out", type=Path, help="report directory (default: reports/<suite>)")
     run.add_argument("--order-seed", type=int, default=0,
@@ -82,6 +90,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bakeoff.run.session import run_suite
 
     suite = suite_of(args)
+    team = None
+    if args.survey is not None:  # bad input fails here, before anything runs
+        from bakeoff.plan.team import check_against, load
+
+        team = load(args.survey)
+        check_against(team, suite.qualitative, suite.name)
     console.print(f"[bold]{suite.name}[/]: {len(suite.specs)} trials from {suite.source}; store {args.store}")
     said = ", ".join(f"{flag} {value}" for flag, value in suite.overrides.items())
     if said:
@@ -102,7 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                         report_dir=None if args.no_report else args.out or DEFAULT_REPORTS / suite.name,
                         title=f"bakeoff: {suite.name}" + (f" (overridden from the command line: {said})"
                                                           if said else ""),
-                        say=say, progress=RunProgress, executor=executor)
+                        say=say, progress=RunProgress, executor=executor, team=team, mlflow_uri=args.mlflow)
     summary = session.summary
     console.print(f"ran {len(summary.ran)} trials, skipped {len(summary.skipped)} already in the store")
     unsettled = session.unsettled
@@ -115,6 +129,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         _print_profiles(summary)
     if session.report is not None:
         say_report(session.report)
+    if session.mlflow is not None:
+        console.print(session.mlflow.line(), soft_wrap=True)
     # Unsupported trials (a mode or strategy a framework lacks, a framework not installed) are results, decided
     # before any process started, with their reasons; the exit code says whether anything else went wrong.
     unsupported = session.unsupported

@@ -18,7 +18,8 @@ class Format:
     process, and ``loads`` the frameworks that process may import (none for ONNX Runtime and LiteRT).
     ``tolerance`` is the largest absolute output difference from the framework model accepted for a float format;
     ``None`` for a quantised one, whose metric change is reported instead. ``targets`` are where such a file is
-    deployed (server, mobile, browser); a target counts for a framework only when its format exported and ran.
+    deployed (server, mobile, browser, edge: LiteRT's interpreter is what a phone or an edge box runs); a target
+    counts for a framework only when its format exported and ran.
     """
 
     name: str
@@ -69,12 +70,14 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("savedmodel", "SavedModel", "tensorflow", "tf", "savedmodel", FLOAT_TOLERANCE, ("server",),
            _TF, ("tensorflow",), "tf", notes="tf.saved_model.save with a serving_default signature; "
            "served by TF Serving / tf.saved_model.load"),
-    Format("litert", "LiteRT (float)", "tensorflow", "litert", "model.tflite", FLOAT_TOLERANCE, ("mobile",),
-           (), ("tensorflow", "ai_edge_litert"), "deploy", notes="tf.lite.TFLiteConverter from the SavedModel "
-           "(builtin ops only), run by the LiteRT interpreter (ai-edge-litert) without TensorFlow"),
+    Format("litert", "LiteRT (float)", "tensorflow", "litert", "model.tflite", FLOAT_TOLERANCE,
+           ("mobile", "edge"), (), ("tensorflow", "ai_edge_litert"), "deploy",
+           notes="tf.lite.TFLiteConverter from the SavedModel (builtin ops only), run by the LiteRT interpreter "
+           "(ai-edge-litert) without TensorFlow"),
     Format("litert-int8", "LiteRT (int8 dynamic range)", "tensorflow", "litert", "model.int8.tflite", None,
-           ("mobile",), (), ("tensorflow", "ai_edge_litert"), "deploy", quantised="int8 weights, dynamic range "
-           "(activations quantised on the fly)", notes="TFLiteConverter with Optimize.DEFAULT, no calibration set"),
+           ("mobile", "edge"), (), ("tensorflow", "ai_edge_litert"), "deploy",
+           quantised="int8 weights, dynamic range (activations quantised on the fly)",
+           notes="TFLiteConverter with Optimize.DEFAULT, no calibration set"),
     Format("tf-onnx", "ONNX (tf2onnx)", "tensorflow", "onnx", "model.onnx", FLOAT_TOLERANCE,
            ("server", "browser", "mobile"), (), ("tensorflow", "tf2onnx", "onnxruntime"), "deploy",
            notes="tf2onnx.convert.from_function, run by ONNX Runtime"),

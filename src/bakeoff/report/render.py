@@ -39,7 +39,7 @@ from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError, Status
 from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE, size_note
 from bakeoff.measure.environment import OTHER_WORK_SHARE
-from bakeoff.report import card, deployment, plots
+from bakeoff.report import card, declared, deployment, plots
 from bakeoff.report.templates import Block, Details, Heading, Image, Para, Table, to_html, to_markdown
 from bakeoff.report.what_ran import mix_warning, what_ran_blocks
 
@@ -404,6 +404,8 @@ def _weights_table(decision: Decision, qualitative: Qualitative) -> Table:
             scores = {cfg.framework: cfg.parts.get(c) for cfg in decision.configs}
             kind, what = "measured (deployment)", f"{deployment.CRITERIA[c]}, 5 x best/v, /5: " + ", ".join(
                 f"{display_name(fw)} {5 * v:.2g}" for fw, v in sorted(scores.items()) if v is not None)
+        elif c in declared.CRITERIA and c not in qualitative:
+            kind, what = declared.describe(c, decision)
         else:
             kind, what = "qualitative", "your score 0..5 per framework, /5: " + ", ".join(
                 f"{display_name(fw)} {v:g}" for fw, v in sorted(qualitative.get(c, {}).items()))
@@ -541,7 +543,8 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
                   qualitative: Qualitative | None = None, title: str = "bakeoff report",
                   suites: Mapping[str, str] | None = None,
                   decisions: Mapping[tuple[str, str], Decision] | None = None,
-                  deployments: Sequence[Mapping[str, Any]] = ()) -> dict[str, Path]:
+                  deployments: Sequence[Mapping[str, Any]] = (),
+                  declared_section: Sequence[Block] = ()) -> dict[str, Path]:
     """Write ``report.md``, ``report.html``, ``throughput.png`` and ``quality_vs_time.png`` into ``out_dir``.
 
     Args:
@@ -556,6 +559,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
             already has them (the bootstrap is not run twice); computed here otherwise.
         deployments: stored deployment rows (:meth:`bakeoff.results.store.Store.deployments`) for the Deployment
             section.
+        declared_section: the "Declared criteria" section (:func:`bakeoff.report.declared.blocks`), before Deployment.
 
     Returns:
         ``{"markdown", "html", "throughput", "quality_vs_time"}`` (and ``"scaling"`` when distributed trials
@@ -583,7 +587,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
     blocks += [Heading(2, "Plots"), *images.values()]
     for key, decision in decisions.items():
         blocks += _section(groups[key], decision, qualitative, suites or {})
-    blocks += deployment.blocks(deployments)
+    blocks += [*declared_section, *deployment.blocks(deployments)]
 
     paths = {"markdown": out_dir / "report.md", "html": out_dir / "report.html"}
     contents = {"markdown": to_markdown(title, blocks).encode(), "html": to_html(title, blocks).encode()}

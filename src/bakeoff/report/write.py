@@ -19,8 +19,9 @@ from bakeoff.analysis.scaling import scaling_rows, scaling_sentence
 from bakeoff.analysis.stats import ConfigSummary, summarise_groups
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError
+from bakeoff.plan.team import Team, check_against
 from bakeoff.report import card as decision_card
-from bakeoff.report import deployment
+from bakeoff.report import declared, deployment
 from bakeoff.report.render import render_report
 
 
@@ -50,32 +51,46 @@ class Written:
 
 def decisions(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | None,
               qualitative: Mapping[str, Any] | None,
-              deployments: Sequence[Mapping[str, Any]] = ()) -> dict[tuple[str, str], Decision]:
+              deployments: Sequence[Mapping[str, Any]] = (), team: Team | None = None
+              ) -> dict[tuple[str, str], Decision]:
     """The decision of each workload and preset; when a deployment criterion is weighted, with the deployment
-    criteria scored from that workload's stored ``deployments`` (refused when it has none)."""
-    if not any((weights or {}).get(c) for c in deployment.CRITERIA):
+    criteria scored from that workload's stored ``deployments`` (refused when it has none); with a ``team`` file,
+    with its declared criteria scored per section (:func:`bakeoff.report.declared.scores`), its weights under
+    ``weights``."""
+    weights = {**(team.weights if team else {}), **(weights or {})}
+    measured = any(weights.get(c) for c in deployment.CRITERIA)
+    if not measured and team is None:
         return decide_each(summaries, weights or None, qualitative or None)
+    if team is not None:
+        check_against(team, qualitative or {}, "being reported")
     rows = deployment.latest(deployments)
     out = {}
     for key in sorted({(s.workload, s.preset) for s in summaries}):
         mine = [r for r in rows if (r["workload"], r["preset"]) == key]
-        if not mine:
-            raise SpecError(f"a deployment criterion is weighted, but no deployment of {key[0]} / {key[1]} is "
-                            f"stored: run `bakeoff deploy --workload {key[0]} --preset {key[1]}` first")
         configs = [s for s in summaries if (s.workload, s.preset) == key]
-        scores = deployment.criteria(mine, {s.framework for s in configs})
-        out[key] = decide(configs, weights or {}, {**(qualitative or {}), **scores})
+        frameworks = sorted({s.framework for s in configs})
+        scores: dict[str, dict[str, float]] = {}
+        if measured:
+            if not mine:
+                raise SpecError(f"a deployment criterion is weighted, but no deployment of {key[0]} / {key[1]} is "
+                                f"stored: run `bakeoff deploy --workload {key[0]} --preset {key[1]}` first")
+            scores.update(deployment.criteria(mine, frameworks))
+        scores.update(declared.scores(team, frameworks, mine, *key))
+        out[key] = decide(configs, weights, {**(qualitative or {}), **scores})
     return out
 
 
 def write_report(results: Sequence[TrialResult], out: Path, weights: Mapping[str, float] | None,
                  qualitative: Mapping[str, Any] | None, title: str, suites: Mapping[str, str] | None = None,
-                 deployments: Sequence[Mapping[str, Any]] = ()) -> Written:
-    """Decide each section of ``results`` and write the report into ``out`` (Markdown, HTML, plots)."""
+                 deployments: Sequence[Mapping[str, Any]] = (), team: Team | None = None) -> Written:
+    """Decide each section of ``results`` and write the report into ``out`` (Markdown, HTML, plots); with a
+    ``team`` file, its declared criteria in the decision and in their own section."""
     summaries = summarise_groups(results)
-    decided = decisions(summaries, weights, qualitative, deployments)
+    decided = decisions(summaries, weights, qualitative, deployments, team)
+    frameworks = {key: sorted({s.framework for s in summaries if (s.workload, s.preset) == key}) for key in decided}
     paths = render_report(results, out, weights=weights or None, qualitative=qualitative or None, title=title,
-                          suites=suites, decisions=decided, deployments=deployments)
+                          suites=suites, decisions=decided, deployments=deployments,
+                          declared_section=declared.blocks(team, decided, frameworks, deployments))
     return Written(paths, decided, summaries)
 
 
@@ -91,11 +106,13 @@ class Stored:
     deployments: list[dict]
 
 
-def stored(store_path: Path, suite: str | None, given_weights: Mapping[str, str], said: str = "") -> Stored:
+def stored(store_path: Path, suite: str | None, given_weights: Mapping[str, str], said: str = "",
+           team: Team | None = None) -> Stored:
     """The results of ``suite`` (every trial when None) in the store at ``store_path``, with the weights and
     qualitative scores to decide them with: a shipped suite's or a suite file's, else those the suite was recorded
     with when it ran, ``given_weights`` over them; and the stored deployments of their workloads. ``said``: how
-    the weights were given (``--weight a=1``), named when they are refused."""
+    the weights were given (``--weight a=1``), named when they are refused. ``team``: a team file, whose criteria
+    ``given_weights`` may weigh."""
     from bakeoff.plan.suite import check_weights, load_suite, shipped_suites
     from bakeoff.results.store import Store
 
@@ -106,7 +123,8 @@ def stored(store_path: Path, suite: str | None, given_weights: Mapping[str, str]
     if from_file:
         loaded = load_suite(suite)
         weights, qualitative, suite_name = loaded.weights, loaded.qualitative, loaded.name
-    deploy_criteria = dict.fromkeys(deployment.CRITERIA, {})  # accepted by name; scored from the stored deployments
+    # accepted by name; scored from the stored deployments (and the team file's declarations)
+    deploy_criteria = dict.fromkeys([*deployment.CRITERIA, *(team.criteria if team else ())], {})
     try:
         weights = check_weights({**weights, **given_weights}, {**qualitative, **deploy_criteria})
     except SpecError as exc:
@@ -125,4 +143,6 @@ def stored(store_path: Path, suite: str | None, given_weights: Mapping[str, str]
         if not results:
             have = ", ".join(store.suites()) or "none"
             raise SpecError(f"no trials for suite {suite_name!r} in {store_path}; suites recorded: {have}")
+    if team is not None:
+        check_against(team, qualitative, suite_name or "(all trials)")
     return Stored(results, suites, suite_name, weights, qualitative, deployments)

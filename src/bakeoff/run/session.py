@@ -17,15 +17,20 @@ from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.plan.suite import Suite
+from bakeoff.plan.team import FAMILIARITY, Team
 from bakeoff.report.write import Written, write_report
 from bakeoff.results.store import Store, artifacts_dir
 from bakeoff.run import machine, process
 from bakeoff.run.executors import local as runner
 from bakeoff.run.executors.base import Executor
+
+if TYPE_CHECKING:
+    from bakeoff.results.mlflow_log import Logged
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +47,7 @@ class Session:
     summary: runner.RunSummary
     results: list[TrialResult]
     report: Written | None
+    mlflow: Logged | None = None  # with mlflow_uri: what was logged where
 
     @property
     def unsettled(self) -> Counter:
@@ -65,19 +71,29 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
               retry_failed: bool = False, retry_busy: bool = False, concurrent: bool = False, order_seed: int = 0,
               profile_steps: int = 0, report_dir: Path | None = None, title: str | None = None,
               say: Callable[[str], None] = log.info, progress: ProgressFactory | None = None,
-              executor: Executor | None = None) -> Session:
+              executor: Executor | None = None, team: Team | None = None, mlflow_uri: str | None = None
+              ) -> Session:
     """Run ``suite`` into the store at ``store_path`` and, with ``report_dir``, write its report there.
 
     Bad input (a spec, a data file, a damaged store) fails before a store or report is created. ``timeout_s``
     per trial defaults to the suite's; ``fresh``, ``retry_failed``, ``retry_busy``, ``order_seed`` and
     ``profile_steps`` and ``executor`` (where the trials execute; default: here, one after another) are
-    :func:`bakeoff.run.executors.local.run`'s.
+    :func:`bakeoff.run.executors.local.run`'s. ``team``: a team file (:mod:`bakeoff.plan.team`), whose declared
+    criteria the report shows and the decisions weigh (adaptive repeats included). ``mlflow_uri`` (None: off; "":
+    a file store beside the results store): the tracking store is reached before any trial runs (a
+    :class:`~bakeoff.core.spec.SpecError` when it cannot be), and every trial of the suite is logged to it after the
+    run, the report as an artefact (:mod:`bakeoff.results.mlflow_log`).
     """
     timeout = timeout_s or suite.timeout_s
     here = executor is None or not executor.remote  # trials on other machines: not this one's GPUs, nor its lock
     sizes = runner.validate(suite.specs, here=here)  # bad input fails here, before a store or report is created
     if store_path.exists():  # a damaged store, or a folder, fails here: before any search or trial; nothing written
         Store(store_path, readonly=True).close()
+    tracker = None
+    if mlflow_uri is not None:  # imports MLflow; an unreachable store fails here, before any trial
+        from bakeoff.results import mlflow_log
+
+        tracker = mlflow_log.connect(mlflow_uri, store_path, suite.name)
     specs, annotations = suite.specs, {}
     measuring = here or suite.auto_batch is not None  # the batch-size search measures here, whatever the executor
     with process.interruptible(), (machine.measuring(store_path, wait=not concurrent, say=say) if measuring
@@ -94,15 +110,22 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
             else:
                 from bakeoff.run import adaptive
 
+                weights, qualitative = suite.weights, suite.qualitative
+                if team is not None and team.answers:  # the same familiarity in every section
+                    weights = {**{k: v for k, v in team.weights.items() if k == FAMILIARITY}, **weights}
+                    qualitative = {**qualitative, FAMILIARITY: team.familiarity({s.framework.value for s in specs})}
                 summary = adaptive.run(specs, store, suite.name, suite.adaptive["first"], suite.adaptive["max"],
-                                       suite.weights, suite.qualitative, say=say,
-                                       grow=getattr(shown, "extend", None), **options)
+                                       weights, qualitative, say=say, grow=getattr(shown, "extend", None), **options)
             results = store.results(suite=suite.name, keys=[s.key() for s in summary.specs])
+            workloads = {r.run_spec.workload for r in results}
+            deployments = [d for d in store.deployments() if d["workload"] in workloads] if team else []
     written = None
     if report_dir is not None:
         written = write_report(results, report_dir, suite.weights, suite.qualitative,
-                               title or f"bakeoff: {suite.name}", {r.key: suite.name for r in results})
-    return Session(summary, results, written)
+                               title or f"bakeoff: {suite.name}", {r.key: suite.name for r in results},
+                               deployments, team)
+    logged = tracker.log(results, suite.name, written.paths if written else None) if tracker else None
+    return Session(summary, results, written, logged)
 
 
 def search_batch_sizes(suite: Suite, sizes: dict, log_dir: Path, timeout_s: float,
