@@ -38,7 +38,7 @@ from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError, Status
 from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE, size_note
 from bakeoff.measure.environment import OTHER_WORK_SHARE
-from bakeoff.report import deployment, plots
+from bakeoff.report import claims, deployment, plots
 from bakeoff.report.templates import Block, Heading, Image, Para, Table, to_html, to_markdown
 from bakeoff.report.what_ran import mix_warning, what_ran_blocks
 
@@ -562,6 +562,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
     for key, decision in decisions.items():
         blocks += _section(groups[key], decision, qualitative, suites or {})
     blocks += deployment.blocks(deployments)
+    blocks += claims.section(results, deployments)
     blocks += [Heading(2, "Plots"), *images.values()]
 
     paths = {"markdown": out_dir / "report.md", "html": out_dir / "report.html"}

@@ -1,0 +1,60 @@
+"""``bakeoff claims`` from Python: :func:`check` runs the trials the claims need through the same runner as ``bakeoff
+run`` (:func:`bakeoff.run.session.run_suite`: stored results reused by their keys, an interrupted run resumed), or
+with ``run=False`` only reads the store, then judges every claim (:func:`bakeoff.report.claims.judge`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from bakeoff.core.identity import identify
+from bakeoff.core.result import TrialResult
+from bakeoff.measure.environment import cuda_devices
+from bakeoff.plan.capacity import measured_mfu
+from bakeoff.plan.claims import Claim, all_specs
+from bakeoff.plan.suite import Suite
+from bakeoff.report.claims import ClaimVerdict, judge
+from bakeoff.results.store import Store
+from bakeoff.run.executors import local as runner
+from bakeoff.run.session import ProgressFactory, run_suite
+
+log = logging.getLogger(__name__)
+
+SUITE = "claims"
+"""The suite name the claims' trials are stored under (a trial stored by another suite is reused, not re-stored)."""
+TIMEOUT_S = 900.0
+
+
+def runnable(claims: Sequence[Claim], gpus: int) -> list[Claim]:
+    """The ratio claims whose trials this machine can run (enough GPUs)."""
+    return [c for c in claims if c.form == "ratio" and c.gpus <= gpus]
+
+
+def check(claims: Sequence[Claim], store_path: Path, *, run: bool = True, timeout_s: float | None = None,
+          retry_failed: bool = False, say: Callable[[str], None] = log.info,
+          progress: ProgressFactory | None = None) -> list[ClaimVerdict]:
+    """Judge ``claims`` on the store at ``store_path``, running first (``run``) the trials of those this machine can
+    test that the store lacks.
+
+    Every trial's spec is checked (unknown workload, preset, configuration) before anything runs or is written;
+    with ``run=False`` nothing is written, and a missing store judges every claim on no results.
+    """
+    gpus, _why = cuda_devices()
+    specs = all_specs(claims)
+    runner.validate(specs, here=False)  # bad input fails here, before any trial; this machine's GPUs: below
+    here = all_specs(runnable(claims, gpus))
+    if run and here:
+        suite = Suite(name=SUITE, description="the trials of bakeoff claims", specs=here,
+                      timeout_s=timeout_s or TIMEOUT_S, weights={}, qualitative={}, source="bakeoff claims")
+        run_suite(suite, store_path, timeout_s=timeout_s, retry_failed=retry_failed, say=say, progress=progress)
+    results: list[TrialResult] = []
+    deployments: list[dict] = []
+    mfu: dict[str, tuple[float, str]] = {}
+    if store_path.exists():
+        with Store(store_path, readonly=True) as store:
+            results = store.results(keys=[s.key() for s in identify(specs)])
+            deployments = store.deployments()
+            if any(c.plan for c in claims):
+                mfu = measured_mfu(store.results())
+    return judge(claims, results, deployments, gpus, mfu)
