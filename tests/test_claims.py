@@ -9,6 +9,7 @@ import json
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bakeoff.cli.main import main
@@ -199,6 +200,26 @@ def test_a_claim_needing_gpus_this_machine_lacks_says_so_with_the_plans_answer()
     # Results stored from a machine that had the GPUs are judged like any
     v = verdict_of(text, runs("tensorflow", "graph", [3.6, 3.5, 3.7]) + runs("torch", "graph", [1.0, 1.0, 1.01]))
     assert v.verdict == "supported" and v.notes == []
+
+
+def test_a_claim_true_exactly_at_its_threshold_is_rarely_called_either_way_and_a_clear_one_is_found():
+    """Calibration, by simulation through the real judge (about 2 s): runs drawn with 10% log-normal noise around
+    a true ratio of exactly 3 (the threshold) are called supported or refuted at most 5% of the time each (2.5%
+    expected of a one-sided read of a 95% interval); a true ratio of 4.5 at 5% noise is called supported in most."""
+    rng = np.random.default_rng(29)
+    claims = parse_claims(BUILD)
+
+    def called(true_ratio: float, noise: float, draws: int) -> dict[str, int]:
+        counts = {"supported": 0, "refuted": 0, "inconclusive": 0}
+        for _ in range(draws):
+            a, b = true_ratio * np.exp(rng.normal(0, noise, 3)), np.exp(rng.normal(0, noise, 3))
+            (v,) = judged.judge(claims, runs("tensorflow", "graph", list(a)) + runs("torch", "graph", list(b)))
+            counts[v.verdict] += 1
+        return counts
+
+    null = called(3.0, 0.10, 300)
+    assert null["supported"] <= 15 and null["refuted"] <= 15 and null["inconclusive"] >= 270
+    assert called(4.5, 0.05, 60)["supported"] >= 48
 
 
 TFLITE = ('[[claim]]\nname = "m"\nsaid = "TF Lite is the mobile path"\n'

@@ -44,6 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_claims(args: argparse.Namespace) -> int:
     from bakeoff.cli.console import RunProgress, console, errors
     from bakeoff.core.spec import SpecError
+    from bakeoff.measure.environment import cuda_devices, usable_cores
     from bakeoff.plan.claims import SHIPPED, load_claims
     from bakeoff.run.claims import check
 
@@ -64,12 +65,15 @@ def cmd_claims(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         shown.print(line, soft_wrap=True)
 
-    say(f"{len(claims)} claims from {args.file or SHIPPED}; store {args.store}"
+    gpus, cores = cuda_devices()[0], usable_cores()
+    say(f"{len(claims)} claim{'s' if len(claims) != 1 else ''} from {args.file or SHIPPED}; store {args.store}; "
+        f"this machine: {gpus} GPU(s), {cores} cores"
         + ("; --no-run: judged on the store alone" if args.no_run else ""))
     verdicts = check(claims, args.store, run=not args.no_run, timeout_s=args.timeout,
                      retry_failed=args.retry_failed, say=say, progress=None if json_out else RunProgress)
     if json_out:
-        print(json.dumps({"claims": [v.to_dict() for v in verdicts]}, indent=1, default=str))  # noqa: T201
+        out = {"machine": {"gpus": gpus, "cores": cores}, "claims": [v.to_dict() for v in verdicts]}
+        print(json.dumps(out, indent=1, default=str))  # noqa: T201
     else:
         show(verdicts)
     return 0

@@ -57,7 +57,9 @@ class Finding:
     n: tuple[int, int] = (0, 0)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"n": list(self.n)}
+        """JSON-ready: a never-reached target's +∞ as the string "inf" (JSON has no infinity)."""
+        out = dataclasses.asdict(self) | {"n": list(self.n)}
+        return {k: "inf" if isinstance(v, float) and math.isinf(v) else v for k, v in out.items()}
 
 
 @dataclasses.dataclass
