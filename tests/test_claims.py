@@ -126,7 +126,8 @@ def test_cli_refuses_a_bad_claim_with_exit_2_before_anything_runs_or_is_written(
     # A preset the workload lacks is only known to the workload: refused before any trial, nothing written
     mine.write_text(BUILD.replace('workload = "text_classifier"', 'workload = "text_classifier"\npreset = "huge"'))
     assert main(["claims", "--file", str(mine), "--store", str(store)]) == 2
-    assert "huge" in capsys.readouterr().err and not store.exists()
+    said = capsys.readouterr()
+    assert "claim 'build': unknown preset 'huge'" in said.err and said.out == "" and not store.exists()
     assert main(["claims", "--only", "graph_build,nonsense", "--store", str(store)]) == 2
     assert "--only graph_build,nonsense: unknown claim nonsense; accepted: graph_build," in capsys.readouterr().err
     assert main(["claims", "--file", str(tmp_path / "none.toml")]) == 2

@@ -46,7 +46,7 @@ def cmd_claims(args: argparse.Namespace) -> int:
     from bakeoff.core.spec import SpecError
     from bakeoff.measure.environment import cuda_devices, usable_cores
     from bakeoff.plan.claims import SHIPPED, load_claims
-    from bakeoff.run.claims import check
+    from bakeoff.run.claims import check, validate
 
     if args.timeout is not None and not args.timeout > 0:
         raise SpecError(f"--timeout {args.timeout:g}: seconds per trial must be above 0")
@@ -59,6 +59,7 @@ def cmd_claims(args: argparse.Namespace) -> int:
             raise SpecError(f"--only {args.only}: unknown claim {', '.join(unknown) or '(none given)'}; "
                             f"accepted: {', '.join(names)}")
         claims = [c for c in claims if c.name in wanted]
+    validate(claims)  # bad input fails here, before anything is said, run or written
     json_out = args.format == "json"
     shown = errors if json_out else console  # JSON alone on stdout
 
@@ -70,7 +71,8 @@ def cmd_claims(args: argparse.Namespace) -> int:
         f"this machine: {gpus} GPU(s), {cores} cores"
         + ("; --no-run: judged on the store alone" if args.no_run else ""))
     verdicts = check(claims, args.store, run=not args.no_run, timeout_s=args.timeout,
-                     retry_failed=args.retry_failed, say=say, progress=None if json_out else RunProgress)
+                     retry_failed=args.retry_failed, say=say, progress=None if json_out else RunProgress,
+                     validated=True)
     if json_out:
         out = {"machine": {"gpus": gpus, "cores": cores}, "claims": [v.to_dict() for v in verdicts]}
         print(json.dumps(out, indent=1, default=str))  # noqa: T201

@@ -8,8 +8,10 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from bakeoff.core import registry
 from bakeoff.core.identity import identify
 from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import SpecError
 from bakeoff.measure.environment import cuda_devices
 from bakeoff.plan.capacity import measured_mfu
 from bakeoff.plan.claims import Claim, all_specs
@@ -31,18 +33,31 @@ def runnable(claims: Sequence[Claim], gpus: int) -> list[Claim]:
     return [c for c in claims if c.form == "ratio" and c.gpus <= gpus]
 
 
+def validate(claims: Sequence[Claim]) -> None:
+    """Every trial's spec checked against its workload (preset, config fields) and its data, before anything runs or
+    is written: :class:`SpecError` naming the claim. This machine's GPUs are checked by the run itself."""
+    for claim in claims:
+        for spec in claim.specs:
+            try:
+                registry.workload(spec).config(spec.preset, spec)
+            except SpecError as exc:
+                raise SpecError(f"claim {claim.name!r}: {exc}") from None
+    runner.validate(all_specs(claims), here=False)
+
+
 def check(claims: Sequence[Claim], store_path: Path, *, run: bool = True, timeout_s: float | None = None,
           retry_failed: bool = False, say: Callable[[str], None] = log.info,
-          progress: ProgressFactory | None = None) -> list[ClaimVerdict]:
+          progress: ProgressFactory | None = None, validated: bool = False) -> list[ClaimVerdict]:
     """Judge ``claims`` on the store at ``store_path``, running first (``run``) the trials of those this machine can
     test that the store lacks.
 
-    Every trial's spec is checked (unknown workload, preset, configuration) before anything runs or is written;
-    with ``run=False`` nothing is written, and a missing store judges every claim on no results.
+    Every trial's spec is checked (:func:`validate`; ``validated``: the caller did) before anything runs or is
+    written; with ``run=False`` nothing is written, and a missing store judges every claim on no results.
     """
+    if not validated:
+        validate(claims)
     gpus, _why = cuda_devices()
     specs = all_specs(claims)
-    runner.validate(specs, here=False)  # bad input fails here, before any trial; this machine's GPUs: below
     here = all_specs(runnable(claims, gpus))
     if run and here:
         suite = Suite(name=SUITE, description="the trials of bakeoff claims", specs=here,
