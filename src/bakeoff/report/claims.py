@@ -25,7 +25,7 @@ from typing import Any
 from bakeoff.analysis import intervals
 from bakeoff.analysis.decide import head_to_head
 from bakeoff.analysis.quantities import fmt, quantity
-from bakeoff.analysis.stats import ConfigSummary, summarise_groups
+from bakeoff.analysis.stats import ConfigSummary, distinct_labels, summarise_groups
 from bakeoff.analysis.verdict import MIN_RUNS, interval_text, ratio_text
 from bakeoff.core.result import TrialResult
 from bakeoff.plan.claims import Claim, Comparison, capacity_plan, configuration, load_claims
@@ -106,6 +106,8 @@ def _side(summaries: Sequence[ConfigSummary], trials: Sequence[TrialResult]) -> 
 def _finding(claim: Claim, c: Comparison, by_config: Mapping[str, list[TrialResult]], gpus: int) -> Finding:
     q = quantity(claim.quantity)
     labels = c.a[0].label(), c.b[0].label()
+    if labels[0] == labels[1]:  # told apart by what differs: torch/eager/batch_size=64
+        labels = tuple(distinct_labels([c.a[0], c.b[0]]))
     trials = [by_config.get(configuration(side[0]), []) for side in (c.a, c.b)]
     if not all(trials):
         absent = " and ".join(label for label, t in zip(labels, trials, strict=True) if not t)
