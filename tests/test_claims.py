@@ -245,6 +245,9 @@ def test_a_deployment_claim_reads_what_bakeoff_deploy_stored():
     assert v.verdict == "refuted"
     v = verdict_of(TFLITE, [])
     assert v.verdict == "inconclusive" and "no stored deployment of tensorflow litert" in v.findings[0].why
+    missing = {**deployment_row("litert", "tensorflow", "unsupported"), "reason": "pip install 'bakeoff[deploy]'"}
+    v = verdict_of(TFLITE, [], deployments=[missing])  # not installed here: no evidence either way
+    assert v.verdict == "inconclusive" and "litert was not tried here: pip install" in v.findings[0].why
 
 
 def test_a_claim_without_a_measurable_form_gets_no_number():

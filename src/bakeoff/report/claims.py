@@ -166,21 +166,25 @@ def figures(claim: Claim, f: Finding) -> str:
 
 def _deployment(claim: Claim, rows: Sequence[Mapping[str, Any]]) -> ClaimVerdict:
     """Supported when a stored row of the format exported, ran and matched the framework model; refuted when every
-    stored row of it failed; inconclusive when none is stored. Other formats reaching the target are named."""
+    stored row of it that was tried failed (export, run or outputs); inconclusive when none is stored or it was not
+    tried here (unsupported: not installed, needs a GPU). Other formats reaching the target are named."""
     fw, name, target = (claim.deployment[k] for k in ("framework", "format", "target"))
     rows = deployed.latest(rows)
     mine = [r for r in rows if r["framework"] == fw and r["format"] == name]
     where = ", ".join(sorted({f"{r['workload']}/{r['preset']}" for r in mine}))
-    if not mine:
-        finding = Finding("", INCONCLUSIVE, f"no stored deployment of {fw} {name}: run `bakeoff deploy --workload "
-                                            f"mnist` (it exports every format) and ask again")
+    tried = [r for r in mine if r.get("status") != "unsupported"]  # not installed here, or needs a GPU: no evidence
+    if not tried:
+        said = "; ".join(dict.fromkeys(str(r.get("reason", "")) for r in mine))
+        finding = Finding("", INCONCLUSIVE, (f"{name} was not tried here: {said}" if mine else
+                                             f"no stored deployment of {fw} {name}") + ": run `bakeoff deploy "
+                                            "--workload mnist` (it exports every format it can) and ask again")
     elif any(deployed.usable(r) for r in mine):
         finding = Finding("", SUPPORTED, f"{name} exported, ran in its runtime and matched the {fw} model "
                                          f"({where}); " + "; ".join(deployed.line(r) for r in mine
                                                                       if deployed.usable(r)))
     else:
         finding = Finding("", REFUTED, f"{name} did not export, run or match ({where}): "
-                                       + "; ".join(deployed.line(r) for r in mine))
+                                       + "; ".join(deployed.line(r) for r in tried))
     others = sorted({f"{r['framework']} {r['format']}" for r in rows if deployed.usable(r) and
                      target in r.get("targets", []) and r["format"] != name})
     notes = [f"also reaching {target} here: {', '.join(others)}"] if others else []
