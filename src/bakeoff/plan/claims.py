@@ -50,9 +50,12 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff.core.spec import Parallelism, RunSpec, SpecError
+
+if TYPE_CHECKING:
+    from bakeoff.plan.capacity import Plan
 
 CLAIM_KEYS = ("name", "said", "quantity", "at_least", "at_most", "a", "b", "each", "repeats", "needs", "meaning",
               "trials", "plan", "deployment", "testable", "why")
@@ -317,7 +320,7 @@ def _plan(value: Any, gpus: int, fail: Any) -> dict[str, Any]:
 
 
 def capacity_plan(fields: Mapping[str, Any], framework: str, mfu: Mapping[str, tuple[float, str]],
-                  devices: int | None = None) -> Any:
+                  devices: int | None = None) -> Plan:
     """:func:`bakeoff.plan.capacity.plan` for a claim's ``[claim.plan]`` (on ``devices`` instead of its own when
     given)."""
     from bakeoff.plan.capacity import Machine, PlanError, Shape, parse_size, plan
