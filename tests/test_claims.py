@@ -287,6 +287,21 @@ def test_results_match_a_claims_configuration_whatever_their_seed_and_versions()
     assert judged.configuration(other.run_spec) != judged.configuration(claim.comparisons[0].b[0])
 
 
+def test_no_run_judges_what_the_store_holds_whichever_version_stored_it_and_writes_nothing(tmp_path):
+    from bakeoff.results.store import Store
+    from bakeoff.run.claims import check
+
+    path = tmp_path / "store.sqlite"
+    with Store(path) as store:  # fake_results' trials carry another bakeoff version's content keys
+        for r in runs("tensorflow", "graph", [3.6, 3.5, 3.7]) + runs("torch", "graph", [1.0, 1.02, 0.98]):
+            store.put(r, "somewhere")
+    before = path.stat().st_mtime_ns
+    (v,) = check(parse_claims(BUILD), path, run=False)
+    assert v.verdict == "supported" and v.findings[0].n == (3, 3) and path.stat().st_mtime_ns == before
+    (v,) = check(parse_claims(BUILD), tmp_path / "none.sqlite", run=False)
+    assert v.verdict == "inconclusive" and not (tmp_path / "none.sqlite").exists()
+
+
 # --- end to end --------------------------------------------------------------------------------------------------
 
 CHEAP = """

@@ -34,10 +34,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     claims.add_argument("--file", type=Path, help="a claims file of your own [the shipped claims]")
     claims.add_argument("--only", help="these claims only, by name, comma-separated")
-    claims.add_argument("--no-run", action="store_true", help="run nothing: judge on what the store holds")
+    claims.add_argument("--no-run", action="store_true",
+                        help="run nothing: judge on what the store holds of the claims' configurations (stored by "
+                             "any bakeoff version)")
     claims.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"results database [{DEFAULT_STORE}]")
     claims.add_argument("--timeout", type=float, help="seconds per trial before it is killed [900]")
     claims.add_argument("--retry-failed", action="store_true", help="re-run stored trials that did not succeed")
+    claims.add_argument("--retry-busy", action="store_true",
+                        help="measure again the stored trials measured while other processes used more than a "
+                             "quarter of their cores (their verdicts say so)")
     claims.add_argument("--format", choices=("table", "json"), default="table", help="[table]")
 
 
@@ -71,8 +76,8 @@ def cmd_claims(args: argparse.Namespace) -> int:
         f"this machine: {gpus} GPU(s), {cores} cores"
         + ("; --no-run: judged on the store alone" if args.no_run else ""))
     verdicts = check(claims, args.store, run=not args.no_run, timeout_s=args.timeout,
-                     retry_failed=args.retry_failed, say=say, progress=None if json_out else RunProgress,
-                     validated=True)
+                     retry_failed=args.retry_failed, retry_busy=args.retry_busy, say=say,
+                     progress=None if json_out else RunProgress, validated=True)
     if json_out:
         out = {"machine": {"gpus": gpus, "cores": cores}, "claims": [v.to_dict() for v in verdicts]}
         print(json.dumps(out, indent=1, default=str))  # noqa: T201

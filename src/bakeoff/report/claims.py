@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bakeoff.analysis import intervals
+from bakeoff.analysis.conditions import busy_note
 from bakeoff.analysis.decide import head_to_head
 from bakeoff.analysis.quantities import fmt, quantity
 from bakeoff.analysis.stats import ConfigSummary, distinct_labels, summarise_groups
@@ -144,9 +145,11 @@ def _finding(claim: Claim, c: Comparison, by_config: Mapping[str, list[TrialResu
         found.why = f"the whole {ci} {side} {claim.threshold}"
     else:
         found.why = f"the {ci} reaches both sides of {claim.threshold}"
-    unfinished = [note for s in (a, b) for note in s.reasons]
-    if unfinished:
-        found.why += "; " + "; ".join(f"{s.label}: {note}" for s in (a, b) for note in s.reasons)
+    caveats = [f"{s.label}: {note}" for s in (a, b) for note in s.reasons]  # runs that did not finish
+    caveats += [note.replace("bakeoff run --retry-busy", "bakeoff claims --retry-busy")
+                for s in (a, b) if (note := busy_note(s))]
+    if caveats:
+        found.why += "; " + "; ".join(caveats)
     return found
 
 
@@ -226,11 +229,14 @@ def _plan_answer(claim: Claim, mfu: Mapping[str, tuple[float, str]]) -> list[str
 def section(results: Sequence[TrialResult], rows: Sequence[Mapping[str, Any]] = ()) -> list[Block]:
     """The report's "Claims" section: the shipped claims judged on the report's results — nothing when none of
     their trials is among them (a report of other trials says nothing of claims)."""
+    from bakeoff.measure.environment import cuda_devices
+    from bakeoff.plan.capacity import measured_mfu
+
     claims = load_claims()
     configs = {configuration(s) for claim in claims for s in claim.specs}
     if not any(configuration(r.run_spec) in configs for r in results):
         return []
-    return blocks(judge(claims, results, rows))
+    return blocks(judge(claims, results, rows, cuda_devices()[0], measured_mfu(results)))
 
 
 COLUMNS = ["claim", "comparison", "verdict", "measured (a vs b, ratio a / b)", "why"]

@@ -46,13 +46,15 @@ def validate(claims: Sequence[Claim]) -> None:
 
 
 def check(claims: Sequence[Claim], store_path: Path, *, run: bool = True, timeout_s: float | None = None,
-          retry_failed: bool = False, say: Callable[[str], None] = log.info,
+          retry_failed: bool = False, retry_busy: bool = False, say: Callable[[str], None] = log.info,
           progress: ProgressFactory | None = None, validated: bool = False) -> list[ClaimVerdict]:
     """Judge ``claims`` on the store at ``store_path``, running first (``run``) the trials of those this machine can
-    test that the store lacks.
+    test that the store lacks (with ``retry_failed`` and ``retry_busy``, also those, as
+    :func:`bakeoff.run.session.run_suite` does).
 
     Every trial's spec is checked (:func:`validate`; ``validated``: the caller did) before anything runs or is
-    written; with ``run=False`` nothing is written, and a missing store judges every claim on no results.
+    written. With ``run=False`` nothing runs or is written: the claims are judged on every stored result of their
+    configurations, whichever bakeoff version stored it; a missing store judges every claim on no results.
     """
     if not validated:
         validate(claims)
@@ -62,13 +64,16 @@ def check(claims: Sequence[Claim], store_path: Path, *, run: bool = True, timeou
     if run and here:
         suite = Suite(name=SUITE, description="the trials of bakeoff claims", specs=here,
                       timeout_s=timeout_s or TIMEOUT_S, weights={}, qualitative={}, source="bakeoff claims")
-        run_suite(suite, store_path, timeout_s=timeout_s, retry_failed=retry_failed, say=say, progress=progress)
+        run_suite(suite, store_path, timeout_s=timeout_s, retry_failed=retry_failed, retry_busy=retry_busy, say=say,
+                  progress=progress)
     results: list[TrialResult] = []
     deployments: list[dict] = []
     mfu: dict[str, tuple[float, str]] = {}
     if store_path.exists():
         with Store(store_path, readonly=True) as store:
-            results = store.results(keys=[s.key() for s in identify(specs)])
+            # A run judges what it ran or reused (by key: this version, this data); --no-run whatever the store holds
+            # of the same configurations, whichever bakeoff version stored it (one version's runs per side)
+            results = store.results(keys=[s.key() for s in identify(specs)]) if run else store.results()
             deployments = store.deployments()
             if any(c.plan for c in claims):
                 mfu = measured_mfu(store.results())
