@@ -295,11 +295,13 @@ def test_no_run_judges_what_the_store_holds_whichever_version_stored_it_and_writ
     with Store(path) as store:  # fake_results' trials carry another bakeoff version's content keys
         for r in runs("tensorflow", "graph", [3.6, 3.5, 3.7]) + runs("torch", "graph", [1.0, 1.02, 0.98]):
             store.put(r, "somewhere")
+        store.put_deployment(deployment_row("litert", "tensorflow"))
     before = path.stat().st_mtime_ns
-    (v,) = check(parse_claims(BUILD), path, run=False)
-    assert v.verdict == "supported" and v.findings[0].n == (3, 3) and path.stat().st_mtime_ns == before
-    (v,) = check(parse_claims(BUILD), tmp_path / "none.sqlite", run=False)
-    assert v.verdict == "inconclusive" and not (tmp_path / "none.sqlite").exists()
+    build, tflite = check(parse_claims(BUILD + TFLITE), path, run=False)
+    assert build.verdict == "supported" and build.findings[0].n == (3, 3) and path.stat().st_mtime_ns == before
+    assert tflite.verdict == "supported"  # what bakeoff deploy stored
+    build, tflite = check(parse_claims(BUILD + TFLITE), tmp_path / "none.sqlite", run=False)
+    assert build.verdict == tflite.verdict == "inconclusive" and not (tmp_path / "none.sqlite").exists()
 
 
 # --- end to end --------------------------------------------------------------------------------------------------
