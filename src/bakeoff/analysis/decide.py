@@ -246,10 +246,10 @@ def _sensitivity(configs: Sequence[ConfigScore], weights: Mapping[str, float]) -
     return rows
 
 
-def _head_to_head(q: Quantity, a: ConfigSummary, b: ConfigSummary,
+def head_to_head(q: Quantity, a: ConfigSummary, b: ConfigSummary,
                   confidence: float = intervals.CONFIDENCE) -> Difference:
     """``a`` against ``b`` on ``q`` (:func:`bakeoff.analysis.intervals.compare`), values below the quantity's
-    resolution counted as it."""
+    resolution counted as it: the comparison every verdict rests on (the decision's head to head, a claim's)."""
     va, vb = a.value(q.name), b.value(q.name)
     (ra, ba), (rb, bb) = a.runs(q.name), b.runs(q.name)
     d = intervals.compare(q.name, None if va is None else float(q.floored(va)),
@@ -261,7 +261,7 @@ def _head_to_head(q: Quantity, a: ConfigSummary, b: ConfigSummary,
 def against(criterion: str, a: ConfigSummary, b: ConfigSummary, looks: int = 1) -> Difference:
     """``a`` against ``b`` on the measured ``criterion``, as a decision compares its leader with its runner-up (its
     interval at the confidence of a decision whose run could take ``looks`` looks)."""
-    return _head_to_head(MEASURED[criterion].record, a, b, intervals.for_looks(intervals.CONFIDENCE, looks))
+    return head_to_head(MEASURED[criterion].record, a, b, intervals.for_looks(intervals.CONFIDENCE, looks))
 
 
 def _ceiling_spread(c: ConfigSummary) -> tuple[float, float]:
@@ -278,7 +278,7 @@ def _mfu_difference(a: ConfigSummary, b: ConfigSummary) -> Difference:
     """``a`` against ``b`` on MFU, the interval widened by both ceilings' uncertainty: MFU is model FLOP/s over a
     ceiling measured with a spread (one probe's median ranged 118–190 GFLOP/s here), so the true ratio
     (ach_a / C_a) / (ach_b / C_b) lies anywhere the runs and the ceilings' sample ranges allow."""
-    d = _head_to_head(quantity("mfu"), a, b)
+    d = head_to_head(quantity("mfu"), a, b)
     if d.low is None or d.high is None:
         return d
     (a_low, a_high), (b_low, b_high) = _ceiling_spread(a), _ceiling_spread(b)
@@ -422,7 +422,7 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
     if decision.looks > 1:
         decision.caveats.append(f"adaptive repeats (runs added while a verdict is unsettled, up to {decision.looks} "
                                 f"looks): each interval is at {confidence * 100:.3g}%, not 95%")
-    decision.head_to_head = {c: _head_to_head(MEASURED[c].record, w_cfg, r_cfg, confidence) for c in compared}
+    decision.head_to_head = {c: head_to_head(MEASURED[c].record, w_cfg, r_cfg, confidence) for c in compared}
     decision.win_share = _win_shares(scored, norm, qualitative, rng_for(*keys[0], "weights"))
     decision.resamples = RESAMPLES
     decision.settled_weight, decision.unsettled_weight = _weights_behind(norm, decision.head_to_head, w_cfg, r_cfg,
@@ -430,7 +430,7 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
     if _leads(norm, decision.head_to_head, w_cfg, r_cfg, w_parts, r_parts, qualitative):
         decision.winner = lead.framework
         robust_confidence = intervals.for_looks(intervals.ROBUST_CONFIDENCE, decision.looks)
-        strict = {c: _head_to_head(MEASURED[c].record, w_cfg, r_cfg, robust_confidence) for c in compared}
+        strict = {c: head_to_head(MEASURED[c].record, w_cfg, r_cfg, robust_confidence) for c in compared}
         decision.robust = (not decision.provisional and decision.win_share[lead.framework] >= ROBUST_SHARE
                            and _leads(norm, strict, w_cfg, r_cfg, w_parts, r_parts, qualitative)
                            and all(len(c.unfinished) <= MAX_UNFINISHED * c.n_total for c in (w_cfg, r_cfg))

@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 
-from bakeoff.cli import deploy, info, new, parity, plan, results, run
+from bakeoff.cli import claims, deploy, info, new, parity, plan, results, run
 
 EPILOG = """\
 examples:
@@ -32,6 +32,7 @@ examples:
   bakeoff parity --workload my_models.py:Sentiment --framework torch,jax   # prove your ports equivalent
   bakeoff new workload my_task             # a workload package that runs: workload, models, suite, parity test
   bakeoff plan --params 100e9 --devices 8 --memory 80GB --batch 64   # will it fit, under which strategy
+  bakeoff claims                           # the claims told about frameworks, tested here: supported or not
 
 Results go to results/bakeoff.sqlite (SQLite; every raw sample kept). Runs resume by default: trials already
 in the store are skipped; use --retry-failed or --fresh to run them again.
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parity.add_parser(sub)
     new.add_parser(sub)
     plan.add_parser(sub)
+    claims.add_parser(sub)
     return parser
 
 
@@ -79,7 +81,8 @@ COMMANDS = {"run": run.cmd_run, "report": results.cmd_report, "list": info.cmd_l
             "show": results.cmd_show, "compare": results.cmd_compare, "prune": results.cmd_prune,
             "train": deploy.cmd_train, "export": deploy.cmd_export, "deploy": deploy.cmd_deploy,
             "evaluate": deploy.cmd_evaluate, "parity": parity.cmd_parity,
-            "new": new.cmd_new, "plan": plan.cmd_plan}
+            "new": new.cmd_new, "plan": plan.cmd_plan,
+            "claims": claims.cmd_claims}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -380,7 +380,7 @@ def measured_mfu(results: Iterable[TrialResult]) -> dict[str, tuple[float, str]]
         mfu = r.mfu
         if r.status.value != "ok" or mfu is None or mfu.value is None:
             continue
-        fw = r.spec.framework.value
+        fw = r.run_spec.framework.value
         by.setdefault(fw, []).append(float(mfu.value))
         kinds.setdefault(fw, set()).add(mfu.device_kind or "?")
     out = {}

@@ -39,7 +39,7 @@ from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError, Status
 from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE, size_note
 from bakeoff.measure.environment import OTHER_WORK_SHARE
-from bakeoff.report import card, declared, deployment, plots
+from bakeoff.report import card, claims, declared, deployment, plots
 from bakeoff.report.templates import Block, Details, Heading, Image, Para, Table, to_html, to_markdown
 from bakeoff.report.what_ran import mix_warning, what_ran_blocks
 
@@ -588,6 +588,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
     for key, decision in decisions.items():
         blocks += _section(groups[key], decision, qualitative, suites or {})
     blocks += [*declared_section, *deployment.blocks(deployments)]
+    blocks += claims.section(results, deployments)
 
     paths = {"markdown": out_dir / "report.md", "html": out_dir / "report.html"}
     contents = {"markdown": to_markdown(title, blocks).encode(), "html": to_html(title, blocks).encode()}

@@ -1,0 +1,261 @@
+"""Claims judged on stored results (``bakeoff claims``), and the report's "Claims" section.
+
+A ratio claim (:mod:`bakeoff.plan.claims`) is judged per comparison with the comparison every verdict rests on
+(:func:`bakeoff.analysis.decide.head_to_head`: a Welch interval on the log values of one figure per run, at 95%, or
+wider after adaptive repeats' looks), against the claim's threshold instead of the tie band:
+
+* **supported** when the whole interval lies on the claim's side of the threshold (``at_least 3``: low ≥ 3);
+* **refuted** when the whole interval lies on the other side (high < 3);
+* **inconclusive** otherwise, and whenever a side has fewer than
+  :data:`~bakeoff.analysis.verdict.MIN_RUNS` runs (a verdict below that is provisional everywhere in bakeoff, so a
+  claim is not called on it), a figure is missing, or a trial did not succeed — always with n and why.
+
+A comparison whose trials need more GPUs than this machine has, and that the store has no results of, says so
+("needs 8 GPUs") with the capacity plan's answer when the claim has a plan. A deployment claim reads what
+``bakeoff deploy`` stored; a claim with no measurable form is reported as such, without a number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bakeoff.analysis import intervals
+from bakeoff.analysis.conditions import busy_note
+from bakeoff.analysis.decide import head_to_head
+from bakeoff.analysis.quantities import fmt, quantity
+from bakeoff.analysis.stats import ConfigSummary, distinct_labels, summarise_groups
+from bakeoff.analysis.verdict import MIN_RUNS, interval_text, ratio_text
+from bakeoff.core.result import TrialResult
+from bakeoff.plan.claims import Claim, Comparison, capacity_plan, configuration, load_claims
+from bakeoff.report import deployment as deployed
+from bakeoff.report.templates import Block, Heading, Para, Table
+
+SUPPORTED, REFUTED, INCONCLUSIVE = "supported", "refuted", "inconclusive"
+NEEDS_HARDWARE, NOT_TESTABLE = "needs hardware", "not testable"
+KIND = {"data_parallel": "data", "multi_worker": "data", "parameter_server": "parameter_server"}
+"""The capacity plan's strategy for a claim's parallelism (:data:`bakeoff.plan.capacity.KINDS`)."""
+
+
+@dataclasses.dataclass
+class Finding:
+    """One comparison of a claim, judged: its verdict, why, and the figures (a's value, b's, the ratio a / b and
+    its interval, runs a side)."""
+
+    label: str  # the ``each`` entry ('' for a claim with one comparison)
+    verdict: str
+    why: str
+    a_label: str = ""
+    b_label: str = ""
+    a: float | None = None
+    b: float | None = None
+    ratio: float | None = None
+    low: float | None = None
+    high: float | None = None
+    confidence: float = intervals.CONFIDENCE
+    n: tuple[int, int] = (0, 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: a never-reached target's +∞ as the string "inf" (JSON has no infinity)."""
+        out = dataclasses.asdict(self) | {"n": list(self.n)}
+        return {k: "inf" if isinstance(v, float) and math.isinf(v) else v for k, v in out.items()}
+
+
+@dataclasses.dataclass
+class ClaimVerdict:
+    """A claim, its verdict (the findings' when they agree, else "mixed"), its findings, and notes (the plan's
+    answer, what a deployment claim read)."""
+
+    claim: Claim
+    verdict: str
+    findings: list[Finding]
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.claim.to_dict(), "verdict": self.verdict, "findings": [f.to_dict() for f in self.findings],
+                "notes": self.notes}
+
+
+def judge(claims: Sequence[Claim], results: Sequence[TrialResult], deployments: Sequence[Mapping[str, Any]] = (),
+          gpus: int = 0, mfu: Mapping[str, tuple[float, str]] | None = None) -> list[ClaimVerdict]:
+    """Each claim judged on ``results`` (matched to a claim's configurations by spec, seeds aside) and the stored
+    ``deployments``; ``gpus``: this machine's; ``mfu``: each framework's measured MFU, for a plan's step times."""
+    by_config: dict[str, list[TrialResult]] = {}
+    for r in results:
+        by_config.setdefault(configuration(r.run_spec), []).append(r)
+    out = []
+    for claim in claims:
+        if claim.form == "untestable":
+            out.append(ClaimVerdict(claim, NOT_TESTABLE, [Finding("", NOT_TESTABLE, claim.why)]))
+        elif claim.form == "deployment":
+            out.append(_deployment(claim, deployments))
+        else:
+            findings = [_finding(claim, c, by_config, gpus) for c in claim.comparisons]
+            verdicts = {f.verdict for f in findings}
+            notes = _plan_answer(claim, mfu or {}) if claim.plan and NEEDS_HARDWARE in verdicts else []
+            out.append(ClaimVerdict(claim, verdicts.pop() if len(verdicts) == 1 else "mixed", findings, notes))
+    return out
+
+
+def _side(summaries: Sequence[ConfigSummary], trials: Sequence[TrialResult]) -> ConfigSummary:
+    keys = {t.key for t in trials}
+    return max((s for s in summaries if any(t.key in keys for t in s.trials)), key=lambda s: s.n_ok)
+
+
+def _finding(claim: Claim, c: Comparison, by_config: Mapping[str, list[TrialResult]], gpus: int) -> Finding:
+    q = quantity(claim.quantity)
+    labels = c.a[0].label(), c.b[0].label()
+    if labels[0] == labels[1]:  # told apart by what differs: torch/eager/batch_size=64
+        labels = tuple(distinct_labels([c.a[0], c.b[0]]))
+    trials = [by_config.get(configuration(side[0]), []) for side in (c.a, c.b)]
+    if not all(trials):
+        absent = " and ".join(label for label, t in zip(labels, trials, strict=True) if not t)
+        if claim.gpus > gpus:
+            return Finding(c.label, NEEDS_HARDWARE, f"needs {claim.gpus} GPUs; this machine has {gpus}, and no "
+                                                    f"results of {absent} are stored", *labels)
+        return Finding(c.label, INCONCLUSIVE, f"no trials of {absent} in the store: run `bakeoff claims` without "
+                                              "--no-run", *labels)
+    summaries = summarise_groups([*trials[0], *trials[1]])
+    a, b = _side(summaries, trials[0]), _side(summaries, trials[1])
+    n = (len(a.runs(q.name)[0]), len(b.runs(q.name)[0]))
+    confidence = intervals.for_looks(intervals.CONFIDENCE, max(a.looks, b.looks))
+    d = head_to_head(q, a, b, confidence)
+    found = Finding(c.label, INCONCLUSIVE, "", *labels, a=d.a, b=d.b, ratio=d.ratio, low=d.low, high=d.high,
+                    confidence=confidence, n=n)
+    if d.ratio is None:
+        missing = [f"{s.label}: {s.missing.get(q.name) or 'not measured'}" for s in (a, b) if s.value(q.name) is None]
+        found.why = f"{q.label} not measured — " + "; ".join(missing)
+        return found
+    if min(n) < 2:
+        found.why = f"n = {n[0]} vs {n[1]} runs: no interval (2 runs a side at least, {MIN_RUNS} for a verdict)"
+        return found
+    assert d.low is not None and d.high is not None
+    holds, fails = ((d.low >= claim.at_least, d.high < claim.at_least) if claim.at_least is not None
+                    else (d.high <= claim.at_most, d.low > claim.at_most))
+    ci = interval_text(d.low, d.high, confidence)
+    if min(n) < MIN_RUNS:
+        leaning = f"; the interval alone would say {SUPPORTED if holds else REFUTED}" if holds or fails else ""
+        found.why = (f"provisional: n = {n[0]} vs {n[1]} runs, {MIN_RUNS} a side needed for a verdict ({ci} against "
+                     f"{claim.threshold}{leaning})")
+    elif holds or fails:
+        found.verdict = SUPPORTED if holds else REFUTED
+        side = "clears" if holds else "misses"
+        found.why = f"the whole {ci} {side} {claim.threshold}"
+    else:
+        found.why = f"the {ci} reaches both sides of {claim.threshold}"
+    caveats = [f"{s.label}: {note}" for s in (a, b) for note in s.reasons]  # runs that did not finish
+    caveats += [note.replace("bakeoff run --retry-busy", "bakeoff claims --retry-busy")
+                for s in (a, b) if (note := busy_note(s))]
+    if caveats:
+        found.why += "; " + "; ".join(caveats)
+    return found
+
+
+def figures(claim: Claim, f: Finding) -> str:
+    """``"2.1 vs 0.6 s (3.5x, 95% CI 3.1–3.9x)"``, a's value first; '' when nothing was measured."""
+    if f.ratio is None:
+        return ""
+    q = quantity(claim.quantity)
+    unit = f" {q.display_unit}" if q.display_unit else ""
+
+    def shown(v: float | None) -> str:
+        return "—" if v is None else "never" if math.isinf(v) else fmt(v * q.scale)
+
+    ci = interval_text(f.low, f.high, f.confidence) if f.low is not None else "no interval"
+    return f"{shown(f.a)} vs {shown(f.b)}{unit} ({ratio_text(f.ratio)}, {ci})"
+
+
+def _deployment(claim: Claim, rows: Sequence[Mapping[str, Any]]) -> ClaimVerdict:
+    """Supported when a stored row of the format exported, ran and matched the framework model; refuted when every
+    stored row of it that was tried failed (export, run or outputs); inconclusive when none is stored or it was not
+    tried here (unsupported: not installed, needs a GPU). Other formats reaching the target are named."""
+    fw, name, target = (claim.deployment[k] for k in ("framework", "format", "target"))
+    rows = deployed.latest(rows)
+    mine = [r for r in rows if r["framework"] == fw and r["format"] == name]
+    where = ", ".join(sorted({f"{r['workload']}/{r['preset']}" for r in mine}))
+    tried = [r for r in mine if r.get("status") != "unsupported"]  # not installed here, or needs a GPU: no evidence
+    if not tried:
+        said = "; ".join(dict.fromkeys(str(r.get("reason", "")) for r in mine))
+        finding = Finding("", INCONCLUSIVE, (f"{name} was not tried here: {said}" if mine else
+                                             f"no stored deployment of {fw} {name}") + ": run `bakeoff deploy "
+                                            "--workload mnist` (it exports every format it can) and ask again")
+    elif any(deployed.usable(r) for r in mine):
+        finding = Finding("", SUPPORTED, f"{name} exported, ran in its runtime and matched the {fw} model "
+                                         f"({where}); " + "; ".join(deployed.line(r) for r in mine
+                                                                      if deployed.usable(r)))
+    else:
+        finding = Finding("", REFUTED, f"{name} did not export, run or match ({where}): "
+                                       + "; ".join(deployed.line(r) for r in tried))
+    others = sorted({f"{r['framework']} {r['format']}" for r in rows if deployed.usable(r) and
+                     target in r.get("targets", []) and r["format"] != name})
+    notes = [f"also reaching {target} here: {', '.join(others)}"] if others else []
+    return ClaimVerdict(claim, finding.verdict, [finding], notes)
+
+
+def _plan_answer(claim: Claim, mfu: Mapping[str, tuple[float, str]]) -> list[str]:
+    """What the capacity plan says of the claim's trials at the scale its ``[claim.plan]`` describes: a prediction,
+    never a verdict."""
+    from bakeoff.plan.capacity import describe_missing_times, human_bytes, human_seconds
+
+    spec = claim.comparisons[0].a[0]
+    framework, kind = spec.framework.value, KIND.get(spec.parallelism.value, "data")
+    many = capacity_plan(claim.plan, framework, mfu)
+    one = capacity_plan(claim.plan, framework, mfu, devices=1)
+    row = next(r for r in many.rows if r.framework == framework and r.kind == kind)
+    single = next(r for r in one.rows if r.framework == framework and r.kind == "data")
+    s, m = many.shape, many.machine
+    head = (f"the plan's answer (a prediction, not a measurement) for {s.params / 1e9:,.2f}B parameters at global "
+            f"batch {many.batch}, {many.precision}, on {m.devices} × {human_bytes(m.memory)}")
+    if row.missing:
+        return [f"{head}: {framework} has no such strategy ({row.missing})"]
+    fits = (f"fits, {human_bytes(row.headroom)} spare" if row.fits else f"does not fit, {human_bytes(-row.headroom)} "
+                                                                        "over")
+    lines = [f"{head}: {row.api} needs {human_bytes(row.total)} a device ({fits}) and moves "
+             f"{human_bytes(row.comm_bytes)} a device each step; one device needs {human_bytes(single.total)}"]
+    if row.step_s is not None and single.compute_s is not None:
+        lines.append(f"predicted speed-up over one device {ratio_text(single.compute_s / row.step_s)} (step "
+                     f"{human_seconds(row.step_s)} against {human_seconds(single.compute_s)}, communication not "
+                     f"overlapped; MFU {row.mfu:.1%}, {row.mfu_source}), against the claim's {claim.threshold}")
+    else:
+        missing = [line for line in describe_missing_times(m, mfu) if "MFU" not in line]
+        if framework not in mfu:
+            missing.append(f"no MFU of {framework} in the store (bakeoff run records one with every trial)")
+        lines.append("no speed-up predicted: " + "; ".join(missing))
+    return lines
+
+
+def section(results: Sequence[TrialResult], rows: Sequence[Mapping[str, Any]] = ()) -> list[Block]:
+    """The report's "Claims" section: the shipped claims judged on the report's results — nothing when none of
+    their trials is among them (a report of other trials says nothing of claims)."""
+    from bakeoff.measure.environment import cuda_devices
+    from bakeoff.plan.capacity import measured_mfu
+
+    claims = load_claims()
+    configs = {configuration(s) for claim in claims for s in claim.specs}
+    if not any(configuration(r.run_spec) in configs for r in results):
+        return []
+    return blocks(judge(claims, results, rows, cuda_devices()[0], measured_mfu(results)))
+
+
+COLUMNS = ["claim", "comparison", "verdict", "measured (a vs b, ratio a / b)", "why"]
+
+
+def blocks(verdicts: Sequence[ClaimVerdict]) -> list[Block]:
+    """A table of every claim's findings, and each claim's measurable form and notes below it."""
+    rows = [[v.claim.said if i == 0 else "", _comparison(v.claim, f), f.verdict, figures(v.claim, f), f.why]
+            for v in verdicts for i, f in enumerate(v.findings)]
+    notes = [f"{v.claim.name}: {v.claim.meaning}" for v in verdicts if v.claim.meaning]
+    notes += [f"{v.claim.name}: {note}" for v in verdicts for note in v.notes]
+    return [Heading(2, "Claims"),
+            Para("Each claim as a measurable hypothesis, judged at this scale (the trials' own sizes, on this "
+                 f"machine): supported or refuted only when the whole interval of the ratio clears the threshold, "
+                 f"with {MIN_RUNS} runs a side or more; inconclusive otherwise, with why."),
+            Table(COLUMNS, rows, notes=notes, align="lllll")]
+
+
+def _comparison(claim: Claim, f: Finding) -> str:
+    if claim.form != "ratio":
+        return claim.form if claim.form == "deployment" else "—"
+    return f"{claim.quantity}: {f.a_label} / {f.b_label} {claim.threshold}"
