@@ -98,7 +98,7 @@ BAD = [
     ('[[claim]]\nname = "m"\nsaid = "TF Lite"\ndeployment = {framework = "torch", format = "litert", '
      'target = "mobile"}\n', "claim 'm', deployment.framework: 'torch' does not export litert"),
     ('[[claim]]\nname = "m"\nsaid = "TF Lite"\ndeployment = {framework = "tensorflow", format = "litert", '
-     'target = "browser"}\n', "claim 'm', deployment.target: litert is deployed to mobile, not 'browser'"),
+     'target = "browser"}\n', "claim 'm', deployment.target: litert is deployed to mobile, edge, not 'browser'"),
     (BUILD.replace("[[claim]]", "[[claim]]\nneeds = {gpus = -8}"), "claim 'build', needs.gpus: give a number"),
     (BUILD.replace("[[claim]]", "[[claim]]\nneeds = {tpus = 8}"), "claim 'build', needs: give a table of gpus"),
     (BUILD + '[claim.plan]\npreset = "paper"\nbatch = 8\nmemory = "80GB"\n',
@@ -276,7 +276,7 @@ def test_the_report_has_a_claims_section_only_when_a_claims_trials_are_in_it(tmp
     assert "## Claims" in markdown and "| refuted |" in markdown and "0.8 vs 1.2 s (0.67x, 95% CI" in markdown
     paths = render_report(results, tmp_path)
     report = paths["markdown"].read_text()
-    assert "## Claims" in report and report.index("## Claims") < report.index("## Plots")
+    assert "## Claims" in report and report.index("## Plots") < report.index("## Claims")  # card, plots, sections
 
 
 def test_results_match_a_claims_configuration_whatever_their_seed_and_versions():

@@ -189,7 +189,7 @@ def test_the_report_shows_each_declared_value_with_its_source_and_date(tmp_path)
     written = write_report(results, tmp_path, None, None, "t", deployments=ROWS, team=team)
     md = written.paths["markdown"].read_text()
     html = written.paths["html"].read_text()
-    section = md.split("## Declared criteria", 1)[1].split("## Plots", 1)[0]
+    section = md.split("## Declared criteria", 1)[1].split("\n## ", 1)[0]
     assert "declared by ML platform team survey (form answers, exported from the wiki), 2026-11-20" in section
     assert "declared by dara, by e-mail (on leave during the survey), 2026-11-24" in section
     assert "| PyTorch | 3.50 | 3 of 4 | 4 of 4 |" in section  # score, at level 3+, rated it
@@ -202,7 +202,7 @@ def test_the_report_shows_each_declared_value_with_its_source_and_date(tmp_path)
                      r"0\.\.5 \(a team survey\), /5: PyTorch 3\.5, TensorFlow 1\.8 \| 0\.2 \|", weights)
     assert "| throughput | measured |" in weights
     assert "<h2>Declared criteria</h2>" in html and "2026-11-18" in html
-    assert md.index("## Declared criteria") < md.index("## Plots")
+    assert md.index("## Decision") < md.index("## Plots") < md.index("## Declared criteria")  # the card first
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
