@@ -53,13 +53,13 @@ def test_a_trial_asks_for_its_threads_or_a_whole_node_and_gpus_only_where_there_
     pytest.importorskip("ray")
     from bakeoff.run.executors.ray_executor import Cluster
 
-    cpus_only = Cluster(address="a", nodes=2, cpus=12, node_cpus=8, node_gpus=0, each=((8, 0), (4, 0)))
+    cpus_only = Cluster(address="a", each=((8, 0), (4, 0)))
     assert cpus_only.ask(job(threads=2)) == ({"num_cpus": 2.0, "num_gpus": 0.0}, 1, None)
     assert cpus_only.ask(job()) == ({"num_cpus": 8.0, "num_gpus": 0.0}, 1, None)  # all cores: the largest node, alone
     assert cpus_only.ask(job(threads=3, parallelism="data_parallel", workers=2, device="cpu"))[0]["num_cpus"] == 6
     _, _, refused = cpus_only.ask(job(device="cuda"))
     assert "needs 8 CPUs and 1 GPUs on one node" in refused and "most GPUs on one node are 0" in refused
-    with_gpus = Cluster(address="a", nodes=1, cpus=16, node_cpus=16, node_gpus=2, each=((16, 2),))
+    with_gpus = Cluster(address="a", each=((16, 2),))
     assert with_gpus.ask(job(threads=4)) == ({"num_cpus": 4.0, "num_gpus": 1.0}, 1, None)  # --device auto
     assert with_gpus.ask(job(threads=4, device="cpu")) == ({"num_cpus": 4.0, "num_gpus": 0.0}, 1, None)
 
@@ -68,7 +68,7 @@ def test_a_multi_worker_trial_of_more_than_k_workers_asks_for_one_bundle_a_node_
     pytest.importorskip("ray")
     from bakeoff.run.executors.ray_executor import Cluster, Group
 
-    cluster = Cluster(address="a", nodes=3, cpus=12, node_cpus=4, node_gpus=1, each=((4, 1), (4, 1), (4, 0)))
+    cluster = Cluster(address="a", each=((4, 1), (4, 1), (4, 0)))
     four = job(parallelism="multi_worker", workers=4, threads=1, device="cpu")
     assert cluster.ask(four, 2) == ({"num_cpus": 2.0, "num_gpus": 0.0}, 2, None)  # 2 workers x 1 thread a node
     assert cluster.ask(four, None)[1] == 1 and cluster.ask(four, 4)[1] == 1  # K not given, or K >= workers

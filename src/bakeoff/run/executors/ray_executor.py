@@ -95,11 +95,26 @@ class Cluster:
     """What the run's Ray cluster offers, read once when the run connects."""
 
     address: str
-    nodes: int
-    cpus: float  # in the whole cluster
-    node_cpus: float  # on its largest node
-    node_gpus: float  # on the node with the most
-    each: tuple[tuple[float, float], ...] = ()  # every node's (CPUs, GPUs)
+    each: tuple[tuple[float, float], ...]  # every live node's (CPUs, GPUs)
+
+    @property
+    def nodes(self) -> int:
+        return len(self.each)
+
+    @property
+    def cpus(self) -> float:
+        """In the whole cluster."""
+        return sum(c for c, _ in self.each)
+
+    @property
+    def node_cpus(self) -> float:
+        """On its largest node."""
+        return max((c for c, _ in self.each), default=0.0)
+
+    @property
+    def node_gpus(self) -> float:
+        """On the node with the most."""
+        return max((g for _, g in self.each), default=0.0)
 
     def ask(self, job: TrialJob, workers_per_node: int | None = None) -> tuple[dict[str, float], int, str | None]:
         """The Ray resources ``job``'s trial asks for on each of its nodes, how many nodes it spans
@@ -305,10 +320,7 @@ class RayExecutor(Executor):
         finally:
             for s, handler in signals.items():  # ray.init sets its own SIGTERM handler; the run keeps its own
                 signal.signal(s, handler)
-        self._cluster = Cluster(address=self.address or address, nodes=len(nodes),
-                                cpus=sum(n.get("CPU", 0.0) for n in nodes),
-                                node_cpus=max((n.get("CPU", 0.0) for n in nodes), default=0.0),
-                                node_gpus=max((n.get("GPU", 0.0) for n in nodes), default=0.0),
+        self._cluster = Cluster(address=self.address or address,
                                 each=tuple((n.get("CPU", 0.0), n.get("GPU", 0.0)) for n in nodes))
         log.info("connected: %s", self._cluster)
         return self._cluster
