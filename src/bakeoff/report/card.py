@@ -42,7 +42,7 @@ class Cell:
 class Row:
     section: str  # "text_classifier/tiny"
     framework: str  # "PyTorch (graph)": the framework and the mode of its best configuration
-    standing: str  # the leader's: "wins", "leads, provisional", "leads within noise", "tie"; else "" or why none
+    standing: str  # the leader's: "wins" (robust), "wins, not robust", "leads, provisional", "tie"…
     win_probability: str  # "99.9%", or "—" where there are no joint draws worth a number
     cells: list[Cell]
     leader: bool = False
@@ -124,7 +124,7 @@ def _other_cell(d: Decision, c: str, config: ConfigSummary, leader: ConfigSummar
 
 def _standing(d: Decision) -> str:
     if d.winner is not None:
-        return "leads, provisional" if d.provisional else "wins"
+        return "leads, provisional" if d.provisional else "wins" if d.robust else "wins, not robust"
     if d.tie:
         return "tie"
     return "leads within noise" if len(d.ranking) > 1 else "only one compared"
@@ -194,7 +194,8 @@ def recommendation(decisions: Sequence[Decision]) -> str:
         (framework, won), = wins.items()
         rest = [d for d in compared if d not in won]
         name = display_name(framework)
-        provisional = " (provisional: fewer than 3 runs a side)" if any(d.provisional for d in won) else ""
+        provisional = (" (provisional: fewer than 3 runs a side)" if any(d.provisional for d in won) else
+                       " (not robust: see its verdict)" if any(not d.robust for d in won) else "")
         others = "; ".join(f"no winner on {_section(d)} ({_no_winner(d)})" for d in rest)
         wins_text = (f"wins {_names(won)}" if len(compared) == 1 else
                      f"wins {len(won)} of {len(compared)} compared workloads ({_names(won)})")
