@@ -4,12 +4,15 @@ impossible plan is refused (exit 2) naming the field. Pure arithmetic: no framew
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bakeoff.plan import capacity
@@ -68,7 +71,8 @@ def test_100b_with_mirrored_strategy_on_8_x_80gb_is_bytes_per_device():
     assert mirrored.total > 16 * shape.params and not mirrored.fits  # 16 bytes a parameter before activations
     assert mirrored.headroom == pytest.approx(80 * GB - mirrored.total)
     matmul_params = shape.params - shape.seq * shape.width  # the position table is a lookup; the tied head is not
-    assert mirrored.compute_s == pytest.approx(6 * matmul_params * 64 * 2048 / (8 * 989e12 * 0.4))
+    attention = 12 * 2048 ** 2 * shape.width * shape.layers * 64  # QKᵀ and AV, forward and backward
+    assert mirrored.compute_s == pytest.approx((6 * matmul_params * 64 * 2048 + attention) / (8 * 989e12 * 0.4))
     assert mirrored.step_s == pytest.approx(mirrored.compute_s + mirrored.comm_s)
     assert mirrored.budget_s == pytest.approx(300e9 / (64 * 2048) * mirrored.step_s)
 
@@ -116,3 +120,126 @@ def test_an_impossible_plan_exits_2_naming_the_field(args, message):
     memory = () if "--memory" in args else ("--memory", "80GB")
     r = bakeoff(*args, *memory, "--batch", "8")
     assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+# --- compute counts what the workloads count, and the calibration --------------------------------------------------
+
+def test_compute_counts_the_flops_the_workloads_and_so_the_measured_mfu_count():
+    from bakeoff.core import registry
+
+    workload = registry.workload("text_classifier")
+    for preset in workload.presets:
+        config = workload.preset_configs[preset]
+        shape = capacity.shape_from({"preset": preset})
+        # the plan adds what the workload leaves out (biases, LayerNorms): under 2% of a step at the narrowest
+        assert capacity.training_flops(shape, 1) == pytest.approx(workload.flops_per_example(config), rel=0.02)
+
+
+MACHINE = dict(fixed=300e6, scale=1.6, per_flop=2e-11, per_element=3e-9)
+SIZES = [{"d_model": 64, "d_ff": 128}, {"d_model": 128, "d_ff": 256},
+         {"d_model": 128, "d_ff": 512, "num_layers": 4, "seq_len": 256, "vocab_size": 8000},
+         {"d_model": 256, "d_ff": 1024, "num_layers": 4, "seq_len": 256, "vocab_size": 20000}]  # as the bench's
+
+
+def sized_trials(framework: str = "torch", precision: str = "fp32", sizes=SIZES, noise: float = 0.02,
+                 seed: int = 0, **machine) -> list:
+    """A trial a size whose memory increment and steady step follow ``MACHINE`` (or ``machine``) to within
+    ``noise``, on the tiny preset's configuration with each size's changes."""
+    from bakeoff.core import registry
+    from fake_results import respec, trial
+
+    m = {**MACHINE, **machine}
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, changes in enumerate(sizes):
+        config = {**registry.workload("text_classifier").preset_configs["tiny"], **changes}
+        shape = capacity.Shape(config["num_layers"], config["d_model"], config["num_heads"], config["seq_len"],
+                               config["vocab_size"], config["d_ff"], lm_head=False)
+        p = capacity.point(shape, 32, precision, 1.0, 1.0)
+        r = respec(trial(framework, "eager" if framework == "torch" else "graph", precision=precision),
+                   config=tuple((k, str(v)) for k, v in changes.items()), seed=i)
+        jitter = rng.uniform(1 - noise, 1 + noise, 2)
+        out.append(dataclasses.replace(
+            r, extras={**r.extras, "config": config},
+            memory_increment_bytes=int((m["fixed"] + m["scale"] * p.count) * jitter[0]),
+            steady_step_s=(m["per_flop"] * p.flops + m["per_element"] * p.elements) * jitter[1]))
+    return out
+
+
+def test_a_calibration_recovers_the_machine_its_trials_ran_on_and_states_its_held_out_error():
+    exact = capacity.calibrate(sized_trials(noise=0.0))
+    [cal] = exact
+    assert (cal.framework, cal.precision, cal.sizes, cal.trials) == ("torch", "fp32", 4, 4)
+    for name, value in MACHINE.items():
+        assert getattr(cal, name) == pytest.approx(value, rel=1e-6)
+    assert cal.memory_error < 1e-6 and cal.step_error < 1e-6
+    [noisy] = capacity.calibrate(sized_trials(noise=0.05, seed=3))
+    assert 0 < noisy.memory_error < 0.3 and 0 < noisy.step_error < 0.3  # each size predicted from the others only
+    assert "leave-one-out error" in noisy.source and "4 trials at 4 sizes" in noisy.source
+
+
+def test_a_calibration_needs_three_sizes_of_one_framework_precision_and_single_process_trials():
+    from fake_results import failed, respec
+
+    two = sized_trials(sizes=SIZES[:2])
+    assert capacity.calibrate(two) == []
+    parallel = [respec(r, parallelism="data_parallel", workers=2) for r in sized_trials(sizes=SIZES[2:])]
+    assert capacity.calibrate([*two, *parallel, failed("torch", "eager")]) == []
+    # one per framework and precision, never mixed
+    cals = capacity.calibrate([*sized_trials(), *sized_trials(precision="bf16", per_flop=1e-11),
+                               *sized_trials("jax", sizes=SIZES[:2])])
+    assert sorted((c.framework, c.precision) for c in cals) == [("torch", "bf16"), ("torch", "fp32")]
+    assert next(c for c in cals if c.precision == "bf16").per_flop == pytest.approx(1e-11, rel=0.1)
+
+
+def test_a_calibrated_plan_adds_the_fit_to_the_model_states_and_times_the_step_per_device():
+    [cal] = capacity.calibrate(sized_trials(noise=0.0))
+    shape = capacity.shape_from({"preset": "paper"})
+    result = plan(shape, Machine(2, 16 * GB), 32, "fp32", calibrations=[cal])
+    row = next(r for r in result.rows if (r.framework, r.kind) == ("torch", "data"))
+    assert row.calibrated_total == pytest.approx(row.weights + row.optimizer + MACHINE["fixed"]
+                                                 + MACHINE["scale"] * (row.gradients + row.activations))
+    per_device = MACHINE["per_flop"] * capacity.training_flops(shape, 16) + \
+        MACHINE["per_element"] * capacity.attention_elements(shape, 16)
+    assert row.calibrated_compute_s == pytest.approx(per_device)
+    assert row.calibrated_step_s is None  # two devices and no bandwidth: the all-reduce is not timed
+    assert "calibrated on" in row.calibration and result.to_dict()["calibrations"]["torch"]["sizes"] == 4
+    one = next(r for r in plan(shape, Machine(1, 16 * GB), 32, "fp32", calibrations=[cal]).rows
+               if (r.framework, r.kind) == ("torch", "data"))
+    assert one.calibrated_step_s == pytest.approx(2 * per_device, rel=1e-9)
+    # a calibration of another precision, or of another framework, is not applied
+    bf16 = plan(shape, Machine(1, 16 * GB), 32, "bf16", calibrations=[cal])
+    assert not bf16.calibrations and all(r.calibrated_total is None for r in bf16.rows)
+    assert all(r.calibrated_total is None for r in result.rows if r.framework != "torch")
+
+
+def test_bakeoff_plan_store_calibrates_for_the_machine_the_trials_ran_on(tmp_path):
+    from bakeoff.results.store import Store
+
+    with Store(tmp_path / "s.sqlite") as store:
+        for r in sized_trials():
+            store.put(r, "sizes")
+    args = ("--preset", "paper", "--batch", "32", "--memory", "16GB", "--precision", "fp32", "--store",
+            str(tmp_path / "s.sqlite"))
+    r = bakeoff(*args)
+    assert r.returncode == 0, r.stderr
+    out = " ".join(r.stdout.split())
+    assert "calibrated on the machine the stored trials ran on" in out and "4 trials at 4 sizes" in out
+    data = json.loads(bakeoff(*args, "--format", "json").stdout)
+    torch_data = next(x for x in data["rows"] if (x["framework"], x["kind"]) == ("torch", "data"))
+    assert torch_data["calibrated_total"] > torch_data["total"] and torch_data["calibrated_step_s"] > 0
+    stated = bakeoff(*args, "--flops", "1e12")
+    assert stated.returncode == 0 and "not calibrated: flops states other devices" in " ".join(stated.stdout.split())
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"preset": "tiny", "batch": 8, "memory": "8GB", "gpus": 2}, "gpus: unknown field; accepted: preset"),
+    ({"preset": "tiny", "batch": "eight", "memory": "8GB"}, "batch='eight': give a number"),
+    ({"preset": "tiny", "batch": 8.5, "memory": "8GB"}, "batch=8.5: give a number"),
+    ({"preset": "tiny", "batch": 8, "memory": "8GB", "recompute": "yes"}, "recompute='yes': give true or false"),
+    ({"preset": "tiny", "batch": 8}, "memory: required"),
+    ({"layers": 4, "batch": 8, "memory": "8GB"}, "layers needs width"),
+])
+def test_a_plans_fields_are_checked_by_name_and_type(fields, message):
+    with pytest.raises(PlanError, match=re.escape(message)):
+        capacity.plan_from(fields)

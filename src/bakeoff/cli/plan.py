@@ -10,14 +10,20 @@ from typing import TYPE_CHECKING
 from bakeoff.cli.options import key_values, positive_int
 
 if TYPE_CHECKING:
-    from bakeoff.plan.capacity import Plan
+    from bakeoff.plan.capacity import Calibration, Plan
 
 HELP = """\
 Memory per device, communication and step time of a Transformer under each framework's own strategies (data
 parallel; ZeRO-1/2/3 and FSDP; tensor and pipeline parallel; parameter servers), for a size this machine cannot try.
 Memory is split into weights, gradients, optimizer state (Adam) and activations, from stated formulas (ZeRO for the
-model states, Korthikanti et al. 2022 for activations; `bakeoff.plan.capacity` names each). Compute time is
-6·P·tokens at the MFU bakeoff measured for each framework (the trials in --store), or the one given with --mfu.
+model states, Korthikanti et al. 2022 for activations; `bakeoff.plan.capacity` names each). Compute time is the
+step's FLOPs (6·P·tokens plus attention's 12·s²·h a sequence a layer) at the MFU bakeoff measured for each
+framework (the trials in --store), or the one given with --mfu, over --flops.
+
+Calibrated: with --store and no --flops, the plan is for the machine the stored trials ran on. Each framework's
+text-classifier trials at 3 or more sizes (e.g. `bakeoff run --preset tiny` and `--set d_model=128`, ...) fit its
+memory (a fixed working memory + a scale of the count) and its step (FLOPs at one rate + attention's elementwise
+work at another); each fit states its leave-one-out error. bench/plan_accuracy.py checks them against fresh trials.
 
 The shape: --preset (text_classifier's: tiny, small, paper), or --layers/--width/--heads (with --ffn, --seq,
 --vocab), or --params with GPT-3's shape rule (width = 128 × layers, heads of 128, ffn = 4 × width).
@@ -26,7 +32,8 @@ examples:
   bakeoff plan --params 100e9 --devices 8 --memory 80GB --batch 64     # 100B on 8 × 80 GB: which strategy fits
   bakeoff plan --layers 24 --width 2048 --heads 16 --seq 2048 --batch 32 --devices 4 --memory 40GB \\
                --flops 312e12 --bandwidth 300GB/s --mfu torch=0.4,tensorflow=0.35,jax=0.45 --tokens 20e9
-  bakeoff plan --preset paper --batch 32 --devices 1 --memory 16GB --precision fp32 --format json"""
+  bakeoff plan --preset paper --batch 32 --devices 1 --memory 16GB --precision fp32 --format json
+  bakeoff plan --preset paper --batch 32 --memory 16GB --precision fp32 --store results/bakeoff.sqlite"""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -60,48 +67,32 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     machine.add_argument("--parameter-servers", type=positive_int, default=1, help="for the PS rows [1]")
     plan.add_argument("--mfu", action="append", default=[], metavar="FRAMEWORK=VALUE",
                       help="a stated MFU (0-1) per framework, repeatable or comma-separated; wins over --store's")
-    plan.add_argument("--store", help="read each framework's measured MFU from this store's trials")
+    plan.add_argument("--store", help="read each framework's measured MFU, and its calibrations, from this store's "
+                                      "trials")
     plan.add_argument("--format", choices=("table", "json"), default="table", help="[table]")
 
 
-def _shape(args: argparse.Namespace):  # noqa: ANN202 (Shape, imported lazily)
-    from bakeoff.plan.capacity import PlanError, Shape
+def _stored(args: argparse.Namespace) -> tuple[dict[str, tuple[float, str]], list[Calibration]]:
+    """The store's measured MFU per framework, and its calibrations (:func:`bakeoff.plan.capacity.calibrate`)."""
+    from bakeoff.plan.capacity import PlanError, calibrate, measured_mfu
 
-    given = [name for name in ("preset", "params", "layers") if getattr(args, name) is not None]
-    if len(given) != 1:
-        raise PlanError("describe the model one way: --preset, --params, or --layers with --width (given: "
-                        f"{', '.join('--' + g for g in given) or 'none'})")
-    if args.preset is not None:
-        from bakeoff.core import registry
+    if not args.store:
+        return {}, []
+    from pathlib import Path
 
-        workload = registry.workload("text_classifier")
-        if args.preset not in workload.presets:
-            raise PlanError(f"preset={args.preset!r}: give one of {', '.join(workload.presets)}")
-        c = workload.preset_configs[args.preset]
-        return Shape(c["num_layers"], c["d_model"], c["num_heads"], args.seq or c["seq_len"],
-                     args.vocab or c["vocab_size"], args.ffn or c["d_ff"], lm_head=False)
-    seq, vocab = args.seq or 2048, args.vocab or 50257
-    if args.params is not None:
-        return Shape.from_params(args.params, seq, vocab)
-    if args.width is None:
-        raise PlanError("--layers needs --width (and optionally --heads, --ffn, --seq, --vocab)")
-    return Shape(args.layers, args.width, args.heads or max(1, args.width // 128), seq, vocab,
-                 args.ffn or 4 * args.width)
+    from bakeoff.results.store import Store
+
+    if not Path(args.store).exists():
+        raise PlanError(f"store={args.store!r}: no such file (bakeoff run writes results/bakeoff.sqlite)")
+    with Store(args.store, readonly=True) as store:
+        results = store.results()
+    return measured_mfu(results), calibrate(results)
 
 
-def _mfu(args: argparse.Namespace) -> dict[str, tuple[float, str]]:
-    from bakeoff.plan.capacity import PlanError, measured_mfu
+def _mfu(args: argparse.Namespace, measured: dict[str, tuple[float, str]]) -> dict[str, tuple[float, str]]:
+    from bakeoff.plan.capacity import PlanError
 
-    out: dict[str, tuple[float, str]] = {}
-    if args.store:
-        from pathlib import Path
-
-        from bakeoff.results.store import Store
-
-        if not Path(args.store).exists():
-            raise PlanError(f"store={args.store!r}: no such file (bakeoff run writes results/bakeoff.sqlite)")
-        with Store(args.store, readonly=True) as store:
-            out.update(measured_mfu(store.results()))
+    out = dict(measured)
     stated = key_values([item for text in args.mfu for item in text.split(",") if item.strip()], "--mfu")
     for framework, raw in stated.items():
         try:
@@ -114,14 +105,20 @@ def _mfu(args: argparse.Namespace) -> dict[str, tuple[float, str]]:
     return out
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
-    from bakeoff.plan.capacity import Machine, parse_size, plan
+def fields(args: argparse.Namespace) -> dict[str, object]:
+    """The flags as a plan's fields (:data:`bakeoff.plan.capacity.FIELDS`), those given only."""
+    names = ("preset", "params", "layers", "width", "heads", "ffn", "seq", "vocab", "batch", "precision", "recompute",
+             "microbatches", "tokens", "devices", "memory", "flops", "bandwidth", "parameter_servers")
+    out = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    return {**out, "fused_attention": not args.unfused_attention}
 
-    machine = Machine(args.devices, parse_size(args.memory), args.flops,
-                      parse_size(args.bandwidth, "bandwidth", per_second=True) if args.bandwidth else None)
-    mfu = _mfu(args)
-    result = plan(_shape(args), machine, args.batch, args.precision, args.recompute, not args.unfused_attention,
-                  args.tokens, mfu, args.microbatches, args.parameter_servers)
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from bakeoff.plan.capacity import plan_from
+
+    measured, calibrations = _stored(args)
+    mfu = _mfu(args, measured)
+    result = plan_from(fields(args), mfu, calibrations)
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=1))  # noqa: T201 (the machine-readable output)
     else:
@@ -188,6 +185,10 @@ def say(result: Plan, mfu: dict[str, tuple[float, str]]) -> None:
                     cells.append("no MFU")
             times.add_row(SHORT[kind], *cells)
         console.print(times)
+    if result.calibrations:
+        console.print(calibrated_table(result))
+        for framework, cal in result.calibrations.items():
+            console.print(f"  {framework}: {escape(cal.source)}", soft_wrap=True)
     console.print("what each framework calls, or why there is none:", soft_wrap=True)
     for r in result.rows:
         if not r.missing:
@@ -203,6 +204,37 @@ def say(result: Plan, mfu: dict[str, tuple[float, str]]) -> None:
         console.print(f"note: {escape(note)}", soft_wrap=True)
     for framework, (value, source) in sorted(mfu.items()):
         console.print(f"MFU {framework}: {value:.1%}, {escape(source)}", soft_wrap=True)
+    if result.uncalibrated:
+        console.print(f"[yellow]not calibrated[/]: {escape(result.uncalibrated)}", soft_wrap=True)
     for line in describe_missing_times(m, mfu):
         console.print(f"[yellow]not computed[/]: {escape(line)}", soft_wrap=True)
     console.print("left out: " + escape("; ".join(result.left_out)), soft_wrap=True)
+
+
+def calibrated_table(result: Plan):  # noqa: ANN201 (a rich Table, imported lazily)
+    """Per strategy and framework, on the machine the calibrations were fitted on: memory per device (and whether it
+    fits) and the step."""
+    from rich.table import Table
+
+    from bakeoff.plan.capacity import human_bytes, human_seconds
+
+    frameworks = list(result.calibrations)
+    table = Table(title="calibrated on the machine the stored trials ran on: memory per device; step",
+                  title_justify="left")
+    table.add_column("strategy")
+    for framework in frameworks:
+        table.add_column(framework, justify="right")
+    for kind in dict.fromkeys(r.kind for r in result.rows):
+        cells = []
+        for framework in frameworks:
+            r = next(x for x in result.rows if x.kind == kind and x.framework == framework)
+            if r.missing or r.calibrated_total is None:
+                cells.append("[dim]—[/]")
+                continue
+            fits = "" if r.calibrated_total <= result.machine.memory else " [red](does not fit)[/]"
+            step = (human_seconds(r.calibrated_step_s) if r.calibrated_step_s is not None
+                    else f"{human_seconds(r.calibrated_compute_s)} + comm ?")
+            cells.append(f"{human_bytes(r.calibrated_total)}{fits}; {step}")
+        if any(cell != "[dim]—[/]" for cell in cells):
+            table.add_row(SHORT[kind], *cells)
+    return table

@@ -19,9 +19,17 @@ term says where it comes from, and the plan says what it leaves out. Sources:
   all-gather or a reduce-scatter ``(N-1)/N``; ZeRO §7: ZeRO-1 and 2 move what data parallelism moves, ZeRO-3 1.5×):
   per step, at the stated bandwidth per device, without overlap with compute and with perfect overlap.
 * **Compute** (Kaplan et al. 2020, §2.1): ``6·P·tokens`` FLOPs a training step (8 with full recomputation), ``P``
-  the parameters matmuls use (embeddings are lookups: :attr:`Shape.compute_params`), at the
-  MFU bakeoff *measured* for the framework (``bakeoff run`` stores it with every trial) or one stated, over the
-  stated peak FLOP/s of each device. Attention's own ``s²`` FLOPs are left out (small while ``s`` is well below ``6h``).
+  the parameters matmuls use (embeddings are lookups: :attr:`Shape.compute_params`), plus attention's own
+  ``12·s²·h`` a sequence a layer (QKᵀ and AV, forward and backward; 16 recomputed) — the same count the workloads'
+  ``flops_per_example`` and so bakeoff's measured MFU use (:func:`training_flops`) — at the MFU bakeoff *measured*
+  for the framework (``bakeoff run`` stores it with every trial) or one stated, over the stated peak FLOP/s of each
+  device.
+* **Calibration** on the machine the trials ran on (:class:`Calibration`, :func:`calibrate`): from stored
+  text-classifier trials at three or more sizes, each framework's memory increment is fitted as a fixed working
+  memory plus a scale of the count above (what the count misses: allocator arenas, XLA's buffers, temporaries), and
+  its steady step as the FLOPs above at one rate plus the softmax-sized elementwise work (``heads·s²`` a sequence a
+  layer: softmax, dropout and their backward, memory-bound) at another. Each fit states its worst leave-one-out
+  error: every size predicted from the others only. ``bench/plan_accuracy.py`` checks it against fresh trials.
 
 Strategies are pure: each uses every device in one way (data, sharded states, tensor, pipeline, parameter servers).
 The framework names are the APIs a user would call; where a framework ships no such strategy, the row says so.
@@ -32,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from bakeoff.core.spec import SpecError
@@ -205,6 +213,175 @@ def layer_activations(shape: Shape, batch: float, e: int, tensor: int = 1, fused
     return replicated + split / tensor
 
 
+def training_flops(shape: Shape, batch: float, recompute: bool = False) -> float:
+    """FLOPs of a training step on ``batch`` sequences: the matmuls' ``6·P·tokens`` (Kaplan et al.) plus attention's
+    QKᵀ and AV, ``12·s²·h`` a sequence a layer (4·s²·h forward, twice that backward); a full recomputation runs the
+    forward twice (8 and 16). The workloads count the same (``flops_per_example``), so an MFU bakeoff measured
+    converts back to time exactly."""
+    s, h = shape.seq, shape.width
+    forward_passes = 4 if recompute else 3
+    return forward_passes * batch * s * (2 * shape.compute_params + 4 * s * h * shape.layers)
+
+
+def attention_elements(shape: Shape, batch: float, recompute: bool = False) -> float:
+    """Elements of the attention scores a step computes, ``heads·s²`` a sequence a layer (softmax and dropout
+    forward and backward pass over each): the memory-bound work a calibration times apart from the FLOPs."""
+    return (4 / 3 if recompute else 1.0) * shape.heads * shape.seq ** 2 * batch * shape.layers
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """One framework's fit to its stored trials on one machine, at one precision and execution mode: the training
+    memory increment ≈ ``fixed + scale × count`` (the count: gradients and activations, :func:`layer_activations`
+    unfused) and the steady step ≈ ``per_flop × FLOPs + per_element × elements`` (:func:`training_flops`,
+    :func:`attention_elements`). ``memory_error`` and ``step_error``: the worst |predicted / measured - 1| when each
+    size is predicted from the other sizes only."""
+
+    framework: str
+    precision: str
+    execution: str
+    device: str
+    sizes: int
+    trials: int
+    fixed: float
+    scale: float
+    per_flop: float
+    per_element: float
+    memory_error: float
+    step_error: float
+
+    def memory(self, count: float) -> float:
+        return self.fixed + self.scale * count
+
+    def step(self, flops: float, elements: float) -> float:
+        return self.per_flop * flops + self.per_element * elements
+
+    @property
+    def source(self) -> str:
+        return (f"calibrated on {self.device} ({self.framework} {self.execution}, {self.precision}): {self.trials} "
+                f"trials at {self.sizes} sizes; leave-one-out error ≤ {self.memory_error:.0%} memory, "
+                f"≤ {self.step_error:.0%} step")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "source": self.source}
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One measured size: what the calibration predicts from (the count, FLOPs and elements of a step at the
+    trial's batch) and what was measured (the median over its trials)."""
+
+    count: float
+    flops: float
+    elements: float
+    memory: float
+    step: float
+
+
+MIN_SIZES = 3
+"""Sizes a calibration needs: two coefficients, and each size must be predictable from the others."""
+
+
+def point(shape: Shape, batch: float, precision: str, memory: float, step: float) -> Point:
+    """The calibration's features of one measured configuration (a step on one device)."""
+    count = (4 * shape.params + shape.layers * layer_activations(shape, batch, BYTES[precision], fused=False)
+             + (shape.seq * batch * shape.vocab * (BYTES[precision] + 4) if shape.lm_head else 0))
+    return Point(count, training_flops(shape, batch), attention_elements(shape, batch), memory, step)
+
+
+def _fit_two(xs: Sequence[tuple[float, float]], ys: Sequence[float]) -> tuple[float, float]:
+    """Non-negative least squares with two coefficients: the unconstrained fit when both are ≥ 0, else the better
+    of the two one-coefficient fits (a negative working memory or rate is not a machine)."""
+    import numpy as np
+
+    a, y = np.array(xs, dtype=float), np.array(ys, dtype=float)
+    both = np.linalg.lstsq(a, y, rcond=None)[0]
+    if (both >= 0).all():
+        return float(both[0]), float(both[1])
+    best: tuple[float, tuple[float, float]] | None = None
+    for j in (0, 1):
+        column = a[:, j]
+        k = max(0.0, float(column @ y / (column @ column))) if column @ column else 0.0
+        residual = float(((y - k * column) ** 2).sum())
+        coefficients = (k, 0.0) if j == 0 else (0.0, k)
+        if best is None or residual < best[0]:
+            best = (residual, coefficients)
+    assert best is not None
+    return best[1]
+
+
+def fit(points: Sequence[Point]) -> tuple[float, float, float, float]:
+    """(fixed, scale, per_flop, per_element) from measured sizes."""
+    fixed, scale = _fit_two([(1.0, q.count) for q in points], [q.memory for q in points])
+    per_flop, per_element = _fit_two([(q.flops, q.elements) for q in points], [q.step for q in points])
+    return fixed, scale, per_flop, per_element
+
+
+def leave_one_out(points: Sequence[Point]) -> list[tuple[float, float]]:
+    """Each size's (memory error, step error) predicted from the other sizes' fit: predicted / measured - 1."""
+    out = []
+    for i, held in enumerate(points):
+        fixed, scale, per_flop, per_element = fit([q for j, q in enumerate(points) if j != i])
+        out.append(((fixed + scale * held.count) / held.memory - 1,
+                    (per_flop * held.flops + per_element * held.elements) / held.step - 1))
+    return out
+
+
+CALIBRATED_WORKLOAD = "text_classifier"
+"""The workload whose trials calibrate the plan: the Transformer the plan's :class:`Shape` describes."""
+
+
+def trial_shape(result: TrialResult) -> Shape | None:
+    """The :class:`Shape` a stored text-classifier trial trained (its resolved configuration), or None."""
+    config = result.extras.get("config") or {}
+    try:
+        return Shape(int(config["num_layers"]), int(config["d_model"]), int(config["num_heads"]),
+                     int(config["seq_len"]), int(config["vocab_size"]), int(config["d_ff"]), lm_head=False)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def calibrate(results: Iterable[TrialResult]) -> list[Calibration]:
+    """A :class:`Calibration` per framework and precision, from stored successful single-process text-classifier
+    trials with a memory increment and a steady step, grouped by framework, precision, execution mode and machine
+    (the device's name, or the CPU model with the trial's threads); a group needs :data:`MIN_SIZES` distinct sizes
+    (shape and batch). Where a framework has several groups at one precision, the one with the most sizes wins (then
+    the most trials)."""
+    groups: dict[tuple[str, str, str, str], dict[tuple[Shape, int], list[tuple[float, float]]]] = {}
+    for r in results:
+        spec = r.spec
+        if (r.status.value != "ok" or spec.get("workload") != CALIBRATED_WORKLOAD
+                or spec.get("parallelism", "none") != "none" or r.memory_increment_bytes is None
+                or not r.steady_step_s or (shape := trial_shape(r)) is None):
+            continue
+        env = r.environment or {}
+        device = env.get("device_name") or f"{env.get('cpu') or 'CPU'}, {spec.get('threads') or 'all'} threads"
+        key = (str(spec["framework"]), str(spec.get("precision", "fp32")), str(spec.get("execution", "")), device)
+        size = (shape, int(spec["batch_size"]))
+        groups.setdefault(key, {}).setdefault(size, []).append((float(r.memory_increment_bytes),
+                                                               float(r.steady_step_s)))
+    best: dict[tuple[str, str], Calibration] = {}
+    for (framework, precision, execution, device), sizes in groups.items():
+        if len(sizes) < MIN_SIZES:
+            continue
+        points = [point(shape, batch, precision, _median([m for m, _ in runs]), _median([s for _, s in runs]))
+                  for (shape, batch), runs in sizes.items()]
+        errors = leave_one_out(points)
+        cal = Calibration(framework, precision, execution, device, len(points), sum(map(len, sizes.values())),
+                          *fit(points), memory_error=max(abs(m) for m, _ in errors),
+                          step_error=max(abs(s) for _, s in errors))
+        held = best.get((framework, precision))
+        if held is None or (cal.sizes, cal.trials) > (held.sizes, held.trials):
+            best[framework, precision] = cal
+    return list(best.values())
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 @dataclasses.dataclass
 class Row:
     """One framework × strategy: memory per device by part, whether it fits, communication, times."""
@@ -228,6 +405,11 @@ class Row:
     mfu: float | None = None
     mfu_source: str = ""
     budget_s: float | None = None  # time to the token budget, no overlap
+    # on the machine the stored trials ran on (a Calibration of this framework and precision), when given
+    calibrated_total: float | None = None  # weights + Adam + fixed working memory + scale × (grads + activations)
+    calibrated_compute_s: float | None = None  # FLOPs at the fitted rate + elementwise work at its rate
+    calibrated_step_s: float | None = None  # calibrated compute + communication (when a bandwidth is given)
+    calibration: str = ""  # what it was fitted to, and its leave-one-out error
     notes: list[str] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -245,17 +427,23 @@ class Plan:
     tokens: float | None
     rows: list[Row]
     left_out: list[str]
+    calibrations: dict[str, Calibration] = dataclasses.field(default_factory=dict)  # the ones applied
+    uncalibrated: str = ""  # why calibrations that were given were not applied
 
     def to_dict(self) -> dict[str, Any]:
         return {"shape": {**dataclasses.asdict(self.shape), "params": self.shape.params},
                 "machine": dataclasses.asdict(self.machine), "batch": self.batch, "precision": self.precision,
                 "recompute": self.recompute, "fused_attention": self.fused, "tokens": self.tokens,
-                "rows": [r.to_dict() for r in self.rows], "left_out": self.left_out}
+                "rows": [r.to_dict() for r in self.rows], "left_out": self.left_out,
+                "calibrations": {fw: c.to_dict() for fw, c in self.calibrations.items()},
+                "uncalibrated": self.uncalibrated}
 
 
 LEFT_OUT = [
-    "framework and allocator overheads (CUDA context, workspace, fragmentation): leave headroom of several GB",
-    "attention's own s² FLOPs and the optimizer's FLOPs (compute counts 6·P·tokens)",
+    "framework and allocator overheads (CUDA context, workspace, fragmentation) unless calibrated: leave headroom "
+    "of several GB",
+    "the optimizer's and the elementwise work's FLOPs (compute counts the matmuls: 6·P·tokens and attention's "
+    "12·s²·h a sequence a layer)",
     "embedding-gradient sparsity, and activations outside the blocks but the output logits",
     "mixed strategies (data × tensor × pipeline): each row uses every device one way",
 ]
@@ -263,9 +451,13 @@ LEFT_OUT = [
 
 def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", recompute: bool = False,
          fused: bool = True, tokens: float | None = None, mfu: Mapping[str, tuple[float, str]] | None = None,
-         microbatches: int | None = None, parameter_servers: int = 1) -> Plan:
+         microbatches: int | None = None, parameter_servers: int = 1,
+         calibrations: Iterable[Calibration] = ()) -> Plan:
     """Every framework × strategy for ``shape`` at global ``batch`` sequences on ``machine``; ``mfu`` maps a
-    framework to (its model-FLOPs utilisation, where that figure comes from)."""
+    framework to (its model-FLOPs utilisation, where that figure comes from); ``calibrations``: fits to the trials
+    on the machine they ran on (:func:`calibrate`) — given, the plan's devices are that machine's, and each
+    framework's rows also get the calibrated memory and step (from its calibration at the plan's precision)."""
+    applied = {c.framework: c for c in calibrations if c.precision == precision}
     if precision not in BYTES:
         raise PlanError(f"precision={precision!r}: give one of {', '.join(BYTES)}")
     if not isinstance(batch, int) or batch < 1:
@@ -345,18 +537,120 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
                 link = max(link, n * 8 * p / parameter_servers)
             row.comm_s = link / machine.bandwidth
         # compute
+        bubble = (m + n - 1) / m if kind == "pipeline" else 1.0
         if mfu and strategy.framework in mfu and machine.flops:
             row.mfu, row.mfu_source = mfu[strategy.framework]
-            flops = (8 if recompute else 6) * shape.compute_params * batch * shape.seq
-            row.compute_s = flops / (n * machine.flops * row.mfu)
-            if kind == "pipeline":
-                row.compute_s *= (m + n - 1) / m
+            row.compute_s = training_flops(shape, batch, recompute) / (n * machine.flops * row.mfu) * bubble
+        if (cal := applied.get(strategy.framework)) is not None:
+            row.calibrated_total = (row.weights + row.optimizer
+                                    + cal.memory(row.gradients + row.activations))
+            row.calibrated_compute_s = cal.step(training_flops(shape, batch / n, recompute),
+                                                attention_elements(shape, batch / n, recompute)) * bubble
+            comm = row.comm_s if n > 1 else 0.0  # None: no bandwidth given, so no step time
+            row.calibrated_step_s = None if comm is None else row.calibrated_compute_s + comm
+            row.calibration = cal.source
         if row.compute_s is not None and row.comm_s is not None:
             row.step_s = row.compute_s + row.comm_s
             row.step_overlapped_s = max(row.compute_s, row.comm_s)
             if tokens:
                 row.budget_s = tokens / (batch * shape.seq) * row.step_s
-    return Plan(shape, machine, batch, precision, recompute, fused, tokens, rows, list(LEFT_OUT))
+    return Plan(shape, machine, batch, precision, recompute, fused, tokens, rows, list(LEFT_OUT), applied)
+
+
+FIELDS: dict[str, tuple[type, str]] = {
+    "preset": (str, "text_classifier's preset (tiny, small, paper)"),
+    "params": (float, "a parameter count, shaped by GPT-3's rule"),
+    "layers": (int, "blocks"), "width": (int, "the model width"), "heads": (int, "attention heads [width / 128]"),
+    "ffn": (int, "feed-forward width [4 × width]"), "seq": (int, "sequence length [2048; a preset's own]"),
+    "vocab": (int, "vocabulary [50257; a preset's own]"),
+    "batch": (int, "global batch, in sequences"), "precision": (str, "fp32, bf16 or fp16 [bf16]"),
+    "recompute": (bool, "full activation recomputation [false]"),
+    "fused_attention": (bool, "attention that keeps no a·s² scores [true]"),
+    "microbatches": (int, "pipeline micro-batches [4 × devices, at most batch]"),
+    "tokens": (float, "a token budget: the time to train on it"),
+    "devices": (int, "accelerators [1]"), "memory": (str, "memory per device with its unit: 80GB, 80GiB"),
+    "flops": (float, "a device's peak FLOP/s at this precision"),
+    "bandwidth": (str, "what each device moves to the others, e.g. 450GB/s"),
+    "parameter_servers": (int, "parameter servers for the PS rows [1]"),
+}
+"""A plan's fields, as ``bakeoff plan``'s flags, a claim's ``[claim.plan]`` and a report's ``--plan`` file name
+them: (type, what it is)."""
+
+
+def _field(fields: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    """``fields[name]`` as :data:`FIELDS` types it, or ``default``; a wrong type is a :class:`PlanError`."""
+    if fields.get(name) is None:
+        return default
+    kind, what = FIELDS[name]
+    value = fields[name]
+    try:
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ValueError
+            return value
+        if kind is int and (isinstance(value, bool) or float(value) != int(float(value))):
+            raise ValueError
+        return kind(float(value)) if kind is int else kind(value)
+    except (TypeError, ValueError):
+        wanted = "true or false" if kind is bool else "a text" if kind is str else "a number"
+        raise PlanError(f"{name}={value!r}: give {wanted} ({what})") from None
+
+
+def shape_from(fields: Mapping[str, Any]) -> Shape:
+    """The :class:`Shape` a plan's fields describe, one way: ``preset``, ``params``, or ``layers`` with ``width``."""
+    given = [name for name in ("preset", "params", "layers") if fields.get(name) is not None]
+    if len(given) != 1:
+        raise PlanError("describe the model one way: preset, params, or layers with width (given: "
+                        f"{', '.join(given) or 'none'})")
+    seq, vocab, ffn = _field(fields, "seq"), _field(fields, "vocab"), _field(fields, "ffn")
+    if given == ["preset"]:
+        from bakeoff.core import registry
+
+        preset, workload = _field(fields, "preset"), registry.workload(CALIBRATED_WORKLOAD)
+        if preset not in workload.presets:
+            raise PlanError(f"preset={preset!r}: give one of {', '.join(workload.presets)}")
+        c = workload.preset_configs[preset]
+        return Shape(c["num_layers"], c["d_model"], c["num_heads"], seq or c["seq_len"], vocab or c["vocab_size"],
+                     ffn or c["d_ff"], lm_head=False)
+    seq, vocab = seq or 2048, vocab or 50257
+    if given == ["params"]:
+        return Shape.from_params(_field(fields, "params"), seq, vocab)
+    width = _field(fields, "width")
+    if width is None:
+        raise PlanError("layers needs width (and optionally heads, ffn, seq, vocab)")
+    return Shape(_field(fields, "layers"), width, _field(fields, "heads", max(1, width // 128)), seq, vocab,
+                 ffn or 4 * width)
+
+
+def plan_from(fields: Mapping[str, Any], mfu: Mapping[str, tuple[float, str]] | None = None,
+              calibrations: Iterable[Calibration] = (), devices: int | None = None) -> Plan:
+    """:func:`plan` for a plan's :data:`FIELDS` (on ``devices`` instead of its own when given): an unknown field, a
+    wrong type or a missing batch or memory is a :class:`PlanError` naming it. A calibration is of the machine its
+    trials ran on, so a plan for stated devices (``flops`` given) does not apply one, and says so."""
+    unknown = sorted(set(fields) - set(FIELDS))
+    if unknown:
+        raise PlanError(f"{unknown[0]}: unknown field; accepted: {', '.join(FIELDS)}")
+    for needed in ("batch", "memory"):
+        if fields.get(needed) is None:
+            raise PlanError(f"{needed}: required ({FIELDS[needed][1]})")
+    bandwidth = _field(fields, "bandwidth")
+    machine = Machine(devices or _field(fields, "devices", 1), parse_size(_field(fields, "memory")),
+                      _field(fields, "flops"),
+                      parse_size(bandwidth, "bandwidth", per_second=True) if bandwidth else None)
+    calibrations = list(calibrations)
+    stated = machine.flops is not None and bool(calibrations)
+    result = plan(shape_from(fields), machine, _field(fields, "batch"), _field(fields, "precision", "bf16"),
+                  _field(fields, "recompute", False), _field(fields, "fused_attention", True),
+                  _field(fields, "tokens"), mfu, _field(fields, "microbatches"),
+                  _field(fields, "parameter_servers", 1), () if stated else calibrations)
+    if stated:
+        result.uncalibrated = (f"flops states other devices; the calibrations are of "
+                               f"{', '.join(sorted({c.device for c in calibrations}))} (leave flops out to plan for "
+                               "that machine)")
+    elif calibrations and not result.calibrations:
+        result.uncalibrated = (f"no calibration at {result.precision}: the stored trials calibrate "
+                               f"{', '.join(sorted({f'{c.framework} {c.precision}' for c in calibrations}))}")
+    return result
 
 
 def describe_missing_times(machine: Machine, mfu: Mapping[str, Any] | None) -> list[str]:
@@ -383,13 +677,8 @@ def measured_mfu(results: Iterable[TrialResult]) -> dict[str, tuple[float, str]]
         fw = r.run_spec.framework.value
         by.setdefault(fw, []).append(float(mfu.value))
         kinds.setdefault(fw, set()).add(mfu.device_kind or "?")
-    out = {}
-    for fw, values in by.items():
-        values.sort()
-        mid = len(values) // 2
-        median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-        out[fw] = (median, f"median of {len(values)} stored trials ({', '.join(sorted(kinds[fw]))})")
-    return out
+    return {fw: (_median(values), f"median of {len(values)} stored trials ({', '.join(sorted(kinds[fw]))})")
+            for fw, values in by.items()}
 
 
 def human_bytes(value: float) -> str:

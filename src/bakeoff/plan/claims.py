@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bakeoff.core.spec import Parallelism, RunSpec, SpecError
+from bakeoff.plan.capacity import FIELDS
 
 if TYPE_CHECKING:
     from bakeoff.plan.capacity import Plan
@@ -60,8 +61,6 @@ if TYPE_CHECKING:
 CLAIM_KEYS = ("name", "said", "quantity", "at_least", "at_most", "a", "b", "each", "repeats", "needs", "meaning",
               "trials", "plan", "deployment", "testable", "why")
 NEEDS_KEYS = ("gpus",)
-PLAN_KEYS = ("preset", "params", "layers", "width", "heads", "ffn", "seq", "vocab", "batch", "precision", "devices",
-             "memory", "flops", "bandwidth")
 DEPLOYMENT_KEYS = ("framework", "format", "target")
 SELF_NAMED = ("framework", "execution", "precision", "parallelism", "device")
 """Fields whose value names itself in a comparison's label (``torch eager``; others as ``grad_accum=2``)."""
@@ -307,9 +306,9 @@ def _plan(value: Any, gpus: int, fail: Any) -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise fail("plan", "give a table of bakeoff plan's fields")
-    unknown = sorted(set(value) - set(PLAN_KEYS))
+    unknown = sorted(set(value) - set(FIELDS))
     if unknown:
-        raise fail(f"plan.{unknown[0]}", f"unknown field; accepted: {', '.join(PLAN_KEYS)}")
+        raise fail(f"plan.{unknown[0]}", f"unknown field; accepted: {', '.join(FIELDS)}")
     if not gpus:
         raise fail("plan", "a plan answers for hardware this machine may lack: give needs = {gpus = N} with it")
     try:
@@ -323,34 +322,9 @@ def capacity_plan(fields: Mapping[str, Any], framework: str, mfu: Mapping[str, t
                   devices: int | None = None) -> Plan:
     """:func:`bakeoff.plan.capacity.plan` for a claim's ``[claim.plan]`` (on ``devices`` instead of its own when
     given)."""
-    from bakeoff.plan.capacity import Machine, PlanError, Shape, parse_size, plan
+    from bakeoff.plan.capacity import plan_from
 
-    f = dict(fields)
-    seq, vocab = int(f.get("seq", 2048)), int(f.get("vocab", 50257))
-    if "preset" in f:
-        from bakeoff.core import registry
-
-        workload = registry.workload("text_classifier")
-        if f["preset"] not in workload.presets:
-            raise PlanError(f"preset={f['preset']!r}: give one of {', '.join(workload.presets)}")
-        c = workload.preset_configs[f["preset"]]
-        shape = Shape(c["num_layers"], c["d_model"], c["num_heads"], int(f.get("seq", c["seq_len"])),
-                      int(f.get("vocab", c["vocab_size"])), int(f.get("ffn", c["d_ff"])), lm_head=False)
-    elif "params" in f:
-        shape = Shape.from_params(float(f["params"]), seq, vocab)
-    elif "layers" in f and "width" in f:
-        width = int(f["width"])
-        shape = Shape(int(f["layers"]), width, int(f.get("heads", max(1, width // 128))), seq, vocab,
-                      int(f.get("ffn", 4 * width)))
-    else:
-        raise PlanError("describe the model one way: preset, params, or layers with width")
-    for needed in ("batch", "memory"):
-        if needed not in f:
-            raise PlanError(f"{needed}: required (the global batch in sequences; memory per device, e.g. 80GB)")
-    machine = Machine(int(devices or f.get("devices", 1)), parse_size(str(f["memory"])),
-                      float(f["flops"]) if "flops" in f else None,
-                      parse_size(str(f["bandwidth"]), "bandwidth", per_second=True) if "bandwidth" in f else None)
-    return plan(shape, machine, int(f["batch"]), str(f.get("precision", "bf16")), mfu=mfu)
+    return plan_from(fields, mfu, devices=devices)
 
 
 def all_specs(claims: Sequence[Claim]) -> list[RunSpec]:
