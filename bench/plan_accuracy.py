@@ -1,23 +1,34 @@
-"""How close `bakeoff plan`'s formulas come to measured trials (#29 item 2): the text classifier at four sizes (the
-`tiny` and `small` presets and two between them, by `--set`), one device, batch 32, fp32, each framework in its
-production mode, each trial in its own fresh process (the real runner, no evaluation). Every prediction of a size
-is calibrated on the framework's *other* sizes only (leave one out): "calibrated by measured trials", tested on a
-trial the calibration did not see.
+"""How close `bakeoff plan` comes to measured trials (#29 item 2): the text classifier at four sizes (the `tiny` and
+`small` presets and two between them, by `--set`), batch 32, each framework in its production mode, each trial in
+its own fresh process (the real runner, no evaluation), in three configurations: one device fp32, one device bf16,
+and data parallel over 2 replicas fp32.
 
-Memory — the training increment (gradients and activations: Korthikanti et al.'s per-layer count, unfused
-attention, since the classifier's attention has dropout; the weights and Adam's moments are in every engine's
+Every prediction goes through the plan itself (:func:`bakeoff.plan.capacity.plan`, with the calibration
+:func:`~bakeoff.plan.capacity.calibrate` fits), and every one-device size is predicted from a calibration fitted to
+the framework's *other* sizes only (leave one out): "calibrated by measured trials", tested on a trial the
+calibration did not see. Columns:
+
+Memory — the training increment (gradients and activations; the weights and Adam's moments are in every engine's
 memory baseline) against the trial's measured ``memory_increment_bytes`` (resident memory on a CPU):
-  * ``formula``: the plan's count as it stands;
-  * ``fixed+scale``: ``a + k × formula``, ``a`` the framework's own working memory (allocator arenas, XLA's
-    buffers, temporaries) and ``k`` what the count misses in proportion, both fitted (least squares).
+  * ``count``: the plan's count uncalibrated (gradients + activations, unfused attention: the classifier's has
+    dropout);
+  * ``calibrated``: the plan's calibrated memory less the weights and Adam's state: fixed working memory + scale ×
+    count.
 Step time — against the trial's steady step:
-  * ``plan``: ``6·P·tokens`` at one rate fitted to the other sizes (the plan's way: FLOPs at a measured MFU);
-  * ``two-term``: the matmuls' FLOPs, ``6·P·tokens`` plus attention's own ``12·s²·h·batch·layers`` (QKᵀ and AV,
-    forward and backward, which the plan leaves out), at a fitted rate, plus the softmax-sized elementwise work
-    (``heads·s²·batch·layers`` elements: softmax, dropout, their backward; memory-bound on a CPU) at a fitted rate.
+  * ``MFU``: the step's FLOPs at the median FLOP rate of the other sizes (the plan's way with a measured MFU);
+  * ``calibrated``: the plan's calibrated compute (FLOPs at one fitted rate, attention's elements at another).
+Data parallel is predicted from the framework's one-device calibration at the same precision (all four sizes): the
+memory of one process (torch: a process a replica; TensorFlow's MirroredStrategy and JAX's mesh: one process holding
+both replicas) and the step's compute at the per-replica batch, with no communication term (a CPU has no stated
+bandwidth): what the error is then is what the plan cannot know of this machine's all-reduce and thread split.
 
-Run: .venv/bin/python bench/plan_accuracy.py [--frameworks torch,tensorflow,jax] [--steps 30] [--save F | --load F]
-(``--save`` keeps the measurements as JSON, ``--load`` recomputes the table from them without running a trial).
+Run: .venv/bin/python bench/plan_accuracy.py [--frameworks torch,tensorflow,jax] [--cases fp32,bf16,dp2]
+[--steps 30] [--repeats N] [--save F | --load F [F ...]] (``--save`` keeps every trial's result as JSON, ``--load``
+recomputes the tables from one or more such files, their trials pooled, without running a trial).
+On a GPU (``--device cuda``, when one is lent) the same comparison reads what the trials record there: the memory
+increment from the framework's allocator counters (``torch.cuda.max_memory_allocated``, TensorFlow's
+``get_memory_info`` peak, JAX's ``memory_stats``), which hold the tensors the count counts and not the CPU's arenas,
+so ``fixed`` should shrink to the framework's workspace; the data-parallel case then has a device a replica.
 Goal (#29): memory within 10%, step time within 15% on a CPU. Prints each case's error and the worst per column.
 """
 
@@ -25,16 +36,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from bakeoff.core import registry
 from bakeoff.core.identity import identify
+from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec
-from bakeoff.plan.capacity import Machine, Shape, plan
+from bakeoff.plan import capacity
 from bakeoff.run.executors import local as runner
 
 MODES = {"torch": "eager", "tensorflow": "graph", "jax": "graph"}
@@ -45,108 +56,163 @@ SIZES: dict[str, tuple[str, dict[str, int]]] = {  # name: (preset, overrides)
     "mid": ("tiny", {"d_model": 128, "d_ff": 512, "num_layers": 4, "seq_len": 256, "vocab_size": 8000}),
     "small": ("small", {}),
 }
+CASES = {"fp32": ("fp32", "none", 1), "bf16": ("bf16", "none", 1), "dp2": ("fp32", "data_parallel", 2)}
+"""name: (precision, parallelism, workers)."""
+REPLICAS_A_PROCESS = {"torch": 1, "tensorflow": 2, "jax": 2}
+"""Replicas one process of a data-parallel trial holds on a CPU (torchrun: one a process; MirroredStrategy and a
+JAX mesh: every replica in one process)."""
 
 
-def shape_of(size: str) -> Shape:
+def size_of(result: TrialResult) -> str:
+    shape = capacity.trial_shape(result)
+    return next(name for name in SIZES if shape_of(name) == shape)
+
+
+def shape_of(size: str) -> capacity.Shape:
     preset, overrides = SIZES[size]
     c = {**registry.workload("text_classifier").preset_configs[preset], **overrides}
-    return Shape(c["num_layers"], c["d_model"], c["num_heads"], c["seq_len"], c["vocab_size"], c["d_ff"],
-                 lm_head=False)
+    return capacity.Shape(c["num_layers"], c["d_model"], c["num_heads"], c["seq_len"], c["vocab_size"], c["d_ff"],
+                          lm_head=False)
 
 
-def features(size: str) -> dict[str, float]:
-    """What the predictions of ``size`` are made from: the plan's training increment (bytes), its ``6·P·tokens``
-    FLOPs, attention's own matmul FLOPs and its softmax-sized elements, a step at batch 32, fp32."""
-    shape = shape_of(size)
-    row = next(r for r in plan(shape, Machine(1, 1e12), BATCH, "fp32", fused=False).rows
-               if (r.framework, r.kind) == ("torch", "data"))
-    s, h, layers = shape.seq, shape.width, shape.layers
-    return {"memory": row.gradients + row.activations, "flops": 6 * shape.compute_params * BATCH * s,
-            "attention_flops": 12 * s * s * h * BATCH * layers, "elements": shape.heads * s * s * BATCH * layers}
-
-
-def fitted(columns: list[list[float]], targets: list[float], row: list[float]) -> float:
-    """Least squares ``targets ≈ columns · x`` (one list of features per case), evaluated at ``row``."""
-    x = np.linalg.lstsq(np.array(columns), np.array(targets), rcond=None)[0]
-    return float(np.dot(x, row))
-
-
-def predictions(size: str, others: list[str], measured: dict[str, tuple[float, float]]) -> dict[str, float]:
-    """Each model's prediction of ``size`` from the framework's measurements of ``others``."""
-    f, seen = features(size), {o: features(o) for o in others}
-    memory = [measured[o][0] for o in others]
-    step = [measured[o][1] for o in others]
-    return {
-        "formula": f["memory"],
-        "fixed+scale": fitted([[1.0, seen[o]["memory"]] for o in others], memory, [1.0, f["memory"]]),
-        "plan": fitted([[seen[o]["flops"]] for o in others], step, [f["flops"]]),
-        "two-term": fitted([[seen[o]["flops"] + seen[o]["attention_flops"], seen[o]["elements"]] for o in others],
-                           step, [f["flops"] + f["attention_flops"], f["elements"]]),
-    }
-
-
-def measure(frameworks: list[str], steps: int) -> dict[tuple[str, str], tuple[float, float]]:
-    measured: dict[tuple[str, str], tuple[float, float]] = {}
+def measure(frameworks: list[str], cases: list[str], steps: int, repeats: int, device: str) -> list[TrialResult]:
+    """Every case × size × framework, ``repeats`` rounds of each (a round runs every configuration once)."""
+    out = []
     with tempfile.TemporaryDirectory() as tmp:
-        for size, (preset, overrides) in SIZES.items():
-            for framework in frameworks:
-                [spec] = identify([RunSpec(workload="text_classifier", preset=preset, framework=framework,
-                                           execution=MODES[framework], batch_size=BATCH, max_steps=steps,
-                                           eval_every=steps, seed=0, device="cpu",
-                                           config=tuple((k, str(v)) for k, v in overrides.items()))])
-                r = runner.run_one(spec, 1200, Path(tmp) / "logs", evaluate=False)
-                if r.status.value != "ok" or r.memory_increment_bytes is None or r.steady_step_s is None:
-                    sys.stdout.write(f"  {framework} {size}: not measured ({r.status.value}: {r.reason[:200]})\n")
-                    continue
-                measured[framework, size] = (float(r.memory_increment_bytes), float(r.steady_step_s))
-                sys.stdout.write(f"  {framework} {size}: increment {r.memory_increment_bytes / 2**20:.1f} MiB, "
-                                 f"step {r.steady_step_s * 1e3:.1f} ms\n")
-                sys.stdout.flush()
-    return measured
+        for case in [c for _ in range(repeats) for c in cases]:
+            precision, parallelism, workers = CASES[case]
+            for size, (preset, overrides) in SIZES.items():
+                for framework in frameworks:
+                    [spec] = identify([RunSpec(
+                        workload="text_classifier", preset=preset, framework=framework, execution=MODES[framework],
+                        precision=precision, parallelism=parallelism, workers=workers, batch_size=BATCH,
+                        max_steps=steps, eval_every=steps, seed=0, device=device,
+                        config=tuple((k, str(v)) for k, v in overrides.items()))])
+                    r = runner.run_one(spec, 1200, Path(tmp) / "logs", evaluate=False)
+                    out.append(r)
+                    if r.status.value != "ok" or r.memory_increment_bytes is None or r.steady_step_s is None:
+                        sys.stdout.write(f"  {case} {framework} {size}: not measured ({r.status.value}: "
+                                         f"{r.reason[:200]})\n")
+                    else:
+                        sys.stdout.write(f"  {case} {framework} {size}: increment "
+                                         f"{r.memory_increment_bytes / 2**20:.1f} MiB, step "
+                                         f"{r.steady_step_s * 1e3:.1f} ms\n")
+                    sys.stdout.flush()
+    return out
+
+
+def measured(results: list[TrialResult], framework: str, case: str) -> dict[str, list[TrialResult]]:
+    """Each size's successful trials of ``framework`` in ``case``."""
+    precision, parallelism, workers = CASES[case]
+    out: dict[str, list[TrialResult]] = {}
+    for r in results:
+        if (r.status.value == "ok" and r.memory_increment_bytes is not None and r.steady_step_s
+                and r.spec["framework"] == framework and r.spec["precision"] == precision
+                and r.spec["parallelism"] == parallelism and int(r.spec["workers"]) == workers):
+            out.setdefault(size_of(r), []).append(r)
+    return out
+
+
+def medians(trials: list[TrialResult]) -> tuple[float, float]:
+    """The median memory increment and the median steady step of one size's trials."""
+    return (statistics.median(float(r.memory_increment_bytes) for r in trials),
+            statistics.median(float(r.steady_step_s) for r in trials))
+
+
+def row_of(framework: str, size: str, precision: str, devices: int, cal: capacity.Calibration) -> capacity.Row:
+    result = capacity.plan(shape_of(size), capacity.Machine(devices, 1e12), BATCH, precision, fused=False,
+                           calibrations=[cal])
+    return next(r for r in result.rows if (r.framework, r.kind) == (framework, "data"))
+
+
+def one_device(results: list[TrialResult], framework: str, case: str) -> list[tuple[str, float, dict[str, float]]]:
+    """Each size: its measured (increment, step) and each column's error, from the other sizes' calibration."""
+    precision = CASES[case][0]
+    mine = measured(results, framework, case)
+    out = []
+    for size, trials in mine.items():
+        others = [o for s, more in mine.items() if s != size for o in more]
+        cals = capacity.calibrate(others)
+        if not cals:
+            continue
+        [cal] = cals
+        row = row_of(framework, size, precision, 1, cal)
+        memory, step = medians(trials)
+        rate = statistics.median(capacity.training_flops(capacity.trial_shape(o), BATCH) / o.steady_step_s
+                                 for o in others)
+        out.append((size, memory, step, {
+            "count": (row.gradients + row.activations) / memory - 1,
+            "calibrated": (row.calibrated_total - row.weights - row.optimizer) / memory - 1,
+            "MFU": capacity.training_flops(shape_of(size), BATCH) / rate / step - 1,
+            "calibrated step": row.calibrated_compute_s / step - 1}))
+    return out
+
+
+def data_parallel(results: list[TrialResult], framework: str) -> list[tuple[str, float, float, dict[str, float]]]:
+    """Each size's 2-replica trial predicted from the framework's one-device fp32 calibration (all its sizes)."""
+    cals = capacity.calibrate([r for more in measured(results, framework, "fp32").values() for r in more])
+    if not cals:
+        return []
+    [cal] = cals
+    out = []
+    for size, trials in measured(results, framework, "dp2").items():
+        row = row_of(framework, size, "fp32", 2, cal)
+        replicas = REPLICAS_A_PROCESS[framework]
+        memory, step = medians(trials)
+        predicted = cal.fixed + cal.scale * replicas * (row.gradients + row.activations)
+        out.append((size, memory, step, {"calibrated": predicted / memory - 1,
+                                         "calibrated step": row.calibrated_compute_s / step - 1}))
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--frameworks", default=",".join(MODES))
+    parser.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--save", type=Path, help="keep the measurements in this JSON file")
-    parser.add_argument("--load", type=Path, help="recompute the table from measurements --save kept")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of every configuration (medians are used)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda: on a GPU the memory compared is the "
+                                                        "framework allocator's peak increment, as the trials record")
+    parser.add_argument("--save", type=Path, help="keep every trial's result in this JSON file")
+    parser.add_argument("--load", type=Path, nargs="+", help="recompute the tables from the results of one or more "
+                                                             "files --save kept (their trials pooled)")
     args = parser.parse_args()
-    frameworks = [f for f in args.frameworks.split(",") if registry.installed(f)]
     if args.load:
-        kept = json.loads(args.load.read_text())
-        measured = {(fw, size): tuple(v) for fw, sizes in kept["measured"].items() for size, v in sizes.items()}
-        frameworks, steps = list(kept["measured"]), kept["steps"]
+        kept = [json.loads(path.read_text()) for path in args.load]
+        results = [TrialResult.from_dict(r) for k in kept for r in k["results"]]
+        steps = "/".join(sorted({str(k["steps"]) for k in kept}))
+        frameworks = list(dict.fromkeys(r.spec["framework"] for r in results))
     else:
-        measured, steps = measure(frameworks, args.steps), args.steps
+        frameworks = [f for f in args.frameworks.split(",") if registry.installed(f)]
+        results = measure(frameworks, args.cases.split(","), args.steps, args.repeats, args.device)
+        steps = str(args.steps)
     if args.save:
-        by_framework: dict[str, dict[str, list[float]]] = {}
-        for (fw, size), values in measured.items():
-            by_framework.setdefault(fw, {})[size] = list(values)
-        args.save.write_text(json.dumps({"steps": steps, "batch": BATCH, "measured": by_framework}, indent=1))
+        args.save.write_text(json.dumps({"steps": args.steps, "batch": BATCH,
+                                         "results": [r.to_dict() for r in results]}))
     out = sys.stdout
-    out.write(f"\ntext_classifier, batch {BATCH}, fp32, {steps} steps, one CPU process each; errors are predicted / "
-              "measured - 1, each size predicted from the framework's other sizes (leave one out)\n")
-    out.write(f"{'framework':11}{'size':10}{'memory':>10}{'formula':>9}{'fixed+scale':>12}"
-              f"{'step':>10}{'plan':>8}{'two-term':>10}\n")
-    worst = dict.fromkeys(("formula", "fixed+scale", "plan", "two-term"), 0.0)
-    for framework in frameworks:
-        sizes = [s for s in SIZES if (framework, s) in measured]
-        mine = {s: measured[framework, s] for s in sizes}
-        for size in sizes:
-            others = [s for s in sizes if s != size]
-            if len(others) < 3:
-                continue
-            memory, step = mine[size]
-            guess = predictions(size, others, mine)
-            errors = {k: v / (memory if k in ("formula", "fixed+scale") else step) - 1 for k, v in guess.items()}
-            for k, v in errors.items():
-                worst[k] = max(worst[k], abs(v))
-            out.write(f"{framework:11}{size:10}{memory / 2**20:>7.0f}MiB{errors['formula']:>+9.0%}"
-                      f"{errors['fixed+scale']:>+12.0%}{step * 1e3:>8.0f}ms{errors['plan']:>+8.0%}"
-                      f"{errors['two-term']:>+10.0%}\n")
-    out.write(f"worst: memory — formula {worst['formula']:.0%}, fixed+scale {worst['fixed+scale']:.0%} (goal 10%); "
-              f"step — plan {worst['plan']:.0%}, two-term {worst['two-term']:.0%} (goal 15%)\n")
+    out.write(f"\ntext_classifier, batch {BATCH}, {steps} steps, one process a trial, {len(results)} trials "
+              "(a size's median when it has several); errors are predicted / measured - 1; one device: each size "
+              "predicted from the framework's other sizes (leave one out)\n")
+    out.write(f"{'case':6}{'framework':11}{'size':10}{'memory':>10}{'count':>8}{'calibrated':>12}"
+              f"{'step':>10}{'MFU':>8}{'calibrated':>12}\n")
+    worst: dict[tuple[str, str], float] = {}
+    for case in CASES:
+        for framework in frameworks:
+            rows = (data_parallel(results, framework) if case == "dp2" else one_device(results, framework, case))
+            for size, memory, step, errors in rows:
+                for column, error in errors.items():
+                    worst[case, column] = max(worst.get((case, column), 0.0), abs(error))
+                cells = [f"{errors[c]:>+{w}.0%}" if c in errors else f"{'—':>{w}}"
+                         for c, w in (("count", 8), ("calibrated", 12))]
+                steps_cells = [f"{errors[c]:>+{w}.0%}" if c in errors else f"{'—':>{w}}"
+                               for c, w in (("MFU", 8), ("calibrated step", 12))]
+                out.write(f"{case:6}{framework:11}{size:10}{memory / 2**20:>7.0f}MiB{''.join(cells)}"
+                          f"{step * 1e3:>8.0f}ms{''.join(steps_cells)}\n")
+    for case in CASES:
+        found = {column: error for (c, column), error in worst.items() if c == case}
+        if found:
+            out.write(f"worst, {case}: " + ", ".join(f"{column} {error:.0%}" for column, error in found.items())
+                      + " (goal: memory 10%, step 15%)\n")
 
 
 if __name__ == "__main__":

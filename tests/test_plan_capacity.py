@@ -224,7 +224,7 @@ def test_bakeoff_plan_store_calibrates_for_the_machine_the_trials_ran_on(tmp_pat
     r = bakeoff(*args)
     assert r.returncode == 0, r.stderr
     out = " ".join(r.stdout.split())
-    assert "calibrated on the machine the stored trials ran on" in out and "4 trials at 4 sizes" in out
+    assert "calibrated on the machine the trials ran on" in out and "4 trials at 4 sizes" in out
     data = json.loads(bakeoff(*args, "--format", "json").stdout)
     torch_data = next(x for x in data["rows"] if (x["framework"], x["kind"]) == ("torch", "data"))
     assert torch_data["calibrated_total"] > torch_data["total"] and torch_data["calibrated_step_s"] > 0
@@ -243,3 +243,51 @@ def test_bakeoff_plan_store_calibrates_for_the_machine_the_trials_ran_on(tmp_pat
 def test_a_plans_fields_are_checked_by_name_and_type(fields, message):
     with pytest.raises(PlanError, match=re.escape(message)):
         capacity.plan_from(fields)
+
+
+# --- plan files and the report's Capacity plan section -------------------------------------------------------------
+
+EXAMPLE = SRC.parent / "examples" / "plans.toml"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[[plan]]\nname = 'big'\nparams = 7e9\nbatch = 8\n", "plan 'big': memory: required"),
+    ("[[plan]]\nname = 'big'\nparams = 7e9\nbatch = 8\nmemory = '80GB'\ngpus = 8\n", "plan 'big': gpus: unknown"),
+    ("[[plan]]\npreset = 'tiny'\nbatch = 8\nmemory = '80'\n", "plan 'plan 1': memory='80': give a number with a unit"),
+    ("name = 'x'\n", "give one [[plan]] table a plan"),
+    ("[[plan]\n", "not TOML"),
+])
+def test_a_plan_file_is_refused_naming_the_plan_and_the_field(tmp_path, text, message):
+    path = tmp_path / "plans.toml"
+    path.write_text(text)
+    with pytest.raises(PlanError, match=re.escape(message)):
+        capacity.load_plans(path)
+
+
+def test_the_report_has_a_capacity_plan_calibrated_by_its_trials_as_the_readme_says(tmp_path):
+    """The README's `bakeoff report ... --plan examples/plans.toml` command, as written, on a store of hand-made
+    trials at four sizes (no framework): the shipped plans, the stated-device ones uncalibrated and the one for this
+    machine calibrated; a bad plan file exits 2 before any report is written."""
+    from bakeoff.results.store import Store
+
+    readme = (SRC.parent / "README.md").read_text()
+    line = next(m.group(1) for m in re.finditer(r"`(bakeoff report [^`]*--plan [^`]+)`", readme))
+    with Store(tmp_path / "results" / "bakeoff.sqlite") as store:
+        for r in sized_trials():
+            store.put(r, "quick")
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "plans.toml").write_text(EXAMPLE.read_text())
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    r = subprocess.run([sys.executable, "-m", "bakeoff.cli", *line.split()[1:], "--out", "out"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "out" / "report.md").read_text()
+    plan_part = md[md.index("## Capacity plan"):]
+    assert plan_part.count("\n### ") == 3 and "MirroredStrategy on 8 × 80 GB" in plan_part
+    assert "calibrated on the machine the trials ran on" in plan_part and "4 trials at 4 sizes" in plan_part
+    assert "not calibrated" in plan_part and "flops states other devices" in plan_part
+    assert "tf.distribute.MirroredStrategy" in (tmp_path / "out" / "report.html").read_text()
+    (tmp_path / "bad.toml").write_text("[[plan]]\nname = 'x'\npreset = 'tiny'\nbatch = 8\n")
+    r = subprocess.run([sys.executable, "-m", "bakeoff.cli", "report", "--plan", "bad.toml", "--out", "bad"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "plan 'x': memory: required" in r.stderr and not (tmp_path / "bad").exists()

@@ -17,7 +17,10 @@ from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec
 
 if TYPE_CHECKING:
+    from rich.table import Table as RichTable
+
     from bakeoff.report.card import Card
+    from bakeoff.report.templates import Table
     from bakeoff.results.store import Store
 
 console = Console(stderr=False, highlight=False)
@@ -25,6 +28,18 @@ errors = Console(stderr=True, highlight=False)  # messages beside machine-readab
 
 _STYLE = {"ok": "green", "failed": "red", "timeout": "red", "out_of_memory": "red", "unsupported": "yellow"}
 _OUTCOME = {"win": "green", "loss": "red", "tie": "yellow", "leader": "bold"}
+
+
+def rich_table(table: Table) -> RichTable:
+    """A report's table for the terminal: the same header, cells and notes (as its caption)."""
+    from rich.table import Table as RichTable
+
+    out = RichTable(caption=escape("\n".join(table.notes)) or None, caption_justify="left")
+    for header, align in zip(table.header, table.alignment(), strict=True):
+        out.add_column(escape(header), justify="left" if align == "l" else "right")
+    for row in table.rows:
+        out.add_row(*(escape(cell) for cell in row))
+    return out
 
 
 def print_card(card: Card) -> None:

@@ -126,115 +126,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-TAG = {"torch": "torch", "tensorflow": "tf", "jax": "jax"}
-SHORT = {"data": "data parallel", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3/FSDP", "tensor": "tensor",
-         "pipeline": "pipeline", "parameter_server": "param. servers"}
-
-
 def say(result: Plan, mfu: dict[str, tuple[float, str]]) -> None:
-    """The plan: memory per device by strategy (the same formulas whichever framework offers it) and who offers it;
-    then step time and time to the budget per framework (their MFUs differ); then the APIs and what is left out."""
+    """The plan as the report shows it (:mod:`bakeoff.report.capacity`): memory per device by strategy and who offers
+    it; step time and time to the budget per framework (their MFUs differ); calibrated figures; then the APIs, the
+    notes and what is left out."""
     from rich.markup import escape
-    from rich.table import Table
 
-    from bakeoff.cli.console import console
-    from bakeoff.plan.capacity import KINDS, describe_missing_times, human_bytes, human_seconds
+    from bakeoff.cli.console import console, rich_table
+    from bakeoff.report import capacity as tables
 
-    s, m = result.shape, result.machine
-    console.print(f"plan: {s.params / 1e9:,.2f}B parameters ({s.layers} layers × {s.width} wide, {s.heads} heads, "
-                  f"ffn {s.ffn}, seq {s.seq}, vocabulary {s.vocab}), global batch {result.batch}, {result.precision}"
-                  f"{', full recomputation' if result.recompute else ''}"
-                  f"{'' if result.fused else ', attention unfused'}; {m.devices} device(s) of "
-                  f"{human_bytes(m.memory)}", soft_wrap=True)
-    kinds = list(dict.fromkeys(r.kind for r in result.rows))
-    offered = {k: [r for r in result.rows if r.kind == k and not r.missing] for k in kinds}
-    scale, unit = (1e9, "GB") if max(r.total for r in result.rows) >= 1e9 else (1e6, "MB")
-    memory = Table(title=f"memory per device, {unit} (fits: by how much under or over); comm: what each device "
-                         "moves a step", title_justify="left")
-    for column in ("strategy", "weights", "grads", "Adam", "activ.", "total", "fits", "comm", "offered by"):
-        memory.add_column(column, justify="left" if column in ("strategy", "fits", "offered by") else "right")
-    for kind in kinds:
-        if not offered[kind]:
-            continue
-        r = offered[kind][0]
-        fits = (f"[green]yes[/] (-{r.headroom / scale:,.0f})" if r.fits
-                else f"[red]no[/] (+{-r.headroom / scale:,.0f})")
-        memory.add_row(SHORT[kind], *(f"{v / scale:,.1f}" for v in (r.weights, r.gradients, r.optimizer, r.activations,
-                                                                   r.total)),
-                       fits, human_bytes(r.comm_bytes), " ".join(TAG[x.framework] for x in offered[kind]))
-    console.print(memory)
-    if any(r.compute_s is not None for r in result.rows):
-        frameworks = list(dict.fromkeys(r.framework for r in result.rows))
-        times = Table(title="step: compute + communication (perfect overlap)" +
-                      (", and time to the token budget" if result.tokens else ""), title_justify="left")
-        times.add_column("strategy")
-        for framework in frameworks:
-            times.add_column(framework, justify="right")
-        for kind in kinds:
-            cells = []
-            for framework in frameworks:
-                r = next(x for x in result.rows if x.kind == kind and x.framework == framework)
-                if r.missing:
-                    cells.append("[dim]—[/]")
-                elif r.step_s is not None:
-                    budget = f"; {human_seconds(r.budget_s)}" if r.budget_s is not None else ""
-                    cells.append(f"{human_seconds(r.step_s)} ({human_seconds(r.step_overlapped_s)}){budget}")
-                elif r.compute_s is not None:
-                    cells.append(f"{human_seconds(r.compute_s)} + comm ?")
-                else:
-                    cells.append("no MFU")
-            times.add_row(SHORT[kind], *cells)
-        console.print(times)
-    if result.calibrations:
-        console.print(calibrated_table(result))
-        for framework, cal in result.calibrations.items():
-            console.print(f"  {framework}: {escape(cal.source)}", soft_wrap=True)
+    console.print(f"plan: {tables.summary(result)}", soft_wrap=True)
+    for table in (tables.memory_table(result), tables.step_table(result), tables.calibrated_table(result)):
+        if table is not None:
+            console.print(rich_table(table))
     console.print("what each framework calls, or why there is none:", soft_wrap=True)
-    for r in result.rows:
-        if not r.missing:
-            console.print(f"  {r.framework}, {KINDS[r.kind]}: {escape(r.api)}", soft_wrap=True)
-    lacking: dict[tuple[str, str], list[str]] = {}
-    for r in result.rows:
-        if r.missing:
-            lacking.setdefault((r.framework, r.missing), []).append(SHORT[r.kind])
-    for (framework, why), which in lacking.items():
-        console.print(f"  {framework}, {', '.join(which)}: [dim]none: {escape(why)}[/]", soft_wrap=True)
-    notes = dict.fromkeys(note for r in result.rows for note in r.notes)
-    for note in notes:
-        console.print(f"note: {escape(note)}", soft_wrap=True)
-    for framework, (value, source) in sorted(mfu.items()):
-        console.print(f"MFU {framework}: {value:.1%}, {escape(source)}", soft_wrap=True)
-    if result.uncalibrated:
-        console.print(f"[yellow]not calibrated[/]: {escape(result.uncalibrated)}", soft_wrap=True)
-    for line in describe_missing_times(m, mfu):
-        console.print(f"[yellow]not computed[/]: {escape(line)}", soft_wrap=True)
-    console.print("left out: " + escape("; ".join(result.left_out)), soft_wrap=True)
-
-
-def calibrated_table(result: Plan):  # noqa: ANN201 (a rich Table, imported lazily)
-    """Per strategy and framework, on the machine the calibrations were fitted on: memory per device (and whether it
-    fits) and the step."""
-    from rich.table import Table
-
-    from bakeoff.plan.capacity import human_bytes, human_seconds
-
-    frameworks = list(result.calibrations)
-    table = Table(title="calibrated on the machine the stored trials ran on: memory per device; step",
-                  title_justify="left")
-    table.add_column("strategy")
-    for framework in frameworks:
-        table.add_column(framework, justify="right")
-    for kind in dict.fromkeys(r.kind for r in result.rows):
-        cells = []
-        for framework in frameworks:
-            r = next(x for x in result.rows if x.kind == kind and x.framework == framework)
-            if r.missing or r.calibrated_total is None:
-                cells.append("[dim]—[/]")
-                continue
-            fits = "" if r.calibrated_total <= result.machine.memory else " [red](does not fit)[/]"
-            step = (human_seconds(r.calibrated_step_s) if r.calibrated_step_s is not None
-                    else f"{human_seconds(r.calibrated_compute_s)} + comm ?")
-            cells.append(f"{human_bytes(r.calibrated_total)}{fits}; {step}")
-        if any(cell != "[dim]—[/]" for cell in cells):
-            table.add_row(SHORT[kind], *cells)
-    return table
+    for label, text in tables.apis(result):
+        console.print(f"  {escape(label)}: {escape(text)}", soft_wrap=True)
+    for label, text in tables.remarks(result, mfu):
+        console.print(f"{escape(label)}: {escape(text)}", soft_wrap=True)

@@ -26,6 +26,10 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
                         help="a team file: the team's proficiency per framework and the deployment targets the "
                              "project needs, each with its source and date (examples/team.toml); shown as declared, "
                              "weighed as team_familiarity and deploy_targets")
+    report.add_argument("--plan", type=Path, metavar="PLANS.toml",
+                        help="a plan file: one [[plan]] table a model and machine you cannot try (a name and "
+                             "bakeoff plan's fields: examples/plans.toml); the report gets a Capacity plan section, "
+                             "timed at the MFU these trials measured and calibrated by them")
     report.add_argument("--export", type=Path, help="also export the trials as .json or .csv")
     report.add_argument("--format", choices=("html", "json"), default="html",
                         help="html (default): Markdown + HTML report; json: OUT/decision.json (verdict, winner, "
@@ -52,27 +56,30 @@ def say_report(written: Written) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from bakeoff.analysis.stats import summarise_groups
     from bakeoff.cli.console import console
+    from bakeoff.plan.capacity import load_plans
     from bakeoff.plan.team import load
     from bakeoff.report.write import stored, write_report
     from bakeoff.results.store import export
 
     team = load(args.survey) if args.survey is not None else None
+    plans = load_plans(args.plan) if args.plan is not None else []  # bad input fails here, before any work
     got = stored(args.store, args.suite, key_values(args.weight, "--weight"), f"--weight {' '.join(args.weight)}",
                  team)
     if args.export:
         export(got.results, args.export)
     out = args.out or DEFAULT_REPORTS / (got.suite_name or "all")
     if args.format == "json":
-        return _report_json(got, out, args, team)
+        return _report_json(got, out, args, team, plans)
     say_report(write_report(got.results, out, got.weights, got.qualitative,
-                            f"bakeoff: {got.suite_name or 'all trials'}", got.suites, got.deployments, team))
+                            f"bakeoff: {got.suite_name or 'all trials'}", got.suites, got.deployments, team, plans))
     checks = _fail_if_slower(summarise_groups(got.results), args.fail_if_slower_than)
     for check in checks:
         console.print(check.line(), soft_wrap=True)
     return 1 if any(c.failed for c in checks) else 0
 
 
-def _report_json(got: Stored, out: Path, args: argparse.Namespace, team: Team | None) -> int:
+def _report_json(got: Stored, out: Path, args: argparse.Namespace, team: Team | None,
+                 plans: list[tuple[str, dict]]) -> int:
     import json
 
     from bakeoff.analysis.stats import summarise_groups
@@ -87,6 +94,10 @@ def _report_json(got: Stored, out: Path, args: argparse.Namespace, team: Team | 
     decided = decisions(summaries, got.weights, got.qualitative, got.deployments, team)
     data = decisions_json(decided, summaries, store=str(args.store), suite=got.suite_name, bakeoff=bakeoff_version())
     data["checks"] = [{**vars(c), "failed": c.failed} for c in checks]
+    if plans:
+        from bakeoff.report.capacity import made
+
+        data["plans"] = [{"name": name, **result.to_dict()} for name, result in made(plans, got.results)[1]]
     text = json.dumps(data, indent=1, allow_nan=False, ensure_ascii=False)
     write_all({report_folder(out) / "decision.json": (text + "\n").encode()})
     console.out(text, highlight=False)

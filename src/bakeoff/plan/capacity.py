@@ -41,6 +41,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bakeoff.core.spec import SpecError
@@ -343,25 +344,30 @@ def trial_shape(result: TrialResult) -> Shape | None:
 
 def calibrate(results: Iterable[TrialResult]) -> list[Calibration]:
     """A :class:`Calibration` per framework and precision, from stored successful single-process text-classifier
-    trials with a memory increment and a steady step, grouped by framework, precision, execution mode and machine
-    (the device's name, or the CPU model with the trial's threads); a group needs :data:`MIN_SIZES` distinct sizes
-    (shape and batch). Where a framework has several groups at one precision, the one with the most sizes wins (then
-    the most trials)."""
-    groups: dict[tuple[str, str, str, str], dict[tuple[Shape, int], list[tuple[float, float]]]] = {}
+    trials without accumulation, with a memory increment and a steady step, grouped by framework, precision,
+    execution mode and machine (the device's name, or the CPU model with the trial's threads); a group needs
+    :data:`MIN_SIZES` distinct sizes (shape and batch). Where a framework has several groups at one precision, the
+    one with the most sizes wins (then the most trials)."""
+    groups: dict[tuple[str, str, str, str, str], dict[tuple[Shape, int], list[tuple[float, float]]]] = {}
     for r in results:
         spec = r.spec
         if (r.status.value != "ok" or spec.get("workload") != CALIBRATED_WORKLOAD
-                or spec.get("parallelism", "none") != "none" or r.memory_increment_bytes is None
+                or spec.get("parallelism", "none") != "none" or int(spec.get("grad_accum", 1)) != 1
+                or r.memory_increment_bytes is None
                 or not r.steady_step_s or (shape := trial_shape(r)) is None):
             continue
         env = r.environment or {}
-        device = env.get("device_name") or f"{env.get('cpu') or 'CPU'}, {spec.get('threads') or 'all'} threads"
-        key = (str(spec["framework"]), str(spec.get("precision", "fp32")), str(spec.get("execution", "")), device)
+        resolved = str(env.get("device") or spec.get("device", "cpu")).lower()  # the engine's: cpu, cuda:0, /GPU:0
+        where = "gpu" if "cuda" in resolved or "gpu" in resolved else "cpu"
+        device = (env.get("device_name") or env.get("device_kind") or "a GPU" if where == "gpu"
+                  else f"{env.get('cpu') or 'a CPU'}, {spec.get('threads') or 'all'} threads")
+        key = (str(spec["framework"]), str(spec.get("precision", "fp32")), str(spec.get("execution", "")), where,
+               device)
         size = (shape, int(spec["batch_size"]))
         groups.setdefault(key, {}).setdefault(size, []).append((float(r.memory_increment_bytes),
                                                                float(r.steady_step_s)))
     best: dict[tuple[str, str], Calibration] = {}
-    for (framework, precision, execution, device), sizes in groups.items():
+    for (framework, precision, execution, _, device), sizes in groups.items():
         if len(sizes) < MIN_SIZES:
             continue
         points = [point(shape, batch, precision, _median([m for m, _ in runs]), _median([s for _, s in runs]))
@@ -591,7 +597,7 @@ def _field(fields: Mapping[str, Any], name: str, default: Any = None) -> Any:
         if kind is int and (isinstance(value, bool) or float(value) != int(float(value))):
             raise ValueError
         return kind(float(value)) if kind is int else kind(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         wanted = "true or false" if kind is bool else "a text" if kind is str else "a number"
         raise PlanError(f"{name}={value!r}: give {wanted} ({what})") from None
 
@@ -651,6 +657,35 @@ def plan_from(fields: Mapping[str, Any], mfu: Mapping[str, tuple[float, str]] | 
         result.uncalibrated = (f"no calibration at {result.precision}: the stored trials calibrate "
                                f"{', '.join(sorted({f'{c.framework} {c.precision}' for c in calibrations}))}")
     return result
+
+
+def load_plans(path: Path | str) -> list[tuple[str, dict[str, Any]]]:
+    """A plan file: one ``[[plan]]`` table a plan, each a ``name`` and :data:`FIELDS` (``examples/plans.toml``);
+    every plan is made once here, so a bad one is refused (naming the plan and the field) before anything else."""
+    import tomllib
+
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot read the plan file ({exc.strerror or exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PlanError(f"{path}: not TOML ({exc})") from None
+    extra = sorted(set(raw) - {"plan"})
+    tables = raw.get("plan")
+    if extra or not isinstance(tables, list) or not tables or not all(isinstance(x, dict) for x in tables):
+        raise PlanError(f"{path}: give one [[plan]] table a plan (a name and bakeoff plan's fields)"
+                        + (f"; unknown: {', '.join(extra)}" if extra else ""))
+    out = []
+    for i, table in enumerate(tables, 1):
+        fields = {k: v for k, v in table.items() if k != "name"}
+        name = str(table.get("name") or f"plan {i}")
+        try:
+            plan_from(fields)
+        except PlanError as exc:
+            raise PlanError(f"{path}: plan {name!r}: {exc}") from None
+        out.append((name, fields))
+    return out
 
 
 def describe_missing_times(machine: Machine, mfu: Mapping[str, Any] | None) -> list[str]:

@@ -544,7 +544,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
                   suites: Mapping[str, str] | None = None,
                   decisions: Mapping[tuple[str, str], Decision] | None = None,
                   deployments: Sequence[Mapping[str, Any]] = (),
-                  declared_section: Sequence[Block] = ()) -> dict[str, Path]:
+                  declared_section: Sequence[Block] = (), plan_section: Sequence[Block] = ()) -> dict[str, Path]:
     """Write ``report.md``, ``report.html``, ``throughput.png`` and ``quality_vs_time.png`` into ``out_dir``.
 
     Args:
@@ -560,6 +560,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
         deployments: stored deployment rows (:meth:`bakeoff.results.store.Store.deployments`) for the Deployment
             section.
         declared_section: the "Declared criteria" section (:func:`bakeoff.report.declared.blocks`), before Deployment.
+        plan_section: the "Capacity plan" section (:func:`bakeoff.report.capacity.blocks`), before Claims.
 
     Returns:
         ``{"markdown", "html", "throughput", "quality_vs_time"}`` (and ``"scaling"`` when distributed trials
@@ -587,7 +588,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
     blocks += [Heading(2, "Plots"), *images.values()]
     for key, decision in decisions.items():
         blocks += _section(groups[key], decision, qualitative, suites or {})
-    blocks += [*declared_section, *deployment.blocks(deployments)]
+    blocks += [*declared_section, *deployment.blocks(deployments), *plan_section]
     blocks += claims.section(results, deployments)
 
     paths = {"markdown": out_dir / "report.md", "html": out_dir / "report.html"}
