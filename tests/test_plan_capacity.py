@@ -291,3 +291,22 @@ def test_the_report_has_a_capacity_plan_calibrated_by_its_trials_as_the_readme_s
     r = subprocess.run([sys.executable, "-m", "bakeoff.cli", "report", "--plan", "bad.toml", "--out", "bad"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "plan 'x': memory: required" in r.stderr and not (tmp_path / "bad").exists()
+
+
+def test_the_accuracy_bench_predicts_each_size_through_the_plan_from_the_others(tmp_path):
+    """bench/plan_accuracy.py --load (the tables without running a trial) on trials that follow one machine exactly:
+    every held-out size is predicted with no error by the calibrated plan, while the count alone and one FLOP rate
+    are off — the bench's leave-one-out goes through the plan itself."""
+    kept = tmp_path / "kept.json"
+    trials = sized_trials(noise=0.0) + sized_trials(precision="bf16", noise=0.0)
+    kept.write_text(json.dumps({"steps": 20, "batch": 32, "results": [r.to_dict() for r in trials]}))
+    r = subprocess.run([sys.executable, str(SRC.parent / "bench" / "plan_accuracy.py"), "--load", str(kept)],
+                       env={**os.environ, "PYTHONPATH": str(SRC)}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if line.startswith(("fp32 ", "bf16 "))]
+    assert len(lines) == 8 and all(line.split()[-1] in ("+0%", "-0%") for line in lines)
+    worst = [line for line in r.stdout.splitlines() if line.startswith("worst")]
+    assert [line.split(":")[0] for line in worst] == ["worst, fp32", "worst, bf16"]
+    for line in worst:
+        assert "calibrated 0%" in line and "calibrated step 0%" in line
+        assert re.search(r"count [1-9]\d*%", line) and re.search(r"MFU [1-9]\d*%", line)
