@@ -1,7 +1,8 @@
-"""How close `bakeoff plan` comes to measured trials (#29 item 2): the text classifier at four sizes (the `tiny` and
-`small` presets and two between them, by `--set`), batch 32, each framework in its production mode, each trial in
-its own fresh process (the real runner, no evaluation), in three configurations: one device fp32, one device bf16,
-and data parallel over 2 replicas fp32.
+"""How close `bakeoff plan` comes to measured trials (#29 item 2): the text classifier at the four sizes of the
+shipped `sizes` suite (the suite `bakeoff plan --store` is calibrated with: the `tiny` and `small` presets and two
+sizes between them), batch 32, each framework in its production mode, each trial in its own fresh process (the real
+runner, no evaluation), in three configurations: one device fp32, one device bf16, and data parallel over 2
+replicas fp32.
 
 Every prediction goes through the plan itself (:func:`bakeoff.plan.capacity.plan`, with the calibration
 :func:`~bakeoff.plan.capacity.calibrate` fits), and every one-device size is predicted from a calibration fitted to
@@ -35,6 +36,7 @@ Goal (#29): memory within 10%, step time within 15% on a CPU. Prints each case's
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -46,16 +48,25 @@ from bakeoff.core.identity import identify
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec
 from bakeoff.plan import capacity
+from bakeoff.plan.suite import load_suite
 from bakeoff.run.executors import local as runner
 
-MODES = {"torch": "eager", "tensorflow": "graph", "jax": "graph"}
 BATCH = 32
-SIZES: dict[str, tuple[str, dict[str, int]]] = {  # name: (preset, overrides)
-    "tiny": ("tiny", {}),
-    "tiny-w128": ("tiny", {"d_model": 128, "d_ff": 256}),
-    "mid": ("tiny", {"d_model": 128, "d_ff": 512, "num_layers": 4, "seq_len": 256, "vocab_size": 8000}),
-    "small": ("small", {}),
-}
+
+
+def spec_shape(spec: RunSpec) -> capacity.Shape:
+    """The Transformer a text-classifier spec trains: its preset's configuration with the spec's overrides."""
+    c = {**registry.workload("text_classifier").preset_configs[spec.preset], **{k: int(v) for k, v in spec.config}}
+    return capacity.Shape(c["num_layers"], c["d_model"], c["num_heads"], c["seq_len"], c["vocab_size"], c["d_ff"],
+                          lm_head=False)
+
+
+SIZES: dict[str, RunSpec] = {}
+"""A size's name (layers x width / sequence) -> the suite's spec of it (one of them: the sizes are the same in every
+framework)."""
+for _spec in load_suite("sizes").specs:
+    _shape = spec_shape(_spec)
+    SIZES.setdefault(f"{_shape.layers}x{_shape.width}/s{_shape.seq}", _spec)
 CASES = {"fp32": ("fp32", "none", 1), "bf16": ("bf16", "none", 1), "dp2": ("fp32", "data_parallel", 2)}
 """name: (precision, parallelism, workers)."""
 REPLICAS_A_PROCESS = {"torch": 1, "tensorflow": 2, "jax": 2}
@@ -69,25 +80,24 @@ def size_of(result: TrialResult) -> str:
 
 
 def shape_of(size: str) -> capacity.Shape:
-    preset, overrides = SIZES[size]
-    c = {**registry.workload("text_classifier").preset_configs[preset], **overrides}
-    return capacity.Shape(c["num_layers"], c["d_model"], c["num_heads"], c["seq_len"], c["vocab_size"], c["d_ff"],
-                          lm_head=False)
+    return spec_shape(SIZES[size])
 
 
 def measure(frameworks: list[str], cases: list[str], steps: int, repeats: int, device: str) -> list[TrialResult]:
-    """Every case × size × framework, ``repeats`` rounds of each (a round runs every configuration once)."""
+    """Every case × size × framework, ``repeats`` rounds of each (a round runs every configuration once): the
+    suite's trial of that size and framework, in the case's precision and parallelism."""
+    suite = [s for s in load_suite("sizes").specs if s.seed == 0]
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in [c for _ in range(repeats) for c in cases]:
             precision, parallelism, workers = CASES[case]
-            for size, (preset, overrides) in SIZES.items():
+            for size, sized in SIZES.items():
                 for framework in frameworks:
-                    [spec] = identify([RunSpec(
-                        workload="text_classifier", preset=preset, framework=framework, execution=MODES[framework],
-                        precision=precision, parallelism=parallelism, workers=workers, batch_size=BATCH,
-                        max_steps=steps, eval_every=steps, seed=0, device=device,
-                        config=tuple((k, str(v)) for k, v in overrides.items()))])
+                    base = next(s for s in suite if s.framework.value == framework
+                                and (s.preset, s.config) == (sized.preset, sized.config))
+                    [spec] = identify([dataclasses.replace(
+                        base, precision=precision, parallelism=parallelism, workers=workers, batch_size=BATCH,
+                        max_steps=steps, eval_every=steps, device=device)])
                     r = runner.run_one(spec, 1200, Path(tmp) / "logs", evaluate=False)
                     out.append(r)
                     if r.status.value != "ok" or r.memory_increment_bytes is None or r.steady_step_s is None:
@@ -167,7 +177,7 @@ def data_parallel(results: list[TrialResult], framework: str) -> list[tuple[str,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--frameworks", default=",".join(MODES))
+    parser.add_argument("--frameworks", default="torch,tensorflow,jax")
     parser.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=1, help="rounds of every configuration (medians are used)")

@@ -7,6 +7,7 @@ import pytest
 from bakeoff.core import registry
 from bakeoff.core.spec import RunSpec, SpecError
 from bakeoff.measure.environment import usable_cores
+from bakeoff.plan import capacity
 from bakeoff.results.store import Store
 from bakeoff.run.executors import local as runner
 
@@ -34,6 +35,8 @@ def test_bf16_runs_and_fp16_on_cpu_is_unsupported(tmp_path):
         assert bf16.environment["intra_op_threads"] == bf16.environment["inter_op_threads"] == usable_cores()
         assert bf16.examples_per_step == 32 and len(bf16.losses) == 4  # 2 micro-batches of 16 per step
         assert 0.3 < bf16.losses[0] < 1.5  # a real binary cross-entropy, not garbage
+        # what the capacity plan's calibration reads of a stored trial: the Transformer it trained
+        assert capacity.trial_shape(bf16) == capacity.shape_from({"preset": "tiny"})
         fp16 = by[(fw, "fp16")]
         assert fp16.status.value == "unsupported" and "fp16 with loss scaling needs a" in fp16.reason
 
