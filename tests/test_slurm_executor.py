@@ -339,17 +339,16 @@ def test_a_suite_through_run_suite_is_stored_from_the_jobs_without_this_machines
         tmp_path, fake, monkeypatch):
     from bakeoff.plan.suite import adhoc_suite
     from bakeoff.results.store import Store
-    from bakeoff.run import machine, session
-    from bakeoff.run.executors import local
+    from bakeoff.run import machine, runner, session
 
     cluster, executor = fake
     cluster.step = lambda fake: [fake.finish(j) for j, s in list(fake.states.items()) if s == "PENDING"]
-    monkeypatch.setattr(local, "cuda_devices", lambda: (0, "no NVIDIA GPU is visible"))
+    monkeypatch.setattr(runner, "cuda_devices", lambda: (0, "no NVIDIA GPU is visible"))
     monkeypatch.setattr(machine, "measuring", lambda *a, **k: pytest.fail("a remote executor took the local lock"))
     suite = adhoc_suite({"workload": "mnist", "framework": ["torch", "jax"], "execution": ["eager"], "max_steps": 3,
                          "device": "cuda"})
     with pytest.raises(SpecError, match="--device cuda: no NVIDIA GPU"):
-        local.validate(suite.specs)
+        runner.validate(suite.specs)
     done = session.run_suite(suite, tmp_path / "s.sqlite", executor=executor)
     assert sorted(r.run_spec.framework.value for r in done.summary.ran) == ["jax", "torch"]
     stored = Store(tmp_path / "s.sqlite", readonly=True).results()

@@ -24,7 +24,7 @@ from typing import Any
 from bakeoff.core.result import AdaptiveRepeats
 from bakeoff.core.spec import RunSpec
 from bakeoff.results.store import Store
-from bakeoff.run.executors import local as runner
+from bakeoff.run import runner
 
 
 def record(first: int, most: int) -> dict[str, Any]:
@@ -49,7 +49,7 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, first: int, most: in
         **options: Any) -> runner.RunSummary:
     """Run ``specs`` (the first ``first`` repeats of every configuration), then add repeats where the verdict is
     unsettled, up to ``most`` runs. ``grow(n)`` is told of the ``n`` trials each look adds; ``options`` are
-    :func:`bakeoff.run.executors.local.run`'s. The summary covers every look."""
+    :func:`bakeoff.run.runner.run`'s. The summary covers every look."""
     plan = record(first, most)
     notes = {spec.key(): {**(annotations or {}).get(spec.key(), {}), **plan} for spec in specs}
     summary = runner.run(specs, store, suite, annotations=notes, **options)

@@ -1,10 +1,10 @@
 """What an executor is: where the trials of a run execute, while the submitting ``bakeoff run`` stays the only
 writer of the store.
 
-The runner (:func:`bakeoff.run.executors.local.run`) decides which trials run, in which order, and stores each
-result as it comes back; an :class:`Executor` only executes :class:`TrialJob` s, each as one trial process group
-started by the same launcher the local runner uses (:func:`bakeoff.run.executors.local.run_one`), wherever its
-engine puts it: here, one after another (``local``), as Ray tasks (``ray``) or Slurm jobs (``slurm``).
+The runner (:func:`bakeoff.run.runner.run`) decides which trials run, in which order, and stores each result as it
+comes back; an :class:`Executor` only executes :class:`TrialJob` s, each as one trial process group started by the
+same launcher wherever its engine puts it (:func:`bakeoff.run.executors.local.run_here` on the node): here, one after
+another (``local``), as Ray tasks (``ray``) or Slurm jobs (``slurm``).
 
 The contract every executor keeps:
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,8 +41,9 @@ Done = Callable[["TrialJob", TrialResult], None]
 
 @dataclasses.dataclass(frozen=True)
 class TrialJob:
-    """One trial to execute: its spec, its place in the run, and what :func:`~bakeoff.run.executors.local.run_one`
-    is given for it (every path under the store's folder, which a remote node must see at the same path)."""
+    """One trial to execute: its spec, its place in the run, and what its process group is given
+    (:func:`~bakeoff.run.executors.local.run_here` hands it to :func:`~bakeoff.run.executors.local.run_one`; every
+    path is under the store's folder, which a remote node must see at the same path)."""
 
     spec: RunSpec
     position: int  # 1-based place in the planned order of the whole run
@@ -60,16 +60,6 @@ class TrialJob:
     def what(self) -> str:
         spec = self.spec
         return f"{spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}"
-
-    def run_here(self, hosts: Sequence[str] | None = None, place: Placement | None = None) -> TrialResult:
-        """Run the trial's process group from this machine, now (the local runner's way); never raises for a trial
-        that fails, only for an interrupt. A multi-node executor gives each worker's ``hosts`` and how a member is
-        started on its host (``place``: a Slurm job step); by default every member starts here."""
-        from bakeoff.run.executors.local import run_one
-
-        return run_one(self.spec, self.timeout_s, self.log_dir, self.checkpoint_dir, self.tensorboard_dir,
-                       keep_dir=self.keep_dir, probe_ceiling=self.probe_ceiling, profile=self.profile,
-                       evaluate=self.evaluate, hosts=hosts, place=place)
 
 
 def executor_record(name: str, *, submitted_at: float, started_at: float | None = None, **more: object) -> dict:
@@ -102,25 +92,6 @@ class Executor(abc.ABC):
         """Execute every job ``jobs`` yields; ``started(job)`` when its trial starts (as far as the executor knows),
         ``done(job, result)`` in this thread as each ends. ``jobs`` may be lazy: the local executor takes the next
         one only after the previous is done, so what a job is given may depend on the results before it."""
-
-
-class LocalExecutor(Executor):
-    """Today's runner: each trial on this machine, one after another, nothing else running beside it."""
-
-    name = "local"
-
-    def describe(self) -> str:
-        return "local: on this machine, one trial after another"
-
-    def run(self, jobs: Iterable[TrialJob], started: Started, done: Done) -> None:
-        for job in jobs:
-            started(job)
-            submitted = time.time()
-            result = job.run_here()
-            launched = result.extras.get("started_at")
-            result.extras["executor"] = executor_record(self.name, submitted_at=submitted,
-                                                        started_at=launched if isinstance(launched, float) else None)
-            done(job, result)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,9 +17,10 @@ task in that node's bundle, writing to the member's log, and ends with it: kille
 connection with it, so Ray ends the remote task, whose member is tethered to its worker. The placement group is
 removed when the trial ends. The trial's hosts and nodes are in ``extras["hosts"]`` and ``extras["nodes"]``.
 
-A task (:func:`_trial`) runs :meth:`TrialJob.run_here` on its node: the local runner's process group, whose
-members are tethered to the task's worker (:mod:`bakeoff.core.tether`; Ray runs a task on its worker's main
-thread, checked and recorded per trial, so PR_SET_PDEATHSIG fires when the worker dies, not when a thread ends).
+A task (:func:`_trial`) runs :func:`~bakeoff.run.executors.local.run_here` on its node: the local executor's
+process group, whose members are tethered to the task's worker (:mod:`bakeoff.core.tether`; Ray runs a task on its
+worker's main thread, checked and recorded per trial, so PR_SET_PDEATHSIG fires when the worker dies, not when a
+thread ends).
 It first writes where it runs (node, host, worker) to a small file under the store's folder, so the run knows the
 trial has started, and where, even if its worker dies; then it returns the result. (A plain task, not a streaming
 one: the run only ever asks Ray for a result Ray says is ready, so no Ray call here waits longer than
@@ -72,6 +73,7 @@ from bakeoff.run.executors.base import (
     resources,
     spread,
 )
+from bakeoff.run.executors.local import run_here
 from bakeoff.run.launchers import Member
 from bakeoff.run.process import Interrupted, hold
 
@@ -184,7 +186,7 @@ def _trial(job: TrialJob, folder: str, where_file: str, group: Group | None = No
     before = os.getcwd()
     os.chdir(folder)
     try:
-        result = job.run_here(hosts=hosts, place=place)
+        result = run_here(job, hosts=hosts, place=place)
     finally:
         os.chdir(before)
     if hosts is not None:

@@ -20,8 +20,9 @@ CPUs, GPUs and time limit; one job per trial is also what ``squeue`` and ``scanc
 beside what; a trial that uses all its node's cores asks for the node whole, ``--exclusive``).
 
 On the node, the job runs ``python -m bakeoff.run.executors.slurm_executor JOB_FILE``: the trial's process group,
-started exactly as the local runner starts it (:meth:`TrialJob.run_here`, its own deadline included), and the
-result written atomically (a temporary file, then a rename) to ``<store folder>/slurm/<key>.result.json``. The
+started exactly as the local executor starts it (:func:`~bakeoff.run.executors.local.run_here`, its own deadline
+included), and the result written atomically (a temporary file, then a rename) to
+``<store folder>/slurm/<key>.result.json``. The
 store's folder (``results/bakeoff/`` for ``results/bakeoff.sqlite``) must therefore be on a file system that the
 compute nodes share with the submitting machine, at the same path (trial logs, checkpoints, TensorBoard runs are
 there too); the SQLite store itself is only ever opened here. A result file present wins over any job state. A
@@ -63,6 +64,7 @@ from bakeoff.run.executors.base import (
     resources,
     spread,
 )
+from bakeoff.run.executors.local import run_here
 from bakeoff.run.launchers import Member
 from bakeoff.trial.profile import Request as ProfileRequest
 
@@ -470,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         place = functools.partial(job_step, os.environ.get("SLURMD_NODENAME", nodes[0]))
     try:
         with interruptible():  # scancel's SIGTERM (or Slurm's time limit) kills the trial's group, as Ctrl-C locally
-            result = job.run_here(hosts=hosts, place=place)
+            result = run_here(job, hosts=hosts, place=place)
     except Interrupted as exc:
         log.error("%s: %s; its processes were killed, no result written", job.what, exc.signal_name)
         return exc.exit_code
