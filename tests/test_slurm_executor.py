@@ -36,7 +36,7 @@ from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec, SpecError, Status
 from bakeoff.run.executors import parse
 from bakeoff.run.executors import slurm_executor as slurm
-from bakeoff.run.executors.base import TrialJob, resources
+from bakeoff.run.executors.base import TrialJob, parse_options, resources
 from bakeoff.run.process import Interrupted
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,13 +102,16 @@ def test_a_multi_node_trial_is_one_job_a_task_per_node_each_asking_for_its_worke
 
 
 def test_the_executor_argument_names_a_partition_and_workers_per_node():
-    assert slurm.parse_options("") == ("", None)
-    assert slurm.parse_options("gpu") == ("gpu", None)
-    assert slurm.parse_options("gpu,workers-per-node=4") == ("gpu", 4)
-    assert slurm.parse_options("workers-per-node=1") == ("", 1)
+    def parsed(options: str) -> tuple[str, int | None]:
+        return parse_options("slurm", options, slurm.ACCEPTED)
+
+    assert parsed("") == ("", None)
+    assert parsed("gpu") == ("gpu", None)
+    assert parsed("gpu,workers-per-node=4") == ("gpu", 4)
+    assert parsed("workers-per-node=1") == ("", 1)
     for bad in ("gpu,cpu", "gpu,workers-per-node=0", "gpu,nodes=2"):
         with pytest.raises(SpecError, match=r"accepted: slurm=PARTITION\[,workers-per-node=K\]"):
-            slurm.parse_options(bad)
+            parsed(bad)
 
 
 def test_inside_a_multi_node_job_members_on_other_nodes_start_as_job_steps(monkeypatch):

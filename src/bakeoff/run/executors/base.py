@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bakeoff.core.result import TrialResult
-from bakeoff.core.spec import RunSpec
+from bakeoff.core.spec import RunSpec, SpecError
 from bakeoff.trial.profile import Request as ProfileRequest
 
 if TYPE_CHECKING:
@@ -121,6 +121,24 @@ def resources(spec: RunSpec) -> Resources:
     gpus = 0 if spec.device is Device.CPU else spec.workers if spec.parallelism is not Parallelism.NONE else 1
     return Resources(cpus=spec.threads * processes if spec.threads else None, gpus=gpus,
                      gpus_required=spec.device is Device.CUDA, processes=processes)
+
+
+def parse_options(executor: str, options: str, accepted: str) -> tuple[str, int | None]:
+    """``--executor EXECUTOR=OPTIONS`` of a cluster's executor, ``[WHERE][,workers-per-node=K]``: WHERE ('' when not
+    given: a Ray address, a Slurm partition) and K (None: every trial on one node). Anything else is a
+    :class:`SpecError` naming the item and the ``accepted`` forms."""
+    where, per_node = "", None
+    for item in (part.strip() for part in options.split(",")):
+        name, equals, value = item.partition("=")
+        if not item:
+            continue
+        if name == "workers-per-node" and value.isdigit() and int(value) > 0:
+            per_node = int(value)
+        elif not equals and not where:
+            where = item
+        else:
+            raise SpecError(f"--executor {executor}={options}: {item!r} is not understood; accepted: {accepted}")
+    return where, per_node
 
 
 def nodes_for(spec: RunSpec, workers_per_node: int | None) -> int:

@@ -70,6 +70,7 @@ from bakeoff.run.executors.base import (
     TrialJob,
     executor_record,
     nodes_for,
+    parse_options,
     resources,
     spread,
 )
@@ -287,7 +288,7 @@ class RayExecutor(Executor):
     concurrent = True
 
     def __init__(self, options: str = "") -> None:
-        self.address, self.workers_per_node = parse_options(options)
+        self.address, self.workers_per_node = parse_options("ray", options, ADDRESSES)  # "": a Ray instance here
         try:
             import ray  # noqa: F401  (imported here only to fail before anything runs)
         except ImportError as exc:
@@ -409,26 +410,6 @@ class RayExecutor(Executor):
             worker_pid=where.get("worker_pid"), main_thread=where.get("main_thread"), nice=where.get("nice"),
             resources=current.asked)
         return result
-
-
-OPTIONS = "[ADDRESS][,workers-per-node=K]"
-
-
-def parse_options(options: str) -> tuple[str, int | None]:
-    """``ray=ADDRESS[,workers-per-node=K]``'s address ('' for a Ray instance here) and K (None: every trial on one
-    node); anything else is a :class:`SpecError` listing the accepted forms."""
-    address, per_node = "", None
-    for item in (part.strip() for part in options.split(",")):
-        name, equals, value = item.partition("=")
-        if not item:
-            continue
-        if name == "workers-per-node" and value.isdigit() and int(value) > 0:
-            per_node = int(value)
-        elif not equals and not address:
-            address = item
-        else:
-            raise SpecError(f"--executor ray={options}: {item!r} is not understood; accepted: {ADDRESSES}")
-    return address, per_node
 
 
 def _place_group(job: TrialJob, nodes: int, workers_per_node: int, asked: dict[str, float]) -> tuple[Group, Any]:

@@ -61,6 +61,7 @@ from bakeoff.run.executors.base import (
     TrialJob,
     executor_record,
     nodes_for,
+    parse_options,
     resources,
     spread,
 )
@@ -251,25 +252,9 @@ class _Submitted:
     over_since: float | None = None  # when Slurm first said it ended (its result file may still be on its way)
 
 
-OPTIONS = "PARTITION[,workers-per-node=K]"
-
-
-def parse_options(options: str) -> tuple[str, int | None]:
-    """``slurm=``'s argument: the partition ('' for the cluster's default) and the workers per node of a
-    multi-node trial (None: every trial on one node)."""
-    partition, per_node = "", None
-    for item in (part.strip() for part in options.split(",")):
-        name, equals, value = item.partition("=")
-        if not item:
-            continue
-        if not equals and not partition:
-            partition = item
-        elif name == "workers-per-node" and value.isdigit() and int(value) > 0:
-            per_node = int(value)
-        else:
-            raise SpecError(f"--executor slurm={options}: {item!r} is not understood; accepted: slurm={OPTIONS}, "
-                            "e.g. slurm=gpu or slurm=gpu,workers-per-node=4 (K a positive integer)")
-    return partition, per_node
+ACCEPTED = ("slurm=PARTITION[,workers-per-node=K], e.g. slurm=gpu or slurm=gpu,workers-per-node=4 (K a positive "
+            "integer)")
+"""The forms ``--executor slurm=...`` accepts (:func:`bakeoff.run.executors.base.parse_options`)."""
 
 
 class SlurmExecutor(Executor):
@@ -281,7 +266,7 @@ class SlurmExecutor(Executor):
     remote = True  # even on scripts/slurm-local: Slurm shares the cores out among the jobs
 
     def __init__(self, options: str = "") -> None:
-        partition, self.workers_per_node = parse_options(options)
+        partition, self.workers_per_node = parse_options("slurm", options, ACCEPTED)  # "": the default one
         missing = [tool for tool in ("sbatch", "squeue", "scancel", "sinfo") if shutil.which(tool) is None]
         if missing:
             raise SpecError(f"--executor slurm: {', '.join(missing)} not found on PATH; {START_HINT}")
