@@ -27,7 +27,6 @@ class LastFirst(Executor):
     """Takes every job at once (as a cluster's executor submits them) and hands the results back last first."""
 
     name = "last-first"
-    concurrent = True
 
     def __init__(self) -> None:
         self.submitted: list[TrialJob] = []
@@ -104,13 +103,13 @@ def test_executor_names_are_checked_before_anything_runs() -> None:
 
 def test_a_trial_asks_for_the_cores_and_gpus_its_processes_use() -> None:
     whole = resources(RunSpec(workload="mnist", framework="torch", max_steps=2))
-    assert (whole.cpus, whole.gpus, whole.gpus_required, whole.processes) == (None, 1, False, 1)
+    assert (whole.cpus, whole.gpus, whole.gpus_required) == (None, 1, False)  # one process, every core
     two = resources(RunSpec(workload="mnist", framework="torch", max_steps=2, parallelism="data_parallel",
                             workers=2, threads=3, device="cpu"))
-    assert (two.cpus, two.gpus, two.processes) == (6, 0, 2)
+    assert (two.cpus, two.gpus) == (6, 0)  # 2 ranks × 3 threads
     ps = resources(RunSpec(workload="mnist", framework="tensorflow", max_steps=2, parallelism="parameter_server",
                            workers=2, threads=1, device="cuda"))
-    assert (ps.cpus, ps.processes, ps.gpus_required) == (4, 4, True)  # chief, 2 workers, 1 parameter server
+    assert (ps.cpus, ps.gpus_required) == (4, True)  # 1 thread each: chief, 2 workers, 1 parameter server
 
 
 def test_device_cuda_is_checked_on_this_machine_only_when_the_trials_run_here(monkeypatch) -> None:

@@ -76,8 +76,6 @@ class Executor(abc.ABC):
     """Where a run's trials execute. One instance serves one ``bakeoff run``."""
 
     name: str = ""
-    concurrent: bool = False
-    """Whether several trials may run at once (on separate nodes or resources); the local executor runs one."""
     remote: bool = False
     """Whether the trials run on other machines (a cluster's nodes): this machine's GPUs then say nothing of theirs
     (``--device cuda`` is the executor's to check on its nodes), and its measuring lock (:mod:`bakeoff.run.machine`)
@@ -105,7 +103,6 @@ class Resources:
     cpus: int | None
     gpus: int
     gpus_required: bool
-    processes: int  # processes that compute (ranks, servers)
 
 
 def resources(spec: RunSpec) -> Resources:
@@ -115,12 +112,12 @@ def resources(spec: RunSpec) -> Resources:
     from bakeoff.run import launchers
 
     launcher = launchers.LAUNCHERS[registry.launcher(spec)]
-    processes = spec.workers if launcher.group else 1
+    processes = spec.workers if launcher.group else 1  # the processes that compute, spec.threads threads each
     if spec.parallelism is Parallelism.PARAMETER_SERVER:
         processes = 1 + spec.workers + launchers.PARAMETER_SERVERS
     gpus = 0 if spec.device is Device.CPU else spec.workers if spec.parallelism is not Parallelism.NONE else 1
     return Resources(cpus=spec.threads * processes if spec.threads else None, gpus=gpus,
-                     gpus_required=spec.device is Device.CUDA, processes=processes)
+                     gpus_required=spec.device is Device.CUDA)
 
 
 def parse_options(executor: str, options: str, accepted: str) -> tuple[str, int | None]:

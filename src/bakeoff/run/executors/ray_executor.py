@@ -285,7 +285,6 @@ class RayExecutor(Executor):
     """Trials as Ray tasks, several at once on the cluster's nodes (module docstring)."""
 
     name = "ray"
-    concurrent = True
 
     def __init__(self, options: str = "") -> None:
         self.address, self.workers_per_node = parse_options("ray", options, ADDRESSES)  # "": a Ray instance here

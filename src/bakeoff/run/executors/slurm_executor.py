@@ -262,7 +262,6 @@ class SlurmExecutor(Executor):
     ``workers-per-node=K`` spreads a multi_worker trial of more than K workers over nodes."""
 
     name = "slurm"
-    concurrent = True
     remote = True  # even on scripts/slurm-local: Slurm shares the cores out among the jobs
 
     def __init__(self, options: str = "") -> None:
