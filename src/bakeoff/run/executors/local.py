@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from bakeoff.core import registry
+from bakeoff.core import frameworks, registry
 from bakeoff.core.result import Distributed, TrialResult
 from bakeoff.core.spec import Parallelism, RunSpec, Status
 from bakeoff.measure import ceiling
@@ -90,7 +90,7 @@ def _trial_env(spec: RunSpec, tmp: str, keep_dir: Path | None = None, probe_ceil
     env.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"), TRITON_CACHE_DIR=os.path.join(tmp, "triton"))
     threads = str(spec.threads or usable_cores())
     env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONUNBUFFERED="1")
-    env.update(spec.info.env)  # its record's settings (KERAS_BACKEND, XLA's allocator)
+    env.update(frameworks.get(spec.framework.value).env)  # its record's settings (KERAS_BACKEND, XLA's allocator)
     if spec.device.value == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     return env
