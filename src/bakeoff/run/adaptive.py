@@ -2,7 +2,7 @@
 
 Every configuration runs :data:`~bakeoff.plan.suite.FIRST_REPEATS` times. Then, look after look, each section (a
 workload and preset, a data set of its own: :func:`bakeoff.analysis.stats.summarise_groups`) whose verdict is not
-settled — no winner, and not a tie shown (:attr:`bakeoff.analysis.decide.Decision.settled`) — gets one more run of
+settled — no winner, and not a tie shown (:attr:`bakeoff.analysis.decision.Decision.settled`) — gets one more run of
 every one of its configurations, until every verdict is settled or the configurations have ``max`` runs.
 
 Stopping once a verdict looks settled makes a chance "wins" likelier than a fixed number of runs would. So every
