@@ -526,7 +526,7 @@ def test_a_multi_worker_trial_spans_two_nodes_and_a_cancelled_one_leaves_no_rank
 
 
 def test_a_trial_past_its_timeout_is_killed_on_its_node_recorded_timeout_and_leaves_no_process(tmp_path, real_slurm):
-    """The trial's deadline is kept on the node (the local runner's own); Slurm's time limit, a margin later, is
+    """The trial's deadline is kept on the node (the local executor's own); Slurm's time limit, a margin later, is
     only the backstop (its TIMEOUT state is read in test_each_state_squeue_reports...)."""
     from bakeoff.results.store import Store
 

@@ -101,7 +101,8 @@ def _failure(spec: RunSpec, status: Status, reason: str) -> TrialResult:
 
 
 def _sigkill_failure(spec: RunSpec, before: OomKills, elapsed: float, tail: str) -> TrialResult:
-    """A trial killed by SIGKILL from outside the runner: out of memory only if the kernel's counter says so."""
+    """A trial killed by SIGKILL, not for its deadline or memory cap: out of memory only if the kernel's counter
+    says so."""
     after = read_oom_kills()
     if before.count is not None and after.count is not None and after.source == before.source:
         if after.count > before.count:
