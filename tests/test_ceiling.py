@@ -232,7 +232,7 @@ def test_a_result_without_mfu_says_why_in_the_report():
 
 @pytest.mark.skipif("torch" not in INSTALLED, reason="needs torch")
 def test_a_run_probes_the_ceiling_once_in_its_first_trial_and_keeps_it(tmp_path):
-    from bakeoff.run.executors.local import run
+    from bakeoff.run.runner import run
 
     store_path = tmp_path / "s.sqlite"
     specs = [RunSpec(workload="mnist", framework="torch", max_steps=12, eval_every=12, seed=s, threads=1)

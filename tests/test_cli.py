@@ -225,7 +225,7 @@ if mode:
 def test_crashing_trials_become_results(tmp_path, monkeypatch, mode, status, reason):
     from bakeoff.core.spec import RunSpec
     from bakeoff.results.store import Store
-    from bakeoff.run.executors import local as runner
+    from bakeoff.run import runner
 
     (tmp_path / "sitecustomize.py").write_text(CRASHER)
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}")

@@ -7,11 +7,10 @@ import pytest
 
 from bakeoff.data import DataError
 from bakeoff.data import speech_synth as synth
+from bakeoff.data.ctc import ALPHABET, frame_count
 from bakeoff.data.speech import (
-    ALPHABET,
     N_MELS,
     embedded_corpus,
-    frame_count,
     load_speech_dataset,
     log_mel,
     mel_filterbank,

@@ -277,7 +277,7 @@ def test_progress_estimates_from_stored_then_finished_trials_and_says_resumed(tm
 
 
 def test_tensorboard_runs_are_named_by_workload_preset_mode_and_seed(tmp_path):
-    from bakeoff.run.executors.local import TENSORBOARD_MARK, tensorboard_runs
+    from bakeoff.run.runner import TENSORBOARD_MARK, tensorboard_runs
 
     def spec(**kw) -> RunSpec:
         return RunSpec(**{"workload": "text_classifier", "framework": "torch", "max_steps": 2, **kw})

@@ -1,7 +1,7 @@
 """The executor contract (:mod:`bakeoff.run.executors.base`): whatever executes the trials, and in whatever order
-they finish, the runner stores each result once, in this process, with its planned place in the run; a resumed
-run skips them; ``--executor`` names an executor or exits 2 naming the accepted ones. No framework: the trials'
-results are made here (a fraction of a second in all)."""
+they finish, the runner (:mod:`bakeoff.run.runner`) stores each result once, in this process, with its planned place
+in the run; a resumed run skips them; ``--executor`` names an executor or exits 2 naming the accepted ones. No
+framework: the trials' results are made here (a fraction of a second in all)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import pytest
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec, SpecError, Status
 from bakeoff.results.store import Store
-from bakeoff.run.executors import local as runner
-from bakeoff.run.executors import parse
-from bakeoff.run.executors.base import Done, Executor, LocalExecutor, Started, TrialJob, resources
+from bakeoff.run import runner
+from bakeoff.run.executors import local, parse
+from bakeoff.run.executors.base import Done, Executor, Started, TrialJob, resources
+from bakeoff.run.executors.local import LocalExecutor
 
 
 def _specs() -> list[RunSpec]:
@@ -26,7 +27,6 @@ class LastFirst(Executor):
     """Takes every job at once (as a cluster's executor submits them) and hands the results back last first."""
 
     name = "last-first"
-    concurrent = True
 
     def __init__(self) -> None:
         self.submitted: list[TrialJob] = []
@@ -84,7 +84,7 @@ def test_the_local_executor_runs_the_next_job_only_after_the_last_is_stored(tmp_
         return TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.FAILED, reason="made here",
                            extras={"started_at": 1000.0 + job.position})
 
-    monkeypatch.setattr(TrialJob, "run_here", run_here)
+    monkeypatch.setattr(local, "run_here", run_here)
     with Store(tmp_path / "r.sqlite") as store:
         runner.run(_specs(), store, "s", executor=LocalExecutor())
         results = store.results()
@@ -103,20 +103,18 @@ def test_executor_names_are_checked_before_anything_runs() -> None:
 
 def test_a_trial_asks_for_the_cores_and_gpus_its_processes_use() -> None:
     whole = resources(RunSpec(workload="mnist", framework="torch", max_steps=2))
-    assert (whole.cpus, whole.gpus, whole.gpus_required, whole.processes) == (None, 1, False, 1)
+    assert (whole.cpus, whole.gpus, whole.gpus_required) == (None, 1, False)  # one process, every core
     two = resources(RunSpec(workload="mnist", framework="torch", max_steps=2, parallelism="data_parallel",
                             workers=2, threads=3, device="cpu"))
-    assert (two.cpus, two.gpus, two.processes) == (6, 0, 2)
+    assert (two.cpus, two.gpus) == (6, 0)  # 2 ranks × 3 threads
     ps = resources(RunSpec(workload="mnist", framework="tensorflow", max_steps=2, parallelism="parameter_server",
                            workers=2, threads=1, device="cuda"))
-    assert (ps.cpus, ps.processes, ps.gpus_required) == (4, 4, True)  # chief, 2 workers, 1 parameter server
+    assert (ps.cpus, ps.gpus_required) == (4, True)  # 1 thread each: chief, 2 workers, 1 parameter server
 
 
 def test_device_cuda_is_checked_on_this_machine_only_when_the_trials_run_here(monkeypatch) -> None:
-    from bakeoff.run.executors import local
-
-    monkeypatch.setattr(local, "cuda_devices", lambda: (0, "no NVIDIA GPU is visible"))
+    monkeypatch.setattr(runner, "cuda_devices", lambda: (0, "no NVIDIA GPU is visible"))
     specs = [RunSpec(workload="mnist", framework="torch", max_steps=2, device="cuda")]
     with pytest.raises(SpecError, match="--device cuda: no NVIDIA GPU is visible"):
-        local.validate(specs)
-    assert local.validate(specs, here=False)  # a cluster's nodes have their own GPUs: its executor checks them
+        runner.validate(specs)
+    assert runner.validate(specs, here=False)  # a cluster's nodes have their own GPUs: its executor checks them

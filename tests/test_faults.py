@@ -23,8 +23,8 @@ from bakeoff.core.result import Order
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.plan import order as plan_order
 from bakeoff.plan.suite import parse_suite
-from bakeoff.run import machine, process
-from bakeoff.run.executors import local as runner
+from bakeoff.run import machine, process, runner
+from bakeoff.run.executors import local
 
 TORCH = pytest.mark.skipif(not registry.installed("torch"), reason="needs torch")
 
@@ -214,9 +214,9 @@ def test_a_signal_waits_until_a_result_is_written_then_interrupts():
      "killed by SIGKILL (no evidence of out-of-memory: no cgroup OOM-kill counter is readable)"),
 ])
 def test_sigkill_is_out_of_memory_only_when_the_kernel_counted_a_kill(monkeypatch, after, status, reason):
-    monkeypatch.setattr(runner, "read_oom_kills", lambda: after)
+    monkeypatch.setattr(local, "read_oom_kills", lambda: after)
     spec = RunSpec(workload="mnist", framework="torch", max_steps=2)
-    result = runner._sigkill_failure(spec, process.OomKills(2, "/cg/memory.events"), 12.0, "last words")
+    result = local._sigkill_failure(spec, process.OomKills(2, "/cg/memory.events"), 12.0, "last words")
     assert result.status is status and reason in result.reason and "last words" in result.reason
 
 
@@ -671,7 +671,7 @@ def test_a_timed_out_two_rank_trial_leaves_no_process(monkeypatch, tmp_path, fra
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        result = runner.run_one(spec, 12, tmp_path / "logs")  # the ranks are up within seconds
+        result = local.run_one(spec, 12, tmp_path / "logs")  # the ranks are up within seconds
     finally:
         stop.set()
         watcher.join(5)

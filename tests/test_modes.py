@@ -9,7 +9,7 @@ from bakeoff.core.spec import RunSpec, SpecError
 from bakeoff.measure.environment import usable_cores
 from bakeoff.plan import capacity
 from bakeoff.results.store import Store
-from bakeoff.run.executors import local as runner
+from bakeoff.run import runner
 
 BOTH = pytest.mark.skipif(not (registry.installed("torch") and registry.installed("tensorflow")),
                           reason="needs torch and tensorflow")

@@ -35,7 +35,7 @@ import pytest
 
 from bakeoff.core import registry
 from bakeoff.core.spec import RunSpec, SpecError
-from bakeoff.run.executors.base import TrialJob
+from bakeoff.run.executors.base import TrialJob, parse_options
 
 RAY = shutil.which("ray", path=str(Path(sys.executable).parent))
 CLUSTER = pytest.mark.skipif(RAY is None or not registry.installed("torch") or not registry.installed("jax"),
@@ -101,17 +101,17 @@ def test_a_member_on_another_node_starts_through_a_proxy_in_its_bundle_and_the_r
                                                ("10.0.0.1:6379,workers-per-node=2", ("10.0.0.1:6379", 2)),
                                                ("workers-per-node=1", ("", 1))])
 def test_the_ray_argument_is_an_address_and_workers_per_node(given, parsed):
-    from bakeoff.run.executors.ray_executor import parse_options
+    from bakeoff.run.executors.ray_executor import ADDRESSES
 
-    assert parse_options(given) == parsed
+    assert parse_options("ray", given, ADDRESSES) == parsed
 
 
 @pytest.mark.parametrize("given", ["auto,workers-per-node=0", "a,b", "auto,nodes=2"])
 def test_a_ray_argument_not_understood_exits_2_listing_the_accepted_forms(given):
-    from bakeoff.run.executors.ray_executor import parse_options
+    from bakeoff.run.executors.ray_executor import ADDRESSES
 
     with pytest.raises(SpecError, match=r"is not understood; accepted: ray .* ,workers-per-node=K"):
-        parse_options(given)
+        parse_options("ray", given, ADDRESSES)
 
 
 def test_without_ray_the_executor_names_the_extra_to_install(monkeypatch):

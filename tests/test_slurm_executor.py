@@ -36,7 +36,7 @@ from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec, SpecError, Status
 from bakeoff.run.executors import parse
 from bakeoff.run.executors import slurm_executor as slurm
-from bakeoff.run.executors.base import TrialJob, resources
+from bakeoff.run.executors.base import TrialJob, parse_options, resources
 from bakeoff.run.process import Interrupted
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,13 +102,16 @@ def test_a_multi_node_trial_is_one_job_a_task_per_node_each_asking_for_its_worke
 
 
 def test_the_executor_argument_names_a_partition_and_workers_per_node():
-    assert slurm.parse_options("") == ("", None)
-    assert slurm.parse_options("gpu") == ("gpu", None)
-    assert slurm.parse_options("gpu,workers-per-node=4") == ("gpu", 4)
-    assert slurm.parse_options("workers-per-node=1") == ("", 1)
+    def parsed(options: str) -> tuple[str, int | None]:
+        return parse_options("slurm", options, slurm.ACCEPTED)
+
+    assert parsed("") == ("", None)
+    assert parsed("gpu") == ("gpu", None)
+    assert parsed("gpu,workers-per-node=4") == ("gpu", 4)
+    assert parsed("workers-per-node=1") == ("", 1)
     for bad in ("gpu,cpu", "gpu,workers-per-node=0", "gpu,nodes=2"):
         with pytest.raises(SpecError, match=r"accepted: slurm=PARTITION\[,workers-per-node=K\]"):
-            slurm.parse_options(bad)
+            parsed(bad)
 
 
 def test_inside_a_multi_node_job_members_on_other_nodes_start_as_job_steps(monkeypatch):
@@ -339,17 +342,16 @@ def test_a_suite_through_run_suite_is_stored_from_the_jobs_without_this_machines
         tmp_path, fake, monkeypatch):
     from bakeoff.plan.suite import adhoc_suite
     from bakeoff.results.store import Store
-    from bakeoff.run import machine, session
-    from bakeoff.run.executors import local
+    from bakeoff.run import machine, runner, session
 
     cluster, executor = fake
     cluster.step = lambda fake: [fake.finish(j) for j, s in list(fake.states.items()) if s == "PENDING"]
-    monkeypatch.setattr(local, "cuda_devices", lambda: (0, "no NVIDIA GPU is visible"))
+    monkeypatch.setattr(runner, "cuda_devices", lambda: (0, "no NVIDIA GPU is visible"))
     monkeypatch.setattr(machine, "measuring", lambda *a, **k: pytest.fail("a remote executor took the local lock"))
     suite = adhoc_suite({"workload": "mnist", "framework": ["torch", "jax"], "execution": ["eager"], "max_steps": 3,
                          "device": "cuda"})
     with pytest.raises(SpecError, match="--device cuda: no NVIDIA GPU"):
-        local.validate(suite.specs)
+        runner.validate(suite.specs)
     done = session.run_suite(suite, tmp_path / "s.sqlite", executor=executor)
     assert sorted(r.run_spec.framework.value for r in done.summary.ran) == ["jax", "torch"]
     stored = Store(tmp_path / "s.sqlite", readonly=True).results()
@@ -524,7 +526,7 @@ def test_a_multi_worker_trial_spans_two_nodes_and_a_cancelled_one_leaves_no_rank
 
 
 def test_a_trial_past_its_timeout_is_killed_on_its_node_recorded_timeout_and_leaves_no_process(tmp_path, real_slurm):
-    """The trial's deadline is kept on the node (the local runner's own); Slurm's time limit, a margin later, is
+    """The trial's deadline is kept on the node (the local executor's own); Slurm's time limit, a margin later, is
     only the backstop (its TIMEOUT state is read in test_each_state_squeue_reports...)."""
     from bakeoff.results.store import Store
 

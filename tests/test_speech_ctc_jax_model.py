@@ -137,7 +137,7 @@ def test_padding_never_changes_real_frames(setup, evaluate):
     out_long = np.asarray(outputs(params, longer))
     assert out_long.shape[1] > out.shape[1] and out.shape[2] == 29
     assert np.abs(out_long[:, : out.shape[1]] - out).max() <= 1e-5
-    from bakeoff.data.speech import output_frames
+    from bakeoff.data.ctc import output_frames
 
     n = output_frames(batch["feature_lengths"])  # encoder lengths through both stride-2 convolutions
     frames = np.arange(out_long.shape[1])[None, :]

@@ -165,7 +165,7 @@ class Tally:
 
 
 def settled(decision: Decision) -> bool:
-    """Whether adaptive repeats may stop (:attr:`~bakeoff.analysis.decide.Decision.settled`)."""
+    """Whether adaptive repeats may stop (:attr:`~bakeoff.analysis.decision.Decision.settled`)."""
     return decision.settled
 
 

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from bakeoff.analysis.bootstrap import RESAMPLES, TIE_BAND, Difference
 from bakeoff.analysis.conditions import FRAMEWORK_NAMES, display_name
+from bakeoff.analysis.decision import Decision, Qualitative
 from bakeoff.analysis.quantities import Quantity, fmt, quantity
 from bakeoff.analysis.stats import ConfigSummary
-
-if TYPE_CHECKING:
-    from bakeoff.analysis.decide import Decision, Qualitative
 
 MIN_RUNS = 3
 """Runs per side below which a verdict is provisional."""

@@ -11,7 +11,7 @@ from bakeoff.cli.options import DEFAULT_REPORTS, DEFAULT_STORE, add_trial_option
 
 if TYPE_CHECKING:
     from bakeoff.plan.suite import Suite
-    from bakeoff.run.executors.local import RunSummary
+    from bakeoff.run.runner import RunSummary
 
 
 def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:

@@ -1,5 +1,5 @@
 """What bakeoff knows about each framework, one record per framework: everything outside a framework's own engine
-and model files reads it from here (the runner's trial environment, the trial's isolation guard and
+and model files reads it from here (a trial's environment, the trial's isolation guard and
 out-of-memory classification, the environment fingerprint, versions in trial keys, the decision's names and
 production modes, the plots' colours, the CLI's listing and help).
 

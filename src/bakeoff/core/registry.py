@@ -21,7 +21,7 @@ from bakeoff.core.workload import Workload
 def unsupported(spec: RunSpec) -> str:
     """Why ``spec`` cannot run here, decided before any process starts ('' when it can): a workload, mode,
     precision or strategy its framework's record does not list, with the accepted ones named."""
-    info = spec.info
+    info = frameworks.get(spec.framework.value)
     name = info.display
     implemented = models(spec)
     if spec.framework.value not in implemented:
@@ -62,7 +62,7 @@ def data_problem(spec: RunSpec, entries: Sequence[str]) -> str:
 
 def launcher(spec: RunSpec) -> str:
     """The launcher that starts ``spec``'s processes (:mod:`bakeoff.run.launchers`)."""
-    return spec.info.launchers[spec.parallelism]
+    return frameworks.get(spec.framework.value).launchers[spec.parallelism]
 
 
 def not_installed(framework: str) -> str:

@@ -12,14 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from bakeoff.core.frameworks import FrameworkInfo
+from typing import Any
 
 
 class SpecError(ValueError):
@@ -204,14 +200,6 @@ class RunSpec:
     @property
     def config_overrides(self) -> dict[str, str]:
         return dict(self.config)
-
-    @functools.cached_property
-    def info(self) -> FrameworkInfo:
-        """Its framework's record (:mod:`bakeoff.core.frameworks`), looked up once per spec (imported here: the
-        records import this module's choices)."""
-        from bakeoff.core import frameworks
-
-        return frameworks.get(self.framework.value)
 
     def key(self) -> str:
         """A stable identifier: the hash of the canonical JSON form, in which a data option whose file content is

@@ -5,7 +5,7 @@ trains on byte-identical features:
 
 * :func:`log_mel` — 25 ms Hann frames every 10 ms, power spectrum, ``N_MELS`` triangular HTK-mel filters
   (0 Hz to min(8 kHz, Nyquist)), ``log(· + 1e-6)``, then per-utterance mean/variance normalisation per filter;
-* :class:`Alphabet` — characters to CTC label ids (0 is the blank);
+  the transcript's CTC labels, and the frames they need, are :mod:`bakeoff.data.ctc`'s;
 * :func:`load_speech_dataset` — the embedded corpus (generated once and cached) or a validated manifest;
 * :func:`to_arrays` — ragged utterances to padded arrays plus lengths.
 """
@@ -16,48 +16,16 @@ import csv
 import io
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from bakeoff.data import DataError
+from bakeoff.data.ctc import ALPHABET, HOP_S, SUBSAMPLING, WINDOW_S, ctc_frames_needed, frame_count, output_frames
 
 N_MELS = 40
-WINDOW_S, HOP_S = 0.025, 0.010
-SUBSAMPLING = 4  # the model's two stride-2 convolutions; CTC needs enough output frames per label
-
-
-class Alphabet:
-    """Lowercase letters, space and apostrophe; id 0 is the CTC blank, ids 1.. the characters in order."""
-
-    chars = " abcdefghijklmnopqrstuvwxyz'"
-    blank = 0
-
-    def __init__(self) -> None:
-        self._ids = {c: i + 1 for i, c in enumerate(self.chars)}
-
-    def __len__(self) -> int:
-        return len(self.chars) + 1  # with the blank
-
-    @staticmethod
-    def normalise(text: str) -> str:
-        """The documented normalisation: lowercase, whitespace runs to one space, stripped."""
-        return " ".join(text.lower().split())
-
-    def unknown(self, text: str) -> list[str]:
-        """Characters of ``text`` outside the alphabet, in order of first appearance."""
-        return list(dict.fromkeys(c for c in text if c not in self._ids))
-
-    def encode(self, text: str) -> np.ndarray:
-        return np.array([self._ids[c] for c in text], np.int32)
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return "".join(self.chars[i - 1] for i in ids if i > 0)
-
-
-ALPHABET = Alphabet()
 
 
 def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int = N_MELS) -> np.ndarray:
@@ -78,12 +46,6 @@ def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int = N_MELS) -> np.nda
     return np.maximum(0.0, np.minimum(rising, falling))  # (F, n_mels)
 
 
-def frame_count(samples: int, sample_rate: int) -> int:
-    """Feature frames of an utterance (0 when shorter than one window)."""
-    window, hop = round(WINDOW_S * sample_rate), round(HOP_S * sample_rate)
-    return 0 if samples < window else 1 + (samples - window) // hop
-
-
 def log_mel(audio: np.ndarray, sample_rate: int, n_mels: int = N_MELS) -> np.ndarray:
     """Normalised log-mel features ``(frames, n_mels)`` float32 of a mono float waveform."""
     window, hop = round(WINDOW_S * sample_rate), round(HOP_S * sample_rate)
@@ -94,16 +56,6 @@ def log_mel(audio: np.ndarray, sample_rate: int, n_mels: int = N_MELS) -> np.nda
     feats = np.log(power @ mel_filterbank(sample_rate, n_fft, n_mels) + 1e-6)  # (T, n_mels)
     feats = (feats - feats.mean(0)) / (feats.std(0) + 1e-5)
     return feats.astype(np.float32)
-
-
-def output_frames(frames: int | np.ndarray) -> int | np.ndarray:
-    """Encoder frames after the two stride-2 convolutions (kernel 3, padding 1): ceil(ceil(T / 2) / 2)."""
-    return ((frames + 1) // 2 + 1) // 2
-
-
-def ctc_frames_needed(labels: np.ndarray) -> int:
-    """The fewest CTC frames that can emit ``labels``: one per label plus a blank between repeated labels."""
-    return int(len(labels) + np.count_nonzero(labels[1:] == labels[:-1]))
 
 
 @dataclass

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from bakeoff.data import DataError
-from bakeoff.data.speech import ALPHABET, ctc_frames_needed, frame_count, output_frames
+from bakeoff.data.ctc import ALPHABET, ctc_frames_needed, frame_count, output_frames
 
 ACCENTS = ("en", "en-us", "en-gb-scotland", "en-gb-x-rp", "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-029", "en-us-nyc")
 """English languages of eSpeak NG; an accent is drawn per utterance."""

@@ -69,7 +69,7 @@ def train(specs: Sequence[RunSpec], store: Store, models: Path, timeout_s: float
     """Train each spec and keep its model under ``models``; ``(identified spec, model directory or None, reason)``
     per spec, reusing a model already kept for the same trial key."""
     from bakeoff.core.identity import identify
-    from bakeoff.run.executors import local as runner
+    from bakeoff.run import runner
 
     runner.validate(specs)
     identified = identify(specs)

@@ -2,7 +2,7 @@
 
 Every configuration runs :data:`~bakeoff.plan.suite.FIRST_REPEATS` times. Then, look after look, each section (a
 workload and preset, a data set of its own: :func:`bakeoff.analysis.stats.summarise_groups`) whose verdict is not
-settled — no winner, and not a tie shown (:attr:`bakeoff.analysis.decide.Decision.settled`) — gets one more run of
+settled — no winner, and not a tie shown (:attr:`bakeoff.analysis.decision.Decision.settled`) — gets one more run of
 every one of its configurations, until every verdict is settled or the configurations have ``max`` runs.
 
 Stopping once a verdict looks settled makes a chance "wins" likelier than a fixed number of runs would. So every
@@ -24,7 +24,7 @@ from typing import Any
 from bakeoff.core.result import AdaptiveRepeats
 from bakeoff.core.spec import RunSpec
 from bakeoff.results.store import Store
-from bakeoff.run.executors import local as runner
+from bakeoff.run import runner
 
 
 def record(first: int, most: int) -> dict[str, Any]:
@@ -49,7 +49,7 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, first: int, most: in
         **options: Any) -> runner.RunSummary:
     """Run ``specs`` (the first ``first`` repeats of every configuration), then add repeats where the verdict is
     unsettled, up to ``most`` runs. ``grow(n)`` is told of the ``n`` trials each look adds; ``options`` are
-    :func:`bakeoff.run.executors.local.run`'s. The summary covers every look."""
+    :func:`bakeoff.run.runner.run`'s. The summary covers every look."""
     plan = record(first, most)
     notes = {spec.key(): {**(annotations or {}).get(spec.key(), {}), **plan} for spec in specs}
     summary = runner.run(specs, store, suite, annotations=notes, **options)

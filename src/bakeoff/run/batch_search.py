@@ -3,9 +3,10 @@
 Each probe is a real trial of a few steps (first step, compile included, and two more) in its own process, so a
 probe that runs out of memory cannot poison the next one; it never evaluates the test split (it asks about
 memory, not quality, and evaluating a large preset on the CPU costs more than its steps). On CPU the memory limit is
-a cap on the trial process's resident set (default: half the machine's memory), enforced by the runner; on a GPU
-it is the device's memory, and the framework's own out-of-memory error ends the probe. Sizes grow as powers of
-two, or by a fixed step when one is given, until a probe fails or the training set is exhausted.
+a cap on the trial process's resident set (default: half the machine's memory), enforced while the probe runs
+(:func:`~bakeoff.run.executors.local.run_one`'s ``memory_cap``); on a GPU it is the device's memory, and the
+framework's own out-of-memory error ends the probe. Sizes grow as powers of two, or by a fixed step when one is
+given, until a probe fails or the training set is exhausted.
 
 Probes are trials run by :func:`bakeoff.run.executors.local.run_one`, so SIGINT or SIGTERM during the search kills
 the running probe's process group and raises :class:`bakeoff.run.process.Interrupted`, as during the run itself.
@@ -21,7 +22,8 @@ from bakeoff.core.result import BatchSearch
 from bakeoff.core.spec import RunSpec, SpecError, Status
 from bakeoff.measure.environment import total_memory
 from bakeoff.run import process
-from bakeoff.run.executors import local as runner
+from bakeoff.run.executors.local import run_one
+from bakeoff.run.runner import data_key
 
 PROBE_STEPS = 3
 
@@ -42,7 +44,7 @@ def search(spec: RunSpec, train_size: int, log_dir: Path, memory_cap: int | None
         probe = dataclasses.replace(spec, batch_size=size, max_steps=PROBE_STEPS, max_epochs=None, max_seconds=None,
                                     eval_every=10**9, warmup_steps=0, stop_at_target=False, checkpoint_every=0)
         try:
-            result = runner.run_one(probe, timeout_s, log_dir, memory_cap=cap, evaluate=False)  # memory only
+            result = run_one(probe, timeout_s, log_dir, memory_cap=cap, evaluate=False)  # memory only
         except process.Interrupted as exc:
             exc.stopped = f"batch-size probe {probe.workload}/{probe.preset} {probe.label()} batch {size}"
             raise
@@ -84,7 +86,7 @@ def resolve(specs: Sequence[RunSpec], train_sizes: dict[tuple, int], log_dir: Pa
         for spec in specs:
             config = dataclasses.replace(spec, seed=0, repeat=0, batch_size=1)
             if config not in found:
-                size = train_sizes[runner.data_key(spec)]
+                size = train_sizes[data_key(spec)]
                 found[config] = search(spec, size, log_dir, memory_cap, step, timeout_s=timeout_s,
                                        progress=progress)
             resolved = dataclasses.replace(spec, batch_size=found[config].batch_size)

@@ -18,7 +18,7 @@ from bakeoff.plan.claims import Claim, all_specs
 from bakeoff.plan.suite import Suite
 from bakeoff.report.claims import ClaimVerdict, judge
 from bakeoff.results.store import Store
-from bakeoff.run.executors import local as runner
+from bakeoff.run import runner
 from bakeoff.run.session import ProgressFactory, run_suite
 
 log = logging.getLogger(__name__)

@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bakeoff.core import registry
+from bakeoff.core import frameworks, registry
 from bakeoff.core.result import Distributed, TrialResult
 from bakeoff.core.spec import Device, Parallelism, RunSpec, Status
 from bakeoff.measure.environment import LOCAL_RANK_ENV, cuda_build, cuda_devices, usable_cores
@@ -266,7 +266,7 @@ def unsupported_here(spec: RunSpec, gpus: int | None = None) -> str:
     here = spec.workers
     if gpus == 0 or here <= gpus:  # no GPU: the ranks train on the CPU (device cuda is refused by validate())
         return ""
-    strategy = spec.info.strategies.get(spec.parallelism, spec.parallelism.value)
+    strategy = frameworks.get(spec.framework.value).strategies.get(spec.parallelism, spec.parallelism.value)
     return (f"{spec.parallelism.value} over {spec.workers} replicas ({strategy}) puts {here} ranks on this machine, "
             f"one GPU each (NCCL refuses two ranks on one GPU), and it has {gpus} visible GPU"
             f"{'s' * (gpus != 1)}: use at most {gpus} workers here, or --device cpu")

@@ -68,7 +68,7 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
             engine_cls = parts.engine_class()  # imports the framework
         except ImportError as exc:
             result.status = Status.UNSUPPORTED
-            hint = spec.info.install_hint
+            hint = frameworks.get(spec.framework.value).install_hint
             result.reason = f"{spec.framework} is not installed ({exc}); install it with: {hint}"
             return result
         result.import_s = parts.import_s

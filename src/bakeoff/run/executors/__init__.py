@@ -24,7 +24,7 @@ class ExecutorRecord:
 
 
 EXECUTORS: dict[str, ExecutorRecord] = {record.name: record for record in (
-    ExecutorRecord("local", "bakeoff.run.executors.base:LocalExecutor",
+    ExecutorRecord("local", "bakeoff.run.executors.local:LocalExecutor",
                    help="each trial on this machine, one after another (the default)"),
     ExecutorRecord("ray", "bakeoff.run.executors.ray_executor:RayExecutor",
                    argument="ADDRESS[,workers-per-node=K]",

@@ -1,10 +1,10 @@
 """What an executor is: where the trials of a run execute, while the submitting ``bakeoff run`` stays the only
 writer of the store.
 
-The runner (:func:`bakeoff.run.executors.local.run`) decides which trials run, in which order, and stores each
-result as it comes back; an :class:`Executor` only executes :class:`TrialJob` s, each as one trial process group
-started by the same launcher the local runner uses (:func:`bakeoff.run.executors.local.run_one`), wherever its
-engine puts it: here, one after another (``local``), as Ray tasks (``ray``) or Slurm jobs (``slurm``).
+The runner (:func:`bakeoff.run.runner.run`) decides which trials run, in which order, and stores each result as it
+comes back; an :class:`Executor` only executes :class:`TrialJob` s, each as one trial process group started by the
+same launcher wherever its engine puts it (:func:`bakeoff.run.executors.local.run_here` on the node): here, one after
+another (``local``), as Ray tasks (``ray``) or Slurm jobs (``slurm``).
 
 The contract every executor keeps:
 
@@ -22,13 +22,12 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bakeoff.core.result import TrialResult
-from bakeoff.core.spec import RunSpec
+from bakeoff.core.spec import RunSpec, SpecError
 from bakeoff.trial.profile import Request as ProfileRequest
 
 if TYPE_CHECKING:
@@ -42,8 +41,9 @@ Done = Callable[["TrialJob", TrialResult], None]
 
 @dataclasses.dataclass(frozen=True)
 class TrialJob:
-    """One trial to execute: its spec, its place in the run, and what :func:`~bakeoff.run.executors.local.run_one`
-    is given for it (every path under the store's folder, which a remote node must see at the same path)."""
+    """One trial to execute: its spec, its place in the run, and what its process group is given
+    (:func:`~bakeoff.run.executors.local.run_here` hands it to :func:`~bakeoff.run.executors.local.run_one`; every
+    path is under the store's folder, which a remote node must see at the same path)."""
 
     spec: RunSpec
     position: int  # 1-based place in the planned order of the whole run
@@ -61,16 +61,6 @@ class TrialJob:
         spec = self.spec
         return f"{spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}"
 
-    def run_here(self, hosts: Sequence[str] | None = None, place: Placement | None = None) -> TrialResult:
-        """Run the trial's process group from this machine, now (the local runner's way); never raises for a trial
-        that fails, only for an interrupt. A multi-node executor gives each worker's ``hosts`` and how a member is
-        started on its host (``place``: a Slurm job step); by default every member starts here."""
-        from bakeoff.run.executors.local import run_one
-
-        return run_one(self.spec, self.timeout_s, self.log_dir, self.checkpoint_dir, self.tensorboard_dir,
-                       keep_dir=self.keep_dir, probe_ceiling=self.probe_ceiling, profile=self.profile,
-                       evaluate=self.evaluate, hosts=hosts, place=place)
-
 
 def executor_record(name: str, *, submitted_at: float, started_at: float | None = None, **more: object) -> dict:
     """The ``extras["executor"]`` section of a result: which executor ran it, when it was handed over (``time.time()``)
@@ -86,8 +76,6 @@ class Executor(abc.ABC):
     """Where a run's trials execute. One instance serves one ``bakeoff run``."""
 
     name: str = ""
-    concurrent: bool = False
-    """Whether several trials may run at once (on separate nodes or resources); the local executor runs one."""
     remote: bool = False
     """Whether the trials run on other machines (a cluster's nodes): this machine's GPUs then say nothing of theirs
     (``--device cuda`` is the executor's to check on its nodes), and its measuring lock (:mod:`bakeoff.run.machine`)
@@ -104,25 +92,6 @@ class Executor(abc.ABC):
         one only after the previous is done, so what a job is given may depend on the results before it."""
 
 
-class LocalExecutor(Executor):
-    """Today's runner: each trial on this machine, one after another, nothing else running beside it."""
-
-    name = "local"
-
-    def describe(self) -> str:
-        return "local: on this machine, one trial after another"
-
-    def run(self, jobs: Iterable[TrialJob], started: Started, done: Done) -> None:
-        for job in jobs:
-            started(job)
-            submitted = time.time()
-            result = job.run_here()
-            launched = result.extras.get("started_at")
-            result.extras["executor"] = executor_record(self.name, submitted_at=submitted,
-                                                        started_at=launched if isinstance(launched, float) else None)
-            done(job, result)
-
-
 @dataclasses.dataclass(frozen=True)
 class Resources:
     """What one trial asks a cluster for. ``cpus`` None: every core of its node (a trial that does not say its
@@ -134,7 +103,6 @@ class Resources:
     cpus: int | None
     gpus: int
     gpus_required: bool
-    processes: int  # processes that compute (ranks, servers)
 
 
 def resources(spec: RunSpec) -> Resources:
@@ -144,12 +112,30 @@ def resources(spec: RunSpec) -> Resources:
     from bakeoff.run import launchers
 
     launcher = launchers.LAUNCHERS[registry.launcher(spec)]
-    processes = spec.workers if launcher.group else 1
+    processes = spec.workers if launcher.group else 1  # the processes that compute, spec.threads threads each
     if spec.parallelism is Parallelism.PARAMETER_SERVER:
         processes = 1 + spec.workers + launchers.PARAMETER_SERVERS
     gpus = 0 if spec.device is Device.CPU else spec.workers if spec.parallelism is not Parallelism.NONE else 1
     return Resources(cpus=spec.threads * processes if spec.threads else None, gpus=gpus,
-                     gpus_required=spec.device is Device.CUDA, processes=processes)
+                     gpus_required=spec.device is Device.CUDA)
+
+
+def parse_options(executor: str, options: str, accepted: str) -> tuple[str, int | None]:
+    """``--executor EXECUTOR=OPTIONS`` of a cluster's executor, ``[WHERE][,workers-per-node=K]``: WHERE ('' when not
+    given: a Ray address, a Slurm partition) and K (None: every trial on one node). Anything else is a
+    :class:`SpecError` naming the item and the ``accepted`` forms."""
+    where, per_node = "", None
+    for item in (part.strip() for part in options.split(",")):
+        name, equals, value = item.partition("=")
+        if not item:
+            continue
+        if name == "workers-per-node" and value.isdigit() and int(value) > 0:
+            per_node = int(value)
+        elif not equals and not where:
+            where = item
+        else:
+            raise SpecError(f"--executor {executor}={options}: {item!r} is not understood; accepted: {accepted}")
+    return where, per_node
 
 
 def nodes_for(spec: RunSpec, workers_per_node: int | None) -> int:

@@ -17,9 +17,10 @@ task in that node's bundle, writing to the member's log, and ends with it: kille
 connection with it, so Ray ends the remote task, whose member is tethered to its worker. The placement group is
 removed when the trial ends. The trial's hosts and nodes are in ``extras["hosts"]`` and ``extras["nodes"]``.
 
-A task (:func:`_trial`) runs :meth:`TrialJob.run_here` on its node: the local runner's process group, whose
-members are tethered to the task's worker (:mod:`bakeoff.core.tether`; Ray runs a task on its worker's main
-thread, checked and recorded per trial, so PR_SET_PDEATHSIG fires when the worker dies, not when a thread ends).
+A task (:func:`_trial`) runs :func:`~bakeoff.run.executors.local.run_here` on its node: the local executor's
+process group, whose members are tethered to the task's worker (:mod:`bakeoff.core.tether`; Ray runs a task on its
+worker's main thread, checked and recorded per trial, so PR_SET_PDEATHSIG fires when the worker dies, not when a
+thread ends).
 It first writes where it runs (node, host, worker) to a small file under the store's folder, so the run knows the
 trial has started, and where, even if its worker dies; then it returns the result. (A plain task, not a streaming
 one: the run only ever asks Ray for a result Ray says is ready, so no Ray call here waits longer than
@@ -69,9 +70,11 @@ from bakeoff.run.executors.base import (
     TrialJob,
     executor_record,
     nodes_for,
+    parse_options,
     resources,
     spread,
 )
+from bakeoff.run.executors.local import run_here
 from bakeoff.run.launchers import Member
 from bakeoff.run.process import Interrupted, hold
 
@@ -184,7 +187,7 @@ def _trial(job: TrialJob, folder: str, where_file: str, group: Group | None = No
     before = os.getcwd()
     os.chdir(folder)
     try:
-        result = job.run_here(hosts=hosts, place=place)
+        result = run_here(job, hosts=hosts, place=place)
     finally:
         os.chdir(before)
     if hosts is not None:
@@ -282,10 +285,9 @@ class RayExecutor(Executor):
     """Trials as Ray tasks, several at once on the cluster's nodes (module docstring)."""
 
     name = "ray"
-    concurrent = True
 
     def __init__(self, options: str = "") -> None:
-        self.address, self.workers_per_node = parse_options(options)
+        self.address, self.workers_per_node = parse_options("ray", options, ADDRESSES)  # "": a Ray instance here
         try:
             import ray  # noqa: F401  (imported here only to fail before anything runs)
         except ImportError as exc:
@@ -407,26 +409,6 @@ class RayExecutor(Executor):
             worker_pid=where.get("worker_pid"), main_thread=where.get("main_thread"), nice=where.get("nice"),
             resources=current.asked)
         return result
-
-
-OPTIONS = "[ADDRESS][,workers-per-node=K]"
-
-
-def parse_options(options: str) -> tuple[str, int | None]:
-    """``ray=ADDRESS[,workers-per-node=K]``'s address ('' for a Ray instance here) and K (None: every trial on one
-    node); anything else is a :class:`SpecError` listing the accepted forms."""
-    address, per_node = "", None
-    for item in (part.strip() for part in options.split(",")):
-        name, equals, value = item.partition("=")
-        if not item:
-            continue
-        if name == "workers-per-node" and value.isdigit() and int(value) > 0:
-            per_node = int(value)
-        elif not equals and not address:
-            address = item
-        else:
-            raise SpecError(f"--executor ray={options}: {item!r} is not understood; accepted: {ADDRESSES}")
-    return address, per_node
 
 
 def _place_group(job: TrialJob, nodes: int, workers_per_node: int, asked: dict[str, float]) -> tuple[Group, Any]:

@@ -20,8 +20,9 @@ CPUs, GPUs and time limit; one job per trial is also what ``squeue`` and ``scanc
 beside what; a trial that uses all its node's cores asks for the node whole, ``--exclusive``).
 
 On the node, the job runs ``python -m bakeoff.run.executors.slurm_executor JOB_FILE``: the trial's process group,
-started exactly as the local runner starts it (:meth:`TrialJob.run_here`, its own deadline included), and the
-result written atomically (a temporary file, then a rename) to ``<store folder>/slurm/<key>.result.json``. The
+started exactly as the local executor starts it (:func:`~bakeoff.run.executors.local.run_here`, its own deadline
+included), and the result written atomically (a temporary file, then a rename) to
+``<store folder>/slurm/<key>.result.json``. The
 store's folder (``results/bakeoff/`` for ``results/bakeoff.sqlite``) must therefore be on a file system that the
 compute nodes share with the submitting machine, at the same path (trial logs, checkpoints, TensorBoard runs are
 there too); the SQLite store itself is only ever opened here. A result file present wins over any job state. A
@@ -60,9 +61,11 @@ from bakeoff.run.executors.base import (
     TrialJob,
     executor_record,
     nodes_for,
+    parse_options,
     resources,
     spread,
 )
+from bakeoff.run.executors.local import run_here
 from bakeoff.run.launchers import Member
 from bakeoff.trial.profile import Request as ProfileRequest
 
@@ -249,25 +252,9 @@ class _Submitted:
     over_since: float | None = None  # when Slurm first said it ended (its result file may still be on its way)
 
 
-OPTIONS = "PARTITION[,workers-per-node=K]"
-
-
-def parse_options(options: str) -> tuple[str, int | None]:
-    """``slurm=``'s argument: the partition ('' for the cluster's default) and the workers per node of a
-    multi-node trial (None: every trial on one node)."""
-    partition, per_node = "", None
-    for item in (part.strip() for part in options.split(",")):
-        name, equals, value = item.partition("=")
-        if not item:
-            continue
-        if not equals and not partition:
-            partition = item
-        elif name == "workers-per-node" and value.isdigit() and int(value) > 0:
-            per_node = int(value)
-        else:
-            raise SpecError(f"--executor slurm={options}: {item!r} is not understood; accepted: slurm={OPTIONS}, "
-                            "e.g. slurm=gpu or slurm=gpu,workers-per-node=4 (K a positive integer)")
-    return partition, per_node
+ACCEPTED = ("slurm=PARTITION[,workers-per-node=K], e.g. slurm=gpu or slurm=gpu,workers-per-node=4 (K a positive "
+            "integer)")
+"""The forms ``--executor slurm=...`` accepts (:func:`bakeoff.run.executors.base.parse_options`)."""
 
 
 class SlurmExecutor(Executor):
@@ -275,11 +262,10 @@ class SlurmExecutor(Executor):
     ``workers-per-node=K`` spreads a multi_worker trial of more than K workers over nodes."""
 
     name = "slurm"
-    concurrent = True
     remote = True  # even on scripts/slurm-local: Slurm shares the cores out among the jobs
 
     def __init__(self, options: str = "") -> None:
-        partition, self.workers_per_node = parse_options(options)
+        partition, self.workers_per_node = parse_options("slurm", options, ACCEPTED)  # "": the default one
         missing = [tool for tool in ("sbatch", "squeue", "scancel", "sinfo") if shutil.which(tool) is None]
         if missing:
             raise SpecError(f"--executor slurm: {', '.join(missing)} not found on PATH; {START_HINT}")
@@ -470,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         place = functools.partial(job_step, os.environ.get("SLURMD_NODENAME", nodes[0]))
     try:
         with interruptible():  # scancel's SIGTERM (or Slurm's time limit) kills the trial's group, as Ctrl-C locally
-            result = job.run_here(hosts=hosts, place=place)
+            result = run_here(job, hosts=hosts, place=place)
     except Interrupted as exc:
         log.error("%s: %s; its processes were killed, no result written", job.what, exc.signal_name)
         return exc.exit_code

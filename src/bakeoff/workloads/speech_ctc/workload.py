@@ -96,7 +96,8 @@ class SpeechCTCWorkload(Workload):
         self.batching, self.pad_multiple = "pad", 1
 
     def config(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> dict[str, Any]:
-        from bakeoff.data.speech import ALPHABET, N_MELS
+        from bakeoff.data.ctc import ALPHABET
+        from bakeoff.data.speech import N_MELS
 
         cfg = self.preset_config(preset, spec)
         if cfg["d_model"] % cfg["num_heads"] or cfg["d_model"] % 2:
@@ -128,7 +129,8 @@ class SpeechCTCWorkload(Workload):
 
     def load_data(self, spec: RunSpec) -> Dataset:
         from bakeoff.data import DataError
-        from bakeoff.data.speech import ALPHABET, N_MELS, load_speech_dataset, output_frames, to_arrays
+        from bakeoff.data.ctc import ALPHABET, output_frames
+        from bakeoff.data.speech import N_MELS, load_speech_dataset, to_arrays
 
         self.config(spec.preset, spec)
         options = spec.data_options
@@ -195,7 +197,7 @@ class SpeechCTCWorkload(Workload):
         """CER and WER (corpus level: edits over reference characters / words) of greedy CTC decoding."""
         import jiwer
 
-        from bakeoff.data.speech import ALPHABET, output_frames
+        from bakeoff.data.ctc import ALPHABET, output_frames
 
         hyps = [ALPHABET.decode(ids) for ids in greedy_decode(outputs, output_frames(split["feature_lengths"]))]
         refs = [ALPHABET.decode(row[:n]) for row, n in zip(split["labels"], split["label_lengths"], strict=True)]
