@@ -21,7 +21,7 @@ from bakeoff.core import registry
 from bakeoff.core.identity import identify
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec
-from bakeoff.run.executors import local as runner
+from bakeoff.run.executors import local
 
 MODES = {"torch": "eager", "tensorflow": "graph"}  # each framework as its users train
 SETUPS = [("none", 1), ("data_parallel", 1), ("data_parallel", 2), ("multi_worker", 2), ("parameter_server", 2)]
@@ -50,7 +50,7 @@ def main() -> None:
                                            execution=MODES[framework], parallelism=parallelism, workers=workers,
                                            batch_size=32, max_steps=steps, eval_every=steps, seed=round_,
                                            device="cpu")])
-                r = runner.run_one(spec, 900, Path(tmp) / "logs")
+                r = local.run_one(spec, 900, Path(tmp) / "logs")
                 if r.status.value != "ok":
                     raise SystemExit(f"{spec.label()} trial {r.status.value}: {r.reason}")
                 results.setdefault((framework, parallelism, workers), []).append(r)

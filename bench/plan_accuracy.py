@@ -49,7 +49,7 @@ from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec
 from bakeoff.plan import capacity
 from bakeoff.plan.suite import load_suite
-from bakeoff.run.executors import local as runner
+from bakeoff.run.executors import local
 
 BATCH = 32
 
@@ -98,7 +98,7 @@ def measure(frameworks: list[str], cases: list[str], steps: int, repeats: int, d
                     [spec] = identify([dataclasses.replace(
                         base, precision=precision, parallelism=parallelism, workers=workers, batch_size=BATCH,
                         max_steps=steps, eval_every=steps, device=device)])
-                    r = runner.run_one(spec, 1200, Path(tmp) / "logs", evaluate=False)
+                    r = local.run_one(spec, 1200, Path(tmp) / "logs", evaluate=False)
                     out.append(r)
                     if r.status.value != "ok" or r.memory_increment_bytes is None or r.steady_step_s is None:
                         sys.stdout.write(f"  {case} {framework} {size}: not measured ({r.status.value}: "

@@ -15,7 +15,7 @@ from pathlib import Path
 from bakeoff.core import registry
 from bakeoff.core.identity import identify
 from bakeoff.core.spec import RunSpec
-from bakeoff.run.executors import local as runner
+from bakeoff.run.executors import local
 
 MIB = 2**20
 MODES = {"torch": "eager", "tensorflow": "graph"}  # each framework as its users train
@@ -30,7 +30,7 @@ def main() -> None:
             for framework in frameworks if round_ % 2 == 0 else frameworks[::-1]:
                 [spec] = identify([RunSpec(workload="mnist", framework=framework, execution=MODES[framework],
                                            max_steps=40, eval_every=20, seed=round_, device="cpu")])
-                r = runner.run_one(spec, 600, Path(tmp) / "logs", tensorboard_dir=Path(tmp) / f"tb{round_}")
+                r = local.run_one(spec, 600, Path(tmp) / "logs", tensorboard_dir=Path(tmp) / f"tb{round_}")
                 if r.status.value != "ok":
                     raise SystemExit(f"{framework} trial {r.status.value}: {r.reason}")
                 rows[framework].append(r)

@@ -2,7 +2,7 @@
 verdict is unsettled, stops when all are settled or at ``max_repeats``, records the looks on every run, and
 resumes from the store.
 
-The trials here are drawn, not trained: ``runner.run_one`` is replaced by the calibration's synthetic runs
+The trials here are drawn, not trained: ``local.run_one`` is replaced by the calibration's synthetic runs
 (:func:`bakeoff.analysis.calibration.draw_run`), seeded by each spec, so what is tested is the procedure — the
 store, the runner, the analysis and the suite are the real ones. The procedure's error rates are
 tests/test_calibration.py's; a real trial through the same runner is every other test's.
@@ -21,7 +21,7 @@ from bakeoff.core.spec import RunSpec
 from bakeoff.plan.suite import parse_suite
 from bakeoff.results.store import Store
 from bakeoff.run import adaptive
-from bakeoff.run.executors import local as runner
+from bakeoff.run.executors import local
 
 SUITE = """
 name = "adaptive"
@@ -54,7 +54,7 @@ def fake_trials(monkeypatch):
         drawn.spec, drawn.key = spec.to_dict(), spec.key()
         return drawn
 
-    monkeypatch.setattr(runner, "run_one", run_one)
+    monkeypatch.setattr(local, "run_one", run_one)
     return ran
 
 

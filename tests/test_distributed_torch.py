@@ -30,7 +30,7 @@ from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.measure import sync as measure_sync
 from bakeoff.measure.environment import usable_cores
-from bakeoff.run.executors import local as runner
+from bakeoff.run.executors import local
 from parity_checks import check_losses
 
 pytestmark = pytest.mark.skipif(not registry.installed("torch"), reason="needs torch")
@@ -50,7 +50,7 @@ def trials(tmp_path_factory):
     def run(**fields) -> TrialResult:
         spec = RunSpec(**{**BASE, **fields})
         if spec not in done:
-            done[spec] = runner.run_one(spec, TIMEOUT_S, logs)
+            done[spec] = local.run_one(spec, TIMEOUT_S, logs)
             assert done[spec].status is Status.OK, f"{spec.label()}: {done[spec].reason}"
         return done[spec]
 
@@ -177,7 +177,7 @@ def test_rank_killed_mid_training_fails_the_trial_and_ends_the_group(tmp_path, m
     killer = threading.Thread(target=kill_rank_1, daemon=True)
     killer.start()
     try:
-        result = runner.run_one(spec, 150, tmp_path / "logs", tensorboard_dir=events)
+        result = local.run_one(spec, 150, tmp_path / "logs", tensorboard_dir=events)
         killer.join(timeout=5)
         assert killed, "rank 1 was never found training"
         assert result.status is Status.FAILED

@@ -9,7 +9,7 @@ from bakeoff.analysis.conditions import FRAMEWORK_NAMES
 from bakeoff.core import frameworks, registry
 from bakeoff.core.spec import Framework, RunSpec, Status
 from bakeoff.report.plots import colour
-from bakeoff.run.executors import local as runner
+from bakeoff.run.executors import local
 from bakeoff.trial import main as trial
 
 
@@ -46,7 +46,7 @@ def test_the_keras_rows_run_keras_on_their_backend_and_load_only_it():
 ])
 def test_what_a_record_lacks_is_refused_before_any_process_starts(spec, words, tmp_path):
     assert words in registry.unsupported(spec)
-    result = runner.run_one(spec, 60, tmp_path)  # no process: the reason comes back at once
+    result = local.run_one(spec, 60, tmp_path)  # no process: the reason comes back at once
     assert result.status is Status.UNSUPPORTED and words in result.reason
     assert not list(tmp_path.iterdir())
 
@@ -54,15 +54,15 @@ def test_what_a_record_lacks_is_refused_before_any_process_starts(spec, words, t
 def test_a_framework_not_installed_is_unsupported_with_its_install_command(monkeypatch, tmp_path):
     real = registry.importlib.util.find_spec
     monkeypatch.setattr(registry.importlib.util, "find_spec", lambda name: None if name == "optax" else real(name))
-    result = runner.run_one(_spec("jax"), 60, tmp_path)
+    result = local.run_one(_spec("jax"), 60, tmp_path)
     assert result.status is Status.UNSUPPORTED
     assert result.reason == "JAX is not installed (missing optax); install it with: pip install 'bakeoff[jax]'"
 
 
 def test_a_trial_process_gets_its_records_environment():
-    assert runner._trial_env(_spec("keras-torch"), "/tmp")["KERAS_BACKEND"] == "torch"
-    assert runner._trial_env(_spec("tensorflow"), "/tmp")["KERAS_BACKEND"] == "tensorflow"
-    assert runner._trial_env(_spec("jax"), "/tmp")["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert local._trial_env(_spec("keras-torch"), "/tmp")["KERAS_BACKEND"] == "torch"
+    assert local._trial_env(_spec("tensorflow"), "/tmp")["KERAS_BACKEND"] == "tensorflow"
+    assert local._trial_env(_spec("jax"), "/tmp")["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
 
 
 class XlaRuntimeError(RuntimeError):

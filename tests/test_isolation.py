@@ -15,7 +15,7 @@ from bakeoff.core import registry
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.measure.events import EventWriter, crc32c
 from bakeoff.measure.isolation import foreign_frameworks, loaded_frameworks
-from bakeoff.run.executors import local as runner
+from bakeoff.run.executors import local
 
 TF_LIBS = ["/venv/site-packages/tensorflow/libtensorflow_cc.so.2",
            "/venv/site-packages/tensorflow/libtensorflow_framework.so.2"]
@@ -79,7 +79,7 @@ def test_a_real_trial_loads_only_its_own_framework(framework, tmp_path: Path):
         pytest.skip(f"{framework} is not installed")
     spec = RunSpec(workload="mnist", framework=framework, execution="eager", max_steps=12, eval_every=6,
                    batch_size=32, device="cpu")
-    result = runner.run_one(spec, 300, tmp_path / "logs", tensorboard_dir=tmp_path / "tb")
+    result = local.run_one(spec, 300, tmp_path / "logs", tensorboard_dir=tmp_path / "tb")
     assert result.status is Status.OK, result.reason
     loaded = result.environment["frameworks_loaded"]
     assert list(loaded) == [framework], loaded

@@ -17,7 +17,7 @@ from bakeoff.core.result import Distributed, TrialResult
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.measure import environment
 from bakeoff.run import launchers
-from bakeoff.run.executors import local as runner
+from bakeoff.run.executors import local
 from bakeoff.run.launchers import Member, Plan
 
 ARGS = ["spec.json", "result.json", "", ""]
@@ -109,9 +109,9 @@ def test_unsupported_strategies_start_no_process(tmp_path, monkeypatch) -> None:
         raise AssertionError("a process group was started")
 
     monkeypatch.setattr(launchers, "run_group", started)
-    ps = runner.run_one(_spec("torch", "parameter_server"), 30, tmp_path)
+    ps = local.run_one(_spec("torch", "parameter_server"), 30, tmp_path)
     assert ps.status is Status.UNSUPPORTED and "no built-in parameter-server strategy" in ps.reason
-    horovod = runner.run_one(_spec("tensorflow", "horovod"), 30, tmp_path)
+    horovod = local.run_one(_spec("tensorflow", "horovod"), 30, tmp_path)
     assert horovod.status is Status.UNSUPPORTED and "Horovod is not installed" in horovod.reason
     assert registry.unsupported(_spec("torch", "data_parallel", checkpoint_every=2)).startswith("checkpoints")
 
@@ -243,7 +243,7 @@ def test_a_taken_port_is_replaced_by_another(tmp_path, monkeypatch) -> None:
 
     monkeypatch.setattr(launchers, "free_ports", ports)
     try:
-        result = runner.run_one(_spec(max_steps=3), 300, tmp_path)
+        result = local.run_one(_spec(max_steps=3), 300, tmp_path)
     finally:
         taken.close()
     assert len(handed) == 2, handed
@@ -349,12 +349,12 @@ def test_more_replicas_than_gpus_are_refused_before_any_process_starts(tmp_path,
     # a CPU build (this machine's: torch +cpu, no JAX CUDA plugin) trains on the CPU, whatever GPUs there are
     assert launchers.unsupported_here(_spec("torch", "data_parallel"), one) == ""
     monkeypatch.setattr(launchers, "cuda_build", lambda framework: True)  # the CUDA builds the README names
-    result = runner.run_one(_spec("torch", "data_parallel"), 30, tmp_path)
+    result = local.run_one(_spec("torch", "data_parallel"), 30, tmp_path)
     assert result.status is Status.UNSUPPORTED
     assert result.reason == ("data_parallel over 2 replicas (DDP) puts 2 ranks on this machine, one GPU each (NCCL "
                              "refuses two ranks on one GPU), and it has 1 visible GPU: use at most 1 workers here, "
                              "or --device cpu")
-    assert "2 ranks" in runner.run_one(_spec("jax", "multi_worker"), 30, tmp_path).reason
+    assert "2 ranks" in local.run_one(_spec("jax", "multi_worker"), 30, tmp_path).reason
     # on the CPU, or where the ranks share GPUs by design (TensorFlow's workers), nothing is refused
     assert launchers.unsupported_here(_spec("torch", "data_parallel", device="cpu"), one) == ""
     assert launchers.unsupported_here(_spec("tensorflow", "multi_worker"), one) == ""

@@ -18,7 +18,7 @@ from bakeoff.core import registry
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.engines.base import Unsupported
-from bakeoff.run.executors import local as runner
+from bakeoff.run.executors import local
 from bakeoff.trial import profile
 from bakeoff.trial.loop import next_steps, train
 from bakeoff.workloads.text_classifier.workload import TextClassifierWorkload
@@ -143,9 +143,9 @@ def _spec(framework: str) -> RunSpec:
 def test_a_profiled_trial_writes_the_trace_and_measures_the_same(tmp_path, framework):
     spec = _spec(framework)
     keep = framework == "torch"  # the kept model is the trained one, not the profiled one
-    plain = runner.run_one(spec, 300, tmp_path / "logs", keep_dir=tmp_path / "plain-model" if keep else None)
+    plain = local.run_one(spec, 300, tmp_path / "logs", keep_dir=tmp_path / "plain-model" if keep else None)
     folder = tmp_path / "profile"
-    profiled = runner.run_one(spec, 300, tmp_path / "logs", keep_dir=tmp_path / "profiled-model" if keep else None,
+    profiled = local.run_one(spec, 300, tmp_path / "logs", keep_dir=tmp_path / "profiled-model" if keep else None,
                               profile=profile.Request(folder, steps=3))
     assert plain.status is profiled.status is Status.OK, (plain.reason, profiled.reason)
     assert plain.profile is None
@@ -171,7 +171,7 @@ def test_a_profiled_trial_writes_the_trace_and_measures_the_same(tmp_path, frame
 @pytest.mark.skipif(not registry.installed("torch"), reason="needs torch")
 def test_a_profile_that_cannot_be_written_leaves_the_trial_ok(tmp_path):
     (tmp_path / "file").write_text("not a folder")
-    result = runner.run_one(_spec("torch"), 300, tmp_path / "logs",
+    result = local.run_one(_spec("torch"), 300, tmp_path / "logs",
                             profile=profile.Request(tmp_path / "file" / "profile", steps=2))
     assert result.status is Status.OK, result.reason
     assert result.profile.files == {}
