@@ -139,8 +139,9 @@ class FakeProbe:
         self.high = max(self.high, self.now + extra)
 
 
-def test_memory_baseline_training_increment_and_total_peak_are_told_apart():
-    probe = FakeProbe()
+def _trained_with(probe: FakeProbe, held_by_first_evaluation: int = 0) -> TrialResult:
+    """A trial of 8 steps, evaluated every 4, on ``probe``: each step peaks 100 above what is held, each evaluation
+    1,000 above (its own peak), and the first evaluation leaves ``held_by_first_evaluation`` held."""
 
     class MemoryEngine(CountingEngine):
         def memory_probe(self):
@@ -152,12 +153,18 @@ def test_memory_baseline_training_increment_and_total_peak_are_told_apart():
 
         def predict(self, split, batch_size):
             probe.use(1_000)  # evaluation's peak stays out of the training figure
+            if probe.now == 5_000:
+                probe.now += held_by_first_evaluation
             return super().predict(split, batch_size)
 
     spec = RunSpec(workload="text_classifier", framework="torch", batch_size=8, max_steps=8, eval_every=4)
     engine = MemoryEngine(spec, TextClassifierWorkload(), {})
     engine.setup({})
-    r = train(engine, _data(), TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.OK))
+    return train(engine, _data(), TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.OK))
+
+
+def test_memory_baseline_training_increment_and_total_peak_are_told_apart():
+    r = _trained_with(FakeProbe())
     assert r.memory_kind == "fake" and r.memory_baseline_bytes == 5_000
     assert r.memory_train_peak_bytes == 5_100 and r.memory_increment_bytes == 100
     assert r.peak_memory_bytes == 9_000  # the import's peak, not training's
@@ -169,26 +176,7 @@ def test_what_the_step_0_evaluation_leaves_held_counts_against_training_as_a_lat
     batch of 256 held ≈ 950 MiB at the text classifier's `small`) is in the training increment, whichever evaluation
     it was. Taken after the step-0 evaluation, the baseline hid it, and TensorFlow's increment read a third of what
     it was without evaluation."""
-    probe = FakeProbe()
-
-    class HoldingEngine(CountingEngine):
-        def memory_probe(self):
-            return probe
-
-        def train_step(self, micro_batches):
-            probe.use(100)
-            return super().train_step(micro_batches)
-
-        def predict(self, split, batch_size):
-            probe.use(1_000)  # its own peak, left out
-            if probe.now == 5_000:
-                probe.now += 500  # what it leaves held (once)
-            return super().predict(split, batch_size)
-
-    spec = RunSpec(workload="text_classifier", framework="torch", batch_size=8, max_steps=8, eval_every=4)
-    engine = HoldingEngine(spec, TextClassifierWorkload(), {})
-    engine.setup({})
-    r = train(engine, _data(), TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.OK))
+    r = _trained_with(FakeProbe(), held_by_first_evaluation=500)
     assert r.curve[0]["step"] == 0  # the step-0 evaluation ran
     assert r.memory_baseline_bytes == 5_000  # before it
     assert r.memory_increment_bytes == 600  # training's 100 beside the 500 the evaluation left held
