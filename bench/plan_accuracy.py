@@ -74,9 +74,10 @@ REPLICAS_A_PROCESS = {"torch": 1, "tensorflow": 2, "jax": 2}
 JAX mesh: every replica in one process)."""
 
 
-def size_of(result: TrialResult) -> str:
+def size_of(result: TrialResult) -> str | None:
+    """The suite's size a trial trained, or None (a ``--beyond`` trial)."""
     shape = capacity.trial_shape(result)
-    return next(name for name in SIZES if shape_of(name) == shape)
+    return next((name for name in SIZES if shape_of(name) == shape), None)
 
 
 def shape_of(size: str) -> capacity.Shape:
@@ -118,8 +119,9 @@ def measured(results: list[TrialResult], framework: str, case: str) -> dict[str,
     for r in results:
         if (r.status.value == "ok" and r.memory_increment_bytes is not None and r.steady_step_s
                 and r.spec["framework"] == framework and r.spec["precision"] == precision
-                and r.spec["parallelism"] == parallelism and int(r.spec["workers"]) == workers):
-            out.setdefault(size_of(r), []).append(r)
+                and r.spec["parallelism"] == parallelism and int(r.spec["workers"]) == workers
+                and (size := size_of(r)) is not None):
+            out.setdefault(size, []).append(r)
     return out
 
 
@@ -129,8 +131,9 @@ def medians(trials: list[TrialResult]) -> tuple[float, float]:
             statistics.median(float(r.steady_step_s) for r in trials))
 
 
-def row_of(framework: str, size: str, precision: str, devices: int, cal: capacity.Calibration) -> capacity.Row:
-    result = capacity.plan(shape_of(size), capacity.Machine(devices, 1e12), BATCH, precision, fused=False,
+def row_of(framework: str, size: str, precision: str, devices: int, cal: capacity.Calibration,
+           shape: capacity.Shape | None = None, batch: int = BATCH) -> capacity.Row:
+    result = capacity.plan(shape or shape_of(size), capacity.Machine(devices, 1e12), batch, precision, fused=False,
                            calibrations=[cal])
     return next(r for r in result.rows if (r.framework, r.kind) == (framework, "data"))
 
@@ -175,6 +178,47 @@ def data_parallel(results: list[TrialResult], framework: str) -> list[tuple[str,
     return out
 
 
+def beyond(results: list[TrialResult], framework: str) -> list[tuple[str, float, float, dict[str, float]]]:
+    """Each ``--beyond`` trial (a shape none of the suite's sizes has) predicted through the plan from the
+    framework's one-device fp32 calibration of all its sizes: the plan's real use, a size it never saw."""
+    fp32 = [r for more in measured(results, framework, "fp32").values() for r in more]
+    cals = capacity.calibrate(fp32)
+    if not cals:
+        return []
+    [cal] = cals
+    out = []
+    for r in results:
+        if (r.spec["framework"] != framework or r.status.value != "ok" or size_of(r) is not None
+                or r.memory_increment_bytes is None or not r.steady_step_s):
+            continue
+        shape, batch = capacity.trial_shape(r), int(r.spec["batch_size"])
+        row = row_of(framework, "", "fp32", 1, cal, shape, batch)
+        memory, step = float(r.memory_increment_bytes), float(r.steady_step_s)
+        out.append((f"{r.spec['preset']}/b{batch}", memory, step, {
+            "count": (row.gradients + row.activations) / memory - 1,
+            "calibrated": (row.calibrated_total - row.weights - row.optimizer) / memory - 1,
+            "calibrated step": row.calibrated_compute_s / step - 1}))
+    return out
+
+
+def measure_beyond(frameworks: list[str], preset: str, batch: int, steps: int, device: str) -> list[TrialResult]:
+    """One fp32 one-device trial of ``preset`` at ``batch`` per framework, in its production mode."""
+    suite = [s for s in load_suite("sizes").specs if s.seed == 0 and not s.config]
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for framework in frameworks:
+            base = next(s for s in suite if s.framework.value == framework)
+            [spec] = identify([dataclasses.replace(base, preset=preset, batch_size=batch, max_steps=steps,
+                                                   eval_every=steps, device=device)])
+            r = local.run_one(spec, 3600, Path(tmp) / "logs", evaluate=False)
+            out.append(r)
+            sys.stdout.write(f"  beyond {framework} {preset}/b{batch}: {r.status.value}, increment "
+                             f"{(r.memory_increment_bytes or 0) / 2**20:.0f} MiB, "
+                             f"step {(r.steady_step_s or 0):.2f} s\n")
+            sys.stdout.flush()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--frameworks", default="torch,tensorflow,jax")
@@ -183,6 +227,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="rounds of every configuration (medians are used)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda: on a GPU the memory compared is the "
                                                         "framework allocator's peak increment, as the trials record")
+    parser.add_argument("--beyond", metavar="PRESET:BATCH",
+                        help="also run PRESET (e.g. paper) at BATCH once per framework, fp32, and predict it from "
+                             "the calibration of every suite size: a size the calibration never saw")
     parser.add_argument("--save", type=Path, help="keep every trial's result in this JSON file")
     parser.add_argument("--load", type=Path, nargs="+", help="recompute the tables from the results of one or more "
                                                              "files --save kept (their trials pooled)")
@@ -194,8 +241,12 @@ def main() -> None:
         frameworks = list(dict.fromkeys(r.spec["framework"] for r in results))
     else:
         frameworks = [f for f in args.frameworks.split(",") if registry.installed(f)]
-        results = measure(frameworks, args.cases.split(","), args.steps, args.repeats, args.device)
+        results = (measure(frameworks, [c for c in args.cases.split(",") if c], args.steps, args.repeats, args.device)
+                   if args.cases else [])
         steps = str(args.steps)
+    if args.beyond and not args.load:
+        preset, _, batch = args.beyond.partition(":")
+        results += measure_beyond(frameworks, preset, int(batch or BATCH), args.steps, args.device)
     if args.save:
         args.save.write_text(json.dumps({"steps": args.steps, "batch": BATCH,
                                          "results": [r.to_dict() for r in results]}))
@@ -218,7 +269,14 @@ def main() -> None:
                                for c, w in (("MFU", 8), ("calibrated step", 12))]
                 out.write(f"{case:6}{framework:11}{size:10}{memory / 2**20:>7.0f}MiB{''.join(cells)}"
                           f"{step * 1e3:>8.0f}ms{''.join(steps_cells)}\n")
-    for case in CASES:
+    for framework in frameworks:
+        for size, memory, step, errors in beyond(results, framework):
+            for column, error in errors.items():
+                worst["beyond", column] = max(worst.get(("beyond", column), 0.0), abs(error))
+            out.write(f"{'beyond':7}{framework:11}{size:10}{memory / 2**20:>6.0f}MiB{errors['count']:>+8.0%}"
+                      f"{errors['calibrated']:>+12.0%}{step * 1e3:>8.0f}ms{'—':>8}{errors['calibrated step']:>+12.0%}"
+                      "\n")
+    for case in (*CASES, "beyond"):
         found = {column: error for (c, column), error in worst.items() if c == case}
         if found:
             out.write(f"worst, {case}: " + ", ".join(f"{column} {error:.0%}" for column, error in found.items())
