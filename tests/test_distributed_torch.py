@@ -72,7 +72,10 @@ def test_two_replicas_complete_identical_with_their_figures(trials):
     assert dist.ranks[0]["final_loss"] == dist.ranks[1]["final_loss"]  # every rank reports the global loss
     assert dist.launcher == "torchrun" and dist.batch_size == {"global": 16, "per_replica": 8}
     cores = usable_cores()  # a pytest-xdist worker has its share of the machine's cores
-    assert dist.warnings == ([] if cores >= 2 else [  # 2 replicas on 2 cores, one thread each
+    # Ranks more than 10% apart are warned of too: timing, which a test does not assert (on 2 busy cores they were
+    # 14% apart once); the imbalance rule itself is tested on given step times in test_launchers.
+    timing = "ranks' steady steps differ by"
+    assert [w for w in dist.warnings if not w.startswith(timing)] == ([] if cores >= 2 else [  # 2 cores, 1 thread each
         f"2 replicas on {cores} CPU cores: replicas share cores, so throughput measures overhead more than speed-up"])
     assert dist.strategy.startswith("DistributedDataParallel (gloo)")
     assert 0 < dist.setup_s < dist.startup_s
