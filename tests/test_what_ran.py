@@ -214,6 +214,23 @@ def test_different_data_contents_are_separate_sections_never_one_verdict(tmp_pat
     assert page.count("tiny · data train 9f8e7d6c</h2>") == 1
 
 
+def test_other_sizes_of_a_preset_are_separate_sections_never_one_verdict(tmp_path):
+    """Before: the `sizes` suite's three sizes of the tiny preset (its ``config`` overrides, as ``--set`` gives) were
+    one section, whose verdict compared PyTorch at one size against TensorFlow at another. Now a preset with other
+    overrides is another model: a section of its own, named by them."""
+    wider = [respec(r, config={"d_model": "128", "num_layers": "2"}) for r in pair()]
+    both = pair() + wider
+    md = markdown(both, tmp_path)
+    assert "## text_classifier / tiny\n" in md and "## text_classifier / tiny (d_model=128, num_layers=2)\n" in md
+    verdicts = [line for line in md.splitlines() if line.startswith("**Verdict:**")]
+    assert len(verdicts) == 2 and any("tiny (d_model=128, num_layers=2)" in v for v in verdicts)
+    summaries = summarise_groups(both)
+    assert sorted(decide_each(summaries)) == [("text_classifier", "tiny"),
+                                              ("text_classifier", "tiny (d_model=128, num_layers=2)")]
+    assert sorted({s.label for s in summaries}) == ["tensorflow/graph", "torch/eager"]  # no config_hash= in a label
+    assert wider[-1].run_spec.title() == "text_classifier/tiny (d_model=128, num_layers=2) tensorflow/graph seed 2"
+
+
 def test_one_file_through_two_paths_is_one_data_set_and_one_configuration(tmp_path):
     torch = runs("torch", "eager", data={"train": "data/train.csv"}, data_hashes={"train": TRAIN_A})
     torch[2] = respec(torch[2], data={"train": "./ux/../data/train.csv"})  # the same content, another path
@@ -254,14 +271,18 @@ def test_a_setting_every_framework_varied_is_no_mix_one_framework_apart_is():
 
 
 def test_a_different_model_config_names_the_entries_that_differ():
+    """A resolved configuration that differs with no override to say so (a workload whose preset changed between
+    versions) is a mix, named entry by entry; an override (``--set d_model=512``) is another section
+    (:func:`test_other_sizes_of_a_preset_are_separate_sections_never_one_verdict`)."""
     torch = runs("torch", "eager")
     for r in torch:
         r.extras["config"]["d_model"] = 512
-    torch = [respec(r, config={"d_model": "512"}) for r in torch]
     summaries = summarise_groups(torch + tf_runs())
     assert [m.text() for m in section_mixes(summaries)] == [
         "model config: d_model 64 (tensorflow/graph); d_model 512 (torch/eager)"]
     assert "(different model configs: d_model 512 vs d_model 64)" in decide(summaries).verdict
+    overridden = summarise_groups([respec(r, config={"d_model": "512"}) for r in torch] + tf_runs())
+    assert sorted({s.preset for s in overridden}) == ["tiny", "tiny (d_model=512)"]
 
 
 # --- why a criterion is missing; no equal criterion cited -----------------------------------------------------------

@@ -244,31 +244,34 @@ def data_set(spec: RunSpec) -> str:
     return ", ".join(hashed) or "shipped data"
 
 
-def section_preset(workload: str, preset: str, data: str, data_sets: int) -> str:
-    """A section's preset as reports and verdicts name it: the preset, and the data set when the results of this
-    workload and preset hold more than one (``"tiny · data train 1a2b3c4d"``)."""
-    return preset if data_sets < 2 else f"{preset} · data {data}"
+def section_preset(spec: RunSpec, data_sets: int) -> str:
+    """A section's preset as reports and verdicts name it: the preset, with the overrides of its fields the trials
+    trained (``"tiny (d_model=128, num_layers=2)"``: another model, another section), and the data set when the
+    results of this model hold more than one (``"tiny · data train 1a2b3c4d"``)."""
+    preset = spec.preset_title()
+    return preset if data_sets < 2 else f"{preset} · data {data_set(spec)}"
 
 
 def group_results(results: Sequence[TrialResult]) -> dict[tuple[str, str, str], list[TrialResult]]:
-    """Results keyed by (workload, preset, configuration label), so repeats and seeds share a group; sorted.
+    """Results keyed by (workload, section preset, configuration label), so repeats and seeds share a group; sorted.
 
     A configuration is everything in the spec but seed and repeat; configurations that :meth:`RunSpec.label`
     alone cannot tell apart (two batch sizes, padded against bucketed batches) get the differences in the label.
-    Results of one workload and preset on different data (files of different content) are never one comparison:
-    each data set is a section of its own, its preset naming the data (:func:`section_preset`), with its own
-    target and verdict.
+    Results that trained different models or data are never one comparison: a preset with other overrides of its
+    fields (``--set``, a suite's ``config``) and each data set (files of different content) are sections of their
+    own, their preset naming the overrides and the data (:func:`section_preset`), each with its own target and
+    verdict.
     """
-    sets: dict[tuple[str, str], set[str]] = {}
+    sets: dict[str, set[str]] = {}
     for r in results:
-        sets.setdefault((r.run_spec.workload, r.run_spec.preset), set()).add(data_set(r.run_spec))
+        sets.setdefault(r.run_spec.model(), set()).add(data_set(r.run_spec))
     by_identity: dict[str, list[TrialResult]] = {}
     for r in results:
         by_identity.setdefault(_identity(r.run_spec), []).append(r)
     by_label: dict[tuple[str, str, str], list[list[TrialResult]]] = {}
     for trials in by_identity.values():
         spec = trials[0].run_spec
-        preset = section_preset(spec.workload, spec.preset, data_set(spec), len(sets[(spec.workload, spec.preset)]))
+        preset = section_preset(spec, len(sets[spec.model()]))
         by_label.setdefault((spec.workload, preset, spec.label()), []).append(trials)
     groups: dict[tuple[str, str, str], list[TrialResult]] = {}
     for (workload, preset, label), clashing in by_label.items():

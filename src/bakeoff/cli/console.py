@@ -185,7 +185,7 @@ class RunProgress:
         return f"{'about' if known else 'at least'} {duration(left)} left"
 
     def __call__(self, event: str, spec: RunSpec, result: TrialResult | None) -> None:
-        name = f"{spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}"
+        name = spec.title()
         if event == "queued":
             self._queued.append(spec)
         elif event == "start":
@@ -214,6 +214,6 @@ class RunProgress:
         if not specs:
             return
         first = specs[0]
-        name = f"{first.workload}/{first.preset} {first.label()} seed {first.seed}"
+        name = first.title()
         more = f" and {len(specs) - 1} more" if len(specs) > 1 else ""
         self._progress.update(self._task, description=f"running {name}{more}")

@@ -150,9 +150,9 @@ def _print_profiles(summary: RunSummary) -> None:
         spec = result.run_spec
         line = describe(result.profile) or ("none recorded" if result.status.value == "ok" else
                                            f"none: the trial did not succeed ({result.status.value})")
-        console.print(f"profile {spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}: {line}", soft_wrap=True)
+        console.print(f"profile {spec.title()}: {line}", soft_wrap=True)
     if summary.skipped:
-        names = ", ".join(f"{s.workload}/{s.preset} {s.label()} seed {s.seed}" for s in summary.skipped[:5])
+        names = ", ".join(s.title() for s in summary.skipped[:5])
         more = f" and {len(summary.skipped) - 5} more" if len(summary.skipped) > 5 else ""
         console.print(f"no profile for {len(summary.skipped)} trial{'s' if len(summary.skipped) > 1 else ''} whose "
                       f"stored result was reused ({names}{more}): add --fresh to re-run them with the profiler")
@@ -175,7 +175,7 @@ def _dry_run(suite: Suite, args: argparse.Namespace) -> int:
         estimate = f"  ~{duration(p.estimate_s)}" if p.estimate_s is not None else ""
         why = registry.unsupported(spec) or launchers.unsupported_here(spec)  # recorded without starting a process
         note = f"  (unsupported, no process starts: {why})" if p.runs and why else ""
-        console.print(f"{p.position:4d}  {state:<22} {spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}  "
+        console.print(f"{p.position:4d}  {state:<22} {spec.title()}  "
                       f"key {spec.key()}{estimate}{note}", markup=False, soft_wrap=True)
     seconds, unknown = total(planned)
     runs = sum(p.runs for p in planned)

@@ -213,6 +213,19 @@ class RunSpec:
         del raw["workload_path"]  # where the module is on this machine: moving a project is the same trial
         return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:16]
 
+    def preset_title(self) -> str:
+        """The preset with the overrides of its fields: ``"tiny"``, ``"tiny (d_model=128, num_layers=2)"``."""
+        overrides = ", ".join(f"{k}={v}" for k, v in self.config)
+        return self.preset + (f" ({overrides})" if overrides else "")
+
+    def model(self) -> str:
+        """The model a trial trains: ``"text_classifier/tiny"``, ``"text_classifier/tiny (d_model=128)"``."""
+        return f"{self.workload}/{self.preset_title()}"
+
+    def title(self) -> str:
+        """A trial as progress and listings name it: ``"text_classifier/tiny (d_model=128) torch/eager seed 0"``."""
+        return f"{self.model()} {self.label()} seed {self.seed}"
+
     def label(self) -> str:
         """Short human name of the configuration (without seed and repeat)."""
         parts = [self.framework.value, self.execution.value]

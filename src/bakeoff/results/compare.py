@@ -80,7 +80,7 @@ def _configs(results: Sequence[TrialResult]) -> dict[str, list[TrialResult]]:
 
 def _name(results: Sequence[TrialResult]) -> tuple[str, str, str]:
     spec = results[0].run_spec
-    return spec.workload, spec.preset, spec.label()
+    return spec.workload, spec.preset_title(), spec.label()
 
 
 def _side(trials: Sequence[TrialResult], name: str, side: str) -> tuple[Resampler, list[TrialResult]]:

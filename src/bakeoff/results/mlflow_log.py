@@ -117,8 +117,7 @@ class Tracker:
             tags["bakeoff.reason"] = result.reason[-_TAG_VALUE:]
         values, missing = metrics(result)
         tags.update({f"missing.{name}": why[:_TAG_VALUE] for name, why in missing.items()})
-        run = self.client.create_run(self.experiment_id, run_name=f"{spec.workload}/{spec.preset} {spec.label()} "
-                                                                  f"seed {spec.seed} repeat {spec.repeat}", tags=tags)
+        run = self.client.create_run(self.experiment_id, run_name=f"{spec.title()} repeat {spec.repeat}", tags=tags)
         run_id = run.info.run_id
         now = int(time.time() * 1000)
         params = [Param(k, v) for k, v in params_of(result).items()]

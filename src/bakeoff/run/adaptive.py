@@ -1,9 +1,10 @@
 """Adaptive repeats (``repeats = "auto"``, ``--repeats auto``): as many runs as the verdicts need, and no more.
 
 Every configuration runs :data:`~bakeoff.plan.suite.FIRST_REPEATS` times. Then, look after look, each section (a
-workload and preset, a data set of its own: :func:`bakeoff.analysis.stats.summarise_groups`) whose verdict is not
-settled — no winner, and not a tie shown (:attr:`bakeoff.analysis.decision.Decision.settled`) — gets one more run of
-every one of its configurations, until every verdict is settled or the configurations have ``max`` runs.
+workload at one preset and its overrides, a data set of its own: :func:`bakeoff.analysis.stats.summarise_groups`)
+whose verdict is not settled — no winner, and not a tie shown (:attr:`bakeoff.analysis.decision.Decision.settled`) —
+gets one more run of every one of its configurations, until every verdict is settled or the configurations have
+``max`` runs.
 
 Stopping once a verdict looks settled makes a chance "wins" likelier than a fixed number of runs would. So every
 run made here records the looks its run could take (its ``adaptive_repeats`` section), and a verdict over such runs

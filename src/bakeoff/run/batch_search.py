@@ -46,7 +46,7 @@ def search(spec: RunSpec, train_size: int, log_dir: Path, memory_cap: int | None
         try:
             result = run_one(probe, timeout_s, log_dir, memory_cap=cap, evaluate=False)  # memory only
         except process.Interrupted as exc:
-            exc.stopped = f"batch-size probe {probe.workload}/{probe.preset} {probe.label()} batch {size}"
+            exc.stopped = f"batch-size probe {probe.model()} {probe.label()} batch {size}"
             raise
         row = {"batch_size": size, "status": result.status.value, "peak_memory_bytes": result.peak_memory_bytes,
                "memory_kind": result.memory_kind, "reason": result.reason}

@@ -200,7 +200,7 @@ def _unstored(result: TrialResult, store: Store, log_dir: Path, exc: Exception) 
         sys.stderr.write(text + "\n")
         where = "printed above (JSON), as it could not be written either"
     spec = result.run_spec
-    return StoreWriteError(f"could not store {spec.workload}/{spec.preset} {spec.label()} seed {spec.seed} in "
+    return StoreWriteError(f"could not store {spec.title()} in "
                            f"{store.path} ({exc.__cause__ or exc}); its result ({result.status.value}) is {where}. "
                            "Make room (or fix the store), then run the same command again: it resumes with what "
                            "is missing")

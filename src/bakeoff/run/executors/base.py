@@ -59,7 +59,7 @@ class TrialJob:
     @property
     def what(self) -> str:
         spec = self.spec
-        return f"{spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}"
+        return spec.title()
 
 
 def executor_record(name: str, *, submitted_at: float, started_at: float | None = None, **more: object) -> dict:

@@ -203,7 +203,7 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
             group.members = [place(member) for member in group.members]
         logs = _log_paths(log_dir, spec, group)
         names = [m.name for m in group.members]
-        what = f"{spec.workload}/{spec.preset} {spec.label()} seed {spec.seed}"
+        what = spec.title()
         outcome = launchers.run_group(group, logs, timeout_s, memory_cap, what)
         if outcome.killed:
             status = Status.TIMEOUT if outcome.killed.startswith("no result") else Status.OUT_OF_MEMORY
