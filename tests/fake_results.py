@@ -28,13 +28,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import zlib
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
 from bakeoff.core.result import Order, Training, TrialResult
 from bakeoff.core.spec import RunSpec, Status
+from bakeoff.results.store import Store
 
 TARGET = 0.78
 BATCH = 32
@@ -177,6 +180,21 @@ def default_results() -> list[TrialResult]:
                  first_step_s=0.1, baseline_mib=320, increment_mib=210, import_s=3.4, build_s=0.3),
         failed("tensorflow", "xla"),
     ]
+
+
+def readme_command(command: str, flag: str) -> list[str]:
+    """The arguments after ``bakeoff`` of the README's first ``bakeoff COMMAND ... FLAG ...`` (in backticks), as
+    written: a test that runs it keeps the README true."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    pattern = rf"`(bakeoff {command} [^`]*{re.escape(flag)}[^`]*)`"
+    return next(m.group(1) for m in re.finditer(pattern, readme)).split()[1:]
+
+
+def store_as_readme(folder: Path, results: Sequence[TrialResult], suite: str = "quick") -> None:
+    """``results`` stored where the README's commands find them, run in ``folder``: ``results/bakeoff.sqlite``."""
+    with Store(folder / "results" / "bakeoff.sqlite") as store:
+        for result in results:
+            store.put(result, suite)
 
 
 def respec(result: TrialResult, **changes) -> TrialResult:

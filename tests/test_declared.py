@@ -20,8 +20,7 @@ from bakeoff.core.spec import SpecError
 from bakeoff.plan import team as team_file
 from bakeoff.report import declared
 from bakeoff.report.write import decisions, stored, write_report
-from bakeoff.results.store import Store
-from fake_results import default_results
+from fake_results import default_results, readme_command, store_as_readme
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "team.toml"
@@ -224,14 +223,10 @@ def test_cli_refuses_a_bad_survey_before_anything_runs_or_is_written(tmp_path):
 def test_the_readme_survey_command_runs(tmp_path):
     """The README's `bakeoff report ... --survey examples/team.toml` command, as written, on a store of hand-made
     results (no framework)."""
-    readme = (ROOT / "README.md").read_text()
-    line = next(m.group(1) for m in re.finditer(r"`(bakeoff report [^`]*--survey [^`]+)`", readme))
-    with Store(tmp_path / "results" / "bakeoff.sqlite") as store:
-        for result in default_results():
-            store.put(result, "quick")
+    store_as_readme(tmp_path, default_results())
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "team.toml").write_text(EXAMPLE.read_text())
-    r = _cli(*line.split()[1:], cwd=tmp_path)
+    r = _cli(*readme_command("report", "--survey"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     md = (tmp_path / "reports" / "quick" / "report.md").read_text()
     assert "## Declared criteria" in md and "declared by product brief v3" in md

@@ -8,7 +8,6 @@ the README's command is a real PyTorch trial of 8 MNIST steps through the CLI (a
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys
@@ -21,11 +20,9 @@ from bakeoff.core import registry
 from bakeoff.core.spec import Status
 from bakeoff.report.write import write_report
 from bakeoff.results import mlflow_log
-from fake_results import default_results
+from fake_results import default_results, readme_command
 
 pytest.importorskip("mlflow", reason="needs the mlflow extra: pip install 'bakeoff[mlflow]'")
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _client(uri: str):
@@ -115,8 +112,7 @@ def test_an_unreachable_uri_is_refused_before_any_trial_runs(tmp_path, uri, says
 def test_the_readme_mlflow_command_logs_a_real_trial(tmp_path, monkeypatch):
     """The README's `bakeoff run ... --mlflow` command as written: one real PyTorch trial (about 20-30 s)."""
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # reading a file store, as the README says
-    line = re.search(r"`(bakeoff run [^`]*--mlflow)`", (ROOT / "README.md").read_text()).group(1)
-    r = _cli(*line.split()[1:], cwd=tmp_path, timeout=600)
+    r = _cli(*readme_command("run", "--mlflow"), cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "mlflow: 1 trial logged to file://" in r.stdout
     client = _client((tmp_path / "results" / "mlruns").as_uri())
