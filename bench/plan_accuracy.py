@@ -84,15 +84,16 @@ def shape_of(size: str) -> capacity.Shape:
     return spec_shape(SIZES[size])
 
 
-def measure(frameworks: list[str], cases: list[str], steps: int, repeats: int, device: str) -> list[TrialResult]:
-    """Every case × size × framework, ``repeats`` rounds of each (a round runs every configuration once): the
-    suite's trial of that size and framework, in the case's precision and parallelism."""
+def measure(frameworks: list[str], cases: list[str], steps: int, repeats: int, device: str,
+            sizes: list[str]) -> list[TrialResult]:
+    """Every case × size (of ``sizes``) × framework, ``repeats`` rounds of each (a round runs every configuration
+    once): the suite's trial of that size and framework, in the case's precision and parallelism."""
     suite = [s for s in load_suite("sizes").specs if s.seed == 0]
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in [c for _ in range(repeats) for c in cases]:
             precision, parallelism, workers = CASES[case]
-            for size, sized in SIZES.items():
+            for size, sized in [(name, SIZES[name]) for name in sizes]:
                 for framework in frameworks:
                     base = next(s for s in suite if s.framework.value == framework
                                 and (s.preset, s.config) == (sized.preset, sized.config))
@@ -223,6 +224,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--frameworks", default="torch,tensorflow,jax")
     parser.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
+    parser.add_argument("--sizes", default=",".join(SIZES), help=f"of {', '.join(SIZES)} (to add a round of some)")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=1, help="rounds of every configuration (medians are used)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda: on a GPU the memory compared is the "
@@ -241,8 +243,11 @@ def main() -> None:
         frameworks = list(dict.fromkeys(r.spec["framework"] for r in results))
     else:
         frameworks = [f for f in args.frameworks.split(",") if registry.installed(f)]
-        results = (measure(frameworks, [c for c in args.cases.split(",") if c], args.steps, args.repeats, args.device)
-                   if args.cases else [])
+        unknown = sorted(set(args.sizes.split(",")) - set(SIZES))
+        if unknown:
+            parser.error(f"unknown size(s) {', '.join(unknown)}; the suite's: {', '.join(SIZES)}")
+        results = (measure(frameworks, [c for c in args.cases.split(",") if c], args.steps, args.repeats, args.device,
+                           args.sizes.split(",")) if args.cases else [])
         steps = str(args.steps)
     if args.beyond and not args.load:
         preset, _, batch = args.beyond.partition(":")

@@ -17,6 +17,7 @@ import pytest
 
 from bakeoff.plan import capacity
 from bakeoff.plan.capacity import Machine, PlanError, Shape, layer_activations, parse_size, plan
+from fake_results import readme_command, store_as_readme
 
 SRC = Path(capacity.__file__).resolve().parents[2]
 GB = 1e9
@@ -213,6 +214,23 @@ def test_a_calibrated_plan_adds_the_fit_to_the_model_states_and_times_the_step_p
     assert all(r.calibrated_total is None for r in result.rows if r.framework != "torch")
 
 
+def test_a_calibrated_step_far_beyond_the_measured_sizes_says_so():
+    """Measured (bench/plan_accuracy.py --beyond paper:8): a CPU runs larger matrices at a higher FLOP rate, so a
+    step many times the largest the calibration measured comes out too long; the plan says so, and only then."""
+    trials = sized_trials(noise=0.0)
+    [cal] = capacity.calibrate(trials)
+    largest = max(capacity.training_flops(capacity.trial_shape(r), 32) for r in trials)
+    assert cal.largest_flops == pytest.approx(largest) and cal.to_dict()["largest_flops"] == cal.largest_flops
+
+    def notes(preset: str, batch: int) -> list[str]:
+        rows = plan(capacity.shape_from({"preset": preset}), Machine(1, 16 * GB), batch, "fp32",
+                    calibrations=[cal]).rows
+        return [n for r in rows if r.framework == "torch" for n in r.notes if n.startswith("calibrated step")]
+
+    assert notes("paper", 8) and "× the FLOPs of the largest the calibration measured" in notes("paper", 8)[0]
+    assert notes("tiny", 32) == []  # a size it measured
+
+
 def test_bakeoff_plan_store_calibrates_for_the_machine_the_trials_ran_on(tmp_path):
     from bakeoff.results.store import Store
 
@@ -268,18 +286,12 @@ def test_the_report_has_a_capacity_plan_calibrated_by_its_trials_as_the_readme_s
     """The README's `bakeoff report ... --plan examples/plans.toml` command, as written, on a store of hand-made
     trials at four sizes (no framework): the shipped plans, the stated-device ones uncalibrated and the one for this
     machine calibrated; a bad plan file exits 2 before any report is written."""
-    from bakeoff.results.store import Store
-
-    readme = (SRC.parent / "README.md").read_text()
-    line = next(m.group(1) for m in re.finditer(r"`(bakeoff report [^`]*--plan [^`]+)`", readme))
-    with Store(tmp_path / "results" / "bakeoff.sqlite") as store:
-        for r in sized_trials():
-            store.put(r, "quick")
+    store_as_readme(tmp_path, sized_trials())
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "plans.toml").write_text(EXAMPLE.read_text())
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    r = subprocess.run([sys.executable, "-m", "bakeoff.cli", *line.split()[1:], "--out", "out"], cwd=tmp_path,
-                       env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-m", "bakeoff.cli", *readme_command("report", "--plan"), "--out", "out"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     md = (tmp_path / "out" / "report.md").read_text()
     plan_part = md[md.index("## Capacity plan"):]
@@ -287,6 +299,8 @@ def test_the_report_has_a_capacity_plan_calibrated_by_its_trials_as_the_readme_s
     assert "calibrated on the machine the trials ran on" in plan_part and "4 trials at 4 sizes" in plan_part
     assert "not calibrated" in plan_part and "flops states other devices" in plan_part
     assert "tf.distribute.MirroredStrategy" in (tmp_path / "out" / "report.html").read_text()
+    missing = [line for line in plan_part.splitlines() if "not computed" in line]  # the file's fields, not flags
+    assert missing and all("--" not in line for line in missing) and any("`bandwidth" in m for m in missing)
     (tmp_path / "bad.toml").write_text("[[plan]]\nname = 'x'\npreset = 'tiny'\nbatch = 8\n")
     r = subprocess.run([sys.executable, "-m", "bakeoff.cli", "report", "--plan", "bad.toml", "--out", "bad"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

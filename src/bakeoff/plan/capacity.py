@@ -236,7 +236,7 @@ class Calibration:
     memory increment ≈ ``fixed + scale × count`` (the count: gradients and activations, :func:`layer_activations`
     unfused) and the steady step ≈ ``per_flop × FLOPs + per_element × elements`` (:func:`training_flops`,
     :func:`attention_elements`). ``memory_error`` and ``step_error``: the worst |predicted / measured - 1| when each
-    size is predicted from the other sizes only."""
+    size is predicted from the other sizes only; ``largest_flops``: the FLOPs of the largest step it measured."""
 
     framework: str
     precision: str
@@ -250,6 +250,7 @@ class Calibration:
     per_element: float
     memory_error: float
     step_error: float
+    largest_flops: float = 0.0
 
     def memory(self, count: float) -> float:
         return self.fixed + self.scale * count
@@ -278,6 +279,12 @@ class Point:
     memory: float
     step: float
 
+
+EXTRAPOLATED = 2.0
+"""A calibrated step of more than this many times the FLOPs of the largest step its calibration measured is said to
+be extrapolated. Measured: the text classifier's `paper` preset (12 × 768, sequences of 512, batch 8; 13× the FLOPs
+of the `sizes` suite's largest step) ran at 1.3–1.5× the FLOP rate of `small` on a 2-core CPU, and its calibrated
+step was 22–38% too long (bench/plan_accuracy.py --beyond paper:8)."""
 
 MIN_SIZES = 3
 """Sizes a calibration needs: two coefficients, and each size must be predictable from the others."""
@@ -375,7 +382,7 @@ def calibrate(results: Iterable[TrialResult]) -> list[Calibration]:
         errors = leave_one_out(points)
         cal = Calibration(framework, precision, execution, device, len(points), sum(map(len, sizes.values())),
                           *fit(points), memory_error=max(abs(m) for m, _ in errors),
-                          step_error=max(abs(s) for _, s in errors))
+                          step_error=max(abs(s) for _, s in errors), largest_flops=max(q.flops for q in points))
         held = best.get((framework, precision))
         if held is None or (cal.sizes, cal.trials) > (held.sizes, held.trials):
             best[framework, precision] = cal
@@ -550,8 +557,12 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
         if (cal := applied.get(strategy.framework)) is not None:
             row.calibrated_total = (row.weights + row.optimizer
                                     + cal.memory(row.gradients + row.activations))
-            row.calibrated_compute_s = cal.step(training_flops(shape, batch / n, recompute),
-                                                attention_elements(shape, batch / n, recompute)) * bubble
+            flops = training_flops(shape, batch / n, recompute)
+            row.calibrated_compute_s = cal.step(flops, attention_elements(shape, batch / n, recompute)) * bubble
+            if cal.largest_flops and flops > EXTRAPOLATED * cal.largest_flops:
+                row.notes.append(f"calibrated step: a step of {flops / cal.largest_flops:.0f}× the FLOPs of the "
+                                 "largest the calibration measured, whose rate larger matrices usually beat, so "
+                                 "likely too long (bench/plan_accuracy.py --beyond measures by how much)")
             comm = row.comm_s if n > 1 else 0.0  # None: no bandwidth given, so no step time
             row.calibrated_step_s = None if comm is None else row.calibrated_compute_s + comm
             row.calibration = cal.source
@@ -688,16 +699,21 @@ def load_plans(path: Path | str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def describe_missing_times(machine: Machine, mfu: Mapping[str, Any] | None) -> list[str]:
-    """Why a plan's times are missing, in words (nothing when they are all there)."""
+def describe_missing_times(machine: Machine, mfu: Mapping[str, Any] | None, *, in_file: bool = False) -> list[str]:
+    """Why a plan's times are missing, in words (nothing when they are all there): what to give, as ``bakeoff
+    plan``'s flags name it, or, ``in_file``, as a plan file's fields do (a report's ``--plan``, whose MFU is only the
+    one its trials measured)."""
+    flops, bandwidth = ("`flops`", '`bandwidth = "450GB/s"`') if in_file else ("--flops", "--bandwidth 450GB/s")
     out = []
     if not machine.flops:
-        out.append("compute time: give the devices' peak FLOP/s (--flops) at the plan's precision")
+        out.append(f"compute time: give the devices' peak FLOP/s ({flops}) at the plan's precision")
     if not mfu:
-        out.append("compute time: no MFU, measured (--store: the trials bakeoff run stored) or stated "
+        out.append("compute time: none of these trials has an MFU (bakeoff run records one with every trial)"
+                   if in_file else
+                   "compute time: no MFU, measured (--store: the trials bakeoff run stored) or stated "
                    "(--mfu FRAMEWORK=0.4)")
     if not machine.bandwidth:
-        out.append("communication time: give the bandwidth each device moves (--bandwidth 450GB/s)")
+        out.append(f"communication time: give the bandwidth each device moves ({bandwidth})")
     return out
 
 

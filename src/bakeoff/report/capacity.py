@@ -119,13 +119,14 @@ def apis(result: Plan) -> list[tuple[str, str]]:
     return out
 
 
-def remarks(result: Plan, mfu: Mapping[str, tuple[float, str]]) -> list[tuple[str, str]]:
-    """The plan's notes, the MFU each framework's times use, why a figure is missing, and what is left out."""
+def remarks(result: Plan, mfu: Mapping[str, tuple[float, str]], *, in_file: bool = False) -> list[tuple[str, str]]:
+    """The plan's notes, the MFU each framework's times use, why a figure is missing (naming ``bakeoff plan``'s
+    flags, or a plan file's fields: :func:`~bakeoff.plan.capacity.describe_missing_times`), and what is left out."""
     out = [("note", note) for note in dict.fromkeys(n for r in result.rows for n in r.notes)]
     out += [(f"MFU {framework}", f"{value:.1%}, {source}") for framework, (value, source) in sorted(mfu.items())]
     if result.uncalibrated:
         out.append(("not calibrated", result.uncalibrated))
-    out += [("not computed", line) for line in describe_missing_times(result.machine, mfu)]
+    out += [("not computed", line) for line in describe_missing_times(result.machine, mfu, in_file=in_file)]
     out.append(("left out", "; ".join(result.left_out)))
     return out
 
@@ -150,5 +151,5 @@ def blocks(requests: Sequence[tuple[str, Mapping[str, Any]]], results: Sequence[
     for name, result in plans:
         out += [Heading(3, name), Para(summary(result)), memory_table(result)]
         out += [t for t in (step_table(result), calibrated_table(result)) if t is not None]
-        out += [Facts(apis(result)), Facts(remarks(result, mfu))]
+        out += [Facts(apis(result)), Facts(remarks(result, mfu, in_file=True))]
     return out

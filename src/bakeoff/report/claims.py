@@ -219,7 +219,7 @@ def _plan_answer(claim: Claim, mfu: Mapping[str, tuple[float, str]]) -> list[str
                      f"{human_seconds(row.step_s)} against {human_seconds(single.compute_s)}, communication not "
                      f"overlapped; MFU {row.mfu:.1%}, {row.mfu_source}), against the claim's {claim.threshold}")
     else:
-        missing = [line for line in describe_missing_times(m, mfu) if "MFU" not in line]
+        missing = [line for line in describe_missing_times(m, mfu, in_file=True) if "MFU" not in line]
         if framework not in mfu:
             missing.append(f"no MFU of {framework} in the store (bakeoff run records one with every trial)")
         lines.append("no speed-up predicted: " + "; ".join(missing))
