@@ -529,7 +529,7 @@ def _expand(defaults: dict[str, Any], matrix: dict[str, list[Any]], variants: li
     specs: dict[str, RunSpec] = {}
     base_seed = int(defaults.get("seed", 0))
     # Repeat-major order: repeat 0 of every configuration, then repeat 1, ... The runner keeps repeats in turn and
-    # interleaves frameworks within each (bakeoff.run.executors.local.order), so drift of the machine lands on
+    # interleaves frameworks within each (bakeoff.plan.order.order), so drift of the machine lands on
     # every side.
     for repeat in range(max(repeats, *(v.get("repeats", repeats) for v in variants))):
         for combo, variant in itertools.product(itertools.product(*(matrix[k] for k in keys)), variants):
