@@ -24,8 +24,10 @@ both replicas) and the step's compute at the per-replica batch, with no communic
 bandwidth): what the error is then is what the plan cannot know of this machine's all-reduce and thread split.
 
 Run: .venv/bin/python bench/plan_accuracy.py [--frameworks torch,tensorflow,jax] [--cases fp32,bf16,dp2]
-[--steps 30] [--repeats N] [--save F | --load F [F ...]] (``--save`` keeps every trial's result as JSON, ``--load``
-recomputes the tables from one or more such files, their trials pooled, without running a trial).
+[--sizes 2x64/s128,...] [--steps 30] [--repeats N] [--beyond PRESET:BATCH] [--save F | --load F [F ...]]
+(``--save`` keeps every trial's result as JSON, ``--load`` recomputes the tables from one or more such files, their
+trials pooled, without running a trial; ``--sizes`` runs some of the suite's sizes only, to add rounds of them;
+``--beyond paper:8`` also runs a size none of the suite's is, predicted from all of them).
 On a GPU (``--device cuda``, when one is lent) the same comparison reads what the trials record there: the memory
 increment from the framework's allocator counters (``torch.cuda.max_memory_allocated``, TensorFlow's
 ``get_memory_info`` peak, JAX's ``memory_stats``), which hold the tensors the count counts and not the CPU's arenas,
