@@ -27,7 +27,8 @@ Run: .venv/bin/python bench/plan_accuracy.py [--frameworks torch,tensorflow,jax]
 [--sizes 2x64/s128,...] [--steps 30] [--repeats N] [--beyond PRESET:BATCH] [--save F | --load F [F ...]]
 (``--save`` keeps every trial's result as JSON, ``--load`` recomputes the tables from one or more such files, their
 trials pooled, without running a trial; ``--sizes`` runs some of the suite's sizes only, to add rounds of them;
-``--beyond paper:8`` also runs a size none of the suite's is, predicted from all of them).
+``--beyond paper:8`` also runs a size none of the suite's is, at each of ``--beyond-precisions`` [fp32], predicted
+from all of them).
 On a GPU (``--device cuda``, when one is lent) the same comparison reads what the trials record there: the memory
 increment from the framework's allocator counters (``torch.cuda.max_memory_allocated``, TensorFlow's
 ``get_memory_info`` peak, JAX's ``memory_stats``), which hold the tensors the count counts and not the CPU's arenas,
@@ -181,44 +182,49 @@ def data_parallel(results: list[TrialResult], framework: str) -> list[tuple[str,
     return out
 
 
-def beyond(results: list[TrialResult], framework: str) -> list[tuple[str, float, float, dict[str, float]]]:
+def beyond(results: list[TrialResult], framework: str) -> list[tuple[str, str, float, float, dict[str, float]]]:
     """Each ``--beyond`` trial (a shape none of the suite's sizes has) predicted through the plan from the
-    framework's one-device fp32 calibration of all its sizes: the plan's real use, a size it never saw."""
-    fp32 = [r for more in measured(results, framework, "fp32").values() for r in more]
-    cals = capacity.calibrate(fp32)
-    if not cals:
-        return []
-    [cal] = cals
+    framework's one-device calibration of all its sizes at the trial's precision: the plan's real use, a size it
+    never saw. (precision, size, measured increment, measured step, errors)."""
     out = []
-    for r in results:
-        if (r.spec["framework"] != framework or r.status.value != "ok" or size_of(r) is not None
-                or r.memory_increment_bytes is None or not r.steady_step_s):
+    for precision in ("fp32", "bf16"):
+        trials = [r for more in measured(results, framework, precision).values() for r in more]
+        cals = capacity.calibrate(trials)
+        if not cals:
             continue
-        shape, batch = capacity.trial_shape(r), int(r.spec["batch_size"])
-        row = row_of(framework, "", "fp32", 1, cal, shape, batch)
-        memory, step = float(r.memory_increment_bytes), float(r.steady_step_s)
-        out.append((f"{r.spec['preset']}/b{batch}", memory, step, {
-            "count": (row.gradients + row.activations) / memory - 1,
-            "calibrated": (row.calibrated_total - row.weights - row.optimizer) / memory - 1,
-            "calibrated step": row.calibrated_compute_s / step - 1}))
+        [cal] = cals
+        for r in results:
+            if (r.spec["framework"] != framework or r.spec["precision"] != precision or r.status.value != "ok"
+                    or size_of(r) is not None or r.memory_increment_bytes is None or not r.steady_step_s):
+                continue
+            shape, batch = capacity.trial_shape(r), int(r.spec["batch_size"])
+            row = row_of(framework, "", precision, 1, cal, shape, batch)
+            memory, step = float(r.memory_increment_bytes), float(r.steady_step_s)
+            out.append((precision, f"{r.spec['preset']}/b{batch}", memory, step, {
+                "count": (row.gradients + row.activations) / memory - 1,
+                "calibrated": (row.calibrated_total - row.weights - row.optimizer) / memory - 1,
+                "calibrated step": row.calibrated_compute_s / step - 1}))
     return out
 
 
-def measure_beyond(frameworks: list[str], preset: str, batch: int, steps: int, device: str) -> list[TrialResult]:
-    """One fp32 one-device trial of ``preset`` at ``batch`` per framework, in its production mode."""
+def measure_beyond(frameworks: list[str], preset: str, batch: int, precisions: list[str], steps: int,
+                   device: str) -> list[TrialResult]:
+    """One one-device trial of ``preset`` at ``batch`` per framework and precision, in the framework's production
+    mode."""
     suite = [s for s in load_suite("sizes").specs if s.seed == 0 and not s.config]
     out = []
     with tempfile.TemporaryDirectory() as tmp:
-        for framework in frameworks:
-            base = next(s for s in suite if s.framework.value == framework)
-            [spec] = identify([dataclasses.replace(base, preset=preset, batch_size=batch, max_steps=steps,
-                                                   eval_every=steps, device=device)])
-            r = local.run_one(spec, 3600, Path(tmp) / "logs", evaluate=False)
-            out.append(r)
-            sys.stdout.write(f"  beyond {framework} {preset}/b{batch}: {r.status.value}, increment "
-                             f"{(r.memory_increment_bytes or 0) / 2**20:.0f} MiB, "
-                             f"step {(r.steady_step_s or 0):.2f} s\n")
-            sys.stdout.flush()
+        for precision in precisions:
+            for framework in frameworks:
+                base = next(s for s in suite if s.framework.value == framework)
+                [spec] = identify([dataclasses.replace(base, preset=preset, batch_size=batch, max_steps=steps,
+                                                       eval_every=steps, device=device, precision=precision)])
+                r = local.run_one(spec, 3600, Path(tmp) / "logs", evaluate=False)
+                out.append(r)
+                sys.stdout.write(f"  beyond {framework} {preset}/b{batch} {precision}: {r.status.value}, increment "
+                                 f"{(r.memory_increment_bytes or 0) / 2**20:.0f} MiB, "
+                                 f"step {(r.steady_step_s or 0):.2f} s\n")
+                sys.stdout.flush()
     return out
 
 
@@ -234,6 +240,7 @@ def main() -> None:
     parser.add_argument("--beyond", metavar="PRESET:BATCH",
                         help="also run PRESET (e.g. paper) at BATCH once per framework, fp32, and predict it from "
                              "the calibration of every suite size: a size the calibration never saw")
+    parser.add_argument("--beyond-precisions", default="fp32", help="the precisions --beyond runs: fp32, bf16")
     parser.add_argument("--save", type=Path, help="keep every trial's result in this JSON file")
     parser.add_argument("--load", type=Path, nargs="+", help="recompute the tables from the results of one or more "
                                                              "files --save kept (their trials pooled)")
@@ -253,7 +260,10 @@ def main() -> None:
         steps = str(args.steps)
     if args.beyond and not args.load:
         preset, _, batch = args.beyond.partition(":")
-        results += measure_beyond(frameworks, preset, int(batch or BATCH), args.steps, args.device)
+        precisions = args.beyond_precisions.split(",")
+        if set(precisions) - {"fp32", "bf16"}:
+            parser.error(f"--beyond-precisions {args.beyond_precisions}: accepted fp32, bf16")
+        results += measure_beyond(frameworks, preset, int(batch or BATCH), precisions, args.steps, args.device)
     if args.save:
         args.save.write_text(json.dumps({"steps": args.steps, "batch": BATCH,
                                          "results": [r.to_dict() for r in results]}))
@@ -277,13 +287,14 @@ def main() -> None:
                 out.write(f"{case:6}{framework:11}{size:10}{memory / 2**20:>7.0f}MiB{''.join(cells)}"
                           f"{step * 1e3:>8.0f}ms{''.join(steps_cells)}\n")
     for framework in frameworks:
-        for size, memory, step, errors in beyond(results, framework):
+        for precision, size, memory, step, errors in beyond(results, framework):
+            case = f"beyond {precision}"
             for column, error in errors.items():
-                worst["beyond", column] = max(worst.get(("beyond", column), 0.0), abs(error))
-            out.write(f"{'beyond':7}{framework:11}{size:10}{memory / 2**20:>6.0f}MiB{errors['count']:>+8.0%}"
-                      f"{errors['calibrated']:>+12.0%}{step * 1e3:>8.0f}ms{'—':>8}{errors['calibrated step']:>+12.0%}"
-                      "\n")
-    for case in (*CASES, "beyond"):
+                worst[case, column] = max(worst.get((case, column), 0.0), abs(error))
+            out.write(f"{'beyond':7}{framework:11}{size + ' ' + precision:13}{memory / 2**20:>6.0f}MiB"
+                      f"{errors['count']:>+8.0%}{errors['calibrated']:>+12.0%}{step * 1e3:>8.0f}ms{'—':>8}"
+                      f"{errors['calibrated step']:>+12.0%}\n")
+    for case in (*CASES, "beyond fp32", "beyond bf16"):
         found = {column: error for (c, column), error in worst.items() if c == case}
         if found:
             out.write(f"worst, {case}: " + ", ".join(f"{column} {error:.0%}" for column, error in found.items())

@@ -142,6 +142,10 @@ SIZES = [{"d_model": 64, "d_ff": 128}, {"d_model": 128, "d_ff": 256},
          {"d_model": 256, "d_ff": 1024, "num_layers": 4, "seq_len": 256, "vocab_size": 20000}]  # as the bench's
 
 
+BEYOND = {"d_model": 384, "d_ff": 1536, "num_layers": 6, "seq_len": 256, "vocab_size": 20000}
+"""A size larger than every one of :data:`SIZES` (the bench's ``--beyond``)."""
+
+
 def sized_trials(framework: str = "torch", precision: str = "fp32", sizes=SIZES, noise: float = 0.02,
                  seed: int = 0, **machine) -> list:
     """A trial a size whose memory increment and steady step follow ``MACHINE`` (or ``machine``) to within
@@ -313,14 +317,17 @@ def test_the_accuracy_bench_predicts_each_size_through_the_plan_from_the_others(
     are off — the bench's leave-one-out goes through the plan itself."""
     kept = tmp_path / "kept.json"
     trials = sized_trials(noise=0.0) + sized_trials(precision="bf16", noise=0.0)
+    trials += sized_trials(sizes=[BEYOND], noise=0.0)  # a size none of the suite's is (--beyond), fp32
     kept.write_text(json.dumps({"steps": 20, "batch": 32, "results": [r.to_dict() for r in trials]}))
     r = subprocess.run([sys.executable, str(SRC.parent / "bench" / "plan_accuracy.py"), "--load", str(kept)],
                        env={**os.environ, "PYTHONPATH": str(SRC)}, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     lines = [line for line in r.stdout.splitlines() if line.startswith(("fp32 ", "bf16 "))]
     assert len(lines) == 8 and all(line.split()[-1] in ("+0%", "-0%") for line in lines)
+    [beyond] = [line for line in r.stdout.splitlines() if line.startswith("beyond")]
+    assert "fp32" in beyond and beyond.split()[-1] in ("+0%", "-0%")  # predicted from all four sizes
     worst = [line for line in r.stdout.splitlines() if line.startswith("worst")]
-    assert [line.split(":")[0] for line in worst] == ["worst, fp32", "worst, bf16"]
+    assert [line.split(":")[0] for line in worst] == ["worst, fp32", "worst, bf16", "worst, beyond fp32"]
     for line in worst:
         assert "calibrated 0%" in line and "calibrated step 0%" in line
-        assert re.search(r"count [1-9]\d*%", line) and re.search(r"MFU [1-9]\d*%", line)
+        assert re.search(r"count [1-9]\d*%", line) and ("beyond" in line or re.search(r"MFU [1-9]\d*%", line))
