@@ -231,7 +231,7 @@ def test_a_calibrated_step_far_beyond_the_measured_sizes_says_so():
                     calibrations=[cal]).rows
         return [n for r in rows if r.framework == "torch" for n in r.notes if n.startswith("calibrated step")]
 
-    assert notes("paper", 8) and "× the FLOPs of the largest the calibration measured" in notes("paper", 8)[0]
+    assert notes("paper", 8) and "× the FLOPs of the largest step the calibration measured" in notes("paper", 8)[0]
     assert notes("tiny", 32) == []  # a size it measured
 
 
