@@ -235,6 +235,19 @@ def test_a_calibrated_step_far_beyond_the_measured_sizes_says_so():
     assert notes("tiny", 32) == []  # a size it measured
 
 
+def test_a_plan_every_framework_of_which_is_calibrated_does_not_ask_for_flops():
+    from bakeoff.report.capacity import remarks
+
+    trials = [r for framework in ("torch", "tensorflow", "jax") for r in sized_trials(framework, noise=0.0)]
+    shape = capacity.shape_from({"preset": "paper"})
+    missing = [text for label, text in remarks(plan(shape, Machine(1, 16 * GB), 8, "fp32",
+                                                    calibrations=capacity.calibrate(trials)), {})
+               if label == "not computed"]
+    assert missing and not any(text.startswith("compute time") for text in missing)  # the bandwidth is still asked
+    only_torch = plan(shape, Machine(1, 16 * GB), 8, "fp32", calibrations=capacity.calibrate(trials[:4]))
+    assert any(text.startswith("compute time") for label, text in remarks(only_torch, {}) if label == "not computed")
+
+
 def test_bakeoff_plan_store_calibrates_for_the_machine_the_trials_ran_on(tmp_path):
     from bakeoff.results.store import Store
 
