@@ -325,3 +325,14 @@ def test_a_third_framework_gets_its_rows_colour_and_place_in_the_verdict(tmp_pat
     assert "over JAX (graph)" in md
     html = files["html"].read_text()
     assert "jax/graph" in html and "data:image/png;base64," in html
+
+
+def test_a_long_section_name_wraps_in_a_plot_title_and_keeps_every_override():
+    """A section named by its overrides ran off the throughput figure (cut at ``seq_len=256, vocab_size=20000):
+    steady thro``); a title is wrapped to the figure."""
+    from bakeoff.report.plots import _title
+
+    preset = "tiny (d_ff=1024, d_model=256, num_layers=4, seq_len=256, vocab_size=20000)"
+    title = _title("text_classifier", preset, "steady throughput")
+    assert len(title.splitlines()) == 2 and max(map(len, title.splitlines())) <= 80
+    assert " ".join(title.split()) == f"text_classifier / {preset}: steady throughput"

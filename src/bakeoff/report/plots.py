@@ -7,6 +7,7 @@ with the Agg canvas, so no global pyplot state or interactive backend is touched
 from __future__ import annotations
 
 import io
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,12 @@ Groups = Mapping[tuple[str, str], Sequence[ConfigSummary]]
 
 def colour(framework: str) -> str:
     return COLOURS.get(framework, "#777777")
+
+
+def _title(workload: str, preset: str, what: str, width: int = 80) -> str:
+    """A panel's title, wrapped to ``width`` characters: a section named by its overrides or its data set
+    (``tiny (d_ff=1024, d_model=256, num_layers=4, ...)``) would otherwise run off the figure."""
+    return textwrap.fill(f"{workload} / {preset}: {what}", width, break_on_hyphens=False)
 
 
 def _figure(n_panels: int) -> tuple[Any, list[Any]]:
@@ -60,7 +67,7 @@ def throughput_png(groups: Groups) -> bytes:
                 ax.text(x, 0, " not measured", rotation=90, ha="center", va="bottom", fontsize=8, color="#555555")
         ax.set_xticks(xs, [c.label for c in configs], rotation=20, ha="right")
         ax.set_ylabel("examples/s (median, 95% CI)")
-        ax.set_title(f"{workload} / {preset}: steady throughput", fontsize=11)
+        ax.set_title(_title(workload, preset, "steady throughput"), fontsize=11)
         ax.grid(axis="y", alpha=0.3)
     return _png(fig)
 
@@ -87,7 +94,7 @@ def quality_png(groups: Groups) -> bytes:
         metric = next((c.metric_name for c in configs if c.metric_name), "metric")
         ax.set_xlabel("training clock, s (compile included, evaluation excluded)")
         ax.set_ylabel(metric)
-        ax.set_title(f"{workload} / {preset}: {metric} vs training time (one line per trial)", fontsize=11)
+        ax.set_title(_title(workload, preset, f"{metric} vs training time (one line per trial)"), fontsize=11)
         ax.grid(alpha=0.3)
         if drawn or target is not None:
             ax.legend(fontsize=8, loc="lower right")
@@ -124,7 +131,7 @@ def scaling_png(groups: Mapping[tuple[str, str], Sequence[Any]]) -> bytes:
             ax.set_ylabel(what)
             ax.grid(alpha=0.3)
             ax.xaxis.get_major_locator().set_params(integer=True)
-        ax_thr.set_title(f"{workload} / {preset}: throughput", fontsize=11)
-        ax_eff.set_title(f"{workload} / {preset}: efficiency", fontsize=11)
+        ax_thr.set_title(_title(workload, preset, "throughput", 48), fontsize=11)
+        ax_eff.set_title(_title(workload, preset, "efficiency", 48), fontsize=11)
         ax_eff.legend(fontsize=8)
     return _png(fig)
