@@ -231,6 +231,16 @@ def test_other_sizes_of_a_preset_are_separate_sections_never_one_verdict(tmp_pat
     assert wider[-1].run_spec.title() == "text_classifier/tiny (d_model=128, num_layers=2) tensorflow/graph seed 2"
 
 
+def test_sizes_of_a_preset_read_smallest_first():
+    """Sections are in reading order: numbers in the overrides compare as numbers (``d_ff=1024`` sorted as text came
+    before ``d_ff=256``)."""
+    sized = [respec(r, config={"d_ff": str(d_ff)}) for d_ff in (1024, 256) for r in pair()]
+    want = ["tiny", "tiny (d_ff=256)", "tiny (d_ff=1024)"]
+    summaries = summarise_groups(pair() + sized)
+    assert [preset for _, preset in decide_each(summaries)] == want
+    assert list(dict.fromkeys(s.preset for s in summaries)) == want
+
+
 def test_one_file_through_two_paths_is_one_data_set_and_one_configuration(tmp_path):
     torch = runs("torch", "eager", data={"train": "data/train.csv"}, data_hashes={"train": TRAIN_A})
     torch[2] = respec(torch[2], data={"train": "./ux/../data/train.csv"})  # the same content, another path

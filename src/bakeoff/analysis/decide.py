@@ -41,7 +41,7 @@ from bakeoff.analysis.conditions import FRAMEWORK_NAMES, busy_note, cores, displ
 from bakeoff.analysis.decision import ConfigScore, Decision, FrameworkScore, Qualitative, SensitivityRow
 from bakeoff.analysis.mixing import pair_note, section_mixes
 from bakeoff.analysis.quantities import Quantity, quantity
-from bakeoff.analysis.stats import ConfigSummary
+from bakeoff.analysis.stats import ConfigSummary, sections
 from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, ratio_text
 
 __all__ = ["DEFAULT_WEIGHTS", "FRAMEWORK_NAMES", "MEASURED", "MIN_RUNS", "ROBUST_SHARE", "Criterion", "Decision",
@@ -374,6 +374,7 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
 
 def decide_each(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | None = None,
                 qualitative: Qualitative | None = None) -> dict[tuple[str, str], Decision]:
-    """:func:`decide` for every (workload, preset) present, in sorted order."""
-    keys = sorted({(s.workload, s.preset) for s in summaries})
-    return {k: decide([s for s in summaries if (s.workload, s.preset) == k], weights, qualitative) for k in keys}
+    """:func:`decide` for every (workload, preset) section present, in reading order
+    (:func:`~bakeoff.analysis.stats.section_order`)."""
+    return {k: decide([s for s in summaries if (s.workload, s.preset) == k], weights, qualitative)
+            for k in sections(summaries)}

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -252,8 +253,21 @@ def section_preset(spec: RunSpec, data_sets: int) -> str:
     return preset if data_sets < 2 else f"{preset} · data {data_set(spec)}"
 
 
+def section_order(section: tuple[str, str]) -> tuple[str, list[str | int]]:
+    """A (workload, section preset) sort key in reading order: numbers in the preset's overrides compare as numbers,
+    so a model's sizes read smallest first (``d_ff=256`` before ``d_ff=1024``)."""
+    workload, preset = section
+    return workload, [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", preset))]
+
+
+def sections(summaries: Iterable[ConfigSummary]) -> list[tuple[str, str]]:
+    """The (workload, section preset) sections of ``summaries``, each once, in :func:`section_order`."""
+    return sorted({(s.workload, s.preset) for s in summaries}, key=section_order)
+
+
 def group_results(results: Sequence[TrialResult]) -> dict[tuple[str, str, str], list[TrialResult]]:
-    """Results keyed by (workload, section preset, configuration label), so repeats and seeds share a group; sorted.
+    """Results keyed by (workload, section preset, configuration label), so repeats and seeds share a group; in
+    :func:`section_order`, then by label.
 
     A configuration is everything in the spec but seed and repeat; configurations that :meth:`RunSpec.label`
     alone cannot tell apart (two batch sizes, padded against bucketed batches) get the differences in the label.
@@ -278,7 +292,7 @@ def group_results(results: Sequence[TrialResult]) -> dict[tuple[str, str, str], 
         labels = distinct_labels([t[0].run_spec for t in clashing]) if len(clashing) > 1 else [label]
         for name, trials in zip(labels, clashing, strict=True):
             groups[(workload, preset, name)] = trials
-    return dict(sorted(groups.items()))
+    return dict(sorted(groups.items(), key=lambda kv: (section_order(kv[0][:2]), kv[0][2])))
 
 
 def _failure_lines(trials: Sequence[TrialResult]) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from bakeoff.analysis.decide import Decision, decide, decide_each
 from bakeoff.analysis.scaling import scaling_rows, scaling_sentence
-from bakeoff.analysis.stats import ConfigSummary, summarise_groups
+from bakeoff.analysis.stats import ConfigSummary, sections, summarise_groups
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError
 from bakeoff.plan.team import Team, check_against
@@ -65,7 +65,7 @@ def decisions(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] |
         check_against(team, qualitative or {}, "being reported")
     rows = deployment.latest(deployments)
     out = {}
-    for key in sorted({(s.workload, s.preset) for s in summaries}):
+    for key in sections(summaries):
         mine = [r for r in rows if (r["workload"], r["preset"]) == key]
         configs = [s for s in summaries if (s.workload, s.preset) == key]
         frameworks = sorted({s.framework for s in configs})

@@ -21,7 +21,7 @@ from typing import Any
 
 from bakeoff.analysis.bootstrap import difference
 from bakeoff.analysis.decide import MEASURED, Decision
-from bakeoff.analysis.stats import ConfigSummary
+from bakeoff.analysis.stats import ConfigSummary, sections
 from bakeoff.core.spec import SpecError
 
 FORMAT = "bakeoff.decisions/1"
@@ -128,7 +128,7 @@ def slower_than(summaries: Sequence[ConfigSummary], thresholds: Mapping[str, flo
     known = sorted({s.framework for s in summaries} | {s.label for s in summaries})
     for name, threshold in thresholds.items():
         found = False
-        for section in sorted({(s.workload, s.preset) for s in summaries}):
+        for section in sections(summaries):
             measured = [s for s in summaries if (s.workload, s.preset) == section and s.value(THROUGHPUT) is not None]
             subjects = [s for s in measured if name in (s.label, s.framework)]
             if not subjects:
