@@ -238,8 +238,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda: on a GPU the memory compared is the "
                                                         "framework allocator's peak increment, as the trials record")
     parser.add_argument("--beyond", metavar="PRESET:BATCH",
-                        help="also run PRESET (e.g. paper) at BATCH once per framework, fp32, and predict it from "
-                             "the calibration of every suite size: a size the calibration never saw")
+                        help="also run PRESET (e.g. paper) at BATCH once per framework and precision "
+                             "(--beyond-precisions), and predict it from the calibration of every suite size at that "
+                             "precision: a size the calibration never saw")
     parser.add_argument("--beyond-precisions", default="fp32", help="the precisions --beyond runs: fp32, bf16")
     parser.add_argument("--save", type=Path, help="keep every trial's result in this JSON file")
     parser.add_argument("--load", type=Path, nargs="+", help="recompute the tables from the results of one or more "

@@ -701,15 +701,17 @@ def load_plans(path: Path | str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def describe_missing_times(machine: Machine, mfu: Mapping[str, Any] | None, *, in_file: bool = False) -> list[str]:
+def describe_missing_times(machine: Machine, mfu: Mapping[str, Any] | None, *, in_file: bool = False,
+                           compute: bool = True) -> list[str]:
     """Why a plan's times are missing, in words (nothing when they are all there): what to give, as ``bakeoff
     plan``'s flags name it, or, ``in_file``, as a plan file's fields do (a report's ``--plan``, whose MFU is only the
-    one its trials measured)."""
+    one its trials measured). ``compute=False``: only the communication time is asked for (every compute time is
+    there another way: calibrated, or not wanted)."""
     flops, bandwidth = ("`flops`", '`bandwidth = "450GB/s"`') if in_file else ("--flops", "--bandwidth 450GB/s")
     out = []
-    if not machine.flops:
+    if compute and not machine.flops:
         out.append(f"compute time: give the devices' peak FLOP/s ({flops}) at the plan's precision")
-    if not mfu:
+    if compute and not mfu:
         out.append("compute time: none of these trials has an MFU (bakeoff run records one with every trial)"
                    if in_file else
                    "compute time: no MFU, measured (--store: the trials bakeoff run stored) or stated "

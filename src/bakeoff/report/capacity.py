@@ -126,10 +126,9 @@ def remarks(result: Plan, mfu: Mapping[str, tuple[float, str]], *, in_file: bool
     out += [(f"MFU {framework}", f"{value:.1%}, {source}") for framework, (value, source) in sorted(mfu.items())]
     if result.uncalibrated:
         out.append(("not calibrated", result.uncalibrated))
-    missing = describe_missing_times(result.machine, mfu, in_file=in_file)
-    if result.calibrations and {r.framework for r in result.rows} <= set(result.calibrations):
-        missing = [line for line in missing if not line.startswith("compute time")]  # each step is calibrated
-    out += [("not computed", line) for line in missing]
+    calibrated = bool(result.calibrations) and {r.framework for r in result.rows} <= set(result.calibrations)
+    out += [("not computed", line)
+            for line in describe_missing_times(result.machine, mfu, in_file=in_file, compute=not calibrated)]
     out.append(("left out", "; ".join(result.left_out)))
     return out
 
