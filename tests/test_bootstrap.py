@@ -95,3 +95,20 @@ def test_censored_runs_count_as_never_in_the_replicates():
     reps = Resampler(runs, rng_for("b"), 4000).replicates(QUANTITIES["time_to_target_s"])
     finite = np.isfinite(reps).mean()  # a majority of the 3 draws must be the one run that reached it: 7/27
     assert finite == pytest.approx(7 / 27, abs=0.03)
+
+
+def test_a_comparison_shows_better_worse_equal_or_unsettled_never_tie():
+    from bakeoff.analysis.bootstrap import OUTCOMES, Difference
+    from bakeoff.analysis.verdict import outcome_text
+
+    unsettled = Difference("examples_per_s", 3.0, 2.0, 1.50, 1.02, 2.24, None, False)
+    equal = Difference("examples_per_s", 1.0, 1.0, 1.01, 0.98, 1.03, None, True)
+    better = Difference("examples_per_s", 2.0, 1.0, 1.83, 1.76, 1.89, "a", False)
+    one_run = Difference("examples_per_s", 2.0, 1.0, 1.83, None, None, "a", False)
+    assert [d.outcome for d in (unsettled, equal, better, better.swapped(), one_run)] == [
+        "unsettled", "equal", "better", "worse", "unsettled"]
+    assert {d.outcome for d in (unsettled, equal, better, one_run)} <= set(OUTCOMES)
+    assert outcome_text(unsettled) == "unsettled 1.50x (1.02–2.24x)"
+    assert outcome_text(equal) == "equal 1.01x (0.98–1.03x)"
+    assert outcome_text(one_run) == "unsettled 1.83x (one run a side: no interval)"
+    assert "CI" not in outcome_text(one_run) and "tie" not in outcome_text(unsettled)

@@ -39,6 +39,9 @@ TIE_BAND = 0.05
 
 SEED = 20240607
 
+OUTCOMES = ("better", "worse", "equal", "unsettled")
+"""What a comparison can show (:attr:`Difference.outcome`): the only words a report, card or JSON uses for one."""
+
 
 def rng_for(*names: str) -> np.random.Generator:
     """A generator seeded from :data:`SEED` and ``names``: the same inputs always draw the same replicates, and one
@@ -179,7 +182,19 @@ class Difference:
 
     @property
     def tie(self) -> bool:
+        """Not shown better either way: ``equal`` or ``unsettled`` (:attr:`outcome`)."""
         return self.better is None
+
+    @property
+    def outcome(self) -> str:
+        """What the comparison shows, from ``a``'s side, in one of :data:`OUTCOMES`: ``"better"`` / ``"worse"`` when
+        the whole interval lies beyond the tie band, ``"equal"`` when it lies wholly inside it (an equivalence test),
+        ``"unsettled"`` otherwise — and whenever there is no interval (one run a side), whatever the point ratio."""
+        if self.low is None or self.high is None:
+            return "unsettled"
+        if self.equivalent:
+            return "equal"
+        return {"a": "better", "b": "worse"}.get(self.better or "", "unsettled")
 
     def swapped(self) -> Difference:
         """The same difference seen from ``b``."""

@@ -46,6 +46,17 @@ def interval_text(low: float | None, high: float | None, confidence: float = 0.9
     return f"{confidence * 100:.3g}% CI {ratio_text(low, '')}–{ratio_text(high)}"
 
 
+def outcome_text(d: Difference) -> str:
+    """A comparison in its outcome's words, ``a``'s side: ``"better 1.83x (1.76–1.89x)"``, ``"equal 1.01x
+    (0.98–1.03x)"``, ``"unsettled 1.50x (1.02–2.24x)"``; ``"unsettled 1.50x (one run a side: no interval)"``;
+    ``"—"`` when a side was not measured. Never "tie": equal is shown, unsettled is not known."""
+    if d.ratio is None:
+        return "—"
+    if d.low is None or d.high is None:
+        return f"{d.outcome} {ratio_text(d.ratio)} (one run a side: no interval)"
+    return f"{d.outcome} {ratio_text(d.ratio)} ({ratio_text(d.low, '')}–{ratio_text(d.high)})"
+
+
 def _shown(q: Quantity, v: float | None) -> str:
     if v is None:
         return "—"
