@@ -132,9 +132,10 @@ def test_adaptive_repeats_call_a_true_difference_at_least_as_often_as_three_runs
     assert adaptive.rate(adaptive.right_wins) >= max(0.80, fixed.rate(fixed.right_wins))
 
 
-def test_a_verdict_over_adaptive_runs_widens_its_intervals_for_the_looks_and_says_so():
+def test_a_verdict_over_adaptive_runs_reads_its_intervals_at_the_looks_level_and_says_so():
     from bakeoff.analysis.calibration import draw
     from bakeoff.analysis.decide import decide
+    from bakeoff.analysis.intervals import sequential_confidence
     from bakeoff.analysis.stats import summarise_groups
     from bakeoff.analysis.verdict import interval_text
 
@@ -142,15 +143,23 @@ def test_a_verdict_over_adaptive_runs_widens_its_intervals_for_the_looks_and_say
     scenario = Scenario("looks", 3, (Noise.uniform(0.05),) * 2, (1.3, 1.0))
     results = draw(scenario, rng)
     plain = decide(summarise_groups(results))
-    for r in results:
+    for r in results:  # an older run: its looks recorded, not its plan — Bonferroni over the looks
+        r.adaptive_repeats = AdaptiveRepeats(looks=4)
+    older = decide(summarise_groups(results))
+    for r in results:  # the first look of a 3-to-6 plan: the group-sequential level, stricter than Bonferroni's
         r.adaptive_repeats = AdaptiveRepeats(first=3, max=6, looks=4)
     wide = decide(summarise_groups(results))
-    assert plain.looks == 1 and wide.looks == 4
+    first_look = sequential_confidence(0.95, 3, 6, 3)
+    assert plain.looks == 1 and older.looks == wide.looks == 4
+    assert 1 - 0.05 / 4 < first_look < 1
     for name, d in wide.head_to_head.items():
-        p = plain.head_to_head[name]
-        assert d.confidence == pytest.approx(1 - 0.05 / 4) and p.confidence == 0.95
+        p, o = plain.head_to_head[name], older.head_to_head[name]
+        assert d.confidence == pytest.approx(first_look) and o.confidence == pytest.approx(1 - 0.05 / 4)
+        assert p.confidence == 0.95
         if p.low is not None and 0 < p.low and p.high < math.inf:
-            assert d.low < p.low and d.high > p.high  # the same runs, a wider interval
+            assert d.low < o.low < p.low and d.high > o.high > p.high  # the same runs, wider intervals
     assert interval_text(1.1, 1.3, 1 - 0.05 / 4) == "98.8% CI 1.10–1.30x"
-    assert "98.8% CI 0.97–1.75x" in wide.verdict
-    assert "up to 4 looks): each interval is at 98.8%, not 95%" in wide.verdict
+    assert "98.8% CI " in older.verdict and "99.7% CI " in wide.verdict
+    assert "up to 4 looks): each interval is at 98.8%, not 95%" in older.verdict
+    assert ("up to 4 looks): each interval is at 99.7%, not 95%, the level this look of a group-sequential "
+            "design allows") in wide.verdict

@@ -58,6 +58,8 @@ class Noise:
     phi: float = 0.0  # AR(1) coefficient of the step-to-step noise (drift)
     timeout: float = 0.0  # share of runs that time out (recorded, nothing measured)
     never: float = 0.0  # share of the successful runs that never reach the target
+    slow_share: float = 0.0  # share of runs slowed as a whole (heavy tails, bimodal runs) ...
+    slow_factor: float = 1.0  # ... by this factor: throughput divided, step times and time to target multiplied
 
     @classmethod
     def uniform(cls, level: float, **kwargs: float) -> Noise:
@@ -78,6 +80,14 @@ class Scenario:
     # Adaptive repeats (the procedure of `--repeats auto`): add a run to every side while the verdict is unsettled,
     # up to this many runs; each run records the looks it allows (max_runs - runs + 1), as the runner's do.
     max_runs: int = 0
+    # Machine-load drift: every side of one repeat slowed by the same factor (frameworks take turns inside a
+    # repeat), its log drifting from repeat to repeat as AR(1) (coefficient 0.8) with this standard deviation.
+    load_drift: float = 0.0
+    side_runs: tuple[int, ...] = ()  # unequal n: the runs of each side (instead of ``runs``)
+    weights: tuple[tuple[str, float], ...] = ()  # the user's weights (default: the decision's)
+
+    def runs_of(self, side: int) -> int:
+        return self.side_runs[side] if side < len(self.side_runs) else self.runs
 
     @property
     def looks(self) -> int:
@@ -105,23 +115,28 @@ def _spec(framework: str, repeat: int) -> dict:
 
 
 def draw_run(framework: str, repeat: int, speed: float, noise: Noise, rng: np.random.Generator,
-             looks: int = 1) -> TrialResult:
-    """One run of a side: its level, steps, first step, time to target, memory and quality drawn from ``noise``;
-    made by a run that could look ``looks`` times (adaptive repeats), recorded as the runner records it."""
+             looks: int = 1, first: int | None = None, load: float = 0.0) -> TrialResult:
+    """One run of a side: its level, steps, first step, time to target, memory and quality drawn from ``noise``,
+    slowed by ``exp(load)`` (the machine's load during its repeat); made by a run that could look ``looks`` times
+    (adaptive repeats, starting at ``first`` runs a side), recorded as the runner records it."""
     spec = _spec(framework, repeat)
     env = {"cores": 2, "load_average_1m_at_start": 1.0, "load_average_1m_at_end": 1.0}
-    plan = AdaptiveRepeats(looks=looks) if looks > 1 else None
+    plan = None
+    if looks > 1:
+        plan = (AdaptiveRepeats(first=first, max=first + looks - 1, looks=looks) if first is not None
+                else AdaptiveRepeats(looks=looks))
     if rng.random() < noise.timeout:
         return TrialResult(spec=spec, key=f"{framework}-{repeat}", status=Status.TIMEOUT,
                            reason="timeout after 60 s: killed", environment=env, metric_name="accuracy",
                            target=TARGET, adaptive_repeats=plan)
-    level = speed * TRUE["examples_per_s"] * math.exp(noise.throughput * rng.standard_normal())
+    slow = load + (math.log(noise.slow_factor) if rng.random() < noise.slow_share else 0.0)
+    level = speed * TRUE["examples_per_s"] * math.exp(noise.throughput * rng.standard_normal() - slow)
     steady = BATCH / level * np.exp(_ar1(rng, STEPS - 1, noise.phi, noise.steps))
     first = TRUE["first_step_s"] * math.exp(noise.first_step * rng.standard_normal())
     steps = [first, *steady.tolist()]
     median = float(np.median(steady[WARMUP:]))
     ttt = (None if rng.random() < noise.never else
-           TRUE["time_to_target_s"] / speed * math.exp(noise.time_to_target * rng.standard_normal()))
+           TRUE["time_to_target_s"] / speed * math.exp(noise.time_to_target * rng.standard_normal() + slow))
     final = TRUE["metric_at_budget"] + noise.quality * rng.standard_normal()
     clock = np.cumsum(steps)
     curve = [{"step": float(s), "train_s": float(clock[s - 1]), "metric": final - 0.1 * (STEPS - s) / STEPS}
@@ -136,11 +151,27 @@ def draw_run(framework: str, repeat: int, speed: float, noise: Noise, rng: np.ra
         adaptive_repeats=plan)
 
 
-def draw(scenario: Scenario, rng: np.random.Generator) -> list[TrialResult]:
-    """One bake-off of ``scenario``: ``runs`` runs of every side."""
-    return [draw_run(fw, i, speed, noise, rng, scenario.looks)
-            for fw, speed, noise in zip(scenario.frameworks, scenario.speeds, scenario.noise, strict=False)
-            for i in range(scenario.runs)]
+def loads(scenario: Scenario, rng: np.random.Generator) -> np.ndarray:
+    """The machine's load over the repeats of one bake-off (:attr:`Scenario.load_drift`): one log slowdown per
+    repeat, shared by every side."""
+    n = max([scenario.runs, scenario.max_runs, *scenario.side_runs])
+    return _ar1(rng, n, 0.8, scenario.load_drift) if scenario.load_drift else np.zeros(n)
+
+
+def draw_repeat(scenario: Scenario, repeat: int, rng: np.random.Generator, load: np.ndarray,
+                sides: Sequence[int] | None = None) -> list[TrialResult]:
+    """Repeat ``repeat`` of every side (or of ``sides``), each side's run in turn, under that repeat's load."""
+    sides = range(len(scenario.speeds)) if sides is None else sides
+    return [draw_run(scenario.frameworks[i], repeat, scenario.speeds[i], scenario.noise[i], rng, scenario.looks,
+                     scenario.runs, float(load[repeat])) for i in sides]
+
+
+def draw(scenario: Scenario, rng: np.random.Generator, load: np.ndarray | None = None) -> list[TrialResult]:
+    """One bake-off of ``scenario``: its runs of every side, taking turns inside each repeat."""
+    load = loads(scenario, rng) if load is None else load
+    sides = range(len(scenario.speeds))
+    return [r for i in range(max(scenario.runs_of(k) for k in sides))
+            for r in draw_repeat(scenario, i, rng, load, [k for k in sides if i < scenario.runs_of(k)])]
 
 
 @dataclasses.dataclass
@@ -153,11 +184,17 @@ class Tally:
     right_wins: int = 0  # ... naming the truly fastest side (a scenario with a true difference)
     robust: int = 0
     provisional_leads: int = 0  # a provisional verdict naming a leader
+    runs: int = 0  # runs a side at which the verdicts were read, summed over draws (the most of any side)
     covered: dict[str, int] = dataclasses.field(default_factory=dict)  # criterion -> intervals holding the truth
     intervals: dict[str, int] = dataclasses.field(default_factory=dict)  # criterion -> intervals given
 
     def rate(self, count: int) -> float:
         return count / self.draws if self.draws else math.nan
+
+    @property
+    def mean_runs(self) -> float:
+        """Runs a side per bake-off, on average: what adaptive repeats cost."""
+        return self.runs / self.draws if self.draws else math.nan
 
     def coverage(self, criterion: str) -> float:
         n = self.intervals.get(criterion, 0)
@@ -183,16 +220,20 @@ def simulate(scenario: Scenario, draws: int, seed: int = 0) -> Tally:
     speed = dict(zip(scenario.frameworks, scenario.speeds, strict=False))
     fastest = max(speed, key=speed.__getitem__)
     tally = Tally(scenario)
+    weights = dict(scenario.weights) or None
     for _ in range(draws):
-        results = draw(scenario, rng)
-        d = decide(summarise_groups(results))
-        for extra in range(scenario.runs, scenario.max_runs):  # the adaptive procedure of ``--repeats auto``
+        load = loads(scenario, rng)
+        results = draw(scenario, rng, load)
+        d = decide(summarise_groups(results), weights)
+        runs = max(scenario.runs_of(k) for k in range(len(scenario.speeds)))
+        for extra in range(runs, scenario.max_runs):  # the adaptive procedure of ``--repeats auto``
             if settled(d):
                 break
-            results += [draw_run(fw, extra, sp, noise, rng, scenario.looks) for fw, sp, noise in
-                        zip(scenario.frameworks, scenario.speeds, scenario.noise, strict=False)]
-            d = decide(summarise_groups(results))
+            results += draw_repeat(scenario, extra, rng, load)
+            d = decide(summarise_groups(results), weights)
+            runs = extra + 1
         tally.draws += 1
+        tally.runs += runs
         if d.winner is not None and not d.provisional:
             tally.wins += 1
             tally.right_wins += d.winner == fastest

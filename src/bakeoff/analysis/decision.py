@@ -79,7 +79,7 @@ class Decision:
     mixes: list[Mix] = dataclasses.field(default_factory=list)  # what the section's trials differ in that should not
     mix_note: str = ""  # what the two compared configurations differ in, for the verdict ("" when nothing)
     # Weights behind a winner: the criteria the leader is surely better on, and those not settled either way (a
-    # tie reaching outside the band). "Wins" needs the first to weigh at least as much as the second.
+    # tie reaching outside the band). "Wins" needs the first to weigh more than the second.
     settled_weight: float = 0.0
     unsettled_weight: float = 0.0
     looks: int = 1  # adaptive repeats: the looks the run could take; the intervals are widened for them

@@ -13,15 +13,20 @@ value per run is what enters: a run's steady throughput is its own median step, 
 
 **Several criteria.** A decision weighs several criteria, each of which could "win" by chance. The intervals are not
 widened for that (a Bonferroni correction over 5 criteria cost half the power to see a 1.3x difference at 5%
-noise); instead "wins" needs the criteria the leader is surely better on to weigh at least as much as those not
+noise); instead "wins" needs the criteria the leader is surely better on to weigh more than those not
 settled either way (:func:`bakeoff.analysis.decide.decide`), so one criterion out of five landing outside the
 band by chance cannot carry a verdict while a heavier one is unsettled, and "robust" needs the same at
 :data:`ROBUST_CONFIDENCE`. The error rates this gives are measured, not assumed (``tests/test_calibration.py``).
 
 **Adaptive repeats** (``--repeats auto``) look at the verdict after every added repeat and stop once it is
 settled; stopping when a result looks good makes chance wins likelier (measured: false wins 3.0% -> 6.5% with up
-to 10 runs at 25% noise). Runs made so record how many looks their run could take, and every interval of a
-verdict over them is widened to :func:`for_looks` of that many looks.
+to 10 runs at 25% noise). Runs made so record their plan (first and most runs a side), and a verdict over them
+reads each interval at the confidence of a **group-sequential design** (:func:`sequential_confidence`): the error
+rate is spent over the looks by Lan and DeMets' O'Brien–Fleming-type spending function, so the early looks, on
+few runs, are strict and the last one is close to a fixed design's 95% (2.03 standard errors instead of 1.96 over
+five equally spaced looks). Bonferroni over the looks (:func:`for_looks`, what older runs without a plan get)
+spends the error rate evenly, so its last look, where most of the power is, paid as much as its first: a true
+1.15x at 5% noise was called 31% of the time from 3 to 6 runs, against 61% for a fixed 6.
 
 **Censored runs** (time to target: a run that never reached the target, or did not finish): its value is at least
 its training time (:attr:`~bakeoff.analysis.quantities.Quantity.bound`), or, with nothing recorded, at least the
@@ -35,7 +40,9 @@ which side is ahead, for a verdict that can only be provisional.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -51,6 +58,69 @@ def for_looks(confidence: float, looks: int) -> float:
     data (adaptive repeats: a run stops adding repeats once its verdict is settled) and still be wrong at most
     ``1 - confidence`` of the time: Bonferroni over the looks, which holds whatever the looks' dependence."""
     return 1 - (1 - confidence) / max(1, looks)
+
+
+def spending_boundaries(alpha: float, fractions: Sequence[float], grid: int = 801) -> list[float]:
+    """Two-sided z boundaries of a group-sequential test at information ``fractions`` (increasing, the last 1):
+    Lan–DeMets' O'Brien–Fleming-type spending, ``alpha / 2`` a side spent as ``2 - 2 Φ(z_{1 - alpha/4} / √t)``.
+
+    Look k's boundary b_k is such that a path of the standardised statistic that stayed inside every earlier
+    boundary leaves through ±b_k with the probability spent between looks k - 1 and k. The paths' density is
+    carried from look to look by numerical integration on a grid of the score (Armitage, McPherson and Rowe's
+    recursion, as Jennison and Turnbull give it, chapter 19), the exit probability is in closed form given the
+    previous look's score, and b_k is found by bisection.
+    """
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    t = np.asarray(fractions, dtype=float)
+    if t.size == 0 or np.any(np.diff(t) <= 0) or t[0] <= 0 or not math.isclose(t[-1], 1.0):
+        raise ValueError(f"information fractions must increase from above 0 to 1, got {list(fractions)}")
+    z = float(norm.ppf(1 - alpha / 4))
+    spent = 4 - 4 * norm.cdf(z / np.sqrt(t))  # cumulative, both sides
+    spend = np.diff(np.concatenate([[0.0], spent]))
+    bounds = [float(norm.isf(spend[0] / 2))]
+    # density of the score S_1 = Z_1 √t_1 on the continuation region, on a grid
+    c = bounds[0] * math.sqrt(t[0])
+    x = np.linspace(-c, c, grid)
+    f = norm.pdf(x, scale=math.sqrt(t[0]))
+    for k in range(1, len(t)):
+        sd = math.sqrt(t[k] - t[k - 1])
+        w = np.full(grid, (x[1] - x[0]))
+        w[[0, -1]] /= 2  # trapezoid weights
+        mass = f * w
+
+        def excess(b: float, k: int = k, sd: float = sd, mass: np.ndarray = mass, x: np.ndarray = x) -> float:
+            """The probability of leaving through ±b at look k, less what look k may spend."""
+            edge = b * math.sqrt(t[k])
+            return float(np.sum(mass * (norm.sf((edge - x) / sd) + norm.cdf((-edge - x) / sd)))) - spend[k]
+
+        b = brentq(excess, 0.1, 40.0, xtol=1e-7)
+        bounds.append(float(b))
+        edge = b * math.sqrt(t[k])
+        new_x = np.linspace(-edge, edge, grid)
+        f = (mass[None, :] * norm.pdf((new_x[:, None] - x[None, :]) / sd) / sd).sum(axis=1)
+        x = new_x
+    return bounds
+
+
+def sequential_confidence(confidence: float, first: int, most: int, runs: int) -> float:
+    """The confidence of each interval of a verdict read at ``runs`` runs a side of an adaptive run that started
+    with ``first`` and may go to ``most`` (a look after every added run): the nominal level of the look's
+    :func:`spending_boundaries`, information counted in runs. Below ``first`` (runs that failed) the first
+    look's; beyond ``most`` (runs added by hand) the last one's. ``confidence`` when there is one look only."""
+    if most <= first:
+        return confidence
+    from scipy.stats import norm
+
+    bounds = _boundaries(round(1 - confidence, 12), first, most)
+    b = bounds[min(max(runs, first), most) - first]
+    return float(1 - 2 * norm.sf(b))
+
+
+@functools.lru_cache(maxsize=64)
+def _boundaries(alpha: float, first: int, most: int) -> tuple[float, ...]:
+    return tuple(spending_boundaries(alpha, [n / most for n in range(first, most + 1)]))
 
 
 def bounded(values: np.ndarray, bounds: np.ndarray, fallback: float) -> np.ndarray:

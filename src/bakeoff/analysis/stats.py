@@ -147,6 +147,14 @@ class ConfigSummary:
         adaptive repeats (``--repeats auto``) what each trial recorded (``adaptive_repeats.looks``)."""
         return max((r.adaptive_repeats.looks if r.adaptive_repeats else 1 for r in self.trials), default=1)
 
+    @property
+    def plan(self) -> tuple[int, int] | None:
+        """(first, most) runs a side of the adaptive run that made these trials, as they recorded it; ``None`` for
+        fixed repeats, or runs recorded before the plan was (their looks alone: :attr:`looks`)."""
+        plans = {(r.adaptive_repeats.first, r.adaptive_repeats.max) for r in self.trials if r.adaptive_repeats
+                 and r.adaptive_repeats.first is not None and r.adaptive_repeats.max is not None}
+        return max(plans, key=lambda p: (p[1], -p[0])) if plans else None  # type: ignore[arg-type, return-value]
+
     def runs(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """One value per run, as the verdict compares them, and each run's lower bound where it is censored.
 

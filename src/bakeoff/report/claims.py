@@ -24,7 +24,7 @@ from typing import Any
 
 from bakeoff.analysis import intervals
 from bakeoff.analysis.conditions import busy_note
-from bakeoff.analysis.decide import head_to_head
+from bakeoff.analysis.decide import head_to_head, look_confidence
 from bakeoff.analysis.quantities import fmt, quantity
 from bakeoff.analysis.stats import ConfigSummary, distinct_labels, summarise_groups
 from bakeoff.analysis.verdict import MIN_RUNS, interval_text, ratio_text
@@ -120,7 +120,7 @@ def _finding(claim: Claim, c: Comparison, by_config: Mapping[str, list[TrialResu
     summaries = summarise_groups([*trials[0], *trials[1]])
     a, b = _side(summaries, trials[0]), _side(summaries, trials[1])
     n = (len(a.runs(q.name)[0]), len(b.runs(q.name)[0]))
-    confidence = intervals.for_looks(intervals.CONFIDENCE, max(a.looks, b.looks))
+    confidence = look_confidence(intervals.CONFIDENCE, a, b)
     d = head_to_head(q, a, b, confidence)
     found = Finding(c.label, INCONCLUSIVE, "", *labels, a=d.a, b=d.b, ratio=d.ratio, low=d.low, high=d.high,
                     confidence=confidence, n=n)
