@@ -138,9 +138,19 @@ def trial(framework: str, execution: str, *, repeat: int = 0, seed: int = 0, exa
         final_metric=curve[-1]["metric"] if steps < STEPS else final_metric,
         best_metric=max(p["metric"] for p in curve), num_params=1_234_567, train_s=train_end,
         wall_s=train_end + import_s + 1.0,
-        training=Training(steady_steps=steps - 1 - spec.warmup_steps, epochs=steps * batch_size / TRAIN_ROWS),
+        training=Training(steady_steps=steps - 1 - spec.warmup_steps, epochs=steps * batch_size / TRAIN_ROWS,
+                          **target_record(preset, data_info)),
         order=Order(position=1, of=1, seed=0),
         extras={"config": dict(CONFIG), "data": dict(DATA_INFO if data_info is None else data_info)})
+
+
+def target_record(preset: str, data_info: dict | None) -> dict[str, str]:
+    """``training.target_rule`` and ``target_source`` as a trial records them: derived from user data when its facts
+    hold a target, else text_classifier's preset target, measured on the shipped data."""
+    derived = (data_info or {}).get("target")
+    if derived:
+        return {"target_rule": derived["rule"], "target_source": "derived"}
+    return {"target_rule": f"measured for preset {preset} on the shipped data", "target_source": "measured"}
 
 
 def failed(framework: str, execution: str, *, repeat: int = 0, seed: int = 0, reason: str = XLA_REASON,

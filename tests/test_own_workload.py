@@ -145,6 +145,7 @@ def test_a_workload_file_trains_in_a_trial_process_started_elsewhere(tmp_path):
     assert (spec["workload"], spec["workload_class"], spec["workload_path"]) == ("blobs", "blobs:Blobs",
                                                                                  str(file.parent))
     assert len(result["losses"]) == 4 and all(math.isfinite(loss) and loss > 0 for loss in result["losses"])
+    assert (result["target"], result["training"]["target_source"]) == (0.9, "declared")  # its author's guess
     assert "workload" in spec["content"]  # its code counts in the key, as bakeoff's own does
 
     again = bakeoff("run", "--workload", str(file), *RUN, cwd=work)  # another spelling of the same workload
@@ -162,6 +163,16 @@ def test_a_module_path_on_pythonpath_trains_and_lists(tmp_path):
     shown = bakeoff("list", "--presets", "--workload", "mymodels.blobs", cwd=tmp_path, path=tmp_path / "lib")
     assert "workload blobs_mod (accuracy, higher is better)" in shown.stdout, shown.stdout + shown.stderr
     assert "tiny: 131 parameters; target 0.9" in shown.stdout  # 4·16 + 16 + 16·3 + 3
+
+
+def test_a_workloads_own_target_is_listed_as_declared_never_measured(tmp_path):
+    """Blobs declares ``targets = {"tiny": 0.9}`` and measured none: `bakeoff list --presets` once called it
+    "measured for preset tiny on the shipped data"."""
+    file = write_workload(tmp_path / "models")
+    shown = bakeoff("list", "--presets", "--workload", f"{file}:Blobs", cwd=tmp_path)
+    assert "tiny: 131 parameters; target 0.9 (declared by the workload for preset tiny, not measured)" in \
+           " ".join(shown.stdout.split()), shown.stdout + shown.stderr
+    assert "measured for preset" not in shown.stdout
 
 
 CHECK_ELSEWHERE = """

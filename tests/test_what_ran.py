@@ -71,7 +71,7 @@ def test_what_ran_lists_data_model_budget_target_and_settings(tmp_path):
         "- **Budget:** at most 100 steps",
         "- **Trained:** 100 steps, 0.8 epochs, 96 steady",
         "- **Evaluation:** every 10 steps on the test split, off the training clock",
-        "- **Target:** accuracy ≥ 0.78, the workload's for preset tiny, measured on the shipped data",
+        "- **Target:** accuracy ≥ 0.78, measured for preset tiny on the shipped data",
         "- **Precision:** fp32",
         "- **Execution:** graph (tensorflow/graph); eager (torch/eager)",
         "- **Threads:** all 16 cores",
@@ -115,6 +115,46 @@ def test_user_data_shows_its_file_hash_classes_majority_rate_and_where_the_targe
             "3 classes (bad, good, ok) · majority class 0.45 of the test split\n") in facts
     assert ("- **Target:** accuracy ≥ 0.725, derived from your data: half-way from the test split's majority-class "
             "rate 0.450 to 1 = 0.725\n") in facts
+
+
+def declared(results):
+    """``results`` as trials of a workload that declared its target rather than measured it record them."""
+    for r in results:
+        r.training.target_rule = "declared by the workload for preset tiny, not measured"
+        r.training.target_source = "declared"
+    return results
+
+
+def test_a_declared_target_reads_declared_by_the_workload_in_what_ran_and_the_verdict(tmp_path):
+    """A user workload's guessed target once read "measured for preset tiny on the shipped data", and time to it
+    decided the verdict with nothing said."""
+    md = markdown(declared(pair()), tmp_path)
+    assert ("- **Target:** accuracy ≥ 0.78, declared by the workload for preset tiny, not measured\n"
+            in block(md, "What ran"))
+    assert "measured for preset" not in md
+    assert ("time to target is to accuracy ≥ 0.78, a target declared by the workload, not measured: it is only as "
+            "telling as that choice") in verdict(md)
+    weights = {"throughput": 1, "time_to_target": 0, "first_step": 0, "memory": 0, "quality": 0}
+    assert "declared by the workload" not in verdict(markdown(declared(pair()), tmp_path, weights=weights))
+
+
+def test_a_measured_target_adds_nothing_to_the_verdict(tmp_path):
+    assert "a target declared" not in verdict(markdown(pair(), tmp_path))
+
+
+def test_an_older_result_without_the_targets_source_does_not_claim_measured(tmp_path):
+    """Stored before the source was recorded, a result's rule said "measured" of declared targets too: its word is
+    not taken. Its own record still settles a target the user set."""
+    results = pair()
+    for r in results:
+        r.training.target_source = ""  # as read from such a store: the field's default
+    facts = block(markdown(results, tmp_path), "What ran")
+    assert ("- **Target:** accuracy ≥ 0.78, the workload's for preset tiny, source not recorded (stored before "
+            "bakeoff recorded whether a target was measured or declared)\n") in facts
+    given = [respec(r, target=0.78) for r in results]
+    for r in given:
+        r.training.target_rule = "set by the user"
+    assert "- **Target:** accuracy ≥ 0.78, set by the user\n" in block(markdown(given, tmp_path), "What ran")
 
 
 def test_steps_epochs_and_steady_steps_trained_differ_per_configuration(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 
 from bakeoff.core import registry
 from bakeoff.core.spec import RunSpec, SpecError
+from bakeoff.core.workload import Target
 
 
 def spec(workload: str, **fields) -> RunSpec:
@@ -118,6 +119,17 @@ def test_the_preset_target_is_measured_and_says_so():
         "the config overrides may move what is reachable")
 
 
+def test_a_preset_target_nobody_measured_is_declared_by_the_workload():
+    """text_classifier's small and paper targets are provisional, copied from tiny: declared, not measured, whatever
+    the rule said before (every preset's target was called "measured for preset ... on the shipped data")."""
+    wl = registry.workload("text_classifier")
+    assert wl.measured_targets == ("tiny",)
+    assert wl.resolve_target("paper") == Target(0.75, "declared", "declared by the workload for preset paper, "
+                                                                  "not measured")
+    assert wl.resolve_target("tiny").source == "measured"
+    assert wl.resolve_target("tiny", spec("text_classifier", target=0.6)).source == "user"
+
+
 def test_a_given_target_wins_over_every_other():
     wl = registry.workload("text_classifier")
     given = spec("text_classifier", target=0.61, data={"train": "x.csv"})
@@ -168,3 +180,4 @@ def test_user_mnist_files_get_a_derived_target(tmp_path: Path):
     data = wl.load_data(user)
     value, rule = wl.target_and_rule("tiny", user, data)
     assert value == pytest.approx(0.8) and "majority-class rate 0.600" in rule
+    assert wl.resolve_target("tiny", user, data).source == "derived"

@@ -14,6 +14,8 @@
   a run whose cores other work used more than :data:`bakeoff.measure.environment.OTHER_WORK_SHARE` of is flagged
   whatever
   its rival saw, and ``bakeoff run --retry-busy`` measures it again.
+* **Targets.** Time to target is to a target a workload may only have declared, not measured
+  (:data:`bakeoff.core.workload.TARGET_SOURCES`); a verdict that weighs it says so.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from bakeoff.analysis.quantities import fmt
 from bakeoff.analysis.stats import ConfigSummary
 from bakeoff.core import frameworks as records
 from bakeoff.core.spec import Execution
+from bakeoff.core.workload import TARGET_SOURCES
 from bakeoff.measure.environment import OTHER_WORK_SHARE
 
 FRAMEWORK_NAMES = {name: info.display for name, info in records.FRAMEWORKS.items()}
@@ -143,3 +146,16 @@ def threads(cs: ConfigSummary) -> str:
                    key=str)
     shown = [f"{'?' if a is None else a} / {'?' if b is None else b}" for a, b in pairs if (a, b) != (None, None)]
     return ", ".join(shown) or "—"
+
+
+def declared_target_note(a: ConfigSummary, b: ConfigSummary) -> str | None:
+    """A sentence when the target ``a`` and ``b`` were timed to was declared by the workload, as their trials
+    recorded it (``training.target_source``), rather than measured, derived from the data or set by the user;
+    ``None`` otherwise."""
+    declared = [c for c in (a, b) if any(r.training.target_source == "declared" for r in c.ok)]
+    if not declared or declared[0].target is None:
+        return None
+    c = declared[0]
+    sign = "≥" if c.higher_is_better else "≤"
+    return (f"time to target is to {c.metric_name or 'metric'} {sign} {fmt(c.target)}, a target "
+            f"{TARGET_SOURCES['declared']}, not measured: it is only as telling as that choice")

@@ -37,7 +37,15 @@ import numpy as np
 
 from bakeoff.analysis import intervals, verdict
 from bakeoff.analysis.bootstrap import RESAMPLES, Difference, rng_for
-from bakeoff.analysis.conditions import FRAMEWORK_NAMES, busy_note, cores, display_name, load_gap, mode_notes
+from bakeoff.analysis.conditions import (
+    FRAMEWORK_NAMES,
+    busy_note,
+    cores,
+    declared_target_note,
+    display_name,
+    load_gap,
+    mode_notes,
+)
 from bakeoff.analysis.decision import ConfigScore, Decision, FrameworkScore, Qualitative, SensitivityRow
 from bakeoff.analysis.mixing import pair_note, section_mixes
 from bakeoff.analysis.quantities import Quantity, quantity
@@ -353,6 +361,8 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
         decision.caveats.append(gap)
     decision.caveats += [note for c in (w_cfg, r_cfg) if (note := busy_note(c))]
     decision.caveats += [note for c in (w_cfg, r_cfg) if (note := verdict.unfinished_note(c))]
+    if "time_to_target" in norm and (note := declared_target_note(w_cfg, r_cfg)):
+        decision.caveats.append(note)
     decision.margin = lead.score - runner.score
     decision.runs = (w_cfg.n_ok, r_cfg.n_ok)
     decision.provisional = min(decision.runs) < MIN_RUNS

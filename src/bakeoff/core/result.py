@@ -29,6 +29,9 @@ class Training:
     """What the training loop (:mod:`bakeoff.trial.loop`) recorded besides the timings and the quality curve."""
 
     target_rule: str = ""  # how the target was set: the user's, or the preset's rule
+    # where the target came from, a key of bakeoff.core.workload.TARGET_SOURCES: measured, declared, derived, user;
+    # '' in results stored before it was recorded (new in schema 4's lifetime: reports say "source not recorded")
+    target_source: str = ""
     evaluation: str = ""  # why the test split was never evaluated ('' when it was)
     graph_builds: int = 0  # graphs the engine built (traced or compiled) while training
     graph_build_steps: list[int] = dataclasses.field(default_factory=list)  # the steps that built one (1-based)

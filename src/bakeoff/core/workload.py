@@ -30,6 +30,24 @@ Batch = dict[str, np.ndarray]
 Weights = dict[str, np.ndarray]
 """Canonical weights: the same keys, shapes and layouts (``x @ kernel`` convention) in every framework."""
 
+TARGET_SOURCES = {"measured": "measured", "declared": "declared by the workload", "derived": "derived from the data",
+                  "user": "set by the user"}
+"""Where a trial's target came from (:attr:`Target.source`, recorded as ``training.target_source``), in the words
+every report uses: measured on the shipped data, declared by the workload (its author's choice, not measured),
+derived from the user's data (:meth:`Workload.load_data`), or set by the user (``--target``, a suite's ``target``)."""
+
+TARGET_NOT_RECORDED = "source not recorded"
+"""What a report says of a target whose source its result did not record (stored before sources were)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """The quality a trial must reach to count as trained, where it came from, and how it was set."""
+
+    value: float
+    source: str  # a key of TARGET_SOURCES
+    rule: str  # how it was set, in words: "measured for preset tiny on the shipped data"
+
 
 @dataclasses.dataclass
 class Dataset:
@@ -107,8 +125,9 @@ class Workload(ABC):
 
     Its size presets (:attr:`preset_configs`) hold the model and training fields; a spec's ``config`` overrides
     any of them (:meth:`preset_config`: typed like the preset's own value, then range-checked). Its targets
-    (:attr:`targets`) were measured on the shipped data; a spec's ``target`` replaces them, and user data gets one
-    derived from the data (:meth:`target_and_rule`).
+    (:attr:`targets`) are declared by the workload, and count as measured only for the presets named in
+    :attr:`measured_targets`; a spec's ``target`` replaces them, and user data gets one derived from the data
+    (:meth:`resolve_target`).
     """
 
     name: ClassVar[str]
@@ -120,7 +139,10 @@ class Workload(ABC):
     # name where its size varies ("batch", "seq", "frames") and None where the model fixes it.
     serving_inputs: ClassVar[dict[str, tuple[str | None, ...]]] = {}
     preset_configs: ClassVar[Mapping[str, Mapping[str, Any]]]  # preset -> the fields a spec's config may override
-    targets: ClassVar[Mapping[str, float]]  # preset -> target measured on the shipped data
+    targets: ClassVar[Mapping[str, float]]  # preset -> the quality a trial must reach on the workload's own data
+    # The presets whose target was measured on that data (say how beside the targets); any other preset's target is
+    # declared by the workload, and reports say so rather than call it measured.
+    measured_targets: ClassVar[tuple[str, ...]] = ()
     # Where its model is in each framework (:func:`bakeoff.core.discover.models`). By convention, the class named
     # ``model_class`` in each module beside this one named for a framework's ``model_module`` (``torch_model.py``,
     # ``tf_model.py``, ``jax_model.py``; ``keras_model.py`` for every Keras 3 row): a framework whose file is there
@@ -198,23 +220,32 @@ class Workload(ABC):
         return sum(int(w.size) for w in self.init_weights(config, 0).values())
 
     def target(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> float:
-        """The quality a trial must reach on the test split to count as trained (see :meth:`target_and_rule`)."""
-        return self.target_and_rule(preset, spec, data)[0]
+        """The quality a trial must reach on the test split to count as trained (see :meth:`resolve_target`)."""
+        return self.resolve_target(preset, spec, data).value
 
     def target_and_rule(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None
                         ) -> tuple[float, str]:
-        """The target and how it was set, in words: the spec's ``target`` when given; else, for user data, the one
-        :meth:`load_data` derived from it (``data.info["target"]``); else the preset's, measured on shipped data."""
+        """The target and how it was set, in words (:meth:`resolve_target`)."""
+        target = self.resolve_target(preset, spec, data)
+        return target.value, target.rule
+
+    def resolve_target(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> Target:
+        """The target, where it came from (:data:`TARGET_SOURCES`) and how it was set: the spec's ``target`` when
+        given; else, for user data, the one :meth:`load_data` derived from it (``data.info["target"]``); else the
+        preset's, measured when :attr:`measured_targets` names the preset and declared by the workload otherwise."""
         if spec is not None and spec.target is not None:
-            return spec.target, "set by the user"
+            return Target(spec.target, "user", "set by the user")
         derived = data.info.get("target") if data is not None else None
         if derived is not None:
-            return float(derived["value"]), str(derived["rule"])
+            return Target(float(derived["value"]), "derived", str(derived["rule"]))
         self.check_preset(preset)
-        rule = f"measured for preset {preset} on the shipped data"
+        if preset in self.measured_targets:
+            source, rule = "measured", f"measured for preset {preset} on the shipped data"
+        else:
+            source, rule = "declared", f"declared by the workload for preset {preset}, not measured"
         if spec is not None and spec.config:
             rule += "; the config overrides may move what is reachable"
-        return self.targets[preset], rule
+        return Target(self.targets[preset], source, rule)
 
     @abstractmethod
     def metric(self, outputs: np.ndarray, split: Mapping[str, np.ndarray]) -> float:

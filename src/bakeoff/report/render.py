@@ -28,13 +28,13 @@ from bakeoff.analysis.conditions import (
     other_work,
     threads,
 )
-from bakeoff.analysis.decide import MEASURED, Decision, Qualitative, decide_each
+from bakeoff.analysis.decide import MEASURED, Decision, Qualitative, against, decide_each
 from bakeoff.analysis.intervals import ROBUST_CONFIDENCE
 from bakeoff.analysis.mixing import batch_text
 from bakeoff.analysis.quantities import MIB, QUANTITIES, Quantity
 from bakeoff.analysis.scaling import SCALING_COLUMNS, scaling_cells, scaling_rows, scaling_sentence
 from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, fmt, short_reason, summarise_groups
-from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, percent, ratio_text
+from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, outcome_text, percent, ratio_text
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError, Status
 from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE, size_note
@@ -314,44 +314,79 @@ def _graph_builds(c: ConfigSummary) -> str:
 
 
 def _mode_effects_table(configs: Sequence[ConfigSummary]) -> Table | None:
-    """Each mixed-precision or accumulation configuration against its plain baseline: same framework and execution,
-    fp32, no accumulation, the same number of examples per optimizer step."""
+    """What each mode buys within one framework: each mixed-precision or accumulation configuration against its
+    plain baseline (the same execution in fp32, no accumulation, as many examples per optimizer step), and each
+    compiled configuration (graph, XLA) against eager (the same precision and accumulation). Ratios are compared
+    as the verdict compares two frameworks (:func:`bakeoff.analysis.decide.against`), in its outcome words."""
 
     def shape(c: ConfigSummary) -> tuple:
         s = c.trials[0].run_spec
-        return s.framework, s.execution, s.precision.value, s.grad_accum, s.batch_size * s.grad_accum
-
-    def ratio(name: str, a: ConfigSummary, b: ConfigSummary) -> str:
-        va, vb = a.value(name), b.value(name)
-        return f"{va / vb:.2f}×" if va is not None and vb and math.isfinite(va) and math.isfinite(vb) else "—"
-
-    def pair(name: str, a: ConfigSummary, b: ConfigSummary, never: str) -> str:
-        def one(v: float | None) -> str:
-            return never if v is not None and math.isinf(v) else fmt(v)
-
-        return f"{one(a.value(name))} vs {one(b.value(name))}"
+        return (s.framework, s.execution.value, s.precision.value, s.grad_accum, s.batch_size * s.grad_accum,
+                s.parallelism.value, s.workers)
 
     by_shape = {shape(c): c for c in configs if c.trials}
-    rows = []
+    pairs = []
     for c in configs:
-        framework, execution, precision, accum, per_step = shape(c) if c.trials else (None,) * 5
-        if framework is None or (precision == "fp32" and accum == 1):
+        if not c.trials:
             continue
-        base = by_shape.get((framework, execution, "fp32", 1, per_step))
-        if base is None:
+        framework, execution, precision, accum, per_step, parallelism, workers = shape(c)
+        if precision != "fp32" or accum != 1:
+            pairs.append((c, by_shape.get((framework, execution, "fp32", 1, per_step, parallelism, workers))))
+        if execution != "eager":
+            pairs.append((c, by_shape.get((framework, "eager", precision, accum, per_step, parallelism, workers))))
+    rows, busy = [], False
+    for mode, base in pairs:
+        if base is None or not (mode.n_ok and base.n_ok):
             continue
-        rows.append([c.label + _skipped_steps(c), base.label, ratio("examples_per_s", c, base),
-                     ratio("memory_increment_bytes", c, base),
-                     pair("metric_at_budget", c, base, "—"), pair("time_to_target_s", c, base, "not reached")])
+        looks = max(mode.looks, base.looks)
+        marked = bool(busy_runs(mode) or busy_runs(base))
+        busy |= marked
+        rows.append([mode.label + _skipped_steps(mode) + (f" {BUSY_MARK}" if marked else ""), base.label,
+                     outcome_text(against("throughput", mode, base, looks)),
+                     outcome_text(against("memory", mode, base, looks)),
+                     _values("metric_at_budget", mode, base), _time_to_target(mode, base, looks)])
     if not rows:
         return None
     quality = configs[0].title("metric_at_budget")
+    notes = [f"Each mode against its baseline in the same framework: a precision or accumulation mode against fp32 "
+             "without accumulation, a compiled mode (graph, xla) against eager, each with as many examples per "
+             "step. Outcome, ratio mode / baseline of the medians over runs and its interval, compared as the "
+             f"verdict compares frameworks (Welch's t interval on the log of one value per run, {CONFIDENCE:.0%}): "
+             f"better or worse when the whole interval lies beyond ±{TIE_BAND:.0%}, equal when it lies wholly "
+             "inside, unsettled otherwise or with one run a side (no interval). Throughput above 1× is faster; a "
+             "memory increment or a time to target below 1× is smaller."]
+    if any(max(m.looks, b.looks) > 1 for m, b in pairs if b is not None):
+        notes.append("Adaptive repeats: an interval over runs made so is widened for the looks their run could "
+                     "take, as the verdict's are.")
+    if busy:
+        notes.append(f"{BUSY_MARK} rests on runs measured while other processes used more than "
+                     f"{OTHER_WORK_SHARE:.0%} of the trial's cores during its steady steps (see Run conditions): its "
+                     "timings are suspect. `bakeoff run --retry-busy` (same options) measures those runs again.")
     return Table(["mode", "against", "throughput", "training memory increment", f"{quality} (mode vs baseline)",
-                  "time to target s (mode vs baseline)"], rows,
-                 ["Ratios of medians: throughput above 1× is faster, a memory increment below 1× is smaller. The "
-                  "baseline is the same framework and execution in fp32 without accumulation, with as many examples "
-                  "per step."],
-                 align="llrrll")
+                  "time to target s (mode vs baseline)"], rows, notes, align="llllll")
+
+
+def _values(name: str, a: ConfigSummary, b: ConfigSummary, never: str = "—") -> str:
+    """``"0.79 vs 0.8"``: ``a``'s median against ``b``'s; ``never`` for a side that never got there."""
+    def one(v: float | None) -> str:
+        return never if v is not None and math.isinf(v) else fmt(v)
+
+    return f"{one(a.value(name))} vs {one(b.value(name))}"
+
+
+def _time_to_target(mode: ConfigSummary, base: ConfigSummary, looks: int) -> str:
+    """``"2.5 vs 3: unsettled 0.83x (0.71–0.97x)"``; with one side never there, no point ratio but the interval
+    its runs allow (``"4.1 vs not reached: better (0–0.43x)"``); the values alone when neither side got there."""
+    values = _values("time_to_target_s", mode, base, "not reached")
+    a, b = mode.value("time_to_target_s"), base.value("time_to_target_s")
+    if a is None or b is None or (math.isinf(a) and math.isinf(b)):
+        return values
+    d = against("time_to_target", mode, base, looks)
+    if math.isfinite(a) and math.isfinite(b):
+        return f"{values}: {outcome_text(d)}"
+    if d.low is None or d.high is None:
+        return f"{values}: {d.outcome} (one run a side: no interval)"
+    return f"{values}: {d.outcome} ({ratio_text(d.low, '')}–{ratio_text(d.high)})"
 
 
 def _skipped_steps(c: ConfigSummary) -> str:

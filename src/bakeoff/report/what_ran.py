@@ -23,6 +23,7 @@ from bakeoff.analysis.quantities import fmt, steady_steps
 from bakeoff.analysis.stats import ConfigSummary, short_hash
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import Device, Parallelism, RunSpec
+from bakeoff.core.workload import TARGET_NOT_RECORDED, TARGET_SOURCES
 from bakeoff.report.templates import Block, Code, Facts, Heading, Para
 
 MAX_CLASS_NAMES = 8
@@ -205,22 +206,46 @@ def target_rule(r: TrialResult) -> str | None:
     return None
 
 
+def target_source(r: TrialResult) -> str | None:
+    """Where the trial's target came from, a key of :data:`~bakeoff.core.workload.TARGET_SOURCES`: as recorded
+    (``training.target_source``); for a result stored before it was, only what its record settles — a target the
+    user set, or one derived from user data — and ``None`` otherwise: such a result called a workload's declared
+    target "measured" too, so its word is not taken."""
+    if r.training.target_source in TARGET_SOURCES:
+        return r.training.target_source
+    info = r.extras.get("data") if isinstance(r.extras.get("data"), Mapping) else {}
+    rule = r.training.target_rule
+    if r.run_spec.target is not None or rule.startswith(TARGET_SOURCES["user"]):
+        return "user"
+    if isinstance(info.get("target"), Mapping) or rule.startswith("derived"):
+        return "derived"
+    return None
+
+
+def target_origin(r: TrialResult) -> str:
+    """``"measured for preset tiny on the shipped data"``, ``"declared by the workload for preset tiny, not
+    measured"``: where the trial's target came from (:data:`~bakeoff.core.workload.TARGET_SOURCES`), with how it
+    was set when the record says more; for an older result that did not record it, ``"the workload's for preset
+    tiny, source not recorded"``."""
+    source, rule = target_source(r), target_rule(r)
+    if source is None:
+        return (f"the workload's for preset {r.run_spec.preset}, {TARGET_NOT_RECORDED} (stored before bakeoff "
+                "recorded whether a target was measured or declared)")
+    words = TARGET_SOURCES[source]
+    if not rule:
+        return words + (" (--target or the suite)" if source == "user" else "")
+    return rule if rule.split()[0] == words.split()[0] else f"{words} ({rule})"
+
+
 def target_text(c: ConfigSummary) -> str | None:
-    """``"accuracy ≥ 0.75, measured for preset tiny on the shipped data"``: the target and where it came from."""
+    """``"accuracy ≥ 0.75, measured for preset tiny on the shipped data"``: the target and where it came from
+    (:func:`target_origin`)."""
     first = _first(c)
     target = next((r.target for r in c.trials if r.target is not None), None)
     if target is None:
         return "none: time to target not measured"
-    spec = first.run_spec
-    where = target_rule(first)
-    if not where:
-        if spec.target is not None:
-            where = "set by the user (--target or the suite)"
-        elif not data_files(spec):
-            where = f"the workload's for preset {spec.preset}, measured on the shipped data"
-        else:
-            where = "the workload's (how it was set for this data was not recorded)"
-    return f"{first.metric_name or 'metric'} {'≥' if first.higher_is_better else '≤'} {fmt(target)}, {where}"
+    return f"{first.metric_name or 'metric'} {'≥' if first.higher_is_better else '≤'} {fmt(target)}, " \
+           f"{target_origin(first)}"
 
 
 def threads_text(c: ConfigSummary) -> str:

@@ -174,8 +174,9 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     split is never evaluated: the result has no curve and no quality, and ``training.evaluation`` says why.
     """
     spec, workload = engine.spec, engine.workload
-    target, target_rule = workload.target_and_rule(spec.preset, spec, data)
-    result.training.target_rule = target_rule
+    resolved = workload.resolve_target(spec.preset, spec, data)
+    target = resolved.value
+    result.training.target_rule, result.training.target_source = resolved.rule, resolved.source
     result.target, result.metric_name, result.higher_is_better = target, workload.metric_name, workload.higher_is_better
     budget = Budget.of(spec, data)
     accum = spec.grad_accum

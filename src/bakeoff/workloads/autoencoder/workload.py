@@ -82,6 +82,7 @@ class AutoencoderWorkload(Workload):
     metric_bounds: ClassVar[tuple[float, float]] = (0.0, math.inf)
     preset_configs: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
     targets: ClassVar[Mapping[str, float]] = TARGETS
+    measured_targets: ClassVar[tuple[str, ...]] = ("tiny", "paper")
 
     def config(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> dict[str, Any]:
         cfg = self.preset_config(preset, spec)

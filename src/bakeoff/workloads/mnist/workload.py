@@ -64,6 +64,7 @@ class MnistWorkload(Workload):
     presets: ClassVar[tuple[str, ...]] = tuple(PRESETS)
     preset_configs: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
     targets: ClassVar[Mapping[str, float]] = TARGETS
+    measured_targets: ClassVar[tuple[str, ...]] = ("tiny", "paper")
 
     def config(self, preset: str, spec: RunSpec | None = None, data: Dataset | None = None) -> dict[str, Any]:
         cfg = self.preset_config(preset, spec)  # filters as a list: JSON-friendly (the trial records the config)
