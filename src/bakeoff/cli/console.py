@@ -52,6 +52,7 @@ def print_card(card: Card) -> None:
     from rich import box
     from rich.table import Table
 
+    from bakeoff.analysis.conditions import BUSY_MARK
     from bakeoff.report.card import LEADER
 
     def table(header: list[str], rows: list[list[Text]], title: str) -> Table:
@@ -85,14 +86,21 @@ def print_card(card: Card) -> None:
         console.out(wide.file.getvalue().rstrip("\n"), highlight=False)
     console.print(f"[bold]recommendation[/]: {escape(card.recommendation)}", soft_wrap=not terminal)
     console.print(f"[bold]what decides it[/]: {escape(card.decides)}", soft_wrap=not terminal)
+    for line in card.legend:  # the one legend line a reader of the console cannot do without
+        if line.startswith(BUSY_MARK):
+            console.print(escape(line), soft_wrap=not terminal)
 
 
 def _stacked(text: str) -> str:
-    """``"loss 0.56x (0.40–0.79x)"`` -> ``"loss 0.56x\n0.40–0.79"``: a narrow cell, never cut inside a number."""
+    """``"loss 0.56x (0.40–0.79x)"`` -> ``"loss 0.56x\n0.40–0.79"``: a narrow cell, never cut inside a number
+    (a busy mark stays with the ratio: ``"loss 0.56x §\n0.40–0.79"``)."""
+    from bakeoff.analysis.conditions import BUSY_MARK
+
+    text, mark = (text.removesuffix(f" {BUSY_MARK}"), f" {BUSY_MARK}") if text.endswith(BUSY_MARK) else (text, "")
     if " (" not in text or not text.endswith(")"):
-        return text
+        return text + mark
     ratio, interval = text[:-1].split(" (", 1)
-    return f"{ratio}\n{interval.removesuffix('x')}"
+    return f"{ratio}{mark}\n{interval.removesuffix('x')}"
 
 
 def describe(result: TrialResult) -> str:
