@@ -5,14 +5,19 @@ steps): a verdict resting on one is never robust, says so and how to measure aga
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 
 from rich.console import Console
 
 from bakeoff.analysis.decide import decide, decide_each
 from bakeoff.analysis.stats import summarise_groups
 from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec, Status
 from bakeoff.report import card
 from bakeoff.results.ci import decision_dict
+from bakeoff.results.store import Store
+from bakeoff.run import runner
+from bakeoff.run.executors.base import Done, Executor, Started, TrialJob
 from fake_results import default_results
 
 COMPARED = ("torch/graph", "tensorflow/graph")  # the default bake-off's leader and runner-up
@@ -122,3 +127,93 @@ def test_the_report_says_why_the_verdict_is_not_robust(tmp_path):
     assert ("The verdict is not robust §: 3 of the leader's and 0 of the runner-up's runs were measured while other "
             "processes used more than 25% of their cores") in markdown
     assert "wins, not robust §" in markdown
+
+
+# --- --retry-busy keeps the quieter measurement ------------------------------------------------------------------
+
+class Measures(Executor):
+    """Hands back, for every job, a successful result measured at ``examples_per_s`` while other processes used
+    ``share`` of its 16 cores (no framework, no process)."""
+
+    name = "measures"
+
+    def __init__(self, examples_per_s: float, share: float) -> None:
+        self.examples_per_s, self.share, self.ran = examples_per_s, share, 0
+
+    def run(self, jobs: Iterable[TrialJob], started: Started, done: Done) -> None:
+        for job in jobs:
+            started(job)
+            spec, self.ran = job.spec, self.ran + 1
+            done(job, busy(TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.OK,
+                                       throughput={"examples_per_s": self.examples_per_s}), self.share))
+
+
+def test_retry_busy_keeps_the_quieter_measurement_and_stores_both(tmp_path):
+    """The issue's case: a busy run measured again was busy again (1,002 -> 237 ex/s) and the worse figure replaced
+    the better. Now the quieter stays where analysis reads it, the other is stored beside it, and the run says
+    that the machine was still busy."""
+    from bakeoff.cli.console import describe
+    from bakeoff.report.what_ran import retries_text
+
+    spec = [RunSpec(workload="mnist", framework="torch", max_steps=2)]
+    said: list[str] = []
+
+    def progress(event: str, spec: RunSpec, result: TrialResult | None) -> None:
+        if event == "done" and result is not None:
+            said.append(describe(result))
+
+    with Store(tmp_path / "r.sqlite") as store:
+        runner.run(spec, store, "s", executor=Measures(1002, 0.70))
+        (key,) = store.other_work()
+        skipped = Measures(237, 0.81)
+        runner.run(spec, store, "s", executor=skipped)  # without --retry-busy a stored trial is not run again
+        assert skipped.ran == 0
+        runner.run(spec, store, "s", retry_busy=True, executor=Measures(237, 0.81), progress=progress)
+        (kept,) = store.results()
+        (alternate,) = store.alternates()
+    assert kept.throughput["examples_per_s"] == 1002 and alternate.throughput["examples_per_s"] == 237
+    assert alternate.key == kept.key == key
+    record = kept.extras["busy_retry"]
+    assert record == alternate.extras["busy_retry"] and record["kept"] == "stored"
+    assert (record["stored"]["other_share"], record["retry"]["other_share"]) == (0.70, 0.81)
+    assert said == ["[green]ok[/] 237 ex/s, target not reached — [yellow]measured again (--retry-busy): busy again "
+                    "(other processes used 81% of its cores, 70% the first time): kept the first measurement, 1,002 "
+                    "ex/s; the retry (237 ex/s) stored beside it[/]"]
+    assert retries_text(summarise_groups([kept])) == (
+        "torch/eager repeat 0 (--retry-busy): busy again (other processes used 81% of its cores, 70% the first "
+        "time): kept the first measurement, 1,002 ex/s; the retry (237 ex/s) stored beside it")
+
+    with Store(tmp_path / "r.sqlite") as store:  # measured again, quieter this time: the retry is kept
+        runner.run(spec, store, "s", retry_busy=True, executor=Measures(980, 0.10))
+        (kept,) = store.results()
+        alternates = store.alternates()
+        assert store.other_work() == {key: 0.10}
+    assert kept.throughput["examples_per_s"] == 980 and kept.extras["busy_retry"]["kept"] == "retry"
+    assert [a.throughput["examples_per_s"] for a in alternates] == [237, 1002]  # nothing measured is lost
+    with Store(tmp_path / "r.sqlite") as store:  # quiet now: --retry-busy has nothing left to measure
+        quiet = Measures(0, 0.0)
+        runner.run(spec, store, "s", retry_busy=True, executor=quiet)
+        assert quiet.ran == 0
+        assert store.delete([key]) == 1 and store.alternates() == []  # a deleted trial takes its alternates along
+
+
+def test_a_failed_retry_keeps_the_busy_measurement(tmp_path):
+    """A retry that did not succeed measured nothing: the busy measurement stays (still flagged), the failure beside
+    it."""
+
+    class Fails(Executor):
+        name = "fails"
+
+        def run(self, jobs: Iterable[TrialJob], started: Started, done: Done) -> None:
+            for job in jobs:
+                started(job)
+                done(job, TrialResult(spec=job.spec.to_dict(), key=job.spec.key(), status=Status.FAILED,
+                                      reason="killed"))
+
+    spec = [RunSpec(workload="mnist", framework="torch", max_steps=2)]
+    with Store(tmp_path / "r.sqlite") as store:
+        runner.run(spec, store, "s", executor=Measures(1002, 0.81))
+        runner.run(spec, store, "s", retry_busy=True, executor=Fails())
+        (kept,), (alternate,) = store.results(), store.alternates()
+    assert kept.status is Status.OK and kept.throughput["examples_per_s"] == 1002
+    assert alternate.status is Status.FAILED and kept.extras["busy_retry"]["kept"] == "stored"

@@ -158,6 +158,30 @@ def busy_clause(sides: Sequence[ConfigSummary]) -> str | None:
             f"{RETRY_BUSY_HINT}")
 
 
+def _share(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:.0%}"
+
+
+def retry_note(record: dict) -> str:
+    """What a ``--retry-busy`` measurement came to (:func:`bakeoff.results.store.busy_retry`'s record):
+    ``"busy again (other processes used 70% of its cores, 81% the first time): kept the first measurement, 1,002
+    ex/s; the retry (237 ex/s) stored beside it"``, or ``"quieter (12% of its cores used by other processes, 81% the
+    first time): kept the retry, 980 ex/s; the first measurement (1,002 ex/s) stored beside it"``."""
+    first, retry = record["stored"], record["retry"]
+    now, before = retry.get("other_share"), first.get("other_share")
+    again = now is not None and now > OTHER_WORK_SHARE
+
+    def rate(m: dict) -> str:
+        return f"{m['examples_per_s']:,.0f} ex/s" if isinstance(m.get("examples_per_s"), int | float) else m["status"]
+
+    how = (f"busy again (other processes used {_share(now)} of its cores, {_share(before)} the first time)" if again
+           else f"quieter ({_share(now)} of its cores used by other processes, {_share(before)} the first time)"
+           if retry["status"] == "ok" else f"the retry did not succeed ({retry['status']})")
+    if record["kept"] == "stored":
+        return f"{how}: kept the first measurement, {rate(first)}; the retry ({rate(retry)}) stored beside it"
+    return f"{how}: kept the retry, {rate(retry)}; the first measurement ({rate(first)}) stored beside it"
+
+
 def timed(q: Quantity) -> bool:
     """Whether a busy machine skews ``q``: a time, a rate (throughput, MFU: figures read off step times) — not a
     memory, a metric or a count of steps."""

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec
+from bakeoff.measure.environment import OTHER_WORK_SHARE
 
 if TYPE_CHECKING:
     from rich.table import Table as RichTable
@@ -108,7 +109,8 @@ def describe(result: TrialResult) -> str:
     resumed = result.training.resumed_at_steps
     resumed_text = f" (resumed at step {', '.join(str(s) for s in resumed)})" if resumed else ""
     if result.status.value != "ok":
-        return f"[{_STYLE[result.status.value]}]{result.status.value}[/]{resumed_text}: {result.reason[:200]}"
+        return (f"[{_STYLE[result.status.value]}]{result.status.value}[/]{resumed_text}: {result.reason[:200]}"
+                + _retried(result))
     parts = []
     if (eps := result.throughput.get("examples_per_s")) is not None:
         parts.append(f"{eps:,.0f} ex/s")
@@ -118,7 +120,21 @@ def describe(result: TrialResult) -> str:
         parts.append(f"{result.metric_name} {result.final_metric:.3f}")
     tt = result.time_to_target_s
     parts.append(f"target in {tt:.1f} s" if tt is not None else "target not reached")
-    return f"[green]ok[/]{resumed_text} " + ", ".join(parts)
+    return f"[green]ok[/]{resumed_text} " + ", ".join(parts) + _retried(result)
+
+
+def _retried(result: TrialResult) -> str:
+    """`` — measured again (--retry-busy): busy again (...): kept the first measurement ...`` for a busy trial's
+    retry (:meth:`bakeoff.results.store.Store.keep_quieter`); '' otherwise."""
+    from bakeoff.analysis.conditions import retry_note
+    from bakeoff.results.store import busy_retry
+
+    record = busy_retry(result)
+    if record is None:
+        return ""
+    style = "yellow" if record["kept"] == "stored" or (record["retry"].get("other_share") or 0) > OTHER_WORK_SHARE \
+        else "green"
+    return f" — [{style}]measured again (--retry-busy): {escape(retry_note(record))}[/]"
 
 
 class _EtaColumn(ProgressColumn):
