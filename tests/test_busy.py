@@ -217,3 +217,24 @@ def test_a_failed_retry_keeps_the_busy_measurement(tmp_path):
         (kept,), (alternate,) = store.results(), store.alternates()
     assert kept.status is Status.OK and kept.throughput["examples_per_s"] == 1002
     assert alternate.status is Status.FAILED and kept.extras["busy_retry"]["kept"] == "stored"
+
+
+def test_a_claim_judged_on_busy_runs_is_marked_and_counts_them():
+    """Claims have no robust tier: a supported claim stays supported, but its verdict cell carries §, its why names
+    the busy runs with `bakeoff claims --retry-busy`, and its JSON counts them per side."""
+    from bakeoff.plan.claims import parse_claims
+    from bakeoff.report import claims as judged
+    from bakeoff.report.templates import to_markdown
+    from test_claims import BUILD, runs
+
+    results = runs("tensorflow", "graph", [3.6, 3.5, 3.7]) + runs("torch", "graph", [1.0, 1.02, 0.98])
+    quiet = judged.judge(parse_claims(BUILD), results)
+    assert quiet[0].findings[0].busy == (0, 0) and "§" not in to_markdown("t", judged.blocks(quiet))
+    (v,) = judged.judge(parse_claims(BUILD), [busy(r, 0.6) if r.run_spec.framework.value == "tensorflow" and
+                                              r.run_spec.repeat < 2 else r for r in results])
+    (f,) = v.findings
+    assert v.verdict == "supported" and f.busy == (2, 0) and f.to_dict()["busy"] == [2, 0]
+    assert "2 of 3 TensorFlow (graph) runs were measured while other processes used 60%" in f.why
+    assert "`bakeoff claims --retry-busy` measures them again" in f.why
+    markdown = to_markdown("t", judged.blocks([v]))
+    assert "| supported § |" in markdown and "§: judged on runs measured while other processes used" in markdown
