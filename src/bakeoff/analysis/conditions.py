@@ -13,7 +13,9 @@
   (:class:`bakeoff.measure.environment.CpuSharing`). Unlike the load average this is absolute and exact in time:
   a run whose cores other work used more than :data:`bakeoff.measure.environment.OTHER_WORK_SHARE` of is flagged
   whatever
-  its rival saw, and ``bakeoff run --retry-busy`` measures it again.
+  its rival saw, and ``bakeoff run --retry-busy`` measures it again (keeping the quieter of the two measurements).
+  A verdict whose compared configurations include such a run is never robust: it names the busy runs of each side
+  (:func:`busy_clause`), and the card marks it and the timings resting on them with :data:`BUSY_MARK`.
 * **Targets.** Time to target is to a target a workload may only have declared, not measured
   (:data:`bakeoff.core.workload.TARGET_SOURCES`); a verdict that weighs it says so.
 """
@@ -24,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bakeoff.analysis.quantities import fmt
+from bakeoff.analysis.quantities import Quantity, fmt
 from bakeoff.analysis.stats import ConfigSummary
 from bakeoff.core import frameworks as records
 from bakeoff.core.spec import Execution
@@ -37,6 +39,12 @@ LOAD_GAP_PER_CORE = 0.5
 """Median run loads further apart than this many load units per core flag a comparison (module docstring)."""
 
 _MODE_ORDER = [e.value for e in Execution]
+
+BUSY_MARK = "§"
+"""The mark of a figure or a verdict resting on runs measured on a busy machine (:func:`busy_runs`), wherever it
+is shown: the report's conditions table, the card's cells and standing."""
+
+RETRY_BUSY_HINT = "`bakeoff run --retry-busy` measures them again"
 
 
 def display_name(label: str) -> str:
@@ -137,7 +145,50 @@ def busy_note(cs: ConfigSummary) -> str | None:
         return None
     return (f"{len(busy)} of {cs.n_ok} {display_name(cs.label)} runs were measured while other processes used "
             f"{max(busy):.0%} of its cores (more than {OTHER_WORK_SHARE:.0%}), so their timings are suspect; "
-            "`bakeoff run --retry-busy` measures them again")
+            f"{RETRY_BUSY_HINT}")
+
+
+def busy_clause(sides: Sequence[ConfigSummary]) -> str | None:
+    """Why a verdict between ``sides`` is not robust when some of their runs were measured on a busy machine:
+    ``"3 of 3 PyTorch (eager) runs were measured while other processes used 81% of its cores (§, more than 25%) —
+    `bakeoff run --retry-busy` measures them again"``; each busy side named; ``None`` when no run was busy."""
+    named = [(len(busy), cs, max(busy)) for cs in sides if (busy := busy_runs(cs))]
+    if not named:
+        return None
+    parts = [f"{n} of {cs.n_ok} {display_name(cs.label)} runs " + ("were measured " if i == 0 else "")
+             + f"while other processes used {worst:.0%} of its cores" for i, (n, cs, worst) in enumerate(named)]
+    return (f"{' and '.join(parts)} ({BUSY_MARK}, more than {OTHER_WORK_SHARE:.0%}: their timings are suspect) — "
+            f"{RETRY_BUSY_HINT}")
+
+
+def _share(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:.0%}"
+
+
+def retry_note(record: dict) -> str:
+    """What a ``--retry-busy`` measurement came to (:func:`bakeoff.results.store.busy_retry`'s record):
+    ``"busy again (other processes used 70% of its cores, 81% the first time): kept the first measurement, 1,002
+    ex/s; the retry (237 ex/s) stored beside it"``, or ``"quieter (12% of its cores used by other processes, 81% the
+    first time): kept the retry, 980 ex/s; the first measurement (1,002 ex/s) stored beside it"``."""
+    first, retry = record["stored"], record["retry"]
+    now, before = retry.get("other_share"), first.get("other_share")
+    again = now is not None and now > OTHER_WORK_SHARE
+
+    def rate(m: dict) -> str:
+        return f"{m['examples_per_s']:,.0f} ex/s" if isinstance(m.get("examples_per_s"), int | float) else m["status"]
+
+    how = (f"busy again (other processes used {_share(now)} of its cores, {_share(before)} the first time)" if again
+           else f"quieter ({_share(now)} of its cores used by other processes, {_share(before)} the first time)"
+           if retry["status"] == "ok" else f"the retry did not succeed ({retry['status']})")
+    if record["kept"] == "stored":
+        return f"{how}: kept the first measurement, {rate(first)}; the retry ({rate(retry)}) stored beside it"
+    return f"{how}: kept the retry, {rate(retry)}; the first measurement ({rate(first)}) stored beside it"
+
+
+def timed(q: Quantity) -> bool:
+    """Whether a busy machine skews ``q``: a time, a rate (throughput, MFU: figures read off step times) — not a
+    memory, a metric or a count of steps."""
+    return q.unit == "s" or q.unit.endswith("/s") or q.steps is not None
 
 
 def threads(cs: ConfigSummary) -> str:

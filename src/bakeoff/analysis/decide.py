@@ -21,7 +21,9 @@ The verdict, leader against runner-up:
 * robustness covers noise and weights together: :data:`~bakeoff.analysis.bootstrap.RESAMPLES` joint resamples of
   the measurements (the bootstrap replicates) and of the weights (each scaled by a log-uniform factor in [½, 2])
   give how often each framework leads; robust means ≥ :data:`ROBUST_SHARE` of them, no single weight halved or
-  doubled flipping the leader (the sensitivity table), and enough runs;
+  doubled flipping the leader (the sensitivity table), enough runs, and none of the compared runs measured on a busy
+  machine (:func:`bakeoff.analysis.conditions.busy_runs`: their timings are suspect, so no share of draws over them
+  is evidence; the verdict names them and ``bakeoff run --retry-busy``);
 * the verdict names what was not like with like (:mod:`bakeoff.analysis.conditions`), what the compared trials
   differ in that should be equal — data, versions, settings (:mod:`bakeoff.analysis.mixing`) — and why a weighted
   criterion was left out; its wording is :mod:`bakeoff.analysis.verdict`.
@@ -40,6 +42,7 @@ from bakeoff.analysis.bootstrap import RESAMPLES, Difference, rng_for
 from bakeoff.analysis.conditions import (
     FRAMEWORK_NAMES,
     busy_note,
+    busy_runs,
     cores,
     declared_target_note,
     display_name,
@@ -365,6 +368,7 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
         decision.caveats.append(note)
     decision.margin = lead.score - runner.score
     decision.runs = (w_cfg.n_ok, r_cfg.n_ok)
+    decision.busy = (len(busy_runs(w_cfg)), len(busy_runs(r_cfg)))
     decision.provisional = min(decision.runs) < MIN_RUNS
     compared = [c for c in norm if c in MEASURED]
     decision.looks = max(w_cfg.looks, r_cfg.looks)
@@ -383,7 +387,8 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
         decision.winner = lead.framework
         robust_confidence = look_confidence(intervals.ROBUST_CONFIDENCE, w_cfg, r_cfg)
         strict = {c: head_to_head(MEASURED[c].record, w_cfg, r_cfg, robust_confidence) for c in compared}
-        decision.robust = (not decision.provisional and decision.win_share[lead.framework] >= ROBUST_SHARE
+        decision.robust = (not decision.provisional and not any(decision.busy)
+                           and decision.win_share[lead.framework] >= ROBUST_SHARE
                            and _leads(norm, strict, w_cfg, r_cfg, w_parts, r_parts, qualitative)
                            and all(len(c.unfinished) <= MAX_UNFINISHED * c.n_total for c in (w_cfg, r_cfg))
                            and all(r.winner_if_halved == lead.framework == r.winner_if_doubled for r in sensitivity))

@@ -69,9 +69,10 @@ class Decision:
     head_to_head: dict[str, Difference]  # measured criterion -> leader's config ("a") against the runner-up's
     verdict: str
     sensitivity: list[SensitivityRow]
-    robust: bool  # enough runs, leads in >= ROBUST_SHARE of joint resamples, survives every weight halved/doubled
+    robust: bool  # enough runs, none busy, leads in >= ROBUST_SHARE of joint resamples, survives every weight ×½, ×2
     provisional: bool = False  # fewer than MIN_RUNS successful runs on a compared side
     runs: tuple[int, int] | None = None  # successful runs of the leader's and runner-up's configurations
+    busy: tuple[int, int] = (0, 0)  # of those, the runs measured on a busy machine (conditions.busy_runs): never robust
     win_share: dict[str, float] = dataclasses.field(default_factory=dict)  # framework -> share of joint resamples
     resamples: int = 0
     caveats: list[str] = dataclasses.field(default_factory=list)  # modes not run as users train, machine load

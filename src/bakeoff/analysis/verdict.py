@@ -1,7 +1,8 @@
 """The words of a verdict: every number with its unit, every ratio with its interval, no tie cited as a reason.
 
 A winner's verdict names what the leader is better on (most weighty first, at most three), what the runner-up is
-better on (at most two), its robustness, the weighted criteria it had to leave out and why, and the caveats of
+better on (at most two), its robustness (never robust on runs measured on a busy machine: it names them, § and
+``bakeoff run --retry-busy``), the weighted criteria it had to leave out and why, and the caveats of
 :mod:`bakeoff.analysis.conditions`. Below :data:`MIN_RUNS` runs per side it opens with "provisional (n = ...)" and
 says "leads", never "wins" or "robust". An inconclusive verdict cites the differences within noise, what the
 runner-up is clearly better on, and names (without numbers) the criteria on which the two are equal. When the two
@@ -15,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from bakeoff.analysis.bootstrap import RESAMPLES, TIE_BAND, Difference
-from bakeoff.analysis.conditions import FRAMEWORK_NAMES, display_name
+from bakeoff.analysis.conditions import FRAMEWORK_NAMES, busy_clause, busy_note, display_name
 from bakeoff.analysis.decision import Decision, Qualitative
 from bakeoff.analysis.quantities import Quantity, fmt, quantity
 from bakeoff.analysis.stats import ConfigSummary
@@ -114,7 +115,9 @@ def _runs(runs: tuple[int, int]) -> str:
     return f"n = {runs[0]} per side" if runs[0] == runs[1] else f"n = {runs[0]} vs {runs[1]}"
 
 
-def _robust_clause(decision: Decision, leader: str) -> str:
+def _robust_clause(decision: Decision, leader: str, busy: str | None = None) -> str:
+    """Whether the win is robust, and why not; ``busy``: :func:`~bakeoff.analysis.conditions.busy_clause` of the
+    compared sides (a win resting on a busy run is never robust, whatever its draws)."""
     share = decision.win_share.get(leader, 0.0)
     others = [f"{FRAMEWORK_NAMES.get(fw, fw)} {percent(s)}" for fw, s in decision.win_share.items()
               if fw != leader and s > 0]
@@ -131,6 +134,8 @@ def _robust_clause(decision: Decision, leader: str) -> str:
             return (f"not robust with {_runs(decision.runs)} ({MIN_RUNS} runs per side needed; one run has no "
                     f"spread, and {ONE_RUN_NULL_LEADS})")
         return f"not robust with {_runs(decision.runs)} ({MIN_RUNS} runs per side needed): {joint}"
+    if busy:
+        return f"not robust: {busy}; {joint}" + (f"; {flip}" if flip else "")
     if decision.robust:
         return f"robust: {joint}, and under every single weight halved or doubled"
     return f"not robust: {joint}" + (f"; {flip}" if flip else "")
@@ -252,14 +257,17 @@ def compose(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapping[st
             return (f"tie on {where}{n}: {lead} and {runner} are within ±{TIE_BAND:.0%} of each other on every "
                     f"weighted criterion — {_tie_list(d, w, r)}{_excluded(d)}{caveats}.")
         return _inconclusive(d, w, r, where, n, caveats)
+    busy = None if d.provisional else busy_clause((w, r))
+    if busy:  # named once, in the robust clause
+        caveats = "".join(f"; {c}" for c in d.caveats if c not in (busy_note(w), busy_note(r)))
     ours, theirs = _lead_phrases(d, w, r, w_parts, r_parts, qualitative)
     reason = "; ".join(ours[:3]) or f"scores {d.ranking[0].score:.2f} vs {d.ranking[1].score:.2f}"
     on = "only on" if d.settled_weight < 0.5 * sum(d.weights.values()) else "on"  # it rests on less than half
     reason += _tied(d, w)
     against = f"; {runner} is better on {'; '.join(theirs[:2])}" if theirs else ""
     opening = f"provisional{n}: {lead} leads" if d.provisional else f"{lead} wins"
-    return (f"{opening} {where} over {runner} {on} {reason}{against}; {_robust_clause(d, w.framework)}{_excluded(d)}"
-            f"{caveats}.")
+    return (f"{opening} {where} over {runner} {on} {reason}{against}; {_robust_clause(d, w.framework, busy)}"
+            f"{_excluded(d)}{caveats}.")
 
 
 def no_comparison(d: Decision, scored: Sequence[ConfigSummary], frameworks: Sequence[str]) -> str:

@@ -42,7 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     claims.add_argument("--retry-failed", action="store_true", help="re-run stored trials that did not succeed")
     claims.add_argument("--retry-busy", action="store_true",
                         help="measure again the stored trials measured while other processes used more than a "
-                             "quarter of their cores (their verdicts say so)")
+                             "quarter of their cores (their verdicts say so), keeping the quieter of the two "
+                             "measurements (both stay in the store)")
     claims.add_argument("--format", choices=("table", "json"), default="table", help="[table]")
 
 

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec
+from bakeoff.measure.environment import OTHER_WORK_SHARE
 
 if TYPE_CHECKING:
     from rich.table import Table as RichTable
@@ -52,6 +53,7 @@ def print_card(card: Card) -> None:
     from rich import box
     from rich.table import Table
 
+    from bakeoff.analysis.conditions import BUSY_MARK
     from bakeoff.report.card import LEADER
 
     def table(header: list[str], rows: list[list[Text]], title: str) -> Table:
@@ -85,14 +87,21 @@ def print_card(card: Card) -> None:
         console.out(wide.file.getvalue().rstrip("\n"), highlight=False)
     console.print(f"[bold]recommendation[/]: {escape(card.recommendation)}", soft_wrap=not terminal)
     console.print(f"[bold]what decides it[/]: {escape(card.decides)}", soft_wrap=not terminal)
+    for line in card.legend:  # the one legend line a reader of the console cannot do without
+        if line.startswith(BUSY_MARK):
+            console.print(escape(line), soft_wrap=not terminal)
 
 
 def _stacked(text: str) -> str:
-    """``"loss 0.56x (0.40–0.79x)"`` -> ``"loss 0.56x\n0.40–0.79"``: a narrow cell, never cut inside a number."""
+    """``"loss 0.56x (0.40–0.79x)"`` -> ``"loss 0.56x\n0.40–0.79"``: a narrow cell, never cut inside a number
+    (a busy mark stays with the ratio: ``"loss 0.56x §\n0.40–0.79"``)."""
+    from bakeoff.analysis.conditions import BUSY_MARK
+
+    text, mark = (text.removesuffix(f" {BUSY_MARK}"), f" {BUSY_MARK}") if text.endswith(BUSY_MARK) else (text, "")
     if " (" not in text or not text.endswith(")"):
-        return text
+        return text + mark
     ratio, interval = text[:-1].split(" (", 1)
-    return f"{ratio}\n{interval.removesuffix('x')}"
+    return f"{ratio}{mark}\n{interval.removesuffix('x')}"
 
 
 def describe(result: TrialResult) -> str:
@@ -100,7 +109,8 @@ def describe(result: TrialResult) -> str:
     resumed = result.training.resumed_at_steps
     resumed_text = f" (resumed at step {', '.join(str(s) for s in resumed)})" if resumed else ""
     if result.status.value != "ok":
-        return f"[{_STYLE[result.status.value]}]{result.status.value}[/]{resumed_text}: {result.reason[:200]}"
+        return (f"[{_STYLE[result.status.value]}]{result.status.value}[/]{resumed_text}: {result.reason[:200]}"
+                + _retried(result))
     parts = []
     if (eps := result.throughput.get("examples_per_s")) is not None:
         parts.append(f"{eps:,.0f} ex/s")
@@ -110,7 +120,21 @@ def describe(result: TrialResult) -> str:
         parts.append(f"{result.metric_name} {result.final_metric:.3f}")
     tt = result.time_to_target_s
     parts.append(f"target in {tt:.1f} s" if tt is not None else "target not reached")
-    return f"[green]ok[/]{resumed_text} " + ", ".join(parts)
+    return f"[green]ok[/]{resumed_text} " + ", ".join(parts) + _retried(result)
+
+
+def _retried(result: TrialResult) -> str:
+    """`` — measured again (--retry-busy): busy again (...): kept the first measurement ...`` for a busy trial's
+    retry (:meth:`bakeoff.results.store.Store.keep_quieter`); '' otherwise."""
+    from bakeoff.analysis.conditions import retry_note
+    from bakeoff.results.store import busy_retry
+
+    record = busy_retry(result)
+    if record is None:
+        return ""
+    style = "yellow" if record["kept"] == "stored" or (record["retry"].get("other_share") or 0) > OTHER_WORK_SHARE \
+        else "green"
+    return f" — [{style}]measured again (--retry-busy): {escape(retry_note(record))}[/]"
 
 
 class _EtaColumn(ProgressColumn):

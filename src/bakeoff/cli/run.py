@@ -25,7 +25,8 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:
     run.add_argument("--retry-failed", action="store_true", help="re-run recorded trials that did not succeed")
     run.add_argument("--retry-busy", action="store_true",
                      help="measure again the stored trials measured while other processes used more than a "
-                          "quarter of their cores (the report marks them §)")
+                          "quarter of their cores (the report marks them §), keeping the quieter of the two "
+                          "measurements (both stay in the store)")
     run.add_argument("--concurrent", action="store_true",
                      help="run at once even while another bakeoff run measures on this machine (by default a run "
                           "waits for it: two at once each time the other's load into its figures)")

@@ -57,6 +57,11 @@ def measure_again(store: Store, timeout_s: float | None, retry_busy: bool = Fals
     :data:`bakeoff.measure.environment.OTHER_WORK_SHARE` of its cores (``bakeoff run --retry-busy``).
     """
     again = {key for key, seconds in store.timeouts().items() if timeout_s is not None and seconds < timeout_s}
-    if retry_busy:
-        again |= {key for key, share in store.other_work().items() if share > OTHER_WORK_SHARE}
-    return again
+    return again | busy(store) if retry_busy else again
+
+
+def busy(store: Store) -> set[str]:
+    """Keys of the stored successful trials measured while other processes used more than
+    :data:`bakeoff.measure.environment.OTHER_WORK_SHARE` of their cores: what ``--retry-busy`` measures again,
+    keeping the quieter measurement (:meth:`bakeoff.results.store.Store.keep_quieter`)."""
+    return {key for key, share in store.other_work().items() if share > OTHER_WORK_SHARE}

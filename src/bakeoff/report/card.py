@@ -16,11 +16,12 @@ import math
 from collections.abc import Mapping, Sequence
 
 from bakeoff.analysis.bootstrap import RESAMPLES, TIE_BAND, Difference
-from bakeoff.analysis.conditions import display_name
+from bakeoff.analysis.conditions import BUSY_MARK, busy_runs, display_name, timed
 from bakeoff.analysis.decide import MEASURED, Decision, against
 from bakeoff.analysis.quantities import fmt
 from bakeoff.analysis.stats import ConfigSummary
 from bakeoff.analysis.verdict import interval_text, percent, ratio_text
+from bakeoff.measure.environment import OTHER_WORK_SHARE
 from bakeoff.report.templates import Block, Heading, Para, Section, Table
 
 SHORT = {"throughput": "throughput", "time_to_target": "time to target", "first_step": "first step",
@@ -42,7 +43,7 @@ class Cell:
 class Row:
     section: str  # "text_classifier/tiny"
     framework: str  # "PyTorch (graph)": the framework and the mode of its best configuration
-    standing: str  # the leader's: "wins" (robust), "wins, not robust", "leads, provisional", "tie"…
+    standing: str  # the leader's: "wins" (robust), "wins, not robust", "leads, provisional"…; "… §" on busy runs
     win_probability: str  # "99.9%", or "—" where there are no joint draws worth a number
     cells: list[Cell]
     leader: bool = False
@@ -136,6 +137,15 @@ def _shares(d: Decision) -> bool:
     return bool(d.win_share) and not (d.runs is not None and min(d.runs) < 2)
 
 
+def _busy(cell: Cell, criterion: str, *configs: ConfigSummary) -> Cell:
+    """``cell`` marked :data:`BUSY_MARK` when it is a timing resting on a run of ``configs`` measured on a busy
+    machine (a memory or a metric is not skewed by other work)."""
+    if (criterion in MEASURED and timed(MEASURED[criterion].record) and cell.text != "—"
+            and any(busy_runs(c) for c in configs)):
+        return Cell(f"{cell.text} {BUSY_MARK}", cell.outcome)
+    return cell
+
+
 def _rows(d: Decision, summaries: Sequence[ConfigSummary], criteria: Sequence[str]) -> list[Row]:
     mine = {s.label: s for s in summaries if (s.workload, s.preset) == (d.workload, d.preset)}
     rows = []
@@ -145,11 +155,13 @@ def _rows(d: Decision, summaries: Sequence[ConfigSummary], criteria: Sequence[st
             config = mine[f.label]
             share = percent(d.win_share.get(f.framework, 0.0)) if _shares(d) else "—"
             if i == 0:
-                cells = [_leader_cell(d, c, config) if c in d.weights else Cell("—") for c in criteria]
-            else:
-                cells = [_other_cell(d, c, config, leader, i == 1) if c in d.weights else Cell("—")
+                cells = [_busy(_leader_cell(d, c, config), c, config) if c in d.weights else Cell("—")
                          for c in criteria]
-            rows.append(Row(_section(d), display_name(f.label), _standing(d) if i == 0 else "", share, cells,
+            else:
+                cells = [_busy(_other_cell(d, c, config, leader, i == 1), c, config, leader) if c in d.weights
+                         else Cell("—") for c in criteria]
+            standing = _standing(d) + (f" {BUSY_MARK}" if any(d.busy) else "")  # the verdict rests on busy runs
+            rows.append(Row(_section(d), display_name(f.label), standing if i == 0 else "", share, cells,
                             leader=i == 0))
     for framework in d.unscored:
         rows.append(Row(_section(d), display_name(framework), "no successful trial", "—",
@@ -288,12 +300,23 @@ def _legend(decisions: Sequence[Decision], summaries: Sequence[ConfigSummary], c
     return legend
 
 
+def busy_legend(rows: Sequence[Row]) -> str | None:
+    """The legend of :data:`BUSY_MARK`, when some row's verdict or cell carries it."""
+    if not any(BUSY_MARK in r.standing or any(BUSY_MARK in c.text for c in r.cells) for r in rows):
+        return None
+    return (f"{BUSY_MARK}: rests on runs measured while other processes used more than {OTHER_WORK_SHARE:.0%} of "
+            "their cores during the steady steps — a verdict marked so is never robust (it names the runs), a "
+            "timing marked so is suspect; `bakeoff run --retry-busy` measures those runs again and keeps the "
+            "quieter measurement.")
+
+
 def build(decisions: Mapping[tuple[str, str], Decision], summaries: Sequence[ConfigSummary]) -> Card:
     """The card of every decision in the report."""
     ds = list(decisions.values())
     criteria = _criteria(ds)
     rows = [row for d in ds for row in _rows(d, summaries, criteria)]
-    return Card(criteria, rows, recommendation(ds), decides(ds), _legend(ds, summaries, criteria))
+    legend = _legend(ds, summaries, criteria) + ([busy] if (busy := busy_legend(rows)) else [])
+    return Card(criteria, rows, recommendation(ds), decides(ds), legend)
 
 
 def blocks(card: Card) -> list[Block]:

@@ -10,6 +10,9 @@ wider after adaptive repeats' looks), against the claim's threshold instead of t
   :data:`~bakeoff.analysis.verdict.MIN_RUNS` runs (a verdict below that is provisional everywhere in bakeoff, so a
   claim is not called on it), a figure is missing, or a trial did not succeed — always with n and why.
 
+A finding judged on runs measured on a busy machine keeps its verdict but never silently: its why names them, its
+verdict cell carries § (:data:`~bakeoff.analysis.conditions.BUSY_MARK`) and its JSON counts them (``busy``).
+
 A comparison whose trials need more GPUs than this machine has, and that the store has no results of, says so
 ("needs 8 GPUs") with the capacity plan's answer when the claim has a plan. A deployment claim reads what
 ``bakeoff deploy`` stored; a claim with no measurable form is reported as such, without a number.
@@ -23,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bakeoff.analysis import intervals
-from bakeoff.analysis.conditions import busy_note
+from bakeoff.analysis.conditions import BUSY_MARK, busy_note, busy_runs
 from bakeoff.analysis.decide import head_to_head, look_confidence
 from bakeoff.analysis.quantities import fmt, quantity
 from bakeoff.analysis.stats import ConfigSummary, distinct_labels, summarise_groups
@@ -56,10 +59,11 @@ class Finding:
     high: float | None = None
     confidence: float = intervals.CONFIDENCE
     n: tuple[int, int] = (0, 0)
+    busy: tuple[int, int] = (0, 0)  # of a's and b's runs, those measured on a busy machine (its verdict marked §)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: a never-reached target's +∞ as the string "inf" (JSON has no infinity)."""
-        out = dataclasses.asdict(self) | {"n": list(self.n)}
+        out = dataclasses.asdict(self) | {"n": list(self.n), "busy": list(self.busy)}
         return {k: "inf" if isinstance(v, float) and math.isinf(v) else v for k, v in out.items()}
 
 
@@ -148,6 +152,7 @@ def _finding(claim: Claim, c: Comparison, by_config: Mapping[str, list[TrialResu
     caveats = [f"{s.label}: {note}" for s in (a, b) for note in s.reasons]  # runs that did not finish
     caveats += [note.replace("bakeoff run --retry-busy", "bakeoff claims --retry-busy")
                 for s in (a, b) if (note := busy_note(s))]
+    found.busy = (len(busy_runs(a)), len(busy_runs(b)))
     if caveats:
         found.why += "; " + "; ".join(caveats)
     return found
@@ -244,9 +249,14 @@ COLUMNS = ["claim", "comparison", "verdict", "measured (a vs b, ratio a / b)", "
 
 def blocks(verdicts: Sequence[ClaimVerdict]) -> list[Block]:
     """A table of every claim's findings, and each claim's measurable form and notes below it."""
-    rows = [[v.claim.said if i == 0 else "", _comparison(v.claim, f), f.verdict, figures(v.claim, f), f.why]
+    rows = [[v.claim.said if i == 0 else "", _comparison(v.claim, f),
+             f.verdict + (f" {BUSY_MARK}" if any(f.busy) else ""), figures(v.claim, f), f.why]
             for v in verdicts for i, f in enumerate(v.findings)]
     notes = [f"{v.claim.name}: {v.claim.meaning}" for v in verdicts if v.claim.meaning]
+    if any(any(f.busy) for v in verdicts for f in v.findings):
+        notes.append(f"{BUSY_MARK}: judged on runs measured while other processes used more than a quarter of their "
+                     "cores (their timings are suspect; its why names them); `bakeoff claims --retry-busy` measures "
+                     "them again and keeps the quieter measurement.")
     notes += [f"{v.claim.name}: {note}" for v in verdicts for note in v.notes]
     return [Heading(2, "Claims"),
             Para("Each claim as a measurable hypothesis, judged at this scale (the trials' own sizes, on this "

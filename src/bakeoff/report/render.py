@@ -20,6 +20,7 @@ import numpy as np
 
 from bakeoff.analysis.bootstrap import CONFIDENCE, RESAMPLES, TIE_BAND
 from bakeoff.analysis.conditions import (
+    BUSY_MARK,
     LOAD_GAP_PER_CORE,
     busy_runs,
     config_load,
@@ -45,7 +46,6 @@ from bakeoff.report.what_ran import mix_warning, what_ran_blocks
 
 NOISY_MARK = "†"
 LOAD_MARK = "‡"
-BUSY_MARK = "§"
 
 
 class _Footnotes:
@@ -467,12 +467,17 @@ def _robustness_blocks(decision: Decision) -> list[Block]:
                     _sensitivity_table(decision)]
     elif decision.robust:
         why = (f"robust: the leader leads in at least {ROBUST_SHARE:.0%} of them, its lead holds with every interval "
-               f"at {ROBUST_CONFIDENCE:.0%}, no more than a third of either side's runs failed, and it leads under "
-               "every single weight halved or doubled.")
+               f"at {ROBUST_CONFIDENCE:.0%}, no more than a third of either side's runs failed, none was measured on "
+               "a busy machine, and it leads under every single weight halved or doubled.")
+    elif any(decision.busy):
+        why = (f"not robust {BUSY_MARK}: {decision.busy[0]} of the leader's and {decision.busy[1]} of the "
+               f"runner-up's runs were measured while other processes used more than {OTHER_WORK_SHARE:.0%} of "
+               "their cores (their timings are suspect, so no share of draws over them is evidence); `bakeoff run "
+               "--retry-busy` measures them again.")
     else:
         why = (f"not robust: that needs a winner leading in at least {ROBUST_SHARE:.0%} of them, its lead holding "
                f"with every interval at {ROBUST_CONFIDENCE:.0%}, no more than a third of either side's runs failed, "
-               "and every single weight halved or doubled.")
+               "none measured on a busy machine, and every single weight halved or doubled.")
     joint = Para(f"Noise and weights together, over {decision.resamples:,} joint draws (for every configuration and "
                  "measured criterion, a plausible value from its runs: their geometric mean with Student-t noise of "
                  "its standard error, as the intervals assume; each weight scaled by its own log-uniform factor "

@@ -304,6 +304,18 @@ def order_text(configs: Sequence[ConfigSummary]) -> str | None:
     return (f"frameworks take turns within each repeat, shuffled with order seed {', '.join(map(str, seeds))}")
 
 
+def retries_text(configs: Sequence[ConfigSummary]) -> str | None:
+    """The trials ``bakeoff run --retry-busy`` measured again, and which of each one's two measurements the report
+    reads (the quieter): ``"torch/eager repeat 1 (--retry-busy): busy again (...): kept the first measurement ..."``.
+    """
+    from bakeoff.analysis.conditions import retry_note
+    from bakeoff.results.store import busy_retry
+
+    said = [f"{c.label} repeat {r.run_spec.repeat} (--retry-busy): {retry_note(record)}"
+            for c in configs for r in c.trials if (record := busy_retry(r)) is not None]
+    return "; ".join(said) or None
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Reproduce
 
@@ -445,6 +457,7 @@ def what_ran_blocks(configs: Sequence[ConfigSummary], suites: Mapping[str, str] 
         ("Runs", per_config(configs, seeds_text)),
         ("Versions", versions_text(configs) if configs else None),
         ("Order", order_text(configs)),
+        ("Measured again", retries_text(configs)),
     ]
     blocks: list[Block] = [Heading(3, "What ran"), Facts([(k, v) for k, v in facts if v])]
     commands, notes = reproduce_commands(configs)

@@ -3,7 +3,10 @@
 :func:`decisions_json` is what ``bakeoff report --format json`` writes: per (workload, preset), the verdict, the
 winner, the framework ranking with scores, each configuration's criterion scores and the median with its 95%
 bootstrap interval of every measured criterion, and the head-to-head ratios (leader against runner-up) with their
-intervals. Strict JSON: a number that is not finite (a target never reached, an unbounded interval) is ``null``.
+intervals. ``runs`` and ``busy_runs`` are the leader's and the runner-up's successful runs and, of those, the ones
+measured on a busy machine (:func:`bakeoff.analysis.conditions.busy_runs`; a decision with any is never robust);
+each configuration carries its own ``runs_busy``. Strict JSON: a number that is not finite (a target never reached,
+an unbounded interval) is ``null``.
 
 :func:`slower_than` is ``--fail-if-slower-than NAME=RATIO``: NAME is a framework (judged by its fastest
 configuration) or a configuration label (``torch/graph``). It fails when NAME's steady throughput is *surely* below
@@ -20,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bakeoff.analysis.bootstrap import difference
+from bakeoff.analysis.conditions import busy_runs
 from bakeoff.analysis.decide import MEASURED, Decision
 from bakeoff.analysis.stats import ConfigSummary, sections
 from bakeoff.core.spec import SpecError
@@ -47,7 +51,7 @@ def _configuration(s: ConfigSummary, decision: Decision) -> dict[str, Any]:
         low, high = s.interval(c.quantity) or (None, None)
         quantities[c.quantity] = {"median": value, "low": low, "high": high, "unit": c.record.unit}
     return {"label": s.label, "framework": s.framework, "execution": s.execution, "runs_ok": s.n_ok,
-            "runs": s.n_total, "statuses": s.statuses, "reasons": s.reasons,
+            "runs": s.n_total, "runs_busy": len(busy_runs(s)), "statuses": s.statuses, "reasons": s.reasons,
             "score": score.score if score else None, "criteria": score.parts if score else {},
             "quantities": quantities}
 
@@ -59,7 +63,7 @@ def decision_dict(decision: Decision, summaries: Sequence[ConfigSummary]) -> dic
         "workload": decision.workload, "preset": decision.preset, "verdict": decision.verdict,
         "winner": decision.winner, "tie": decision.tie, "inconclusive": decision.inconclusive,
         "provisional": decision.provisional, "robust": decision.robust, "margin": decision.margin,
-        "runs": decision.runs, "weights": decision.weights, "excluded": decision.excluded,
+        "runs": decision.runs, "busy_runs": decision.busy, "weights": decision.weights, "excluded": decision.excluded,
         "ranking": [dataclasses.asdict(r) for r in decision.ranking], "unscored": decision.unscored,
         "win_share": decision.win_share, "caveats": decision.caveats,
         "head_to_head": {c: {**dataclasses.asdict(d), "tie": d.tie} for c, d in decision.head_to_head.items()},

@@ -6,6 +6,10 @@ Tables:
                 kind ``step_time`` / ``loss`` (idx = step − 1) and ``eval`` (idx = evaluation number,
                 step and training-clock seconds alongside the metric value).
 
+  ``alternates`` — measurements of a trial that analysis does not read, kept whole (``bakeoff run --retry-busy``
+                keeps the quieter of a busy trial's two measurements in ``trials`` and the other here:
+                :meth:`Store.keep_quieter`), several per key when it was measured again more than once.
+
 Each trial is written in one transaction, so an interrupted run never leaves half a trial behind.
 
 Journal: write-ahead (WAL) on a local disk; on a network file system (NFS, SMB, Lustre, GPFS, ...: the results
@@ -90,6 +94,9 @@ CREATE TABLE IF NOT EXISTS ceilings (
 CREATE TABLE IF NOT EXISTS efficiency (
   key TEXT PRIMARY KEY, framework TEXT NOT NULL, fingerprint TEXT NOT NULL, result TEXT NOT NULL,
   measured_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS alternates (
+  key TEXT NOT NULL, suite TEXT NOT NULL, finished_at TEXT NOT NULL, result TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS samples (
   key TEXT NOT NULL REFERENCES trials(key) ON DELETE CASCADE, kind TEXT NOT NULL, idx INTEGER NOT NULL,
@@ -207,19 +214,64 @@ class Store:
 
     def put(self, result: TrialResult, suite: str) -> None:
         """Insert or replace one trial and all its samples, atomically."""
+        with self._writing():
+            self._put(result, suite, _now())
+
+    def _put(self, result: TrialResult, suite: str, finished_at: str) -> None:
         spec = result.run_spec
         samples: list[tuple] = [(result.key, "step_time", i, i + 1, None, v) for i, v in enumerate(result.step_times_s)]
         samples += [(result.key, "loss", i, i + 1, None, v) for i, v in enumerate(result.losses)]
         samples += [(result.key, "eval", i, int(p["step"]), p["train_s"], p["metric"])
                     for i, p in enumerate(result.curve)]
+        self._db.execute("DELETE FROM samples WHERE key = ?", (result.key,))
+        self._db.execute(
+            "INSERT OR REPLACE INTO trials VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (result.key, suite, spec.workload, spec.preset, spec.framework.value, spec.label(), spec.seed,
+             spec.repeat, result.status.value, result.reason, finished_at, json.dumps(result.to_dict())))
+        self._db.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)", samples)
+
+    def keep_quieter(self, retry: TrialResult, suite: str) -> TrialResult:
+        """Store ``retry``, a stored trial measured again because it was busy (``bakeoff run --retry-busy``), keeping
+        the quieter of the two measurements where analysis reads it and the other in ``alternates``, atomically:
+        nothing measured is lost.
+
+        Quieter: the lower share of its cores other processes used during the steady steps
+        (:func:`bakeoff.analysis.conditions.other_work`). The retry is kept when it succeeded and was quieter, or
+        its share was not measured (nothing flags it); the stored one otherwise (a failed retry measured nothing).
+        Both records say which was kept, in ``extras["busy_retry"]`` (:func:`busy_retry`). Returns ``retry`` so
+        annotated; a trial not stored (deleted meanwhile) is simply stored.
+        """
+        from bakeoff.analysis.conditions import other_work
+
+        row = self._db.execute("SELECT suite, finished_at, result FROM trials WHERE key = ?", (retry.key,)).fetchone()
+        if row is None:
+            self.put(retry, suite)
+            return retry
+        stored_suite, stored_at, raw = row
+        stored = TrialResult.from_dict(json.loads(raw))
+        before, now = other_work(stored.environment), other_work(retry.environment)
+        kept_retry = retry.status is Status.OK and (now is None or before is None or now < before)
+        finished = _now()
+        record = {"kept": "retry" if kept_retry else "stored",
+                  "stored": _measurement(stored, stored_at), "retry": _measurement(retry, finished)}
+        for result in (stored, retry):
+            result.extras["busy_retry"] = record
+        kept, other = (retry, stored) if kept_retry else (stored, retry)
         with self._writing():
-            self._db.execute("DELETE FROM samples WHERE key = ?", (result.key,))
-            self._db.execute(
-                "INSERT OR REPLACE INTO trials VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (result.key, suite, spec.workload, spec.preset, spec.framework.value, spec.label(), spec.seed,
-                 spec.repeat, result.status.value, result.reason, datetime.now(UTC).isoformat(timespec="seconds"),
-                 json.dumps(result.to_dict())))
-            self._db.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)", samples)
+            self._put(kept, suite if kept_retry else stored_suite, finished if kept_retry else stored_at)
+            self._db.execute("INSERT INTO alternates VALUES (?,?,?,?)",
+                             (other.key, stored_suite if kept_retry else suite, stored_at if kept_retry else finished,
+                              json.dumps(other.to_dict())))
+        return retry
+
+    def alternates(self, keys: Iterable[str] | None = None) -> list[TrialResult]:
+        """The measurements analysis does not read (:meth:`keep_quieter`), oldest first; optionally of these keys."""
+        try:
+            rows = self._db.execute("SELECT key, result FROM alternates ORDER BY finished_at, rowid").fetchall()
+        except sqlite3.OperationalError:  # a store written before alternates were kept, opened read-only
+            return []
+        wanted = set(keys) if keys is not None else None
+        return [TrialResult.from_dict(json.loads(raw)) for key, raw in rows if wanted is None or key in wanted]
 
     def put_suite(self, name: str, source: str, weights: dict[str, float],
                   qualitative: dict[str, dict[str, float]]) -> None:
@@ -375,6 +427,7 @@ class Store:
             deleted = 0
             for key in keys:
                 self._db.execute("DELETE FROM samples WHERE key = ?", (key,))
+                self._db.execute("DELETE FROM alternates WHERE key = ?", (key,))
                 deleted += self._db.execute("DELETE FROM trials WHERE key = ?", (key,)).rowcount
         return deleted
 
@@ -382,6 +435,26 @@ class Store:
         """``(step, train_s, value)`` rows of one trial's samples of one kind, in order."""
         return list(self._db.execute(
             "SELECT step, train_s, value FROM samples WHERE key = ? AND kind = ? ORDER BY idx", (key, kind)))
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _measurement(result: TrialResult, finished_at: str) -> dict[str, Any]:
+    """What ``extras["busy_retry"]`` says of one of a busy trial's two measurements."""
+    from bakeoff.analysis.conditions import other_work
+
+    return {"finished_at": finished_at, "status": result.status.value, "other_share": other_work(result.environment),
+            "examples_per_s": result.throughput.get("examples_per_s")}
+
+
+def busy_retry(result: TrialResult) -> dict[str, Any] | None:
+    """``{"kept": "stored" | "retry", "stored": {...}, "retry": {...}}`` when ``result`` is one of a busy trial's two
+    measurements (:meth:`Store.keep_quieter`): each with its ``finished_at``, ``status``, ``other_share`` and
+    ``examples_per_s``."""
+    record = result.extras.get("busy_retry")
+    return record if isinstance(record, dict) else None
 
 
 def export(results: Sequence[TrialResult], path: Path) -> Path:

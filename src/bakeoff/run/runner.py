@@ -3,7 +3,8 @@ executor (:mod:`bakeoff.run.executors`) runs them; this process stays the only w
 
 Resume is the default: a trial whose spec key is already in the store is skipped, whatever its status, so an
 interrupted run picks up where it stopped. ``retry_failed`` re-runs the recorded trials that did not succeed;
-``fresh`` re-runs everything.
+``fresh`` re-runs everything; ``retry_busy`` measures again the trials measured on a busy machine and keeps the
+quieter of the two measurements, the other stored beside it (:meth:`~bakeoff.results.store.Store.keep_quieter`).
 
 Order and resume (:mod:`bakeoff.plan.order`): repeat by repeat, frameworks taking turns. Each result records its place
 in its ``order`` section (``Order(position=3, of=18, seed=0)``, 1-based, in the planned order of the whole run,
@@ -37,7 +38,7 @@ from bakeoff.core.result import Mfu, Order, TrialResult
 from bakeoff.core.spec import Device, RunSpec, SpecError, Status
 from bakeoff.measure import ceiling
 from bakeoff.measure.environment import cuda_devices
-from bakeoff.plan.order import measure_again, order, to_run
+from bakeoff.plan.order import busy, measure_again, order, to_run
 from bakeoff.results import model_dir
 from bakeoff.results.store import Store, StoreWriteError
 from bakeoff.run.executors.base import Executor, TrialJob
@@ -232,6 +233,8 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
          executor: Executor | None = None) -> RunSummary:
     _store_unstored(store, log_dir, {spec.key(): suite for spec in specs})
     recorded, again = store.statuses(), measure_again(store, timeout_s, retry_busy)
+    # a busy trial measured again keeps the quieter measurement, the other beside it (--fresh replaces as ever)
+    quieter = busy(store) if retry_busy and not fresh else set()
 
     def runs(spec: RunSpec) -> bool:
         return to_run(spec, recorded, fresh, retry_failed, again)
@@ -286,7 +289,10 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
             if result.status is Status.OK:
                 result.mfu = _utilisation(store, wanted, kept, result)  # may store the ceiling it probed
             with hold_signals():  # the row is written whole; a signal meanwhile is raised after it
-                store.put(result, suite)
+                if spec.key() in quieter:
+                    store.keep_quieter(result, suite)
+                else:
+                    store.put(result, suite)
         except StoreWriteError as exc:  # a full disk, a store gone read-only: keep the result, stop the run
             raise _unstored(result, store, log_dir, exc) from None
         summary.ran.append(result)
