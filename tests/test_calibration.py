@@ -2,8 +2,11 @@
 (:mod:`bakeoff.analysis.calibration`). ``bench/calibration.py`` prints the whole table.
 
 Null scenarios draw every side from one distribution, so any "wins" is false. Each is drawn :data:`DRAWS` times;
-the bound is checked on each scenario's rate and, pooled over every null scenario, on the one-sided 95%
-Clopper-Pearson upper limit, so that the bound holds with confidence and not only on the draws made.
+pooled over every null scenario, the one-sided 95% Clopper-Pearson upper limit of the rate must lie within the
+bound, so that it holds with confidence and not only on the draws made; and no scenario's draws may show its own
+rate beyond the bound (its lower limit within it). The scenario nearest the bound (bimodal runs at 3 runs a side:
+3 runs of one side in the fast mode and 3 of the other in the slow one look exactly like a true 1.4x) is drawn
+:data:`NEAREST_DRAWS` times and held to the bound itself.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from bakeoff.analysis.calibration import Noise, Scenario, Tally, adaptive_scenar
 from bakeoff.core.result import AdaptiveRepeats
 
 DRAWS = 150
+NEAREST_DRAWS = 2000
 FALSE_WINS = 0.05
 FALSE_ROBUST = 0.01
 
@@ -28,6 +32,11 @@ def upper(events: int, n: int, confidence: float = 0.95) -> float:
     return 1.0 if events >= n else float(beta.ppf(confidence, events + 1, n - events))
 
 
+def lower(events: int, n: int, confidence: float = 0.95) -> float:
+    """One-sided Clopper-Pearson lower limit of a rate seen ``events`` times in ``n``."""
+    return 0.0 if events == 0 else float(beta.ppf(1 - confidence, events, n - events + 1))
+
+
 @pytest.fixture(scope="module")
 def null_tallies() -> list[Tally]:
     return [simulate(s, DRAWS) for s in scenarios(2) + [s for s in scenarios(3) if s.runs == 3][:3]]
@@ -35,22 +44,49 @@ def null_tallies() -> list[Tally]:
 
 def test_the_null_scenarios_cover_every_noise_model_of_the_issue():
     names = {s.name.split(", n")[0] for s in scenarios(2)}
-    assert names == {"1%", "5%", "10%", "25%", "1% vs 25%", "drift phi 0.9", "failures"}
+    assert names == {"1%", "5%", "10%", "25%", "1% vs 25%", "drift phi 0.9", "failures", "heavy tails", "bimodal",
+                     "load drift", "many timeouts", "user weights, 1% vs 25%"}
     assert {s.runs for s in scenarios(2)} == {3, 5} and all(s.null for s in scenarios(2) + scenarios(3))
+    assert {s.side_runs for s in scenarios(2)} == {(), (3, 8)}  # unequal n
+    adaptive = {s.name.split(", n")[0] for s in adaptive_scenarios()}
+    assert {"bimodal", "load drift", "user weights, 1% vs 25%", "power: 1.15x at 5%", "power: 1.3x at 10%"} <= adaptive
+
+
+def test_the_noise_models_draw_what_they_say():
+    from bakeoff.analysis.calibration import draw, loads
+
+    rng = np.random.default_rng(0)
+    bimodal = Scenario("bimodal", 400, (Noise.uniform(0.0, slow_share=0.3, slow_factor=1.4),) * 2)
+    rates = np.array([r.throughput["examples_per_s"] for r in draw(bimodal, rng)])
+    assert 0.25 < np.mean(rates < 0.8 * rates.max()) < 0.35  # 3 runs in 10 1.4x as slow
+    assert np.allclose(sorted(set(np.round(rates.max() / rates, 1))), [1.0, 1.4])
+    drift = Scenario("load drift", 200, (Noise.uniform(0.0),) * 2, load_drift=0.10)
+    runs = draw(drift, rng, loads(drift, rng))
+    pairs = np.log([[r.throughput["examples_per_s"] for r in runs if r.spec["repeat"] == i] for i in range(200)])
+    assert np.allclose(pairs[:, 0], pairs[:, 1]) and 0.07 < pairs[:, 0].std() < 0.13  # shared by a repeat's sides
+    unequal = Scenario("unequal", 3, (Noise.uniform(0.05),) * 2, side_runs=(3, 8))
+    assert [sum(r.spec["framework"] == fw for r in draw(unequal, rng)) for fw in ("torch", "tensorflow")] == [3, 8]
 
 
 def test_a_false_wins_is_rare_in_every_null_scenario(null_tallies):
-    rates = {t.scenario.name: t.rate(t.wins) for t in null_tallies}
-    assert all(rate <= FALSE_WINS for rate in rates.values()), rates
+    beyond = {t.scenario.name: t.wins for t in null_tallies if lower(t.wins, t.draws) > FALSE_WINS}
+    assert not beyond, beyond
     wins, draws = sum(t.wins for t in null_tallies), sum(t.draws for t in null_tallies)
     assert upper(wins, draws) <= FALSE_WINS, (wins, draws)
 
 
 def test_a_false_robust_is_rarer_still(null_tallies):
-    rates = {t.scenario.name: t.rate(t.robust) for t in null_tallies}
-    assert all(rate <= 2 * FALSE_ROBUST for rate in rates.values()), rates
+    beyond = {t.scenario.name: t.robust for t in null_tallies if lower(t.robust, t.draws) > FALSE_ROBUST}
+    assert not beyond, beyond
     robust, draws = sum(t.robust for t in null_tallies), sum(t.draws for t in null_tallies)
     assert upper(robust, draws) <= FALSE_ROBUST, (robust, draws)
+
+
+def test_bimodal_runs_at_three_a_side_the_nearest_the_bounds_stay_within_them():
+    # Measured over 6,000 draws in four seeds: 0.83% false robust (one-sided 95% upper limit 1.05%), 1.8% false
+    # wins. Five runs a side: 0.2% and 0.5%.
+    t = simulate(next(s for s in scenarios(2) if s.name == "bimodal, n = 3, 2 sides"), NEAREST_DRAWS)
+    assert t.rate(t.wins) <= FALSE_WINS and t.rate(t.robust) <= FALSE_ROBUST, (t.wins, t.robust)
 
 
 def test_the_intervals_cover_the_true_ratio(null_tallies):
@@ -91,8 +127,8 @@ def test_the_bench_prints_the_whole_table():
     bench = Path(__file__).resolve().parent.parent / "bench" / "calibration.py"
     out = subprocess.run([sys.executable, str(bench), "2"], capture_output=True, text=True, check=True).stdout
     rows = [line for line in out.splitlines() if line.startswith("| ") and "scenario" not in line]
-    assert len(rows) == len(scenarios(2)) + len(scenarios(3)) + 8 + len(adaptive_scenarios())
-    assert rows[0].startswith("| 1%, n = 3, 2 sides |") and all(line.count("|") == 8 for line in rows)
+    assert len(rows) == len(scenarios(2)) + len(scenarios(3)) + 10 + len(adaptive_scenarios())
+    assert rows[0].startswith("| 1%, n = 3, 2 sides |") and all(line.count("|") == 9 for line in rows)
 
 
 def test_adaptive_draws_add_runs_only_while_the_verdict_is_unsettled():
@@ -110,26 +146,33 @@ def test_adaptive_draws_add_runs_only_while_the_verdict_is_unsettled():
     assert any(d.inconclusive and not d.tie for d in decisions)  # 25% noise, equal sides: unsettled ones exist
 
 
-ADAPTIVE_DRAWS = 60  # each draw decides up to 4 times
+ADAPTIVE_DRAWS = 40  # a null draw decides 8 times (3 to 10 runs: its first-step interval is never shown equal)
+POWER_DRAWS = 100
 
 
 def test_adaptive_repeats_keep_a_false_wins_rare_though_they_stop_when_a_verdict_looks_settled():
-    # Without the correction for looks (each look's intervals at 95%) this procedure's false wins rose from 3.0% to
-    # 6.5% (25% throughput noise, up to 10 runs): each look is another chance. With it, the bounds of fixed runs hold.
+    # Without a correction for looks (each look's intervals at 95%) this procedure's false wins rose from 3.0% to
+    # 6.5% (25% throughput noise, up to 10 runs): each look is another chance. With the group-sequential levels the
+    # bounds of fixed runs hold.
     null = [simulate(s, ADAPTIVE_DRAWS) for s in adaptive_scenarios() if s.null]
-    assert len(null) == 4 and all(s.scenario.looks == 4 for s in null)
+    assert len(null) == 7 and all(s.scenario.looks == 8 for s in null)
     rates = {t.scenario.name: t.rate(t.wins) for t in null}
     assert all(rate <= FALSE_WINS for rate in rates.values()), rates
     wins, robust, draws = (sum(t.wins for t in null), sum(t.robust for t in null), sum(t.draws for t in null))
     assert upper(wins, draws) <= FALSE_WINS and robust <= FALSE_ROBUST * draws, (wins, robust, draws)
 
 
-def test_adaptive_repeats_call_a_true_difference_at_least_as_often_as_three_runs():
-    power = next(s for s in adaptive_scenarios() if not s.null)
-    adaptive = simulate(power, ADAPTIVE_DRAWS)
-    fixed = simulate(dataclasses.replace(power, max_runs=0), ADAPTIVE_DRAWS)
+@pytest.mark.parametrize("speed, noise", [(1.15, 0.05), (1.3, 0.10)])
+def test_adaptive_repeats_settle_the_differences_teams_argue_about_in_at_most_8_runs_on_average(speed, noise):
+    # The issue's figures: 3 to 10 runs, a true 1.15x at 5% noise and 1.3x at 10% called at least 80% of the time,
+    # at most 8 runs a side on average. With Bonferroni's levels over the looks, 3 to 6 runs called the first 31%.
+    power = next(s for s in adaptive_scenarios() if f"{speed:g}x at {noise:.0%}" in s.name)
+    adaptive = simulate(power, POWER_DRAWS)
     assert adaptive.right_wins == adaptive.wins  # never the slower side
-    assert adaptive.rate(adaptive.right_wins) >= max(0.80, fixed.rate(fixed.right_wins))
+    assert adaptive.rate(adaptive.right_wins) >= 0.80 and adaptive.mean_runs <= 8, (adaptive.rate(adaptive.wins),
+                                                                                    adaptive.mean_runs)
+    fixed = simulate(dataclasses.replace(power, max_runs=0), POWER_DRAWS)
+    assert adaptive.rate(adaptive.right_wins) > fixed.rate(fixed.right_wins)  # more than 3 fixed runs call
 
 
 def test_a_verdict_over_adaptive_runs_reads_its_intervals_at_the_looks_level_and_says_so():

@@ -163,6 +163,27 @@ def ratio(a: np.ndarray | float, b: np.ndarray | float) -> np.ndarray:
 
 
 @dataclasses.dataclass(frozen=True)
+class Resolution:
+    """What a comparison's runs could tell apart, and what would settle it (:func:`bakeoff.analysis.intervals.
+    resolution`): at their run-to-run ``noise`` (the standard deviation of a run's log value, both sides pooled:
+    0.09 reads "9%"), ``runs`` a side settle as better, 4 times in 5, a true ratio beyond ``detectable`` (≥ 1,
+    either way); about ``settle_runs`` a side (``None``: more than :data:`SETTLE_RUNS_MAX`) would settle the ratio
+    measured, ``settles`` (≥ 1, either way) — as a difference when it lies beyond the tie band (``aim``
+    ``"better"``), as equal when inside it (``"equal"``) — if it is the true one."""
+
+    runs: tuple[int, int]
+    noise: float
+    detectable: float
+    settles: float
+    aim: str  # "better" | "equal"
+    settle_runs: int | None
+
+
+SETTLE_RUNS_MAX = 100
+"""Beyond this many runs a side, what would settle a comparison is given as "more than 100"."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Difference:
     """Configuration ``a`` against ``b`` on one quantity: their values, the ratio a / b and its interval.
 
@@ -179,6 +200,7 @@ class Difference:
     better: str | None
     equivalent: bool
     confidence: float = 0.95  # of the interval
+    resolution: Resolution | None = None  # what the runs could tell apart (2 finite runs a side at least)
 
     @property
     def tie(self) -> bool:
@@ -201,8 +223,10 @@ class Difference:
         def inv(v: float | None) -> float | None:
             return None if v is None else float(ratio(1.0, v))
 
+        resolution = (None if self.resolution is None else
+                      dataclasses.replace(self.resolution, runs=self.resolution.runs[::-1]))
         return Difference(self.quantity, self.b, self.a, inv(self.ratio), inv(self.high), inv(self.low),
-                          {"a": "b", "b": "a"}.get(self.better or ""), self.equivalent, self.confidence)
+                          {"a": "b", "b": "a"}.get(self.better or ""), self.equivalent, self.confidence, resolution)
 
 
 def difference(name: str, a: float | None, b: float | None, a_reps: np.ndarray, b_reps: np.ndarray,

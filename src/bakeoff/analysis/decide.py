@@ -399,6 +399,7 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
         decision.tie = (bool(decision.head_to_head) and not qualitative_differs
                         and all(d.equivalent for d in decision.head_to_head.values()))
     decision.verdict = verdict.compose(decision, w_cfg, r_cfg, w_parts, r_parts, qualitative)
+    decision.verdict += verdict.settle_sentence(decision, w_cfg)
     if not decision.provisional and w_cfg.value("mfu") is not None and r_cfg.value("mfu") is not None:
         decision.verdict += verdict.mfu_sentence(_mfu_difference(w_cfg, r_cfg), w_cfg, r_cfg)
     return decision

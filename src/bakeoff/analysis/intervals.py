@@ -46,7 +46,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bakeoff.analysis.bootstrap import TIE_BAND, Difference, ratio
+from bakeoff.analysis.bootstrap import SETTLE_RUNS_MAX, TIE_BAND, Difference, Resolution, ratio
 
 CONFIDENCE = 0.95
 ROBUST_CONFIDENCE = 0.99
@@ -151,6 +151,50 @@ def welch(a: np.ndarray, b: np.ndarray, confidence: float) -> tuple[float, float
     return math.exp(centre - half), math.exp(centre + half)
 
 
+POWER = 0.80
+"""What "can tell apart" means in a :class:`~bakeoff.analysis.bootstrap.Resolution`: 4 times in 5."""
+
+
+def _needed(sd2: tuple[float, float], runs: tuple[np.ndarray, np.ndarray], confidence: float) -> np.ndarray:
+    """The log distance from the near edge of the band a true ratio needs for an interval over ``runs`` runs a side
+    (arrays of run counts; log variances ``sd2``) to clear it :data:`POWER` of the time: (t + z) standard errors,
+    Welch's degrees of freedom."""
+    from scipy.stats import norm
+    from scipy.stats import t as student_t
+
+    va, vb = sd2[0] / runs[0], sd2[1] / runs[1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = np.where(va + vb > 0, (va + vb) ** 2 / (va**2 / (runs[0] - 1) + vb**2 / (runs[1] - 1)), 1.0)
+    quantile = student_t.ppf(1 - (1 - confidence) / 2, df) + norm.ppf(POWER)
+    return np.asarray(quantile * np.sqrt(va + vb), dtype=float)
+
+
+def resolution(a_runs: np.ndarray, b_runs: np.ndarray, confidence: float = CONFIDENCE, band: float = TIE_BAND,
+               observed: float | None = None) -> Resolution | None:
+    """What ``a_runs`` against ``b_runs`` (one finite value per run, 2 a side at least; else ``None``) could tell
+    apart at ``confidence``, and about how many runs a side would settle the ratio ``observed`` (the one shown: of
+    the medians; by default of the geometric means) if it
+    were the true one (more runs than either side has): as better when it lies beyond the band, as equal when inside
+    it. A power calculation on the
+    runs' own log spread (Welch's t plus the normal quantile of :data:`POWER`); the spread is itself estimated from
+    few runs, so the run counts are "about"."""
+    a, b = np.asarray(a_runs, dtype=float), np.asarray(b_runs, dtype=float)
+    if len(a) < 2 or len(b) < 2 or not (np.isfinite(a).all() and np.isfinite(b).all()) or (a <= 0).any() \
+            or (b <= 0).any():
+        return None
+    sd2 = (float(np.log(a).var(ddof=1)), float(np.log(b).var(ddof=1)))
+    edge = math.log(1 + band)
+    observed = abs(math.log(observed) if observed else float(np.log(a).mean() - np.log(b).mean()))
+    detectable = math.exp(edge + float(_needed(sd2, (np.array(len(a)), np.array(len(b))), confidence)))
+    aim = "better" if observed > edge else "equal"
+    room = observed - edge if aim == "better" else edge - observed
+    more = np.arange(max(len(a), len(b)) + 1, SETTLE_RUNS_MAX + 1)  # what more runs would settle
+    enough = np.flatnonzero(_needed(sd2, (more, more), confidence) <= room) if more.size else np.array([], int)
+    settle_runs = int(more[enough[0]]) if enough.size else None
+    return Resolution(runs=(len(a), len(b)), noise=math.sqrt(sum(sd2) / 2), detectable=detectable,
+                      settles=math.exp(observed), aim=aim, settle_runs=settle_runs)
+
+
 def compare(name: str, a: float | None, b: float | None, a_runs: np.ndarray, b_runs: np.ndarray,
             a_bounds: np.ndarray, b_bounds: np.ndarray, higher_is_better: bool, confidence: float = CONFIDENCE,
             band: float = TIE_BAND) -> Difference:
@@ -185,7 +229,7 @@ def compare(name: str, a: float | None, b: float | None, a_runs: np.ndarray, b_r
     larger = "a" if low > hi_band else "b" if high < lo_band else None
     better = larger if higher_is_better or larger is None else {"a": "b", "b": "a"}[larger]
     return Difference(name, a, b, point, low, high, better, equivalent=bool(lo_band <= low and high <= hi_band),
-                      confidence=confidence)
+                      confidence=confidence, resolution=resolution(a_runs, b_runs, CONFIDENCE, band, point))
 
 
 def draws(runs: np.ndarray, bounds: np.ndarray, value: float | None, size: int,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from bakeoff.analysis.bootstrap import RESAMPLES, TIE_BAND, Difference
+from bakeoff.analysis.bootstrap import RESAMPLES, SETTLE_RUNS_MAX, TIE_BAND, Difference
 from bakeoff.analysis.conditions import FRAMEWORK_NAMES, busy_clause, busy_note, display_name
 from bakeoff.analysis.decision import Decision, Qualitative
 from bakeoff.analysis.quantities import Quantity, fmt, quantity
@@ -139,6 +139,31 @@ def _robust_clause(decision: Decision, leader: str, busy: str | None = None) -> 
     if decision.robust:
         return f"robust: {joint}, and under every single weight halved or doubled"
     return f"not robust: {joint}" + (f"; {flip}" if flip else "")
+
+
+def resolution_text(d: Difference) -> str:
+    """What an unsettled comparison's runs could tell apart and what would settle it: ``"3 runs a side at 9%
+    run-to-run noise tell apart, 4 times in 5, only differences beyond 1.37x; about 17 runs a side would settle the
+    1.15x measured, if it is real"``; ``""`` without a :class:`~bakeoff.analysis.bootstrap.Resolution`."""
+    r = d.resolution
+    if r is None:
+        return ""
+    runs = f"{r.runs[0]} runs a side" if r.runs[0] == r.runs[1] else f"{r.runs[0]} and {r.runs[1]} runs"
+    could = (f"{runs} at {r.noise:.0%} run-to-run noise tell apart, 4 times in 5, only differences beyond "
+             f"{ratio_text(r.detectable)}")
+    what = (f"settle the {ratio_text(r.settles)} measured, if it is real" if r.aim == "better" else
+            f"show the two equal within ±{TIE_BAND:.0%}, if they are as close as the {ratio_text(r.settles)} measured")
+    more = (f"about {r.settle_runs} runs a side would {what}" if r.settle_runs is not None else
+            f"more than {SETTLE_RUNS_MAX} runs a side would be needed to {what}")
+    return f"{could}; {more}"
+
+
+def settle_sentence(d: Decision, w: ConfigSummary) -> str:
+    """`` Unsettled: steady throughput — 3 runs a side at 9% …; first step — ….`` for every weighted measured
+    criterion the leader and the runner-up are not shown better, worse or equal on; ``""`` when none is."""
+    parts = [f"{w.title(x.quantity)} — {text}" for x in d.head_to_head.values()
+             if x.outcome == "unsettled" and (text := resolution_text(x))]
+    return f" Unsettled: {'; '.join(parts)}." if parts else ""
 
 
 MFU_GAP = 1.25
