@@ -253,3 +253,8 @@ def quick_results() -> list[TrialResult]:
             *repeats("jax", "graph", [1450, 1750, 2150], [1.5, 2.1, 2.5], final_metric=[0.89, 0.92, 0.87],
                      first_step_s=0.5, increment_mib=85, jitter=0.25)]),
     ]
+
+
+def verdict_body(verdict: str) -> str:
+    """A verdict without its closing "Unsettled: ..." sentence (what would settle each unsettled criterion)."""
+    return verdict.split(" Unsettled: ")[0]

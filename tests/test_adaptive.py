@@ -104,7 +104,7 @@ def test_repeats_auto_and_max_repeats_are_checked_naming_the_flag_or_line():
     from bakeoff.core.spec import SpecError
     from bakeoff.plan.suite import load_suite
 
-    assert load_suite("quick", {"repeats": "auto"}).adaptive == {"first": 3, "max": 6}
+    assert load_suite("quick", {"repeats": "auto"}).adaptive == {"first": 3, "max": 10}
     assert load_suite("quick", {"repeats": "auto", "max_repeats": 4}).adaptive == {"first": 3, "max": 4}
     with pytest.raises(SpecError, match="--max-repeats applies only with --repeats auto"):
         load_suite("quick", {"max_repeats": 4})

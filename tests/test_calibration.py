@@ -206,3 +206,31 @@ def test_a_verdict_over_adaptive_runs_reads_its_intervals_at_the_looks_level_and
     assert "up to 4 looks): each interval is at 98.8%, not 95%" in older.verdict
     assert ("up to 4 looks): each interval is at 99.7%, not 95%, the level this look of a group-sequential "
             "design allows") in wide.verdict
+
+
+def _cleared(ratio: float, sigma: float, n: int, rng: np.random.Generator, draws: int = 20_000) -> float:
+    """How often a 95% Welch interval over ``n`` log-normal runs a side (``sigma`` on the log) clears the tie band
+    when the true ratio is ``ratio``: the power, simulated independently of the code under test."""
+    from scipy.stats import t as student_t
+
+    a, b = rng.normal(math.log(ratio), sigma, (draws, n)), rng.normal(0.0, sigma, (draws, n))
+    va, vb = a.var(axis=1, ddof=1) / n, b.var(axis=1, ddof=1) / n
+    df = (va + vb) ** 2 / (va**2 / (n - 1) + vb**2 / (n - 1))
+    low = a.mean(axis=1) - b.mean(axis=1) - student_t.ppf(0.975, df) * np.sqrt(va + vb)
+    return float(np.mean(low > math.log(1.05)))
+
+
+def test_what_a_run_could_tell_apart_is_what_simulated_runs_tell_apart():
+    from bakeoff.analysis.intervals import resolution
+
+    sigma, rng = 0.09, np.random.default_rng(0)
+    runs = np.exp(sigma * np.array([-1.0, 0.0, 1.0]))  # the logs' sample standard deviation is 0.09 exactly
+    r = resolution(runs * 1.2, runs, observed=1.2)
+    assert r is not None and r.runs == (3, 3) and r.noise == pytest.approx(sigma) and r.aim == "better"
+    assert 1.3 < r.detectable < 1.45  # 3 runs a side at 9% noise: 1.15x is far below what they can see
+    assert 0.76 <= _cleared(r.detectable, sigma, 3, rng) <= 0.84  # "4 times in 5"
+    assert r.settle_runs is not None and 4 <= r.settle_runs <= 20
+    assert _cleared(1.2, sigma, r.settle_runs, rng) >= 0.78 and _cleared(1.2, sigma, r.settle_runs - 1, rng) < 0.80
+    close = resolution(runs * 1.01, runs, observed=1.01)
+    assert close is not None and close.aim == "equal" and close.settles == pytest.approx(1.01)
+    assert resolution(runs, runs[:1]) is None and resolution(np.array([1.0, np.inf]), runs) is None

@@ -16,7 +16,7 @@ from bakeoff.analysis.stats import summarise_groups
 from bakeoff.core.result import BatchSearch
 from bakeoff.core.spec import Status
 from bakeoff.report.render import environment_line, render_report
-from fake_results import brute_force_throughput, default_results, failed, repeats, trial
+from fake_results import brute_force_throughput, default_results, failed, repeats, trial, verdict_body
 
 LABELS = ["tensorflow/eager", "tensorflow/graph", "tensorflow/xla", "torch/eager", "torch/graph"]
 
@@ -337,7 +337,7 @@ def test_run_conditions_show_differing_threads_and_flag_a_loaded_machine(tmp_pat
     assert "‡ ran under clearly more load than the least-loaded configuration" in table
     assert "more than 0.5 × the cores" in table
     verdict = next(line for line in md.splitlines() if line.startswith("**Verdict:**"))
-    assert verdict.endswith("the compared runs saw different machine load (1-minute load average 1.1 vs 10 on 16 "
+    assert verdict_body(verdict).endswith("the compared runs saw different machine load (1-minute load average 1.1 vs 10 on 16 "
                             "cores), which can skew their timings.")
     same = render_report([trial("torch", "graph"), trial("torch", "eager")], tmp_path / "same")["markdown"]
     assert "threads intra / inter-op" not in section(same.read_text(), "Run conditions")  # the same everywhere
@@ -349,7 +349,7 @@ def test_a_provisional_verdict_names_the_missing_production_mode(tmp_path):
     md = render_report(results, tmp_path)["markdown"].read_text()
     verdict = next(line for line in md.splitlines() if line.startswith("**Verdict:**"))
     assert verdict.startswith("**Verdict:** provisional (n = 1 per side): PyTorch (eager) leads")
-    assert verdict.endswith("; TensorFlow ran only in eager mode, not as its users train (graph or xla); PyTorch ran "
+    assert verdict_body(verdict).endswith("; TensorFlow ran only in eager mode, not as its users train (graph or xla); PyTorch ran "
                             "without its compiled mode (graph).")
     assert "The verdict is not robust: fewer than 3 runs on a side (n = 1 vs 1)." in md
 

@@ -207,6 +207,15 @@ def look_confidence(level: float, a: ConfigSummary, b: ConfigSummary) -> float:
     return intervals.for_looks(level, max(a.looks, b.looks))
 
 
+def resolved(d: Difference, q: Quantity, a: ConfigSummary, b: ConfigSummary) -> Difference:
+    """``d`` (``a`` against ``b`` on ``q``) with what its runs could tell apart and what would settle it
+    (:func:`bakeoff.analysis.intervals.resolution`) when it is unsettled with an interval; else ``d`` itself."""
+    if d.outcome != "unsettled" or d.low is None or d.ratio is None:
+        return d
+    (ra, _), (rb, _) = a.runs(q.name), b.runs(q.name)
+    return dataclasses.replace(d, resolution=intervals.resolution(q.floored(ra), q.floored(rb), observed=d.ratio))
+
+
 def against(criterion: str, a: ConfigSummary, b: ConfigSummary, looks: int = 1) -> Difference:
     """``a`` against ``b`` on the measured ``criterion``, as a decision compares its leader with its runner-up (its
     interval at :func:`look_confidence`; ``looks`` is read from the runs, the argument kept for older callers)."""
@@ -378,7 +387,8 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
                                 f"looks): each interval is at {confidence * 100:.3g}%, not 95%"
                                 + (", the level this look of a group-sequential design allows" if
                                    w_cfg.plan or r_cfg.plan else ""))
-    decision.head_to_head = {c: head_to_head(MEASURED[c].record, w_cfg, r_cfg, confidence) for c in compared}
+    decision.head_to_head = {c: resolved(head_to_head(MEASURED[c].record, w_cfg, r_cfg, confidence),
+                                         MEASURED[c].record, w_cfg, r_cfg) for c in compared}
     decision.win_share = _win_shares(scored, norm, qualitative, rng_for(*keys[0], "weights"))
     decision.resamples = RESAMPLES
     decision.settled_weight, decision.unsettled_weight = _weights_behind(norm, decision.head_to_head, w_cfg, r_cfg,
