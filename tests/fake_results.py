@@ -218,7 +218,7 @@ def brute_force_throughput(results: Sequence[TrialResult], rng: np.random.Genera
 def quick_results() -> list[TrialResult]:
     """The quick suite's shape, synthetic: text_classifier/tiny PyTorch (eager) against TensorFlow (graph), and
     mnist/tiny and autoencoder/tiny with JAX (graph) too; 3 repeats each. PyTorch wins text_classifier and mnist;
-    on the autoencoder PyTorch and JAX are within noise of each other (inconclusive)."""
+    on the autoencoder PyTorch leads JAX by differences that are unsettled (no winner)."""
     def on(workload: str, results: list[TrialResult]) -> list[TrialResult]:
         return [respec(r, workload=workload) for r in results]
 
