@@ -257,11 +257,11 @@ def test_memory_table_shows_baseline_increment_and_peak_with_the_probe(report):
     assert "what the memory criterion scores" in table
 
 
-def test_head_to_head_shows_every_ratio_with_its_interval_and_the_ties(report):
+def test_head_to_head_shows_every_ratio_with_its_interval_and_its_outcome(report):
     rows = {row[0]: row for row in table_rows(section(report["markdown"].read_text(), "Head to head"))}
     assert rows["throughput"] == ["throughput", "950", "520", "1.83x", "95% CI 1.76–1.90x", "PyTorch (graph) better"]
     assert rows["first_step"][-1] == "TensorFlow (graph) better"
-    assert rows["quality"][-1] == "tie: within ±5%"
+    assert rows["quality"][-1] == "equal: the whole interval within ±5%"
 
 
 def test_run_conditions_show_differing_threads_and_flag_a_loaded_machine(tmp_path):

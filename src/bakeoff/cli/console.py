@@ -27,7 +27,8 @@ console = Console(stderr=False, highlight=False)
 errors = Console(stderr=True, highlight=False)  # messages beside machine-readable output on stdout
 
 _STYLE = {"ok": "green", "failed": "red", "timeout": "red", "out_of_memory": "red", "unsupported": "yellow"}
-_OUTCOME = {"win": "green", "loss": "red", "tie": "yellow", "leader": "bold"}
+_OUTCOME = {"better": "green", "worse": "red", "equal": "cyan", "unsettled": "yellow", "leader": "bold"}
+"""A card cell's colour by its outcome (:data:`bakeoff.analysis.bootstrap.OUTCOMES`, or the leader's own value)."""
 
 
 def rich_table(table: Table) -> RichTable:
@@ -88,11 +89,12 @@ def print_card(card: Card) -> None:
 
 
 def _stacked(text: str) -> str:
-    """``"loss 0.56x (0.40–0.79x)"`` -> ``"loss 0.56x\n0.40–0.79"``: a narrow cell, never cut inside a number."""
+    """``"unsettled 0.56x (0.40–0.79x)"`` -> ``"unsettled\n0.56x\n0.40–0.79"``: a narrow cell, never cut inside a
+    number, its outcome, ratio and interval a line each in every cell alike."""
     if " (" not in text or not text.endswith(")"):
         return text
     ratio, interval = text[:-1].split(" (", 1)
-    return f"{ratio}\n{interval.removesuffix('x')}"
+    return f"{ratio.replace(' ', chr(10), 1)}\n{interval.removesuffix('x')}"
 
 
 def describe(result: TrialResult) -> str:
