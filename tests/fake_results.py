@@ -228,7 +228,7 @@ def brute_force_throughput(results: Sequence[TrialResult], rng: np.random.Genera
 def quick_results() -> list[TrialResult]:
     """The quick suite's shape, synthetic: text_classifier/tiny PyTorch (eager) against TensorFlow (graph), and
     mnist/tiny and autoencoder/tiny with JAX (graph) too; 3 repeats each. PyTorch wins text_classifier and mnist;
-    on the autoencoder PyTorch and JAX are within noise of each other (inconclusive)."""
+    on the autoencoder PyTorch leads JAX by differences that are unsettled (no winner)."""
     def on(workload: str, results: list[TrialResult]) -> list[TrialResult]:
         return [respec(r, workload=workload) for r in results]
 
@@ -256,5 +256,5 @@ def quick_results() -> list[TrialResult]:
 
 
 def verdict_body(verdict: str) -> str:
-    """A verdict without its closing "Unsettled: ..." sentence (what would settle each unsettled criterion)."""
-    return verdict.split(" Unsettled: ")[0]
+    """A verdict without its closing "What would settle it: ..." sentence (one clause per unsettled criterion)."""
+    return verdict.split(" What would settle it: ")[0]

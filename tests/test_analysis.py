@@ -200,37 +200,39 @@ def test_step_noise_within_a_single_run_widens_the_throughput_interval():
     assert s.interval("first_step_s") == (0.5, 0.5)  # a per-run quantity from one run: no spread to resample
 
 
-def test_a_difference_inside_the_band_is_a_tie():
+def test_a_difference_whose_whole_interval_is_inside_the_band_is_equal():
     results = [*repeats("torch", "graph", [500, 502, 504], [3.0] * 3, final_metric=[0.8] * 3, jitter=0.02),
                *repeats("tensorflow", "graph", [501, 503, 505], [3.0] * 3, final_metric=[0.8] * 3, jitter=0.02)]
     d = decide(summarise_groups(results), only("throughput"))
     diff = d.head_to_head["throughput"]
     assert diff.tie and diff.equivalent and 1 / 1.05 <= diff.low <= diff.high <= 1.05
     assert d.tie and d.inconclusive and d.winner is None and not d.robust
-    assert d.verdict.startswith("tie on text_classifier/tiny: TensorFlow (graph) and PyTorch (graph) are within "
+    assert diff.outcome == "equal"
+    assert d.verdict.startswith("equal on text_classifier/tiny: TensorFlow (graph) and PyTorch (graph) are within "
                                 "±5% of each other on every weighted criterion — steady throughput: 503 vs 502")
-    assert 0.05 < d.win_share["torch"] < 0.95  # a tie: either may lead a resample
+    assert 0.05 < d.win_share["torch"] < 0.95  # equal: either may lead a resample
 
 
-def test_a_wide_interval_reaching_into_the_band_is_inconclusive():
+def test_a_wide_interval_reaching_into_the_band_is_unsettled_not_equal():
     results = [*repeats("torch", "graph", [460, 500, 540], [3.0] * 3, final_metric=[0.8] * 3),
                *repeats("tensorflow", "graph", [470, 510, 530], [3.0] * 3, final_metric=[0.8] * 3)]
     d = decide(summarise_groups(results), only("throughput"))
     diff = d.head_to_head["throughput"]
     assert diff.tie and not diff.equivalent and diff.low < 1 / 1.05 and diff.high > 1.05
-    assert d.inconclusive and not d.tie and d.winner is None
-    # 1.02x lies inside ±5%, its interval far outside: named as unclear, its numbers never given as a reason
-    assert d.verdict.startswith("inconclusive on text_classifier/tiny: TensorFlow (graph) leads PyTorch (graph) "
-                                "(1.00 vs 0.98) only by differences within ±5% or within noise — no clear difference "
-                                "on steady throughput. Unsettled: steady throughput — 3 runs a side at 7% run-to-run "
-                                "noise tell apart, 4 times in 5, only differences beyond 1.30x; about 97 runs a side "
-                                "would show the two equal within ±5%, if they are as close as the 1.02x measured.")
+    assert d.inconclusive and not d.tie and d.winner is None and diff.outcome == "unsettled"
+    # 1.02x lies inside ±5%, its interval far outside: named as unsettled (not equal, not a tie), its numbers never
+    # given as a reason; what would settle it is said
+    assert d.verdict == ("unsettled on text_classifier/tiny: TensorFlow (graph) leads PyTorch (graph) (1.00 vs "
+                         "0.98) only by differences within ±5% — unsettled on steady throughput. What would settle "
+                         "it: steady throughput — 3 runs a side at 7% run-to-run noise tell apart, 4 times in 5, only "
+                         "differences beyond 1.37x; about 97 runs a side would show the two equal within ±5%, if "
+                         "they are as close as the 1.02x measured.")
     wide = [*repeats("torch", "graph", [400, 500, 600], [3.0] * 3, final_metric=[0.8] * 3),
             *repeats("tensorflow", "graph", [450, 560, 700], [3.0] * 3, final_metric=[0.8] * 3)]
     d = decide(summarise_groups(wide), only("throughput"))
-    assert d.inconclusive and d.head_to_head["throughput"].ratio > 1.05  # outside the band, within noise: cited
-    assert d.verdict.startswith("inconclusive on text_classifier/tiny: TensorFlow (graph) leads PyTorch (graph) "
-                                "(1.00 vs 0.89) only by differences within noise — steady throughput: 560 vs 500 "
+    assert d.inconclusive and d.head_to_head["throughput"].ratio > 1.05  # outside the band, unsettled: cited
+    assert d.verdict.startswith("unsettled on text_classifier/tiny: TensorFlow (graph) leads PyTorch (graph) "
+                                "(1.00 vs 0.89) only by unsettled differences — steady throughput: 560 vs 500 "
                                 "examples/s (1.12x, 95% CI ")
 
 
@@ -312,8 +314,8 @@ def test_the_verdict_names_a_missing_production_or_compiled_mode():
                failed("tensorflow", "graph")]
     d = decide(summarise_groups(results))
     assert d.caveats == ["TensorFlow ran only in eager mode (graph failed), not as its users train (graph or xla)"]
-    assert verdict_body(d.verdict).endswith("; TensorFlow ran only in eager mode (graph failed), not as its users train "
-                              "(graph or xla).")
+    assert verdict_body(d.verdict).endswith("; TensorFlow ran only in eager mode (graph failed), not as its users "
+                                            "train (graph or xla).")
     eager_only = [r for r in results if r.spec["execution"] == "eager"]
     d = decide(summarise_groups(eager_only))
     assert d.caveats == ["TensorFlow ran only in eager mode, not as its users train (graph or xla)",
@@ -404,8 +406,8 @@ def test_a_criterion_measured_for_only_some_configs_is_excluded():
     results[-1].memory_increment_bytes = None
     d = decide(summarise_groups(results))
     assert d.excluded == {"memory": "not measured for torch/xla: not recorded by the 1 successful trial"}
-    assert verdict_body(d.verdict).endswith("; without memory (not measured for torch/xla: not recorded by the 1 successful "
-                              "trial).")  # the verdict says what it left out, and why
+    assert verdict_body(d.verdict).endswith("; without memory (not measured for torch/xla: not recorded by the 1 "
+                                            "successful trial).")  # the verdict says what it left out, and why
     assert "memory" not in d.weights and sum(d.weights.values()) == pytest.approx(1.0)
     no_target = [trial("torch", "graph", target=None), trial("tensorflow", "graph", target=None)]
     assert decide(summarise_groups(no_target)).excluded["time_to_target"] == "no target set"
@@ -448,7 +450,7 @@ def test_memory_increments_below_the_probe_resolution_are_not_a_difference():
     assert {c.label: c.parts["memory"] for c in d.configs} == {"tensorflow/graph": 1.0, "torch/graph": 1.0}
     memory = d.head_to_head["memory"]
     assert memory.equivalent and {memory.a, memory.b} == {0, 3 * MIB}  # the measured values, shown as measured
-    assert d.tie and d.verdict.startswith("tie on")
+    assert d.tie and d.verdict.startswith("equal on")
 
 
 def test_three_frameworks_are_ranked_and_judged_alike():

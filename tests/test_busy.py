@@ -84,7 +84,7 @@ def test_the_card_marks_the_verdict_and_the_timings_resting_on_busy_runs():
     # timings rest on the busy runs; memory and quality do not (other work does not skew them)
     assert [c.text for c in leader.cells] == ["950 §", "2.1 §", "1.2 §", "140", "0.8"]
     assert [c.text.endswith(" §") for c in runner.cells] == [True, True, True, False, False]
-    assert runner.cells[0].text == "loss 0.55x (0.53–0.57x) §" and runner.cells[0].outcome == "loss"
+    assert runner.cells[0].text == "worse 0.55x (0.53–0.57x) §" and runner.cells[0].outcome == "worse"
     assert built.legend[-1].startswith("§: rests on runs measured while other processes used more than 25% of their "
                                        "cores during the steady steps — a verdict marked so is never robust")
     assert "`bakeoff run --retry-busy` measures those runs again and keeps the quieter measurement" in built.legend[-1]
@@ -105,10 +105,10 @@ def test_the_console_card_keeps_the_mark_with_the_ratio_and_prints_its_legend(mo
         assert "§: rests on runs measured while other processes used more than 25%" in text
         if terminal:
             assert "text_classifier/tiny: PyTorch (graph) wins, not robust §" in text
-            row = next(line for line in text.splitlines() if "loss 0.55x §" in line)  # the interval on the next line
+            row = next(line for line in text.splitlines() if "0.55x §" in line)  # the interval on the next line
             assert "0.53–0.57" in text.splitlines()[text.splitlines().index(row) + 1]
         else:
-            assert "loss 0.55x (0.53–0.57x) §" in text
+            assert "worse 0.55x (0.53–0.57x) §" in text
 
 
 def test_the_json_counts_busy_runs_per_compared_side():

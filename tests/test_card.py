@@ -38,8 +38,8 @@ def test_the_default_card_golden(tmp_path):
                        "memory", "quality"]
     assert rows[2:] == [
         ["text_classifier/tiny", "★ PyTorch (graph)", "wins", "99.9%", "950", "2.1", "1.2", "140", "0.8"],
-        ["", "TensorFlow (graph)", "", "0.1%", "loss 0.55x (0.53–0.57x)", "loss 1.95x (1.75–2.18x)",
-         "win 0.67x (0.62–0.71x)", "loss 1.29x (1.26–1.32x)", "tie 1.01x (1.00–1.03x)"]]
+        ["", "TensorFlow (graph)", "", "0.1%", "worse 0.55x (0.53–0.57x)", "worse 1.95x (1.75–2.18x)",
+         "better 0.67x (0.62–0.71x)", "worse 1.29x (1.26–1.32x)", "equal 1.01x (1.00–1.03x)"]]
     assert ("**Recommendation:** PyTorch: it wins text_classifier/tiny; win probability 99.9% (the share of joint "
             "draws in which it leads).") in md
     assert ("**What decides it:** time to target on text_classifier/tiny (0.51x TensorFlow (graph)'s, 95% CI "
@@ -55,7 +55,7 @@ def test_the_runner_up_row_is_the_verdicts_head_to_head_seen_from_its_side():
         assert cell.text.split(" ", 1)[1] == f"{ratio_text(seen.ratio)} ({ratio_text(seen.low, '')}–" \
                                              f"{ratio_text(seen.high)})"
         # the verdict states the leader's side: 1.83x (95% CI 1.76–1.90x) is the runner-up's 0.55x (0.53–0.57x)
-        assert cell.outcome == {"a": "loss", "b": "win", "": "tie"}[d.head_to_head[criterion].better or ""]
+        assert cell.outcome == {"a": "worse", "b": "better", "": "equal"}[d.head_to_head[criterion].better or ""]
     assert "steady throughput: 950 vs 520 examples/s (1.83x, 95% CI 1.76–1.90x)" in d.verdict
 
 
@@ -64,17 +64,17 @@ def test_every_workload_its_frameworks_and_the_third_one_against_the_leader(quic
     built = card.build(decided, summaries)
     cells = built.cells()
     assert [(row[0].text, row[1].text, row[2].text) for row in cells] == [
-        ("autoencoder/tiny", "★ PyTorch (eager)", "leads within noise"), ("", "JAX (graph)", ""),
+        ("autoencoder/tiny", "★ PyTorch (eager)", "leads, unsettled"), ("", "JAX (graph)", ""),
         ("", "TensorFlow (graph)", ""),
         ("mnist/tiny", "★ PyTorch (eager)", "wins"), ("", "JAX (graph)", ""), ("", "TensorFlow (graph)", ""),
         ("text_classifier/tiny", "★ PyTorch (eager)", "wins"), ("", "TensorFlow (graph)", "")]
     by_name = {s.label: s for s in summaries if s.workload == "mnist"}
     third = against("throughput", by_name["tensorflow/graph"], by_name["torch/eager"])  # not in any verdict
-    assert cells[5][4].text == (f"loss {ratio_text(third.ratio)} ({ratio_text(third.low, '')}–"
-                                f"{ratio_text(third.high)})") == "loss 0.67x (0.60–0.74x)"
+    assert cells[5][4].text == (f"worse {ratio_text(third.ratio)} ({ratio_text(third.low, '')}–"
+                                f"{ratio_text(third.high)})") == "worse 0.67x (0.60–0.74x)"
     assert built.recommendation == (
         "PyTorch: it wins 2 of 3 compared workloads (mnist/tiny, text_classifier/tiny); no winner on "
-        "autoencoder/tiny (within noise); win probability 92% (the share of joint draws in which it leads, the mean "
+        "autoencoder/tiny (unsettled); win probability 92% (the share of joint draws in which it leads, the mean "
         "over the 3 workloads it was compared on).")
     shares = [decided[k].win_share["torch"] for k in decided]
     assert built.recommendation.count(f"{100 * sum(shares) / 3:.0f}%") == 1
@@ -95,9 +95,9 @@ def test_the_recommendation_when_workloads_disagree_and_when_none_is_won():
         "leads.")
     noisy = decide_each(summarise_groups([r for r in quick_results() if r.run_spec.workload == "autoencoder"]))
     said = card.recommendation(list(noisy.values()))
-    assert said.startswith("No recommendation: no framework wins any workload (within noise on autoencoder/tiny); "
+    assert said.startswith("No recommendation: no framework wins any workload (unsettled on autoencoder/tiny); "
                            "the evidence leans to PyTorch, win probability 77%")
-    assert card.decides(list(noisy.values())).startswith("nothing yet: every lead is within noise")
+    assert card.decides(list(noisy.values())).startswith("nothing yet: every lead is unsettled")
 
 
 def test_one_run_a_side_is_provisional_with_no_win_probability():
@@ -108,7 +108,9 @@ def test_one_run_a_side_is_provisional_with_no_win_probability():
     assert [(r.standing, r.win_probability) for r in built.rows] == [("leads, provisional", "—"), ("", "—")]
     assert built.recommendation == ("PyTorch (provisional: fewer than 3 runs a side): it wins text_classifier/tiny; "
                                     "no win probability (one run a side: no spread to draw from).")
-    assert built.rows[1].cells[0].text == "loss 0.56x (1 run a side)"
+    # one run a side: no interval, so unsettled whatever the ratio (it was "loss 0.56x (1 run a side)")
+    assert built.rows[1].cells[0] == card.Cell("unsettled 0.56x (one run a side: no interval)", "unsettled")
+    assert not any("CI" in c.text or "95%" in c.text for c in built.rows[1].cells)
 
 
 def test_the_page_opens_with_the_card_then_the_plots_and_says_each_verdict_once(quick, tmp_path):
@@ -123,7 +125,7 @@ def test_the_page_opens_with_the_card_then_the_plots_and_says_each_verdict_once(
         assert section.index("<details><summary>Environment</summary>") > section.index("### Trials that did not")
     assert page.count("<details><summary>Environment</summary>") == 3
     assert '<section id="decision">' in page and page.index('id="decision"') < page.index("<img")
-    assert '<td class="loss">loss 0.67x<br>(0.60–0.74x)</td>' in page  # coloured by its class; two lines
+    assert '<td class="worse">worse 0.67x<br>(0.60–0.74x)</td>' in page  # coloured by its class; two lines
     assert '<td class="l leader">★ PyTorch (eager)</td>' in page
     assert page.count('<div class="scroll">') == page.count("<table>")  # every table scrolls within its box
     assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
@@ -145,10 +147,10 @@ def test_the_terminal_card_keeps_each_row_whole_off_a_terminal_and_fits_on_one(m
             assert "mnist/tiny: PyTorch (eager) wins" in lines
             assert all(len(line) <= 80 for line in lines) and "…" not in out.getvalue()
             row = lines.index(next(line for line in lines if line.startswith(" TensorFlow   0%  ")))
-            assert "loss 0.67x" in lines[row] and "0.60–0.74" in lines[row + 1]
+            assert "worse" in lines[row] and "0.67x" in lines[row + 1] and "0.60–0.74" in lines[row + 2]
         else:  # the report's columns, a row a line however wide
             row = next(line for line in lines if "TensorFlow (graph)" in line and "0.67x" in line)
-            assert re.search(r"TensorFlow \(graph\) +0% +loss 0\.67x \(0\.60–0\.74x\) +loss 1\.82x", row), row
+            assert re.search(r"TensorFlow \(graph\) +0% +worse 0\.67x \(0\.60–0\.74x\) +worse 1\.82x", row), row
             assert f"recommendation: {built.recommendation}" in lines
             assert f"what decides it: {built.decides}" in lines
 
@@ -171,7 +173,7 @@ def test_bakeoff_report_ends_with_the_card_a_given_score_beside_the_measured(tmp
     assert lines[header].split()[-2:] == ["team", "familiarity"]
     # TensorFlow leads on the team's score (weighted 0.5) although PyTorch wins on three measured criteria
     assert "★ TensorFlow (graph)" in lines[header + 2] and lines[header + 2].split()[-1] == "5/5"
-    assert "win 1.83x (1.76–1.90x)" in lines[header + 3] and lines[header + 3].endswith("loss 1 vs 5")
+    assert "better 1.83x (1.76–1.90x)" in lines[header + 3] and lines[header + 3].endswith("worse 1 vs 5")
     # 66% of the joint draws: the verdict says not robust, so the card does not say a bare "wins"
     assert lines[-3].startswith("recommendation: TensorFlow (not robust: see its verdict): it wins "
                                 "text_classifier/tiny; win probability ")

@@ -319,11 +319,11 @@ def test_memory_table_shows_baseline_increment_and_peak_with_the_probe(report):
     assert "what the memory criterion scores" in table
 
 
-def test_head_to_head_shows_every_ratio_with_its_interval_and_the_ties(report):
+def test_head_to_head_shows_every_ratio_with_its_interval_and_its_outcome(report):
     rows = {row[0]: row for row in table_rows(section(report["markdown"].read_text(), "Head to head"))}
     assert rows["throughput"] == ["throughput", "950", "520", "1.83x", "95% CI 1.76–1.90x", "PyTorch (graph) better"]
     assert rows["first_step"][-1] == "TensorFlow (graph) better"
-    assert rows["quality"][-1] == "tie: within ±5%"
+    assert rows["quality"][-1] == "equal: the whole interval within ±5%"
 
 
 def test_run_conditions_show_differing_threads_and_flag_a_loaded_machine(tmp_path):
@@ -337,8 +337,8 @@ def test_run_conditions_show_differing_threads_and_flag_a_loaded_machine(tmp_pat
     assert "‡ ran under clearly more load than the least-loaded configuration" in table
     assert "more than 0.5 × the cores" in table
     verdict = next(line for line in md.splitlines() if line.startswith("**Verdict:**"))
-    assert verdict_body(verdict).endswith("the compared runs saw different machine load (1-minute load average 1.1 vs 10 on 16 "
-                            "cores), which can skew their timings.")
+    assert verdict_body(verdict).endswith("the compared runs saw different machine load (1-minute load average 1.1 "
+                                          "vs 10 on 16 cores), which can skew their timings.")
     same = render_report([trial("torch", "graph"), trial("torch", "eager")], tmp_path / "same")["markdown"]
     assert "threads intra / inter-op" not in section(same.read_text(), "Run conditions")  # the same everywhere
 
@@ -349,8 +349,8 @@ def test_a_provisional_verdict_names_the_missing_production_mode(tmp_path):
     md = render_report(results, tmp_path)["markdown"].read_text()
     verdict = next(line for line in md.splitlines() if line.startswith("**Verdict:**"))
     assert verdict.startswith("**Verdict:** provisional (n = 1 per side): PyTorch (eager) leads")
-    assert verdict_body(verdict).endswith("; TensorFlow ran only in eager mode, not as its users train (graph or xla); PyTorch ran "
-                            "without its compiled mode (graph).")
+    assert verdict_body(verdict).endswith("; TensorFlow ran only in eager mode, not as its users train (graph or "
+                                          "xla); PyTorch ran without its compiled mode (graph).")
     assert "The verdict is not robust: fewer than 3 runs on a side (n = 1 vs 1)." in md
 
 

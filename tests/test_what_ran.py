@@ -16,7 +16,7 @@ from bakeoff.core.result import BatchSearch
 from bakeoff.core.spec import RunSpec
 from bakeoff.report.render import render_report
 from bakeoff.report.what_ran import reproduce_commands, what_ran_blocks
-from fake_results import TRAIN_ROWS, respec, trial
+from fake_results import TRAIN_ROWS, respec, trial, verdict_body
 
 TRAIN_A, TRAIN_B = "1a2b3c4d5e6f7a8b", "9f8e7d6c5b4a3921"
 USER_INFO = {"source": "reviews.csv, 800 train / 200 test (seeded split: test_fraction=0.2, split_seed=0)",
@@ -369,8 +369,8 @@ def test_no_verdict_cites_a_criterion_on_which_the_two_sides_are_equal():
     d = decide(summarise_groups(close), {"throughput": 1, "time_to_target": 0, "first_step": 0, "memory": 0,
                                          "quality": 1})
     assert d.inconclusive and "0.658" not in d.verdict
-    assert d.verdict.endswith("equal within ±5% on accuracy at 3,200 examples; PyTorch ran without its compiled mode "
-                              "(graph).")
+    assert verdict_body(d.verdict).endswith("equal within ±5% on accuracy at 3,200 examples; PyTorch ran without "
+                                            "its compiled mode (graph).")
 
 
 @pytest.mark.parametrize("kind", ["verdict", "warning"])

@@ -10,10 +10,12 @@ Scoring, per (workload, preset):
 
 The verdict, leader against runner-up:
 
-* every measured criterion is a :class:`~bakeoff.analysis.bootstrap.Difference` — a ratio with a 95% bootstrap
-  interval; an interval reaching into ±5% is a tie, and the verdict never cites a tie;
-* a winner is declared only when its lead survives with the ties counted as ties; otherwise "tie" (every interval
-  inside ±5%) or "inconclusive";
+* every measured criterion is a :class:`~bakeoff.analysis.bootstrap.Difference` — a ratio with a 95% interval —
+  whose outcome is better or worse (the whole interval beyond ±5%), equal (wholly inside) or unsettled (neither, or
+  one run a side); the verdict never gives an equal or unsettled criterion as a reason for a win, and says of each
+  unsettled one what its runs could tell apart and what would settle it (:func:`resolved`);
+* a winner is declared only when its lead survives with every criterion neither side is better on counted as no
+  difference; otherwise "equal" (every interval inside ±5%: :attr:`Decision.tie`) or "unsettled";
 * runs made with adaptive repeats (``--repeats auto``) read every interval at the level a group-sequential design
   allows at the look reached (:func:`look_confidence`), so stopping once a verdict looked settled does not make a
   false "wins" likelier;

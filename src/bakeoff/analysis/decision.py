@@ -62,10 +62,10 @@ class Decision:
     configs: list[ConfigScore]
     ranking: list[FrameworkScore]  # best first; judged by each framework's best configuration
     unscored: dict[str, str]  # framework -> why it has no score
-    winner: str | None  # None when no comparison is possible, or the lead is a tie or within noise
+    winner: str | None  # None when no comparison is possible, or the frameworks are equal or the lead unsettled
     margin: float | None  # score of the leader minus the runner-up
-    inconclusive: bool  # no winner although two frameworks were compared (a tie included)
-    tie: bool  # no winner, and every weighted measured difference lies within the tie band
+    inconclusive: bool  # no winner although two frameworks were compared (equal included)
+    tie: bool  # shown equal: no winner, and every weighted measured interval lies wholly within the tie band
     head_to_head: dict[str, Difference]  # measured criterion -> leader's config ("a") against the runner-up's
     verdict: str
     sensitivity: list[SensitivityRow]
@@ -87,5 +87,5 @@ class Decision:
 
     @property
     def settled(self) -> bool:
-        """Whether adaptive repeats may stop adding runs here: a winner, a tie shown, or nothing to compare."""
+        """Whether adaptive repeats may stop adding runs here: a winner, shown equal, or nothing to compare."""
         return self.winner is not None or self.tie or len(self.ranking) < 2

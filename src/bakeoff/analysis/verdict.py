@@ -1,11 +1,14 @@
-"""The words of a verdict: every number with its unit, every ratio with its interval, no tie cited as a reason.
+"""The words of a verdict: every number with its unit, every ratio with its interval, nothing equal or unsettled given
+as a reason for a win.
 
 A winner's verdict names what the leader is better on (most weighty first, at most three), what the runner-up is
 better on (at most two), its robustness (never robust on runs measured on a busy machine: it names them, § and
 ``bakeoff run --retry-busy``), the weighted criteria it had to leave out and why, and the caveats of
 :mod:`bakeoff.analysis.conditions`. Below :data:`MIN_RUNS` runs per side it opens with "provisional (n = ...)" and
-says "leads", never "wins" or "robust". An inconclusive verdict cites the differences within noise, what the
-runner-up is clearly better on, and names (without numbers) the criteria on which the two are equal. When the two
+says "leads", never "wins" or "robust". A verdict with every interval inside ±5% says "equal on ..."; one with no
+winner otherwise says "unsettled on ...", cites the unsettled differences, what the runner-up is clearly better on,
+and names (without numbers) the criteria on which the two are equal. Each comparison's own words are
+:attr:`~bakeoff.analysis.bootstrap.Difference.outcome` (better, worse, equal, unsettled), never "tie". When the two
 compared configurations differ in data, bakeoff version or a setting that should be equal, the workload is
 followed by what differs: "text_classifier/tiny (compares different data sets: train 1a2b3c4d vs 9f8e7d6c)".
 """
@@ -159,11 +162,11 @@ def resolution_text(d: Difference) -> str:
 
 
 def settle_sentence(d: Decision, w: ConfigSummary) -> str:
-    """`` Unsettled: steady throughput — 3 runs a side at 9% …; first step — ….`` for every weighted measured
-    criterion the leader and the runner-up are not shown better, worse or equal on; ``""`` when none is."""
+    """`` What would settle it: steady throughput — 3 runs a side at 9% …; first step — ….`` for every weighted
+    measured criterion the leader and the runner-up are not shown better, worse or equal on; ``""`` when none is."""
     parts = [f"{w.title(x.quantity)} — {text}" for x in d.head_to_head.values()
              if x.outcome == "unsettled" and (text := resolution_text(x))]
-    return f" Unsettled: {'; '.join(parts)}." if parts else ""
+    return f" What would settle it: {'; '.join(parts)}." if parts else ""
 
 
 MFU_GAP = 1.25
@@ -206,7 +209,8 @@ suite's bare one is)."""
 
 def _lead_phrases(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapping[str, float | None],
                   r_parts: Mapping[str, float | None], qualitative: Qualitative) -> tuple[list[str], list[str]]:
-    """What the leader is better on, and what the runner-up is better on, most weighty first (no ties)."""
+    """What the leader is better on, and what the runner-up is better on, most weighty first (never an equal or
+    unsettled criterion)."""
     def gain(c: str) -> float:
         return d.weights[c] * abs((w_parts.get(c) or 0.0) - (r_parts.get(c) or 0.0))
 
@@ -227,16 +231,17 @@ def _lead_phrases(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapp
     return ours, theirs
 
 
-def _tie_list(d: Decision, w: ConfigSummary, r: ConfigSummary) -> str:
-    return "; ".join(difference_phrase(diff, w, r) for c, diff in d.head_to_head.items() if diff.tie)
+def _equal_list(d: Decision, w: ConfigSummary, r: ConfigSummary) -> str:
+    return "; ".join(difference_phrase(diff, w, r) for diff in d.head_to_head.values() if diff.outcome == "equal")
 
 
-def _tied(d: Decision, w: ConfigSummary) -> str:
-    """``"; equal within ±5% on memory; not settled on first step"``: the weighted criteria that tied, by name."""
-    equal = [w.title(x.quantity) for x in d.head_to_head.values() if x.equivalent]
-    unsettled = [w.title(x.quantity) for x in d.head_to_head.values() if x.tie and not x.equivalent]
+def _not_better(d: Decision, w: ConfigSummary) -> str:
+    """``"; equal within ±5% on memory; unsettled on first step"``: the weighted criteria neither side is better on,
+    by name."""
+    equal = [w.title(x.quantity) for x in d.head_to_head.values() if x.outcome == "equal"]
+    unsettled = [w.title(x.quantity) for x in d.head_to_head.values() if x.tie and x.outcome == "unsettled"]
     return ((f"; equal within ±{TIE_BAND:.0%} on {', '.join(equal)}" if equal else "")
-            + (f"; not settled on {', '.join(unsettled)}" if unsettled else ""))
+            + (f"; unsettled on {', '.join(unsettled)}" if unsettled else ""))
 
 
 def _excluded(d: Decision) -> str:
@@ -249,25 +254,26 @@ def _inside_band(ratio: float | None) -> bool:
     return ratio is not None and 1 / (1 + TIE_BAND) <= ratio <= 1 + TIE_BAND
 
 
-def _inconclusive(d: Decision, w: ConfigSummary, r: ConfigSummary, where: str, n: str, caveats: str) -> str:
-    """Cites the differences within noise whose medians differ by more than the tie band, and what the runner-up
-    is clearly better on; names without numbers the criteria whose medians are within the band (equal, or with an
-    interval too wide to tell), so that "0.0465 vs 0.0463" is never given as a reason."""
+def _unsettled(d: Decision, w: ConfigSummary, r: ConfigSummary, where: str, n: str, caveats: str) -> str:
+    """No winner and not equal: cites the unsettled differences whose medians differ by more than the tie band, and
+    what the runner-up is clearly better on; names without numbers the criteria whose medians are within the band
+    (equal, or unsettled: an interval too wide to tell), so that "0.0465 vs 0.0463" is never given as a reason."""
     lead, runner = display_name(w.label), display_name(r.label)
     diffs = d.head_to_head.values()
-    noisy = [x for x in diffs if x.tie and not x.equivalent and not _inside_band(x.ratio)]
+    unsettled = [x for x in diffs if x.tie and x.outcome == "unsettled"]
+    noisy = [x for x in unsettled if not _inside_band(x.ratio)]
     ours = [difference_phrase(x, w, r) for x in noisy if ((x.ratio or 0) > 1) == w.higher(x.quantity)]
     theirs = [difference_phrase(x.swapped(), r, w) for x in noisy if ((x.ratio or 0) > 1) != w.higher(x.quantity)]
     clear = [difference_phrase(x.swapped(), r, w) for x in diffs if x.better == "b"]
-    equal = [w.title(x.quantity) for x in diffs if x.equivalent]
-    unclear = [w.title(x.quantity) for x in diffs if x.tie and not x.equivalent and _inside_band(x.ratio)]
-    within = "within noise" if noisy else f"within ±{TIE_BAND:.0%}" + (" or within noise" if unclear else "")
+    equal = [w.title(x.quantity) for x in diffs if x.outcome == "equal"]
+    unclear = [w.title(x.quantity) for x in unsettled if _inside_band(x.ratio)]
+    by = "unsettled differences" if noisy else f"differences within ±{TIE_BAND:.0%}"
     parts = ours + ([f"{runner} is better on {'; '.join(clear)}"] if clear else [])
-    parts += [f"{runner} leads within noise on {'; '.join(theirs)}"] if theirs else []
+    parts += [f"{runner} ahead, unsettled, on {'; '.join(theirs)}"] if theirs else []
     parts += [f"equal within ±{TIE_BAND:.0%} on {', '.join(equal)}"] if equal else []
-    parts += [f"no clear difference on {', '.join(unclear)}"] if unclear else []
-    return (f"inconclusive on {where}{n}: {lead} leads {runner} ({d.ranking[0].score:.2f} vs "
-            f"{d.ranking[1].score:.2f}) only by differences {within} — {'; '.join(parts)}{_excluded(d)}{caveats}.")
+    parts += [f"unsettled on {', '.join(unclear)}"] if unclear else []
+    return (f"unsettled on {where}{n}: {lead} leads {runner} ({d.ranking[0].score:.2f} vs "
+            f"{d.ranking[1].score:.2f}) only by {by} — {'; '.join(parts)}{_excluded(d)}{caveats}.")
 
 
 def compose(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapping[str, float | None],
@@ -278,17 +284,17 @@ def compose(d: Decision, w: ConfigSummary, r: ConfigSummary, w_parts: Mapping[st
     caveats = "".join(f"; {c}" for c in d.caveats)
     n = f" ({_runs(d.runs)})" if d.provisional and d.runs else ""
     if d.winner is None:
-        if d.tie:
-            return (f"tie on {where}{n}: {lead} and {runner} are within ±{TIE_BAND:.0%} of each other on every "
-                    f"weighted criterion — {_tie_list(d, w, r)}{_excluded(d)}{caveats}.")
-        return _inconclusive(d, w, r, where, n, caveats)
+        if d.tie:  # every interval wholly inside the band: shown equal
+            return (f"equal on {where}{n}: {lead} and {runner} are within ±{TIE_BAND:.0%} of each other on every "
+                    f"weighted criterion — {_equal_list(d, w, r)}{_excluded(d)}{caveats}.")
+        return _unsettled(d, w, r, where, n, caveats)
     busy = None if d.provisional else busy_clause((w, r))
     if busy:  # named once, in the robust clause
         caveats = "".join(f"; {c}" for c in d.caveats if c not in (busy_note(w), busy_note(r)))
     ours, theirs = _lead_phrases(d, w, r, w_parts, r_parts, qualitative)
     reason = "; ".join(ours[:3]) or f"scores {d.ranking[0].score:.2f} vs {d.ranking[1].score:.2f}"
     on = "only on" if d.settled_weight < 0.5 * sum(d.weights.values()) else "on"  # it rests on less than half
-    reason += _tied(d, w)
+    reason += _not_better(d, w)
     against = f"; {runner} is better on {'; '.join(theirs[:2])}" if theirs else ""
     opening = f"provisional{n}: {lead} leads" if d.provisional else f"{lead} wins"
     return (f"{opening} {where} over {runner} {on} {reason}{against}; {_robust_clause(d, w.framework, busy)}"

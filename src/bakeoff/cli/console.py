@@ -28,7 +28,8 @@ console = Console(stderr=False, highlight=False)
 errors = Console(stderr=True, highlight=False)  # messages beside machine-readable output on stdout
 
 _STYLE = {"ok": "green", "failed": "red", "timeout": "red", "out_of_memory": "red", "unsupported": "yellow"}
-_OUTCOME = {"win": "green", "loss": "red", "tie": "yellow", "leader": "bold"}
+_OUTCOME = {"better": "green", "worse": "red", "equal": "cyan", "unsettled": "yellow", "leader": "bold"}
+"""A card cell's colour by its outcome (:data:`bakeoff.analysis.bootstrap.OUTCOMES`, or the leader's own value)."""
 
 
 def rich_table(table: Table) -> RichTable:
@@ -93,15 +94,16 @@ def print_card(card: Card) -> None:
 
 
 def _stacked(text: str) -> str:
-    """``"loss 0.56x (0.40–0.79x)"`` -> ``"loss 0.56x\n0.40–0.79"``: a narrow cell, never cut inside a number
-    (a busy mark stays with the ratio: ``"loss 0.56x §\n0.40–0.79"``)."""
+    """``"unsettled 0.56x (0.40–0.79x)"`` -> ``"unsettled\n0.56x\n0.40–0.79"``: a narrow cell, never cut inside a
+    number, its outcome, ratio and interval a line each in every cell alike (a busy mark stays with the ratio:
+    ``"worse\n0.56x §\n0.40–0.79"``)."""
     from bakeoff.analysis.conditions import BUSY_MARK
 
     text, mark = (text.removesuffix(f" {BUSY_MARK}"), f" {BUSY_MARK}") if text.endswith(BUSY_MARK) else (text, "")
     if " (" not in text or not text.endswith(")"):
         return text + mark
     ratio, interval = text[:-1].split(" (", 1)
-    return f"{ratio}{mark}\n{interval.removesuffix('x')}"
+    return f"{ratio.replace(' ', chr(10), 1)}{mark}\n{interval.removesuffix('x')}"
 
 
 def describe(result: TrialResult) -> str:

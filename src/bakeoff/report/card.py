@@ -2,11 +2,13 @@
 
 Across every workload of the report: one row per framework (judged, as the decision judges it, by its best
 configuration) and one column per weighted criterion. The workload's leader shows its medians; every other framework
-shows win, tie or loss against the leader with the ratio of medians and its interval (the runner-up's are the
-verdict's own head-to-head numbers, seen from its side). Under it, the overall recommendation with its win
-probability (the share of joint draws of measurements and weights in which it leads, :attr:`Decision.win_share`) and
-one line of what decides it. :func:`build` reads the decisions; :func:`blocks` is the report's, and
-:mod:`bakeoff.cli.console` draws the same :class:`Card` as a rich table.
+shows how it compares with the leader in the words of :attr:`~bakeoff.analysis.bootstrap.Difference.outcome` —
+better, worse, equal or unsettled — with the ratio of medians and its interval (the runner-up's are the verdict's own
+head-to-head numbers, seen from its side). Cells say "better"/"worse", not "win"/"loss": a framework that loses the
+workload can be better on one criterion, and the verdict's "wins" is the workload's. Under it, the overall
+recommendation with its win probability (the share of joint draws of measurements and weights in which it leads,
+:attr:`Decision.win_share`) and one line of what decides it. :func:`build` reads the decisions; :func:`blocks` is
+the report's, and :mod:`bakeoff.cli.console` draws the same :class:`Card` as a rich table.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from bakeoff.analysis.conditions import BUSY_MARK, busy_runs, display_name, time
 from bakeoff.analysis.decide import MEASURED, Decision, against
 from bakeoff.analysis.quantities import fmt
 from bakeoff.analysis.stats import ConfigSummary
-from bakeoff.analysis.verdict import interval_text, percent, ratio_text
+from bakeoff.analysis.verdict import interval_text, outcome_text, percent, ratio_text
 from bakeoff.measure.environment import OTHER_WORK_SHARE
 from bakeoff.report.templates import Block, Heading, Para, Section, Table
 
@@ -36,14 +38,16 @@ class Cell:
     """One cell: its text, and how it came out for the row's framework against the leader."""
 
     text: str
-    outcome: str = ""  # "win" | "tie" | "loss" | "leader" (the leader's own value) | "" (nothing to judge)
+    # One of bootstrap.OUTCOMES ("better" | "worse" | "equal" | "unsettled"), "leader" (the leader's own value) or
+    # "" (nothing to judge); the report's CSS class and the console's colour.
+    outcome: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
 class Row:
     section: str  # "text_classifier/tiny"
     framework: str  # "PyTorch (graph)": the framework and the mode of its best configuration
-    standing: str  # the leader's: "wins" (robust), "wins, not robust", "leads, provisional"…; "… §" on busy runs
+    standing: str  # the leader's: "wins" (robust), "wins, not robust", "leads, provisional", "equal"…; "… §" on busy
     win_probability: str  # "99.9%", or "—" where there are no joint draws worth a number
     cells: list[Cell]
     leader: bool = False
@@ -92,13 +96,10 @@ def _score(d: Decision, label: str, criterion: str) -> float | None:
 
 
 def _ratio_cell(diff: Difference) -> Cell:
-    """``win 1.83x (1.76–1.89x)`` from the row's side (``a``)."""
+    """``better 1.83x (1.76–1.89x)``, ``unsettled 1.50x (1.02–2.24x)`` from the row's side (``a``)."""
     if diff.ratio is None:
         return Cell("—")
-    outcome = {"a": "win", "b": "loss"}.get(diff.better or "", "tie")
-    if diff.low is None or diff.high is None:
-        return Cell(f"{outcome} {ratio_text(diff.ratio)} (1 run a side)", outcome)
-    return Cell(f"{outcome} {ratio_text(diff.ratio)} ({ratio_text(diff.low, '')}–{ratio_text(diff.high)})", outcome)
+    return Cell(outcome_text(diff), diff.outcome)
 
 
 def _leader_cell(d: Decision, c: str, config: ConfigSummary) -> Cell:
@@ -119,16 +120,16 @@ def _other_cell(d: Decision, c: str, config: ConfigSummary, leader: ConfigSummar
     mine, theirs = _score(d, config.label, c), _score(d, leader.label, c)
     if mine is None or theirs is None:
         return Cell("—")
-    outcome = "win" if mine > theirs else "loss" if mine < theirs else "tie"
+    outcome = "better" if mine > theirs else "worse" if mine < theirs else "equal"  # scores given, not measured
     return Cell(f"{outcome} {mine:.2g} vs {theirs:.2g}", outcome)
 
 
 def _standing(d: Decision) -> str:
     if d.winner is not None:
         return "leads, provisional" if d.provisional else "wins" if d.robust else "wins, not robust"
-    if d.tie:
-        return "tie"
-    return "leads within noise" if len(d.ranking) > 1 else "only one compared"
+    if d.tie:  # every interval wholly inside the band
+        return "equal"
+    return "leads, unsettled" if len(d.ranking) > 1 else "only one compared"
 
 
 def _shares(d: Decision) -> bool:
@@ -189,7 +190,7 @@ def _names(decisions: Sequence[Decision]) -> str:
 
 
 def _no_winner(d: Decision) -> str:
-    return "tie" if d.tie else "within noise"
+    return "equal" if d.tie else "unsettled"
 
 
 def recommendation(decisions: Sequence[Decision]) -> str:
@@ -262,8 +263,8 @@ def decides(decisions: Sequence[Decision]) -> str:
         return (f"nothing measured: the frameworks are within ±{TIE_BAND:.0%} of each other on every weighted "
                 "criterion, so what cannot be measured (qualitative criteria, scored in the suite) decides.")
     if compared:
-        return ("nothing yet: every lead is within noise; more runs (--repeats) narrow the intervals, and the "
-                "verdicts below say which differences are not settled.")
+        return ("nothing yet: every lead is unsettled; more runs (--repeats) narrow the intervals, and the "
+                "verdicts below say which differences are unsettled.")
     return "nothing: there is no comparison."
 
 
@@ -289,9 +290,10 @@ def _legend(decisions: Sequence[Decision], summaries: Sequence[ConfigSummary], c
                                                                 "deployments, 5 = the best")
     legend = [f"Each framework by its best configuration (its mode in brackets). {LEADER}: the workload's leader, "
               f"with its medians — {'; '.join(units)}.",
-              "Other rows: win, tie or loss against the leader — the ratio of medians, this framework's over the "
-              "leader's, and its 95% interval (for time, first step and memory above 1x is more); a tie when the "
-              f"interval reaches into ±{TIE_BAND:.0%}.",
+              "Other rows: better, worse, equal or unsettled against the leader — the ratio of medians, this "
+              "framework's over the leader's, and its 95% interval (for time, first step and memory above 1x is "
+              f"more). Better or worse: the whole interval beyond ±{TIE_BAND:.0%}; equal: the whole interval "
+              f"inside ±{TIE_BAND:.0%}; unsettled: neither, or one run a side (no interval).",
               f"win prob.: the share of {RESAMPLES:,} joint draws of the measurements (each configuration's runs) "
               "and the weights (each ×½–2) in which the framework scores highest on that workload; — with one run "
               "a side (no spread to draw from)."]

@@ -48,25 +48,39 @@ def _png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
+def error_bars(configs: Sequence[ConfigSummary], name: str = "examples_per_s") -> tuple[list[float], list[float]]:
+    """Each configuration's 95% bar below and above its median of ``name``, as matplotlib's ``yerr`` takes them;
+    0 and 0 (no bar) where it has no interval: not measured, or one successful run (the card says "one run a side:
+    no interval", and the plot does not draw one)."""
+    low, high = [], []
+    for c in configs:
+        m = c.value(name) or 0.0
+        lo, hi = (c.interval(name) if c.n_ok >= 2 else None) or (m, m)
+        low.append(max(0.0, m - lo))
+        high.append(max(0.0, hi - m))
+    return low, high
+
+
 def throughput_png(groups: Groups) -> bytes:
     """Median steady examples/s per configuration, 95% bootstrap error bars, coloured by framework; a panel per
-    group."""
+    group. A configuration with one successful run draws no bar: the card and the verdict give it no interval."""
     fig, axes = _figure(len(groups))
     if not groups:
         axes[0].text(0.5, 0.5, "no results", ha="center", va="center", transform=axes[0].transAxes)
     for ax, ((workload, preset), configs) in zip(axes, groups.items(), strict=False):
         xs = list(range(len(configs)))
         med = [c.value("examples_per_s") or 0.0 for c in configs]
-        bars = [c.interval("examples_per_s") or (m, m) for m, c in zip(med, configs, strict=True)]
-        low = [max(0.0, m - lo) for m, (lo, _) in zip(med, bars, strict=True)]
-        high = [max(0.0, hi - m) for m, (_, hi) in zip(med, bars, strict=True)]
+        low, high = error_bars(configs)
         ax.bar(xs, med, yerr=[low, high], capsize=4, color=[colour(c.framework) for c in configs],
                edgecolor="#333333", linewidth=0.5)
         for x, c in zip(xs, configs, strict=True):
             if c.value("examples_per_s") is None:
                 ax.text(x, 0, " not measured", rotation=90, ha="center", va="bottom", fontsize=8, color="#555555")
+            elif c.n_ok < 2:
+                ax.text(x, c.value("examples_per_s"), "1 run:\nno interval", ha="center", va="bottom", fontsize=7,
+                        color="#555555")
         ax.set_xticks(xs, [c.label for c in configs], rotation=20, ha="right")
-        ax.set_ylabel("examples/s (median, 95% CI)")
+        ax.set_ylabel("examples/s (median, 95% CI)" if any(c.n_ok >= 2 for c in configs) else "examples/s")
         ax.set_title(_title(workload, preset, "steady throughput"), fontsize=11)
         ax.grid(axis="y", alpha=0.3)
     return _png(fig)

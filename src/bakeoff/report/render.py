@@ -275,22 +275,27 @@ def _head_to_head_table(decision: Decision) -> Table | None:
     rows = []
     for criterion, d in decision.head_to_head.items():
         q = QUANTITIES[d.quantity]
-        if d.better is not None:
-            outcome = f"{display_name(lead if d.better == 'a' else runner)} better"
-        else:
-            outcome = "tie: " + ("within" if d.equivalent else "the interval reaches into") + f" ±{TIE_BAND:.0%}"
+        has_interval = d.low is not None and d.high is not None
+        outcome = {"better": f"{display_name(lead)} better", "worse": f"{display_name(runner)} better",
+                   "equal": f"equal: the whole interval within ±{TIE_BAND:.0%}",
+                   "unsettled": (f"unsettled: the interval is neither within nor beyond ±{TIE_BAND:.0%}"
+                                 if has_interval else "unsettled: one run a side, no interval")}[d.outcome]
+        if d.ratio is None:
+            outcome = "—"
 
         def shown(v: float | None, q: Quantity = q) -> str:
             return "—" if v is None else "never" if math.isinf(v) else fmt(v * q.scale)
 
-        rows.append([criterion, shown(d.a), shown(d.b), ratio_text(d.ratio), interval_text(d.low, d.high, d.confidence),
-                     outcome])
+        rows.append([criterion, shown(d.a), shown(d.b), ratio_text(d.ratio),
+                     interval_text(d.low, d.high, d.confidence) if has_interval else "—", outcome])
     notes = [f"Ratio {lead} / {runner} of the medians over runs. Its {CONFIDENCE:.0%} interval is Welch's t interval "
              "on the log of one value per run (a run's throughput from its own median step), exponentiated: the "
              "ratio of geometric means. A run that never reached the target, or did not finish, counts as never: "
-             "it can only show its side slower, never faster. With one run a side there is no interval. A ratio "
-             f"whose interval reaches into [{1 / (1 + TIE_BAND):.3f}, {1 + TIE_BAND:.2f}] is a tie — no difference a "
-             "framework choice should turn on — named, never cited with its numbers as a reason."]
+             "it can only show its side slower, never faster. With one run a side there is no interval, and the "
+             f"outcome is unsettled whatever the ratio. Band [{1 / (1 + TIE_BAND):.3f}, {1 + TIE_BAND:.2f}]: "
+             "better when the whole interval lies beyond it, equal when the whole interval lies inside it (no "
+             "difference a framework choice should turn on), unsettled otherwise; equal and unsettled ones are "
+             "named, never cited with their numbers as a reason for a win."]
     return Table(["criterion", lead, runner, "ratio", "interval", "outcome"], rows, notes, align="lrrrll")
 
 

@@ -99,8 +99,9 @@ details { margin: 1rem 0; } summary { cursor: pointer; font-weight: 600; }
                              padding: .6rem .9rem; margin-bottom: .3rem; }
 #decision p.decides { margin-top: .3rem; }
 #decision td:not(.l) { white-space: nowrap; }
-td.win { background: #dcefd0; color: #1d4d05; } td.loss { background: #f8d9d6; color: #7a1610; }
-td.tie { background: #f1f1f1; color: #444; } td.leader { font-weight: 600; }
+td.better { background: #dcefd0; color: #1d4d05; } td.worse { background: #f8d9d6; color: #7a1610; }
+td.equal { background: #e3ecf6; color: #1f3b5c; } td.unsettled { background: #f1f1f1; color: #444; }
+td.leader { font-weight: 600; }
 tr td.group { border-top: 2px solid #999; }
 @media (max-width: 40rem) {
   body { margin: 1rem auto; padding: 0 .6rem; font-size: 14px; }
@@ -109,7 +110,7 @@ tr td.group { border-top: 2px solid #999; }
 @media print {
   body { max-width: none; margin: 0; font-size: 10pt; }
   div.scroll { overflow: visible; }
-  td.win, td.loss, td.tie, th { print-color-adjust: exact; -webkit-print-color-adjust: exact; }
+  td.better, td.worse, td.equal, td.unsettled, th { print-color-adjust: exact; -webkit-print-color-adjust: exact; }
   h2, h3 { break-after: avoid; } table, img, p.verdict { break-inside: avoid; }
 }
 @media print { details::details-content { content-visibility: visible; } }

@@ -3,10 +3,14 @@
 :func:`decisions_json` is what ``bakeoff report --format json`` writes: per (workload, preset), the verdict, the
 winner, the framework ranking with scores, each configuration's criterion scores and the median with its 95%
 bootstrap interval of every measured criterion, and the head-to-head ratios (leader against runner-up) with their
-intervals. ``runs`` and ``busy_runs`` are the leader's and the runner-up's successful runs and, of those, the ones
-measured on a busy machine (:func:`bakeoff.analysis.conditions.busy_runs`; a decision with any is never robust);
-each configuration carries its own ``runs_busy``. Strict JSON: a number that is not finite (a target never reached,
-an unbounded interval) is ``null``.
+intervals and ``outcome`` (:attr:`~bakeoff.analysis.bootstrap.Difference.outcome`, the leader's side: better, worse,
+equal or unsettled; ``resolution``, for an unsettled one, what its runs could tell apart and what would settle it).
+The decision's own ``outcome`` is ``"winner"``, ``"equal"`` (every interval inside ±5%), ``"unsettled"`` or ``"no
+comparison"``; the older ``tie`` keys stay for readers of earlier output (``tie`` on a criterion: neither better, so
+equal *or* unsettled). ``runs`` and ``busy_runs`` are the leader's and the runner-up's successful runs and, of
+those, the ones measured on a busy machine (:func:`bakeoff.analysis.conditions.busy_runs`; a decision with any is
+never robust); each configuration carries its own ``runs_busy``. Strict JSON: a number that is not finite (a target
+never reached, an unbounded interval) is ``null``.
 
 :func:`slower_than` is ``--fail-if-slower-than NAME=RATIO``: NAME is a framework (judged by its fastest
 configuration) or a configuration label (``torch/graph``). It fails when NAME's steady throughput is *surely* below
@@ -56,17 +60,29 @@ def _configuration(s: ConfigSummary, decision: Decision) -> dict[str, Any]:
             "quantities": quantities}
 
 
+def decision_outcome(decision: Decision) -> str:
+    """What a decision shows: ``"winner"`` (a winner, provisional or not), ``"equal"`` (every weighted interval wholly
+    inside the tie band), ``"unsettled"`` (neither) or ``"no comparison"`` (fewer than two frameworks scored)."""
+    if decision.winner is not None:
+        return "winner"
+    if len(decision.ranking) < 2:
+        return "no comparison"
+    return "equal" if decision.tie else "unsettled"
+
+
 def decision_dict(decision: Decision, summaries: Sequence[ConfigSummary]) -> dict[str, Any]:
     """One (workload, preset)'s decision as JSON-ready data (see the module docstring)."""
     mine = [s for s in summaries if (s.workload, s.preset) == (decision.workload, decision.preset)]
     return _clean({
         "workload": decision.workload, "preset": decision.preset, "verdict": decision.verdict,
-        "winner": decision.winner, "tie": decision.tie, "inconclusive": decision.inconclusive,
+        "outcome": decision_outcome(decision), "winner": decision.winner, "tie": decision.tie,
+        "inconclusive": decision.inconclusive,
         "provisional": decision.provisional, "robust": decision.robust, "margin": decision.margin,
         "runs": decision.runs, "busy_runs": decision.busy, "weights": decision.weights, "excluded": decision.excluded,
         "ranking": [dataclasses.asdict(r) for r in decision.ranking], "unscored": decision.unscored,
         "win_share": decision.win_share, "caveats": decision.caveats,
-        "head_to_head": {c: {**dataclasses.asdict(d), "tie": d.tie} for c, d in decision.head_to_head.items()},
+        "head_to_head": {c: {**dataclasses.asdict(d), "tie": d.tie, "outcome": d.outcome}
+                         for c, d in decision.head_to_head.items()},
         "configurations": [_configuration(s, decision) for s in mine]})
 
 

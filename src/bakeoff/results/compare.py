@@ -6,8 +6,9 @@ versions, so the same suite run by two releases, or on two machines, lines up. P
 
 * the ratio B / A of the medians over successful runs of steady throughput and of time to target (a run that never
   reached it counts as never, +∞), with the 95% percentile interval of the ratio of the two sides' bootstrap
-  replicates (:mod:`bakeoff.analysis.bootstrap`: runs, then steady steps within runs), and who is better beyond the
-  ±5% tie band;
+  replicates (:mod:`bakeoff.analysis.bootstrap`: runs, then steady steps within runs), and its outcome
+  (:attr:`~bakeoff.analysis.bootstrap.Difference.outcome`, B against A): B or A better when the whole interval lies
+  beyond the ±5% band, equal when it lies wholly inside, unsettled otherwise;
 * what differs between the two sides' environments: CPU, cores, device, Python, framework and bakeoff versions.
 """
 
@@ -136,17 +137,18 @@ def _ratio_text(d: Difference, unit: str) -> str:
         reached = "A only" if not np.isfinite(d.a or 0) and np.isfinite(d.b or 0) else (
             "B only" if np.isfinite(d.a or 0) else "neither")
         return f"{unit}: target reached by {reached}"
-    verdict = {"a": "B better", "b": "A better"}.get(d.better or "", "tie" if d.equivalent else "within noise")
-    low = "—" if d.low is None else f"{d.low:.2f}"
-    high = "—" if d.high is None or not np.isfinite(d.high) else f"{d.high:.2f}"
-    return f"{unit}: B/A {d.ratio:.2f} [{low}, {high}] ({verdict})"
+    verdict = {"better": "B better", "worse": "A better"}.get(d.outcome, d.outcome)
+    if d.low is None or d.high is None:
+        return f"{unit}: B/A {d.ratio:.2f}, no interval ({verdict})"
+    high = f"{d.high:.2f}" if np.isfinite(d.high) else "∞"
+    return f"{unit}: B/A {d.ratio:.2f} [{d.low:.2f}, {high}] ({verdict})"
 
 
 def lines(c: Comparison) -> list[str]:
     """The comparison for people: what differs in every configuration's environment once, then one line per
     configuration (with the environment differences of its own)."""
     out = [f"A = {c.a}, B = {c.b}; ratios B / A of medians over runs, 95% bootstrap intervals; "
-           "within ±5% is a tie"]
+           "better: the whole interval beyond ±5%; equal: the whole interval within ±5%; unsettled: neither"]
     common = dict(c.matched[0].environment) if c.matched else {}
     for m in c.matched[1:]:
         common = {k: v for k, v in common.items() if m.environment.get(k) == v}
@@ -166,7 +168,9 @@ def lines(c: Comparison) -> list[str]:
 
 
 def to_dict(c: Comparison) -> dict[str, Any]:
-    """The comparison as JSON-ready data (non-finite numbers as ``None``)."""
+    """The comparison as JSON-ready data (non-finite numbers as ``None``). Per quantity, ``outcome`` is B's against
+    A's, as the ratio is (one of :data:`~bakeoff.analysis.bootstrap.OUTCOMES`); ``better`` and ``tie`` are kept for
+    readers of older output."""
     def num(v: float | None) -> float | None:
         return None if v is None or not np.isfinite(v) else float(v)
 
@@ -174,5 +178,6 @@ def to_dict(c: Comparison) -> dict[str, Any]:
         {"workload": m.workload, "preset": m.preset, "label": m.label, "runs": list(m.runs),
          "environment": {k: list(v) for k, v in m.environment.items()},
          **{q: {"a": num(d.b), "b": num(d.a), "ratio_b_over_a": num(d.ratio), "low": num(d.low),
-                "high": num(d.high), "better": {"a": "b", "b": "a"}.get(d.better or ""), "tie": d.tie}
+                "high": num(d.high), "better": {"a": "b", "b": "a"}.get(d.better or ""), "tie": d.tie,
+                "outcome": d.outcome}
             for q, d in m.differences.items()}} for m in c.matched]}
