@@ -83,7 +83,7 @@ class Decision:
     # tie reaching outside the band). "Wins" needs the first to weigh more than the second.
     settled_weight: float = 0.0
     unsettled_weight: float = 0.0
-    looks: int = 1  # adaptive repeats: the looks the run could take; the intervals are widened for them
+    looks: int = 1  # adaptive repeats: the looks the run could take; the intervals are read at their level
 
     @property
     def settled(self) -> bool:

@@ -63,10 +63,10 @@ def add_trial_options(parser: argparse.ArgumentParser, rules: str = "") -> None:
                            "evenly over them [1]")
     grid.add_argument("--repeats", type=repeats,
                       help="repeats per configuration, seeds seed..seed+N-1; or 'auto': 3, then one more at a time "
-                           "where a verdict is unsettled, up to --max-repeats (its intervals widened for the "
-                           "looks) [1]")
+                           "where a verdict is unsettled, up to --max-repeats (each look's intervals at a "
+                           "group-sequential level, so stopping early makes no chance win likelier) [1]")
     grid.add_argument("--max-repeats", type=int, help="with --repeats auto: at most this many runs per "
-                                                       "configuration [6]")
+                                                       "configuration [10]")
     grid.add_argument("--batch-size", help="examples per micro-batch, or 'auto': the largest that fits under "
                                            "--memory-cap [32]")
     grid.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step [1]")

@@ -361,8 +361,8 @@ def _mode_effects_table(configs: Sequence[ConfigSummary]) -> Table | None:
              "inside, unsettled otherwise or with one run a side (no interval). Throughput above 1× is faster; a "
              "memory increment or a time to target below 1× is smaller."]
     if any(max(m.looks, b.looks) > 1 for m, b in pairs if b is not None):
-        notes.append("Adaptive repeats: an interval over runs made so is widened for the looks their run could "
-                     "take, as the verdict's are.")
+        notes.append("Adaptive repeats: an interval over runs made so is read at the level of the look reached "
+                     "in their run's group-sequential design, as the verdict's are.")
     if busy:
         notes.append(f"{BUSY_MARK} rests on runs measured while other processes used more than "
                      f"{OTHER_WORK_SHARE:.0%} of the trial's cores during its steady steps (see Run conditions): its "

@@ -6,10 +6,11 @@ whose verdict is not settled — no winner, and not shown equal (:attr:`bakeoff.
 gets one more run of every one of its configurations, until every verdict is settled or the configurations have
 ``max`` runs.
 
-Stopping once a verdict looks settled makes a chance "wins" likelier than a fixed number of runs would. So every
-run made here records the looks its run could take (its ``adaptive_repeats`` section), and a verdict over such runs
-widens its intervals for that many looks (:func:`bakeoff.analysis.intervals.for_looks`), whenever and however the
-report is made. The error rates of the whole procedure are measured by simulation (``tests/test_calibration.py``,
+Stopping once a verdict looks settled makes a chance "wins" likelier than a fixed number of runs would. So every run
+made here records its run's plan, first and most runs (its ``adaptive_repeats`` section), and a verdict over such
+runs reads its intervals at the level of a group-sequential design at the look reached
+(:func:`bakeoff.analysis.decide.look_confidence`), whenever and however the report is made. The error rates of the
+whole procedure are measured by simulation (``tests/test_calibration.py``,
 :attr:`bakeoff.analysis.calibration.Scenario.max_runs`).
 
 A run interrupted between looks resumes as any run does: the repeats already stored are skipped, and the looks
