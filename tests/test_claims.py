@@ -1,5 +1,5 @@
 """``bakeoff claims``: the claims file (every bad input refused naming the claim, field and accepted values), the
-verdicts on synthetic stored results (supported, refuted, inconclusive and why; hardware; deployments), the
+verdicts on synthetic stored results (supported, refuted, unsettled and why; hardware; deployments), the
 report's Claims section, and one real run of one cheap claim end to end."""
 
 from __future__ import annotations
@@ -155,26 +155,26 @@ def test_refuted_when_the_whole_interval_misses_it_and_at_most_reads_the_other_w
     assert v.verdict == "supported" and "clears ≤ 2.5x" in v.findings[0].why
 
 
-def test_inconclusive_when_the_interval_straddles_the_threshold_or_runs_are_too_few():
+def test_unsettled_when_the_interval_straddles_the_threshold_or_runs_are_too_few():
     v = verdict_of(BUILD, runs("tensorflow", "graph", [2.0, 4.5, 3.2]) + runs("torch", "graph", [1.0, 1.0, 1.0]))
     f = v.findings[0]
-    assert v.verdict == "inconclusive" and f.low < 3.0 < f.high and "reaches both sides of ≥ 3x" in f.why
+    assert v.verdict == "unsettled" and f.low < 3.0 < f.high and "reaches both sides of ≥ 3x" in f.why
     # Two runs a side: an interval exists and clears 3x, but a verdict needs 3 (provisional everywhere in bakeoff)
     v = verdict_of(BUILD, runs("tensorflow", "graph", [3.6, 3.5]) + runs("torch", "graph", [1.0, 1.02]))
-    assert v.verdict == "inconclusive" and v.findings[0].n == (2, 2)
+    assert v.verdict == "unsettled" and v.findings[0].n == (2, 2)
     assert "provisional: n = 2 vs 2 runs, 3 a side needed" in v.findings[0].why
     assert "the interval alone would say supported" in v.findings[0].why
     v = verdict_of(BUILD, runs("tensorflow", "graph", [3.6]) + runs("torch", "graph", [1.0]))
-    assert v.verdict == "inconclusive" and "n = 1 vs 1 runs: no interval" in v.findings[0].why
+    assert v.verdict == "unsettled" and "n = 1 vs 1 runs: no interval" in v.findings[0].why
 
 
-def test_a_side_that_failed_or_was_never_run_is_inconclusive_with_the_reason():
+def test_a_side_that_failed_or_was_never_run_is_unsettled_with_the_reason():
     broken = [failed("torch", "graph", repeat=i, seed=i, reason="inductor needs a C++ compiler") for i in range(3)]
     v = verdict_of(BUILD, runs("tensorflow", "graph", [3.6, 3.5, 3.7]) + broken)
-    assert v.verdict == "inconclusive" and v.findings[0].ratio is None
+    assert v.verdict == "unsettled" and v.findings[0].ratio is None
     assert "torch/graph" in v.findings[0].why and "inductor needs a C++ compiler" in v.findings[0].why
     v = verdict_of(BUILD, runs("tensorflow", "graph", [3.6, 3.5, 3.7]))
-    assert v.verdict == "inconclusive" and "no trials of torch/graph in the store" in v.findings[0].why
+    assert v.verdict == "unsettled" and "no trials of torch/graph in the store" in v.findings[0].why
 
 
 def test_each_comparison_is_judged_alone_and_disagreeing_ones_make_the_claim_mixed():
@@ -212,7 +212,7 @@ def test_a_claim_true_exactly_at_its_threshold_is_rarely_called_either_way_and_a
     claims = parse_claims(BUILD)
 
     def called(true_ratio: float, noise: float, draws: int) -> dict[str, int]:
-        counts = {"supported": 0, "refuted": 0, "inconclusive": 0}
+        counts = {"supported": 0, "refuted": 0, "unsettled": 0}
         for _ in range(draws):
             a, b = true_ratio * np.exp(rng.normal(0, noise, 3)), np.exp(rng.normal(0, noise, 3))
             (v,) = judged.judge(claims, runs("tensorflow", "graph", list(a)) + runs("torch", "graph", list(b)))
@@ -220,7 +220,7 @@ def test_a_claim_true_exactly_at_its_threshold_is_rarely_called_either_way_and_a
         return counts
 
     null = called(3.0, 0.10, 300)
-    assert null["supported"] <= 15 and null["refuted"] <= 15 and null["inconclusive"] >= 270
+    assert null["supported"] <= 15 and null["refuted"] <= 15 and null["unsettled"] >= 270
     assert called(4.5, 0.05, 60)["supported"] >= 48
 
 
@@ -244,10 +244,10 @@ def test_a_deployment_claim_reads_what_bakeoff_deploy_stored():
     v = verdict_of(TFLITE, [], deployments=[deployment_row("litert", "tensorflow", parity="differs")])
     assert v.verdict == "refuted"
     v = verdict_of(TFLITE, [])
-    assert v.verdict == "inconclusive" and "no stored deployment of tensorflow litert" in v.findings[0].why
+    assert v.verdict == "unsettled" and "no stored deployment of tensorflow litert" in v.findings[0].why
     missing = {**deployment_row("litert", "tensorflow", "unsupported"), "reason": "pip install 'bakeoff[deploy]'"}
     v = verdict_of(TFLITE, [], deployments=[missing])  # not installed here: no evidence either way
-    assert v.verdict == "inconclusive" and "litert was not tried here: pip install" in v.findings[0].why
+    assert v.verdict == "unsettled" and "litert was not tried here: pip install" in v.findings[0].why
 
 
 def test_a_claim_without_a_measurable_form_gets_no_number():
@@ -301,7 +301,7 @@ def test_no_run_judges_what_the_store_holds_whichever_version_stored_it_and_writ
     assert build.verdict == "supported" and build.findings[0].n == (3, 3) and path.stat().st_mtime_ns == before
     assert tflite.verdict == "supported"  # what bakeoff deploy stored
     build, tflite = check(parse_claims(BUILD + TFLITE), tmp_path / "none.sqlite", run=False)
-    assert build.verdict == tflite.verdict == "inconclusive" and not (tmp_path / "none.sqlite").exists()
+    assert build.verdict == tflite.verdict == "unsettled" and not (tmp_path / "none.sqlite").exists()
 
 
 # --- end to end --------------------------------------------------------------------------------------------------
@@ -331,7 +331,7 @@ def test_a_real_claim_runs_end_to_end_then_is_judged_again_from_the_store(tmp_pa
     mine.write_text(CHEAP)
     assert main(["claims", "--file", str(mine), "--store", str(store)]) == 0
     out = capsys.readouterr().out
-    assert "6 run of 6" in out and re.search(r"verdicts: 1 (supported|refuted|inconclusive)\n", out), out
+    assert "6 run of 6" in out and re.search(r"verdicts: 1 (supported|refuted|unsettled)\n", out), out
     with sqlite3.connect(store) as db:
         assert db.execute("SELECT COUNT(*), MIN(status), MAX(status) FROM trials").fetchone() == (6, "ok", "ok")
     assert main(["claims", "--file", str(mine), "--store", str(store), "--no-run", "--format", "json"]) == 0
@@ -339,7 +339,7 @@ def test_a_real_claim_runs_end_to_end_then_is_judged_again_from_the_store(tmp_pa
     (f,) = claim["findings"]
     assert claim["name"] == "bigger_batches_take_longer" and claim["threshold"] == "≥ 1.5x"
     assert (f["a_label"], f["b_label"]) == ("torch/eager/batch_size=64", "torch/eager/batch_size=16")
-    assert f["n"] == [3, 3] and f["verdict"] in ("supported", "refuted", "inconclusive") and f["why"]
+    assert f["n"] == [3, 3] and f["verdict"] in ("supported", "refuted", "unsettled") and f["why"]
     assert 0 < f["low"] <= f["ratio"] <= f["high"] and f["a"] > 0 and f["b"] > 0
     # Asked again (not --no-run), nothing runs: every trial is reused from the store by its key
     assert main(["claims", "--file", str(mine), "--store", str(store), "--format", "json"]) == 0

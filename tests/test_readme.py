@@ -102,9 +102,9 @@ def test_every_readme_command_runs(tmp_path):
             "jax2tf"} <= formats
     assert "## Deployment" in (tmp_path / "reports" / "deploy-mnist" / "report.md").read_text()
     # bakeoff claims --no-run, after bakeoff deploy: TF Lite's claim judged on the LiteRT row deploy stored, the
-    # others (no trials of theirs stored, nothing run) inconclusive, needing 8 GPUs, or not testable
+    # others (no trials of theirs stored, nothing run) unsettled, needing 8 GPUs, or not testable
     claims = next(outputs[c] for c in outputs if c.startswith("bakeoff claims"))
-    assert re.search(r"verdicts: 3 inconclusive, 1 needs hardware, 1 supported, 1 not testable", claims), claims
+    assert re.search(r"verdicts: 3 unsettled, 1 needs hardware, 1 supported, 1 not testable", claims), claims
     assert (tmp_path / "reports" / "quick" / "report.html").stat().st_size > 10_000
     assert (tmp_path / "results" / "quick.csv").read_text().count("\n") == 25
     profiled = " ".join(next(outputs[c] for c in outputs if c.endswith("--profile")).split())

@@ -18,7 +18,7 @@ The claims told about frameworks ("TensorFlow's graph takes 15 minutes to build,
 faster", ...), each as a hypothesis with a measurable form: a quantity bakeoff measures, two configurations, the
 ratio the claim predicts, the trials that test it and the hardware they need. bakeoff runs the trials the store
 lacks (as `bakeoff run` does: stored trials are reused, an interrupted run resumes) and says of each claim
-supported, refuted or inconclusive *at this scale*, with the figures, their intervals and why; "needs 8 GPUs" (and
+supported, refuted or unsettled *at this scale*, with the figures, their intervals and why; "needs 8 GPUs" (and
 the capacity plan's answer) for what this machine cannot test. The shipped claims are bakeoff/plan/claims.toml; its
 format is the docstring of bakeoff/plan/claims.py.
 
@@ -30,7 +30,7 @@ examples:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     claims = sub.add_parser("claims", help="test the claims told about frameworks: supported, refuted or "
-                                           "inconclusive at this scale", description=HELP,
+                                           "unsettled at this scale", description=HELP,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     claims.add_argument("--file", type=Path, help="a claims file of your own [the shipped claims]")
     claims.add_argument("--only", help="these claims only, by name, comma-separated")
@@ -87,7 +87,7 @@ def cmd_claims(args: argparse.Namespace) -> int:
     return 0
 
 
-STYLE = {"supported": "green", "refuted": "red", "inconclusive": "yellow", "needs hardware": "cyan",
+STYLE = {"supported": "green", "refuted": "red", "unsettled": "yellow", "needs hardware": "cyan",
          "not testable": "dim", "mixed": "magenta"}
 
 

@@ -11,7 +11,7 @@ A claims file (the shipped ``bakeoff/plan/claims.toml``, or the user's) holds ``
     a = {framework = "tensorflow", execution = "graph"}   # RunSpec fields over [claim.trials]
     b = {framework = "torch", execution = "graph"}
     each = [{framework = "torch"}, {framework = "jax"}]   # optional: one comparison per entry, over a and b
-    repeats = 3                         # runs per side [3]: fewer can only be inconclusive
+    repeats = 3                         # runs per side [3]: fewer can only be unsettled
     needs = {gpus = 8}                  # optional: what this machine must have to run the trials
     meaning = "..."                     # optional: why this quantity and threshold are the claim's measurable form
     [claim.trials]                      # RunSpec fields every trial of the claim shares (a suite's [defaults])

@@ -6,7 +6,7 @@ wider after adaptive repeats' looks), against the claim's threshold instead of t
 
 * **supported** when the whole interval lies on the claim's side of the threshold (``at_least 3``: low ≥ 3);
 * **refuted** when the whole interval lies on the other side (high < 3);
-* **inconclusive** otherwise, and whenever a side has fewer than
+* **unsettled** otherwise, and whenever a side has fewer than
   :data:`~bakeoff.analysis.verdict.MIN_RUNS` runs (a verdict below that is provisional everywhere in bakeoff, so a
   claim is not called on it), a figure is missing, or a trial did not succeed — always with n and why.
 
@@ -36,7 +36,7 @@ from bakeoff.plan.claims import Claim, Comparison, capacity_plan, configuration,
 from bakeoff.report import deployment as deployed
 from bakeoff.report.templates import Block, Heading, Para, Table
 
-SUPPORTED, REFUTED, INCONCLUSIVE = "supported", "refuted", "inconclusive"
+SUPPORTED, REFUTED, UNSETTLED = "supported", "refuted", "unsettled"
 NEEDS_HARDWARE, NOT_TESTABLE = "needs hardware", "not testable"
 KIND = {"data_parallel": "data", "multi_worker": "data", "parameter_server": "parameter_server"}
 """The capacity plan's strategy for a claim's parallelism (:data:`bakeoff.plan.capacity.KINDS`)."""
@@ -119,14 +119,14 @@ def _finding(claim: Claim, c: Comparison, by_config: Mapping[str, list[TrialResu
         if claim.gpus > gpus:
             return Finding(c.label, NEEDS_HARDWARE, f"needs {claim.gpus} GPUs; this machine has {gpus}, and no "
                                                     f"results of {absent} are stored", *labels)
-        return Finding(c.label, INCONCLUSIVE, f"no trials of {absent} in the store: run `bakeoff claims` without "
+        return Finding(c.label, UNSETTLED, f"no trials of {absent} in the store: run `bakeoff claims` without "
                                               "--no-run", *labels)
     summaries = summarise_groups([*trials[0], *trials[1]])
     a, b = _side(summaries, trials[0]), _side(summaries, trials[1])
     n = (len(a.runs(q.name)[0]), len(b.runs(q.name)[0]))
     confidence = look_confidence(intervals.CONFIDENCE, a, b)
     d = head_to_head(q, a, b, confidence)
-    found = Finding(c.label, INCONCLUSIVE, "", *labels, a=d.a, b=d.b, ratio=d.ratio, low=d.low, high=d.high,
+    found = Finding(c.label, UNSETTLED, "", *labels, a=d.a, b=d.b, ratio=d.ratio, low=d.low, high=d.high,
                     confidence=confidence, n=n)
     if d.ratio is None:
         missing = [f"{s.label}: {s.missing.get(q.name) or 'not measured'}" for s in (a, b) if s.value(q.name) is None]
@@ -174,7 +174,7 @@ def figures(claim: Claim, f: Finding) -> str:
 
 def _deployment(claim: Claim, rows: Sequence[Mapping[str, Any]]) -> ClaimVerdict:
     """Supported when a stored row of the format exported, ran and matched the framework model; refuted when every
-    stored row of it that was tried failed (export, run or outputs); inconclusive when none is stored or it was not
+    stored row of it that was tried failed (export, run or outputs); unsettled when none is stored or it was not
     tried here (unsupported: not installed, needs a GPU). Other formats reaching the target are named."""
     fw, name, target = (claim.deployment[k] for k in ("framework", "format", "target"))
     rows = deployed.latest(rows)
@@ -183,7 +183,7 @@ def _deployment(claim: Claim, rows: Sequence[Mapping[str, Any]]) -> ClaimVerdict
     tried = [r for r in mine if r.get("status") != "unsupported"]  # not installed here, or needs a GPU: no evidence
     if not tried:
         said = "; ".join(dict.fromkeys(str(r.get("reason", "")) for r in mine))
-        finding = Finding("", INCONCLUSIVE, (f"{name} was not tried here: {said}" if mine else
+        finding = Finding("", UNSETTLED, (f"{name} was not tried here: {said}" if mine else
                                              f"no stored deployment of {fw} {name}") + ": run `bakeoff deploy "
                                             "--workload mnist` (it exports every format it can) and ask again")
     elif any(deployed.usable(r) for r in mine):
@@ -261,7 +261,7 @@ def blocks(verdicts: Sequence[ClaimVerdict]) -> list[Block]:
     return [Heading(2, "Claims"),
             Para("Each claim as a measurable hypothesis, judged at this scale (the trials' own sizes, on this "
                  f"machine): supported or refuted only when the whole interval of the ratio clears the threshold, "
-                 f"with {MIN_RUNS} runs a side or more; inconclusive otherwise, with why."),
+                 f"with {MIN_RUNS} runs a side or more; unsettled otherwise, with why."),
             Table(COLUMNS, rows, notes=notes, align="lllll")]
 
 
