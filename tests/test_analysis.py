@@ -543,3 +543,19 @@ def test_missing_evidence_gives_a_verdict_that_says_what_is_missing(case):
                  repeats("torch", "graph", [940, 950, 960], [2.0, 2.1, 2.2], final_metric=[0.8] * 3)]
         d = decide(summarise_groups(torch + tf))
         assert "first_step" in d.excluded and "without first_step (not measured for torch/graph" in d.verdict
+
+
+def test_an_unsettled_verdict_still_cites_what_the_leader_is_shown_better_on():
+    # PyTorch is surely faster to the target (its interval beyond ±5%), but throughput, which weighs as much, is
+    # unsettled: no winner, and the verdict must not say the lead rests "only by unsettled differences".
+    results = [*repeats("torch", "graph", [460, 560, 600], [2.0, 2.1, 2.2], final_metric=[0.8] * 3),
+               *repeats("tensorflow", "graph", [470, 500, 540], [3.0, 3.1, 3.2], final_metric=[0.8] * 3)]
+    d = decide(summarise_groups(results), {"throughput": 1, "time_to_target": 1, "first_step": 0, "memory": 0,
+                                           "quality": 0})
+    assert d.winner is None and d.head_to_head["time_to_target"].outcome == "better"
+    assert d.head_to_head["throughput"].outcome == "unsettled"
+    assert d.verdict.startswith("unsettled on text_classifier/tiny: PyTorch (graph) leads TensorFlow (graph) "
+                                "(1.00 vs 0.79) only by criteria weighing no more than those still unsettled — better "
+                                "on time to accuracy 0.78: 2.1 vs 3.1 s (0.68x, 95% CI ")
+    assert "; unsettled on steady throughput: 560 vs 500 examples/s (1.12x, 95% CI " in d.verdict
+    assert "What would settle it: steady throughput — 3 runs a side at " in d.verdict

@@ -97,7 +97,8 @@ def test_the_recommendation_when_workloads_disagree_and_when_none_is_won():
     said = card.recommendation(list(noisy.values()))
     assert said.startswith("No recommendation: no framework wins any workload (unsettled on autoencoder/tiny); "
                            "the evidence leans to PyTorch, win probability 77%")
-    assert card.decides(list(noisy.values())).startswith("nothing yet: every lead is unsettled")
+    assert card.decides(list(noisy.values())).startswith(
+        "nothing yet: no leader is better on criteria that weigh more than those still unsettled")
 
 
 def test_one_run_a_side_is_provisional_with_no_win_probability():

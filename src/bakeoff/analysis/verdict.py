@@ -264,10 +264,14 @@ def _unsettled(d: Decision, w: ConfigSummary, r: ConfigSummary, where: str, n: s
     noisy = [x for x in unsettled if not _inside_band(x.ratio)]
     ours = [difference_phrase(x, w, r) for x in noisy if ((x.ratio or 0) > 1) == w.higher(x.quantity)]
     theirs = [difference_phrase(x.swapped(), r, w) for x in noisy if ((x.ratio or 0) > 1) != w.higher(x.quantity)]
+    mine = [difference_phrase(x, w, r) for x in diffs if x.better == "a"]
     clear = [difference_phrase(x.swapped(), r, w) for x in diffs if x.better == "b"]
     equal = [w.title(x.quantity) for x in diffs if x.outcome == "equal"]
     unclear = [w.title(x.quantity) for x in unsettled if _inside_band(x.ratio)]
     by = "unsettled differences" if noisy else f"differences within ±{TIE_BAND:.0%}"
+    if mine:  # better on some criteria, which weigh no more than those still unsettled
+        by = "criteria weighing no more than those still unsettled"
+        ours = [f"better on {'; '.join(mine)}", *(["unsettled on " + "; ".join(ours)] if ours else [])]
     parts = ours + ([f"{runner} is better on {'; '.join(clear)}"] if clear else [])
     parts += [f"{runner} ahead, unsettled, on {'; '.join(theirs)}"] if theirs else []
     parts += [f"equal within ±{TIE_BAND:.0%} on {', '.join(equal)}"] if equal else []

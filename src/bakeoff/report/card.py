@@ -263,8 +263,9 @@ def decides(decisions: Sequence[Decision]) -> str:
         return (f"nothing measured: the frameworks are within ±{TIE_BAND:.0%} of each other on every weighted "
                 "criterion, so what cannot be measured (qualitative criteria, scored in the suite) decides.")
     if compared:
-        return ("nothing yet: every lead is unsettled; more runs (--repeats) narrow the intervals, and the "
-                "verdicts below say which differences are unsettled.")
+        return ("nothing yet: no leader is better on criteria that weigh more than those still unsettled; more "
+                "runs (--repeats, or --repeats auto) narrow the intervals, and each verdict says what would settle "
+                "its unsettled criteria.")
     return "nothing: there is no comparison."
 
 
