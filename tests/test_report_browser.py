@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import browser
+from bakeoff.analysis.bootstrap import OUTCOMES
 from bakeoff.analysis.stats import summarise_groups
 from bakeoff.report.render import render_report
 from bakeoff.report.write import decisions
@@ -83,9 +84,9 @@ def test_the_card_is_on_the_first_screen_and_the_page_says_each_verdict_once(chr
     assert "Recommendation: PyTorch: it wins 2 of 3 compared workloads" in card
     outcomes = chromium.evaluate("""[...document.querySelectorAll("#decision td")].map(td => [td.className,
         getComputedStyle(td).backgroundColor])""")
-    colours = {kind: colour for kind, colour in outcomes if kind in ("win", "tie", "loss")}
-    assert set(colours) == {"tie", "loss"}  # PyTorch leads everywhere: the others lose or tie
-    assert colours["tie"] != colours["loss"] and "rgba(0, 0, 0, 0)" not in colours.values()
+    colours = {kind: colour for kind, colour in outcomes if kind in OUTCOMES}
+    assert "better" not in colours and {"worse", "unsettled"} <= set(colours)  # PyTorch leads everywhere
+    assert len(set(colours.values())) == len(colours) and "rgba(0, 0, 0, 0)" not in colours.values()
     folded = chromium.evaluate("""[...document.querySelectorAll("details")].map(d => [d.open,
         d.querySelector("summary").innerText])""")
     assert folded == [[False, "Environment"]] * 3

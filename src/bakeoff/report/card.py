@@ -291,13 +291,10 @@ def _legend(decisions: Sequence[Decision], summaries: Sequence[ConfigSummary], c
                                                                 "deployments, 5 = the best")
     legend = [f"Each framework by its best configuration (its mode in brackets). {LEADER}: the workload's leader, "
               f"with its medians — {'; '.join(units)}.",
-              "Other rows: better, worse, equal or unsettled against the leader — the ratio of medians, this "
-              "framework's over the leader's, and its 95% interval (for time, first step and memory above 1x is "
-              f"more). Better or worse: the whole interval beyond ±{TIE_BAND:.0%}; equal: the whole interval "
-              f"inside ±{TIE_BAND:.0%}; unsettled: neither, or one run a side (no interval).",
-              f"win prob.: the share of {RESAMPLES:,} joint draws of the measurements (each configuration's runs) "
-              "and the weights (each ×½–2) in which the framework scores highest on that workload; — with one run "
-              "a side (no spread to draw from)."]
+              "Others vs the leader: ratio of medians (time, memory: above 1x is more), 95% interval; better/worse: "
+              f"wholly beyond ±{TIE_BAND:.0%}, equal: wholly inside, unsettled: neither or 1 run.",
+              f"win prob.: how often it scores highest in {RESAMPLES:,} joint draws of the runs and the weights "
+              "(each ×½–2); — with one run a side."]
     if any(c not in d.weights for d in decisions for c in criteria):
         legend.append("— under a criterion: not counted on that workload (its verdict below says why).")
     return legend
