@@ -350,3 +350,25 @@ def test_a_real_claim_runs_end_to_end_then_is_judged_again_from_the_store(tmp_pa
 
 def test_the_shipped_file_is_package_data():
     assert Path(judged.__file__).parent.parent.joinpath("plan", "claims.toml").is_file()
+
+
+def test_an_unsettled_claim_says_how_many_runs_would_settle_it():
+    from scipy.stats import t as student_t
+
+    wide = verdict_of(BUILD, runs("tensorflow", "graph", [2.0, 4.5, 3.2]) + runs("torch", "graph", [1.0, 1.0, 1.0]))
+    assert "; more than 100 runs a side would be needed to settle it, if the 3.20x measured" in wide.findings[0].why
+    tf, torch = [3.3, 4.1, 3.7], [1.0, 1.06, 0.95]
+    v = verdict_of(BUILD, runs("tensorflow", "graph", tf) + runs("torch", "graph", torch))
+    f = v.findings[0]
+    assert v.verdict == "unsettled" and f.low < 3.0 < f.high
+    said = re.search(r"; about (\d+) runs a side would settle it, if the 3.70x measured is the true ratio", f.why)
+    assert said, f.why
+    m = int(said.group(1))
+    # Simulated independently: at the runs' own spread and a true 3.7x, m runs a side clear 3x about 4 times in 5
+    rng, k = np.random.default_rng(0), 20_000
+    sa, sb = np.log(tf).std(ddof=1), np.log(torch).std(ddof=1)
+    a, b = rng.normal(np.log(3.7), sa, (k, m)), rng.normal(0.0, sb, (k, m))
+    va, vb = a.var(axis=1, ddof=1) / m, b.var(axis=1, ddof=1) / m
+    df = (va + vb) ** 2 / (va**2 / (m - 1) + vb**2 / (m - 1))
+    low = a.mean(axis=1) - b.mean(axis=1) - student_t.ppf(0.975, df) * np.sqrt(va + vb)
+    assert 3 < m <= 30 and 0.72 <= float(np.mean(low > np.log(3.0))) <= 0.90

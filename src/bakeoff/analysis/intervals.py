@@ -182,20 +182,21 @@ def _noncentrality(df: float, confidence: float) -> float:
 
 
 def resolution(a_runs: np.ndarray, b_runs: np.ndarray, confidence: float = CONFIDENCE, band: float = TIE_BAND,
-               observed: float | None = None) -> Resolution | None:
+               observed: float | None = None, centre: float = 1.0) -> Resolution | None:
     """What ``a_runs`` against ``b_runs`` (one finite value per run, 2 a side at least; else ``None``) could tell
     apart at ``confidence``, and about how many runs a side would settle the ratio ``observed`` (the one shown: of
-    the medians; by default of the geometric means) if it
-    were the true one (more runs than either side has): as better when it lies beyond the band, as equal when inside
-    it. A power calculation on the runs' own log spread (:func:`_needed`); the spread is itself estimated from few
-    runs, so the run counts are "about"."""
+    the medians; by default of the geometric means) if it were the true one (more runs than either side has): as
+    better when it lies beyond the band around ``centre`` (1, or a claim's threshold with no band), as equal when
+    inside it. A power calculation on the runs' own log spread (:func:`_needed`); the spread is itself estimated
+    from few runs, so the run counts are "about"."""
     a, b = np.asarray(a_runs, dtype=float), np.asarray(b_runs, dtype=float)
     if len(a) < 2 or len(b) < 2 or not (np.isfinite(a).all() and np.isfinite(b).all()) or (a <= 0).any() \
             or (b <= 0).any():
         return None
     sd2 = (float(np.log(a).var(ddof=1)), float(np.log(b).var(ddof=1)))
     edge = math.log(1 + band)
-    observed = abs(math.log(observed) if observed else float(np.log(a).mean() - np.log(b).mean()))
+    ratio_of = math.log(observed) if observed else float(np.log(a).mean() - np.log(b).mean())
+    observed = abs(ratio_of - math.log(centre))
     detectable = math.exp(edge + _needed(sd2, (len(a), len(b)), confidence))
     aim = "better" if observed > edge else "equal"
     room = observed - edge if aim == "better" else edge - observed
@@ -208,7 +209,7 @@ def resolution(a_runs: np.ndarray, b_runs: np.ndarray, confidence: float = CONFI
             low, high = (low, mid) if _needed(sd2, (mid, mid), confidence) <= room else (mid + 1, high)
         settle_runs = low
     return Resolution(runs=(len(a), len(b)), noise=math.sqrt(sum(sd2) / 2), detectable=detectable,
-                      settles=math.exp(observed), aim=aim, settle_runs=settle_runs)
+                      settles=math.exp(abs(ratio_of)), aim=aim, settle_runs=settle_runs)
 
 
 def compare(name: str, a: float | None, b: float | None, a_runs: np.ndarray, b_runs: np.ndarray,

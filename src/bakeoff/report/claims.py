@@ -6,7 +6,8 @@ wider after adaptive repeats' looks), against the claim's threshold instead of t
 
 * **supported** when the whole interval lies on the claim's side of the threshold (``at_least 3``: low ≥ 3);
 * **refuted** when the whole interval lies on the other side (high < 3);
-* **unsettled** otherwise, and whenever a side has fewer than
+* **unsettled** otherwise (saying about how many runs a side would settle it, if the ratio measured is the true
+  one), and whenever a side has fewer than
   :data:`~bakeoff.analysis.verdict.MIN_RUNS` runs (a verdict below that is provisional everywhere in bakeoff, so a
   claim is not called on it), a figure is missing, or a trial did not succeed — always with n and why.
 
@@ -26,9 +27,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bakeoff.analysis import intervals
+from bakeoff.analysis.bootstrap import SETTLE_RUNS_MAX
 from bakeoff.analysis.conditions import BUSY_MARK, busy_note, busy_runs
 from bakeoff.analysis.decide import head_to_head, look_confidence
-from bakeoff.analysis.quantities import fmt, quantity
+from bakeoff.analysis.quantities import Quantity, fmt, quantity
 from bakeoff.analysis.stats import ConfigSummary, distinct_labels, summarise_groups
 from bakeoff.analysis.verdict import MIN_RUNS, interval_text, ratio_text
 from bakeoff.core.result import TrialResult
@@ -148,7 +150,7 @@ def _finding(claim: Claim, c: Comparison, by_config: Mapping[str, list[TrialResu
         side = "clears" if holds else "misses"
         found.why = f"the whole {ci} {side} {claim.threshold}"
     else:
-        found.why = f"the {ci} reaches both sides of {claim.threshold}"
+        found.why = f"the {ci} reaches both sides of {claim.threshold}" + _settle(claim, q, a, b, d.ratio)
     caveats = [f"{s.label}: {note}" for s in (a, b) for note in s.reasons]  # runs that did not finish
     caveats += [note.replace("bakeoff run --retry-busy", "bakeoff claims --retry-busy")
                 for s in (a, b) if (note := busy_note(s))]
@@ -156,6 +158,20 @@ def _finding(claim: Claim, c: Comparison, by_config: Mapping[str, list[TrialResu
     if caveats:
         found.why += "; " + "; ".join(caveats)
     return found
+
+
+def _settle(claim: Claim, q: Quantity, a: ConfigSummary, b: ConfigSummary, ratio: float | None) -> str:
+    """``"; about 9 runs a side would settle it, if the 2.5x measured is the true ratio"``: the runs a claim whose
+    interval straddles its threshold needs to be supported or refuted (:func:`bakeoff.analysis.intervals.resolution`
+    around the threshold, no band); ``""`` when the runs give no spread to tell (a censored run, one run)."""
+    threshold = claim.at_least if claim.at_least is not None else claim.at_most
+    (ra, _), (rb, _) = a.runs(q.name), b.runs(q.name)
+    r = intervals.resolution(q.floored(ra), q.floored(rb), band=0.0, observed=ratio, centre=threshold or 1.0)
+    if r is None or ratio is None:
+        return ""
+    measured = f"if the {ratio_text(ratio)} measured is the true ratio"
+    return (f"; about {r.settle_runs} runs a side would settle it, {measured}" if r.settle_runs is not None else
+            f"; more than {SETTLE_RUNS_MAX} runs a side would be needed to settle it, {measured}")
 
 
 def figures(claim: Claim, f: Finding) -> str:
