@@ -234,3 +234,20 @@ def test_what_a_run_could_tell_apart_is_what_simulated_runs_tell_apart():
     close = resolution(runs * 1.01, runs, observed=1.01)
     assert close is not None and close.aim == "equal" and close.settles == pytest.approx(1.01)
     assert resolution(runs, runs[:1]) is None and resolution(np.array([1.0, np.inf]), runs) is None
+
+
+def test_the_sequential_boundaries_are_the_published_obrien_fleming_ones():
+    from bakeoff.analysis.intervals import sequential_confidence, spending_boundaries
+
+    # Lan-DeMets O'Brien-Fleming-type spending, two-sided 0.05, five equally spaced looks: the boundaries of the
+    # published tables (gsDesign's sfLDOF at one-sided 0.025, which the symmetric two-sided 0.05 matches to the
+    # third decimal): 4.877, 3.357, 2.680, 2.290, 2.031
+    published = [4.877, 3.357, 2.680, 2.290, 2.031]
+    assert spending_boundaries(0.05, [0.2, 0.4, 0.6, 0.8, 1.0]) == pytest.approx(published, abs=2e-3)
+    assert spending_boundaries(0.05, [1.0]) == pytest.approx([1.960], abs=1e-3)  # one look: the fixed design
+    levels = [sequential_confidence(0.95, 3, 10, n) for n in range(3, 11)]
+    assert levels == sorted(levels, reverse=True) and levels[0] > 0.999 and 0.95 < levels[-1] < 0.97
+    assert sequential_confidence(0.95, 3, 10, 2) == levels[0] and sequential_confidence(0.95, 3, 10, 12) == levels[-1]
+    assert sequential_confidence(0.95, 3, 3, 3) == 0.95
+    with pytest.raises(ValueError, match="information fractions"):
+        spending_boundaries(0.05, [0.5, 0.4, 1.0])
