@@ -155,3 +155,17 @@ def test_bakeoff_compare_words_each_quantity_by_its_outcome():
     data = json.loads(json.dumps(to_dict(c)))
     outcome = {m["label"]: m["examples_per_s"]["outcome"] for m in data["configurations"]}
     assert outcome == {"torch/graph": "better", "tensorflow/graph": "equal"}  # B's against A's, as the ratio is
+
+
+def test_bakeoff_compare_with_one_run_a_side_is_unsettled_without_an_interval():
+    # A bootstrap over one run's steps saw step-to-step noise only and called this "B better"; run-to-run noise is
+    # what one run a side cannot show, so it is unsettled, as a verdict's comparison is.
+    from bakeoff.results.compare import compare, lines
+
+    a = repeats("torch", "graph", [500], [3.0], final_metric=[0.8])
+    b = repeats("torch", "graph", [650], [2.4], final_metric=[0.8])
+    c = compare(a, b)
+    d = c.matched[0].differences["examples_per_s"]
+    assert d.ratio == pytest.approx(1.3) and d.low is None and d.outcome == "unsettled"
+    said = "\n".join(lines(c))
+    assert "throughput: B/A 1.30, no interval (unsettled)" in said and "B better" not in said

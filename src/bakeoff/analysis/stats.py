@@ -92,6 +92,20 @@ def short_reason(reason: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def run_values(q: Quantity, trials: Sequence[TrialResult], target: float | None,
+               budget: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One value of ``q`` per run of ``trials``, as verdicts compare them, and each run's lower bound where it is
+    censored: the successful runs that measured it; for a censored quantity with a ``target`` also every unfinished
+    run, as never (+∞, bound unknown unless it recorded its training time)."""
+    ok = [r for r in trials if r.status is Status.OK]
+    counted = ok + ([r for r in trials if r.status in UNFINISHED] if q.censored and target is not None else [])
+    pairs = [(math.inf if r.status is not Status.OK else v, (q.bound(r) if q.bound else None)) for r in counted
+             if r.status is not Status.OK or (v := q.value(r, budget)) is not None]
+    values = np.array([v for v, _ in pairs], dtype=float)
+    bounds = np.array([math.nan if b is None else float(b) for _, b in pairs], dtype=float)
+    return values, bounds
+
+
 @dataclasses.dataclass
 class ConfigSummary:
     """Every repeat and seed of one configuration (workload, preset, :meth:`RunSpec.label`), summarised.
@@ -161,14 +175,7 @@ class ConfigSummary:
         The successful runs that measured ``name``; for a censored quantity (time to target, with a target set)
         also every unfinished run, as never (+∞, bound unknown unless it recorded its training time).
         """
-        q = quantity(name)
-        counted = self.ok + (self.unfinished if q.censored and self.target is not None else [])
-        pairs = [(math.inf if r.status is not Status.OK else v,
-                  (q.bound(r) if q.bound else None)) for r in counted
-                 if r.status is not Status.OK or (v := q.value(r, self.budget_examples)) is not None]
-        values = np.array([v for v, _ in pairs], dtype=float)
-        bounds = np.array([math.nan if b is None else float(b) for _, b in pairs], dtype=float)
-        return values, bounds
+        return run_values(quantity(name), self.trials, self.target, self.budget_examples)
 
     def replicates(self, name: str) -> np.ndarray:
         """:data:`~bakeoff.analysis.bootstrap.RESAMPLES` bootstrap replicates of :meth:`value`, seeded by the

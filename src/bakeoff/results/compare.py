@@ -4,11 +4,13 @@ Configurations are matched by :func:`bakeoff.core.identity.configuration`: every
 file counted by its content, the resolved model configuration by its hash, and *not* the bakeoff or framework
 versions, so the same suite run by two releases, or on two machines, lines up. Per matched configuration:
 
-* the ratio B / A of the medians over successful runs of steady throughput and of time to target (a run that never
-  reached it counts as never, +∞), with the 95% percentile interval of the ratio of the two sides' bootstrap
-  replicates (:mod:`bakeoff.analysis.bootstrap`: runs, then steady steps within runs), and its outcome
-  (:attr:`~bakeoff.analysis.bootstrap.Difference.outcome`, B against A): B or A better when the whole interval lies
-  beyond the ±5% band, equal when it lies wholly inside, unsettled otherwise;
+* the ratio B / A of the medians over runs of steady throughput and of time to target (a run that never reached it,
+  or did not finish, counts as never, +∞), with the 95% interval every verdict uses
+  (:func:`bakeoff.analysis.intervals.compare`: Welch's t on the log of one value per run; none with one run a
+  side), and its outcome (:attr:`~bakeoff.analysis.bootstrap.Difference.outcome`, B against A): B or A better when
+  the whole interval lies beyond the ±5% band, equal when it lies wholly inside, unsettled otherwise — and always
+  with one run a side (a bootstrap over one run's steps saw step-to-step noise only, and called one run a side
+  "better");
 * what differs between the two sides' environments: CPU, cores, device, Python, framework and bakeoff versions.
 """
 
@@ -21,8 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.analysis.bootstrap import Difference, Resampler, difference, rng_for
+from bakeoff.analysis import intervals
+from bakeoff.analysis.bootstrap import Difference
 from bakeoff.analysis.quantities import quantity
+from bakeoff.analysis.stats import run_values
 from bakeoff.core.identity import configuration
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError, Status
@@ -84,18 +88,16 @@ def _name(results: Sequence[TrialResult]) -> tuple[str, str, str]:
     return spec.workload, spec.preset_title(), spec.label()
 
 
-def _side(trials: Sequence[TrialResult], name: str, side: str) -> tuple[Resampler, list[TrialResult]]:
-    ok = [t for t in trials if t.status is Status.OK]
-    return Resampler(ok, rng_for(side, *name)), ok
-
-
-def _difference(name: str, a: tuple[Resampler, list], b: tuple[Resampler, list]) -> Difference:
+def _difference(name: str, a: Sequence[TrialResult], b: Sequence[TrialResult]) -> Difference:
+    """B against A on ``name``, as a verdict compares two configurations."""
     q = quantity(name)
-    med = []
-    for _, ok in (b, a):
-        values = [v for t in ok if (v := q.value(t)) is not None]
-        med.append(float(np.median(values)) if values else None)
-    return difference(name, med[0], med[1], b[0].replicates(q), a[0].replicates(q), bool(q.higher_is_better))
+    target = next((t.target for t in (*a, *b) if t.status is Status.OK and t.target is not None), None)
+    (ra, bounds_a), (rb, bounds_b) = run_values(q, a, target), run_values(q, b, target)
+    va, vb = (float(np.median(r)) if r.size else None for r in (ra, rb))
+    d = intervals.compare(name, None if vb is None else float(q.floored(vb)),
+                          None if va is None else float(q.floored(va)), q.floored(rb), q.floored(ra), bounds_b,
+                          bounds_a, bool(q.higher_is_better))
+    return dataclasses.replace(d, a=vb, b=va)
 
 
 def compare(a: Sequence[TrialResult], b: Sequence[TrialResult], a_path: Path = Path("A"),
@@ -106,10 +108,10 @@ def compare(a: Sequence[TrialResult], b: Sequence[TrialResult], a_path: Path = P
     for key in [k for k in configs_a if k in configs_b]:
         ta, tb = configs_a[key], configs_b[key]
         name = _name(ta)
-        sides = _side(ta, name, "A"), _side(tb, name, "B")
+        ok = [sum(t.status is Status.OK for t in side) for side in (ta, tb)]
         env = {field: (_values(ta, field), _values(tb, field)) for field in _environment(ta[0])}
-        matched.append(Matched(*name, runs=(len(sides[0][1]), len(sides[1][1])),
-                               differences={q: _difference(q, *sides) for q in QUANTITIES},
+        matched.append(Matched(*name, runs=(ok[0], ok[1]),
+                               differences={q: _difference(q, ta, tb) for q in QUANTITIES},
                                environment={k: v for k, v in env.items() if v[0] != v[1]}))
     matched.sort(key=lambda m: (m.workload, m.preset, m.label))
 
@@ -147,8 +149,8 @@ def _ratio_text(d: Difference, unit: str) -> str:
 def lines(c: Comparison) -> list[str]:
     """The comparison for people: what differs in every configuration's environment once, then one line per
     configuration (with the environment differences of its own)."""
-    out = [f"A = {c.a}, B = {c.b}; ratios B / A of medians over runs, 95% bootstrap intervals; "
-           "better: the whole interval beyond ±5%; equal: the whole interval within ±5%; unsettled: neither"]
+    out = [f"A = {c.a}, B = {c.b}; ratios B / A of medians over runs, 95% intervals over runs (none with one run a "
+           "side); better: the whole interval beyond ±5%; equal: the whole interval within ±5%; unsettled: neither"]
     common = dict(c.matched[0].environment) if c.matched else {}
     for m in c.matched[1:]:
         common = {k: v for k, v in common.items() if m.environment.get(k) == v}
