@@ -169,3 +169,18 @@ def test_bakeoff_compare_with_one_run_a_side_is_unsettled_without_an_interval():
     assert d.ratio == pytest.approx(1.3) and d.low is None and d.outcome == "unsettled"
     said = "\n".join(lines(c))
     assert "throughput: B/A 1.30, no interval (unsettled)" in said and "B better" not in said
+
+
+def test_fail_if_slower_than_never_fails_a_build_on_one_run_a_side():
+    # The bootstrap over one run's steps gave a narrow interval and failed this build on run-to-run noise it never saw
+    from bakeoff.results.ci import slower_than
+
+    results = [*repeats("torch", "graph", [1000], [2.0], final_metric=[0.8]),
+               *repeats("tensorflow", "graph", [500], [3.0], final_metric=[0.8])]
+    [check] = slower_than(summarise_groups(results), {"tensorflow": 0.9})
+    assert check.ratio == pytest.approx(0.5) and check.low is None and not check.failed
+    assert "(torch/graph; one run a side: no interval) — pass: not surely below 0.9" in check.line()
+    three = [*repeats("torch", "graph", [990, 1000, 1010], [2.0] * 3, final_metric=[0.8] * 3),
+             *repeats("tensorflow", "graph", [495, 500, 505], [3.0] * 3, final_metric=[0.8] * 3)]
+    [check] = slower_than(summarise_groups(three), {"tensorflow": 0.9})
+    assert check.failed and check.high < 0.9
