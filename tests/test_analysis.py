@@ -225,8 +225,8 @@ def test_a_wide_interval_reaching_into_the_band_is_unsettled_not_equal():
     assert d.verdict == ("unsettled on text_classifier/tiny: TensorFlow (graph) leads PyTorch (graph) (1.00 vs "
                          "0.98) only by differences within ±5% — unsettled on steady throughput. What would settle "
                          "it: steady throughput — 3 runs a side at 7% run-to-run noise tell apart, 4 times in 5, only "
-                         "differences beyond 1.37x; about 97 runs a side would show the two equal within ±5%, if "
-                         "they are as close as the 1.02x measured.")
+                         "differences beyond 1.37x either way; about 97 runs a side would show the two equal within "
+                         "±5%, if they are as close as the 1.02x measured.")
     wide = [*repeats("torch", "graph", [400, 500, 600], [3.0] * 3, final_metric=[0.8] * 3),
             *repeats("tensorflow", "graph", [450, 560, 700], [3.0] * 3, final_metric=[0.8] * 3)]
     d = decide(summarise_groups(wide), only("throughput"))

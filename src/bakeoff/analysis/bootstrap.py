@@ -168,7 +168,7 @@ class Resolution:
     resolution`): at their run-to-run ``noise`` (the standard deviation of a run's log value, both sides pooled:
     0.09 reads "9%"), ``runs`` a side settle as better, 4 times in 5, a true ratio beyond ``detectable`` (≥ 1,
     either way, its distance from the band's centre); about ``settle_runs`` a side (``None``: more than
-    :data:`SETTLE_RUNS_MAX`) would settle the ratio measured, ``settles`` (≥ 1, either way) — as a difference when
+    :data:`SETTLE_RUNS_MAX`) would settle the ratio measured, ``settles`` (a / b, as shown) — as a difference when
     it lies beyond the tie band (``aim`` ``"better"``), as equal when inside it (``"equal"``) — if it is the true
     one."""
 

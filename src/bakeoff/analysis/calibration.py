@@ -132,8 +132,8 @@ def draw_run(framework: str, repeat: int, speed: float, noise: Noise, rng: np.ra
     slow = load + (math.log(noise.slow_factor) if rng.random() < noise.slow_share else 0.0)
     level = speed * TRUE["examples_per_s"] * math.exp(noise.throughput * rng.standard_normal() - slow)
     steady = BATCH / level * np.exp(_ar1(rng, STEPS - 1, noise.phi, noise.steps))
-    first = TRUE["first_step_s"] * math.exp(noise.first_step * rng.standard_normal())
-    steps = [first, *steady.tolist()]
+    first_step = TRUE["first_step_s"] * math.exp(noise.first_step * rng.standard_normal())
+    steps = [first_step, *steady.tolist()]
     median = float(np.median(steady[WARMUP:]))
     ttt = (None if rng.random() < noise.never else
            TRUE["time_to_target_s"] / speed * math.exp(noise.time_to_target * rng.standard_normal() + slow))
@@ -143,7 +143,7 @@ def draw_run(framework: str, repeat: int, speed: float, noise: Noise, rng: np.ra
              for s in range(EVAL_EVERY, STEPS + 1, EVAL_EVERY)]
     increment = int(TRUE["memory_increment_bytes"] * math.exp(noise.memory * rng.standard_normal()))
     return TrialResult(
-        spec=spec, key=f"{framework}-{repeat}", status=Status.OK, environment=env, first_step_s=first,
+        spec=spec, key=f"{framework}-{repeat}", status=Status.OK, environment=env, first_step_s=first_step,
         step_times_s=steps, examples_per_step=BATCH, steady_step_s=median,
         throughput={"examples_per_s": BATCH / median}, memory_kind="rss", memory_baseline_bytes=200 * MIB,
         memory_train_peak_bytes=200 * MIB + increment, memory_increment_bytes=increment, curve=curve,

@@ -185,16 +185,25 @@ def _sensitivity(configs: Sequence[ConfigScore], weights: Mapping[str, float]) -
     return rows
 
 
-def head_to_head(q: Quantity, a: ConfigSummary, b: ConfigSummary,
-                  confidence: float = intervals.CONFIDENCE) -> Difference:
-    """``a`` against ``b`` on ``q`` (:func:`bakeoff.analysis.intervals.compare`), values below the quantity's
-    resolution counted as it: the comparison every verdict rests on (the decision's head to head, a claim's)."""
-    va, vb = a.value(q.name), b.value(q.name)
-    (ra, ba), (rb, bb) = a.runs(q.name), b.runs(q.name)
+def compare_runs(q: Quantity, a: tuple[float | None, tuple[np.ndarray, np.ndarray]],
+                 b: tuple[float | None, tuple[np.ndarray, np.ndarray]], higher_is_better: bool,
+                 confidence: float = intervals.CONFIDENCE) -> Difference:
+    """``a`` against ``b`` on ``q``, each side its value and its runs with their bounds (:meth:`ConfigSummary.runs`,
+    :func:`~bakeoff.analysis.stats.run_values`): :func:`bakeoff.analysis.intervals.compare` with values below the
+    quantity's resolution counted as it, showing the measured values."""
+    (va, (ra, ba)), (vb, (rb, bb)) = a, b
     d = intervals.compare(q.name, None if va is None else float(q.floored(va)),
                           None if vb is None else float(q.floored(vb)), q.floored(ra), q.floored(rb), ba, bb,
-                          a.higher(q.name), confidence)
-    return dataclasses.replace(d, a=va, b=vb)  # show the measured values
+                          higher_is_better, confidence)
+    return dataclasses.replace(d, a=va, b=vb)
+
+
+def head_to_head(q: Quantity, a: ConfigSummary, b: ConfigSummary,
+                  confidence: float = intervals.CONFIDENCE) -> Difference:
+    """``a`` against ``b`` on ``q`` (:func:`compare_runs`): the comparison every verdict rests on (the decision's
+    head to head, a claim's, the card's, the mode table's)."""
+    return compare_runs(q, (a.value(q.name), a.runs(q.name)), (b.value(q.name), b.runs(q.name)), a.higher(q.name),
+                        confidence)
 
 
 def look_confidence(level: float, a: ConfigSummary, b: ConfigSummary) -> float:
@@ -218,9 +227,9 @@ def resolved(d: Difference, q: Quantity, a: ConfigSummary, b: ConfigSummary) -> 
     return dataclasses.replace(d, resolution=intervals.resolution(q.floored(ra), q.floored(rb), observed=d.ratio))
 
 
-def against(criterion: str, a: ConfigSummary, b: ConfigSummary, looks: int = 1) -> Difference:
+def against(criterion: str, a: ConfigSummary, b: ConfigSummary) -> Difference:
     """``a`` against ``b`` on the measured ``criterion``, as a decision compares its leader with its runner-up (its
-    interval at :func:`look_confidence`; ``looks`` is read from the runs, the argument kept for older callers)."""
+    interval at :func:`look_confidence`)."""
     return head_to_head(MEASURED[criterion].record, a, b, look_confidence(intervals.CONFIDENCE, a, b))
 
 

@@ -195,11 +195,11 @@ def resolution(a_runs: np.ndarray, b_runs: np.ndarray, confidence: float = CONFI
         return None
     sd2 = (float(np.log(a).var(ddof=1)), float(np.log(b).var(ddof=1)))
     edge = math.log(1 + band)
-    ratio_of = math.log(observed) if observed else float(np.log(a).mean() - np.log(b).mean())
-    observed = abs(ratio_of - math.log(centre))
+    measured = observed if observed else math.exp(float(np.log(a).mean() - np.log(b).mean()))
+    distance = abs(math.log(measured) - math.log(centre))
     detectable = math.exp(edge + _needed(sd2, (len(a), len(b)), confidence))
-    aim = "better" if observed > edge else "equal"
-    room = observed - edge if aim == "better" else edge - observed
+    aim = "better" if distance > edge else "equal"
+    room = distance - edge if aim == "better" else edge - distance
     low, high = max(len(a), len(b)) + 1, SETTLE_RUNS_MAX  # what more runs would settle: bisect, fewer is less
     if low > high or _needed(sd2, (high, high), confidence) > room:
         settle_runs = None
@@ -209,7 +209,7 @@ def resolution(a_runs: np.ndarray, b_runs: np.ndarray, confidence: float = CONFI
             low, high = (low, mid) if _needed(sd2, (mid, mid), confidence) <= room else (mid + 1, high)
         settle_runs = low
     return Resolution(runs=(len(a), len(b)), noise=math.sqrt(sum(sd2) / 2), detectable=detectable,
-                      settles=math.exp(abs(ratio_of)), aim=aim, settle_runs=settle_runs)
+                      settles=measured, aim=aim, settle_runs=settle_runs)
 
 
 def compare(name: str, a: float | None, b: float | None, a_runs: np.ndarray, b_runs: np.ndarray,

@@ -165,9 +165,9 @@ class ConfigSummary:
     def plan(self) -> tuple[int, int] | None:
         """(first, most) runs a side of the adaptive run that made these trials, as they recorded it; ``None`` for
         fixed repeats, or runs recorded before the plan was (their looks alone: :attr:`looks`)."""
-        plans = {(r.adaptive_repeats.first, r.adaptive_repeats.max) for r in self.trials if r.adaptive_repeats
-                 and r.adaptive_repeats.first is not None and r.adaptive_repeats.max is not None}
-        return max(plans, key=lambda p: (p[1], -p[0])) if plans else None  # type: ignore[arg-type, return-value]
+        plans = [(p.first, p.max) for r in self.trials
+                 if (p := r.adaptive_repeats) is not None and p.first is not None and p.max is not None]
+        return max(plans, key=lambda plan: (plan[1], -plan[0])) if plans else None
 
     def runs(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """One value per run, as the verdict compares them, and each run's lower bound where it is censored.

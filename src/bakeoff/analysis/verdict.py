@@ -146,14 +146,14 @@ def _robust_clause(decision: Decision, leader: str, busy: str | None = None) -> 
 
 def resolution_text(d: Difference) -> str:
     """What an unsettled comparison's runs could tell apart and what would settle it: ``"3 runs a side at 9%
-    run-to-run noise tell apart, 4 times in 5, only differences beyond 1.37x; about 17 runs a side would settle the
-    1.15x measured, if it is real"``; ``""`` without a :class:`~bakeoff.analysis.bootstrap.Resolution`."""
+    run-to-run noise tell apart, 4 times in 5, only differences beyond 1.37x either way; about 17 runs a side would
+    settle the 0.87x measured, if it is real"``; ``""`` without a :class:`~bakeoff.analysis.bootstrap.Resolution`."""
     r = d.resolution
     if r is None:
         return ""
     runs = f"{r.runs[0]} runs a side" if r.runs[0] == r.runs[1] else f"{r.runs[0]} and {r.runs[1]} runs"
     could = (f"{runs} at {r.noise:.0%} run-to-run noise tell apart, 4 times in 5, only differences beyond "
-             f"{ratio_text(r.detectable)}")
+             f"{ratio_text(r.detectable)} either way")
     what = (f"settle the {ratio_text(r.settles)} measured, if it is real" if r.aim == "better" else
             f"show the two equal within ±{TIE_BAND:.0%}, if they are as close as the {ratio_text(r.settles)} measured")
     more = (f"about {r.settle_runs} runs a side would {what}" if r.settle_runs is not None else

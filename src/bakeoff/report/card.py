@@ -114,8 +114,7 @@ def _leader_cell(d: Decision, c: str, config: ConfigSummary) -> Cell:
 
 def _other_cell(d: Decision, c: str, config: ConfigSummary, leader: ConfigSummary, runner_up: bool) -> Cell:
     if c in MEASURED:
-        diff = d.head_to_head[c].swapped() if runner_up and c in d.head_to_head else against(c, config, leader,
-                                                                                              d.looks)
+        diff = d.head_to_head[c].swapped() if runner_up and c in d.head_to_head else against(c, config, leader)
         return _ratio_cell(diff)
     mine, theirs = _score(d, config.label, c), _score(d, leader.label, c)
     if mine is None or theirs is None:

@@ -343,13 +343,11 @@ def _mode_effects_table(configs: Sequence[ConfigSummary]) -> Table | None:
     for mode, base in pairs:
         if base is None or not (mode.n_ok and base.n_ok):
             continue
-        looks = max(mode.looks, base.looks)
         marked = bool(busy_runs(mode) or busy_runs(base))
         busy |= marked
         rows.append([mode.label + _skipped_steps(mode) + (f" {BUSY_MARK}" if marked else ""), base.label,
-                     outcome_text(against("throughput", mode, base, looks)),
-                     outcome_text(against("memory", mode, base, looks)),
-                     _values("metric_at_budget", mode, base), _time_to_target(mode, base, looks)])
+                     outcome_text(against("throughput", mode, base)), outcome_text(against("memory", mode, base)),
+                     _values("metric_at_budget", mode, base), _time_to_target(mode, base)])
     if not rows:
         return None
     quality = configs[0].title("metric_at_budget")
@@ -379,14 +377,14 @@ def _values(name: str, a: ConfigSummary, b: ConfigSummary, never: str = "—") -
     return f"{one(a.value(name))} vs {one(b.value(name))}"
 
 
-def _time_to_target(mode: ConfigSummary, base: ConfigSummary, looks: int) -> str:
+def _time_to_target(mode: ConfigSummary, base: ConfigSummary) -> str:
     """``"2.5 vs 3: unsettled 0.83x (0.71–0.97x)"``; with one side never there, no point ratio but the interval
     its runs allow (``"4.1 vs not reached: better (0–0.43x)"``); the values alone when neither side got there."""
     values = _values("time_to_target_s", mode, base, "not reached")
     a, b = mode.value("time_to_target_s"), base.value("time_to_target_s")
     if a is None or b is None or (math.isinf(a) and math.isinf(b)):
         return values
-    d = against("time_to_target", mode, base, looks)
+    d = against("time_to_target", mode, base)
     if math.isfinite(a) and math.isfinite(b):
         return f"{values}: {outcome_text(d)}"
     if d.low is None or d.high is None:

@@ -15,7 +15,7 @@ never reached, an unbounded interval) is ``null``.
 :func:`slower_than` is ``--fail-if-slower-than NAME=RATIO``: NAME is a framework (judged by its fastest
 configuration) or a configuration label (``torch/graph``). It fails when NAME's steady throughput is *surely* below
 RATIO times that of the fastest configuration of the same workload and preset — the whole 95% interval of the ratio
-NAME / fastest (the verdict's: Welch's over one value per run, :func:`bakeoff.analysis.decide.head_to_head`; none
+NAME / fastest (the verdict's: Welch's over one value per run, :func:`bakeoff.analysis.decide.against`; none
 with one run a side) lies below RATIO. A ratio whose interval reaches RATIO or above passes, and says so: noise alone
 never fails a build. (The fastest configuration itself has ratio 1 and always passes.)
 """
@@ -28,9 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bakeoff.analysis.conditions import busy_runs
-from bakeoff.analysis.decide import MEASURED, Decision, head_to_head, look_confidence
-from bakeoff.analysis.intervals import CONFIDENCE
-from bakeoff.analysis.quantities import quantity
+from bakeoff.analysis.decide import MEASURED, Decision, against
 from bakeoff.analysis.stats import ConfigSummary, sections
 from bakeoff.core.spec import SpecError
 
@@ -162,7 +160,7 @@ def slower_than(summaries: Sequence[ConfigSummary], thresholds: Mapping[str, flo
             if subject is fastest:
                 checks.append(Check(*section, name, subject.label, fastest.label, threshold, 1.0, 1.0, 1.0))
                 continue
-            d = head_to_head(quantity(THROUGHPUT), subject, fastest, look_confidence(CONFIDENCE, subject, fastest))
+            d = against("throughput", subject, fastest)
             checks.append(Check(*section, name, subject.label, fastest.label, threshold, d.ratio, d.low, d.high))
         if not found:
             raise SpecError(f"--fail-if-slower-than {name}={threshold:g}: no configuration of {name!r} measured "

@@ -6,7 +6,7 @@ versions, so the same suite run by two releases, or on two machines, lines up. P
 
 * the ratio B / A of the medians over runs of steady throughput and of time to target (a run that never reached it,
   or did not finish, counts as never, +∞), with the 95% interval every verdict uses
-  (:func:`bakeoff.analysis.intervals.compare`: Welch's t on the log of one value per run; none with one run a
+  (:func:`bakeoff.analysis.decide.compare_runs`: Welch's t on the log of one value per run; none with one run a
   side), and its outcome (:attr:`~bakeoff.analysis.bootstrap.Difference.outcome`, B against A): B or A better when
   the whole interval lies beyond the ±5% band, equal when it lies wholly inside, unsettled otherwise — and always
   with one run a side (a bootstrap over one run's steps saw step-to-step noise only, and called one run a side
@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.analysis import intervals
 from bakeoff.analysis.bootstrap import Difference
+from bakeoff.analysis.decide import compare_runs
 from bakeoff.analysis.quantities import quantity
 from bakeoff.analysis.stats import run_values
 from bakeoff.core.identity import configuration
@@ -92,12 +92,9 @@ def _difference(name: str, a: Sequence[TrialResult], b: Sequence[TrialResult]) -
     """B against A on ``name``, as a verdict compares two configurations."""
     q = quantity(name)
     target = next((t.target for t in (*a, *b) if t.status is Status.OK and t.target is not None), None)
-    (ra, bounds_a), (rb, bounds_b) = run_values(q, a, target), run_values(q, b, target)
-    va, vb = (float(np.median(r)) if r.size else None for r in (ra, rb))
-    d = intervals.compare(name, None if vb is None else float(q.floored(vb)),
-                          None if va is None else float(q.floored(va)), q.floored(rb), q.floored(ra), bounds_b,
-                          bounds_a, bool(q.higher_is_better))
-    return dataclasses.replace(d, a=vb, b=va)
+    runs_a, runs_b = run_values(q, a, target), run_values(q, b, target)
+    va, vb = (float(np.median(r[0])) if r[0].size else None for r in (runs_a, runs_b))
+    return compare_runs(q, (vb, runs_b), (va, runs_a), bool(q.higher_is_better))
 
 
 def compare(a: Sequence[TrialResult], b: Sequence[TrialResult], a_path: Path = Path("A"),
