@@ -27,6 +27,8 @@ def cases() -> list[Scenario]:
             Scenario("10%, n = 2, 2 sides", 2, (Noise.uniform(0.10),) * 2),
             *(Scenario(f"power: {s:g}x at {p:.0%}, n = {n}", n, (Noise.uniform(p),) * 2, (s, 1.0))
               for s, p in ((1.3, 0.05), (1.3, 0.10), (1.15, 0.05)) for n in (3, 5)),
+            Scenario("power: 1.15x at 3% under load drift 10%, n = 6", 6, (Noise.uniform(0.03),) * 2, (1.15, 1.0),
+                     load_drift=0.10),
             *adaptive_scenarios()]
 
 

@@ -124,10 +124,10 @@ def test_decide_names_the_winner_with_intervals():
     assert [(f.framework, f.label) for f in d.ranking] == [("torch", "torch/graph"), ("tensorflow", "tensorflow/graph")]
     assert d.verdict == (  # golden: the draws are seeded; the intervals are checked independently below
         "PyTorch (graph) wins text_classifier/tiny over TensorFlow (graph) on time to accuracy 0.78: 2.1 vs 4.1 s "
-        "(0.51x, 95% CI 0.46–0.57x, reached in 3/3 vs 3/3 runs); steady throughput: 950 vs 520 examples/s (1.83x, "
-        "95% CI 1.76–1.90x); training memory increment: 140 vs 180 MiB (0.78x, 95% CI 0.76–0.80x); equal within ±5% "
+        "(0.51x, 95% CI 0.51–0.51x, reached in 3/3 vs 3/3 runs); steady throughput: 950 vs 520 examples/s (1.83x, "
+        "95% CI 1.76–1.90x); training memory increment: 140 vs 180 MiB (0.78x, 95% CI 0.78–0.78x); equal within ±5% "
         "on accuracy at 3,200 examples; TensorFlow (graph) is better on first step (graph build / compile): 0.8 vs "
-        "1.2 s (0.67x, 95% CI 0.62–0.71x); robust: it leads in 99.9% (TensorFlow 0.1%) of 2,000 draws of "
+        "1.2 s (0.67x, 95% CI 0.67–0.67x); robust: it leads in 99.9% (TensorFlow 0.1%) of 2,000 draws of "
         "measurements and weights, each weight ×½–2, and under every single weight halved or doubled.")
     # torch/graph is best on throughput and time to target; eager on first step and memory; TF graph on quality
     expected = 0.3 + 0.3 + 0.1 * 0.05 / 1.2 + 0.1 * 120 / 140 + 0.2 * 0.80 / 0.81
@@ -141,19 +141,30 @@ def test_decide_names_the_winner_with_intervals():
 
 
 def test_the_golden_intervals_agree_with_an_independent_computation():
-    # The golden above pins the seeded output; this derives its intervals with scipy's Welch t test on the logs of
-    # one value per run (a run's throughput: its examples per step over its own median steady step).
-    from scipy.stats import ttest_ind
+    # The golden above pins the seeded output; this derives its intervals with scipy on the logs of one value per
+    # run (a run's throughput: its examples per step over its own median steady step), the runs of both sides
+    # taken in repeat order: Student's paired t where the pairs' log sums vary more than their log differences
+    # beyond F(2, 2)'s 99th percentile (a shared slowdown per repeat), Welch's t otherwise.
+    from scipy.stats import f, ttest_ind, ttest_rel
 
     torch, tf = default_results()[0:3], default_results()[6:9]
+    assert [r.spec["repeat"] for r in torch] == [r.spec["repeat"] for r in tf] == [0, 1, 2]
     h2h = decide(summarise_groups(default_results())).head_to_head
     per_run = {"time_to_target": lambda r: r.time_to_target_s, "first_step": lambda r: r.first_step_s,
                "memory": lambda r: r.memory_increment_bytes,
                "throughput": lambda r: r.examples_per_step / np.median(r.step_times_s[1 + r.run_spec.warmup_steps:])}
+    paired = set()
     for name, value in per_run.items():
         a, b = (np.log([value(r) for r in side]) for side in (torch, tf))
-        ci = ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+        shared = np.var(a + b, ddof=1) > f.ppf(0.99, 2, 2) * np.var(a - b, ddof=1)
+        paired |= {name} if shared else set()
+        test = ttest_rel(a, b) if shared else ttest_ind(a, b, equal_var=False)
+        ci = test.confidence_interval(0.95)
         assert (h2h[name].low, h2h[name].high) == (pytest.approx(math.exp(ci.low)), pytest.approx(math.exp(ci.high)))
+        assert h2h[name].pairs == (3 if shared else 0)
+    # the default results' runs move together from repeat to repeat on all but throughput (its steps are drawn
+    # afresh for each run)
+    assert paired == {"time_to_target", "first_step", "memory"}
 
 
 def test_the_verdict_never_cites_a_tied_criterion():
@@ -215,7 +226,8 @@ def test_a_difference_whose_whole_interval_is_inside_the_band_is_equal():
 
 def test_a_wide_interval_reaching_into_the_band_is_unsettled_not_equal():
     results = [*repeats("torch", "graph", [460, 500, 540], [3.0] * 3, final_metric=[0.8] * 3),
-               *repeats("tensorflow", "graph", [470, 510, 530], [3.0] * 3, final_metric=[0.8] * 3)]
+               *repeats("tensorflow", "graph", [510, 530, 470], [3.0] * 3, final_metric=[0.8] * 3)]
+    # (the runs of a repeat do not move together: compared unpaired, by Welch's interval)
     d = decide(summarise_groups(results), only("throughput"))
     diff = d.head_to_head["throughput"]
     assert diff.tie and not diff.equivalent and diff.low < 1 / 1.05 and diff.high > 1.05
@@ -228,7 +240,7 @@ def test_a_wide_interval_reaching_into_the_band_is_unsettled_not_equal():
                          "differences beyond 1.37x either way; about 97 runs a side would show the two equal within "
                          "±5%, if they are as close as the 1.02x measured.")
     wide = [*repeats("torch", "graph", [400, 500, 600], [3.0] * 3, final_metric=[0.8] * 3),
-            *repeats("tensorflow", "graph", [450, 560, 700], [3.0] * 3, final_metric=[0.8] * 3)]
+            *repeats("tensorflow", "graph", [560, 700, 450], [3.0] * 3, final_metric=[0.8] * 3)]
     d = decide(summarise_groups(wide), only("throughput"))
     assert d.inconclusive and d.head_to_head["throughput"].ratio > 1.05  # outside the band, unsettled: cited
     assert d.verdict.startswith("unsettled on text_classifier/tiny: TensorFlow (graph) leads PyTorch (graph) "

@@ -170,7 +170,8 @@ class Resolution:
     either way, its distance from the band's centre); about ``settle_runs`` a side (``None``: more than
     :data:`SETTLE_RUNS_MAX`) would settle the ratio measured, ``settles`` (a / b, as shown) — as a difference when
     it lies beyond the tie band (``aim`` ``"better"``), as equal when inside it (``"equal"``) — if it is the true
-    one."""
+    one. ``paired``: computed on the pairs' log differences (runs made in the same repeat), ``noise`` each side's
+    net of what a repeat shares."""
 
     runs: tuple[int, int]
     noise: float
@@ -178,6 +179,7 @@ class Resolution:
     settles: float
     aim: str  # "better" | "equal"
     settle_runs: int | None
+    paired: bool = False
 
 
 SETTLE_RUNS_MAX = 100
@@ -202,6 +204,7 @@ class Difference:
     equivalent: bool
     confidence: float = 0.95  # of the interval
     resolution: Resolution | None = None  # what the runs could tell apart (2 finite runs a side at least)
+    pairs: int = 0  # the interval is over this many pairs of runs made in the same repeat; 0: Welch's, unpaired
 
     @property
     def tie(self) -> bool:
@@ -227,7 +230,8 @@ class Difference:
         resolution = (None if self.resolution is None else
                       dataclasses.replace(self.resolution, runs=self.resolution.runs[::-1]))
         return Difference(self.quantity, self.b, self.a, inv(self.ratio), inv(self.high), inv(self.low),
-                          {"a": "b", "b": "a"}.get(self.better or ""), self.equivalent, self.confidence, resolution)
+                          {"a": "b", "b": "a"}.get(self.better or ""), self.equivalent, self.confidence, resolution,
+                          self.pairs)
 
 
 def difference(name: str, a: float | None, b: float | None, a_reps: np.ndarray, b_reps: np.ndarray,

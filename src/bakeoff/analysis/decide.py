@@ -187,23 +187,42 @@ def _sensitivity(configs: Sequence[ConfigScore], weights: Mapping[str, float]) -
 
 def compare_runs(q: Quantity, a: tuple[float | None, tuple[np.ndarray, np.ndarray]],
                  b: tuple[float | None, tuple[np.ndarray, np.ndarray]], higher_is_better: bool,
-                 confidence: float = intervals.CONFIDENCE) -> Difference:
+                 confidence: float = intervals.CONFIDENCE, paired: bool = False) -> Difference:
     """``a`` against ``b`` on ``q``, each side its value and its runs with their bounds (:meth:`ConfigSummary.runs`,
     :func:`~bakeoff.analysis.stats.run_values`): :func:`bakeoff.analysis.intervals.compare` with values below the
-    quantity's resolution counted as it, showing the measured values."""
+    quantity's resolution counted as it, showing the measured values; ``paired`` when the runs are aligned by the
+    repeat they were made in (:func:`aligned`)."""
     (va, (ra, ba)), (vb, (rb, bb)) = a, b
     d = intervals.compare(q.name, None if va is None else float(q.floored(va)),
                           None if vb is None else float(q.floored(vb)), q.floored(ra), q.floored(rb), ba, bb,
-                          higher_is_better, confidence)
+                          higher_is_better, confidence, paired=paired)
     return dataclasses.replace(d, a=va, b=vb)
+
+
+Runs = tuple[np.ndarray, np.ndarray]
+
+
+def aligned(q: Quantity, a: ConfigSummary, b: ConfigSummary) -> tuple[Runs, Runs, bool]:
+    """``a``'s and ``b``'s runs on ``q`` (:meth:`ConfigSummary.runs`), and whether they pair up: when both sides
+    have a run in the same repeats (each once, :data:`~bakeoff.analysis.intervals.MIN_PAIRS` at least), their runs
+    in repeat order and ``True``, so that the comparison is over the pairs (what a repeat's load did to both sides
+    cancels); else as they are and ``False`` (Welch's interval, unpaired: a failed run on one side, say)."""
+    (ra, ba), (rb, bb) = a.runs(q.name), b.runs(q.name)
+    ka, kb = a.repeats(q.name), b.repeats(q.name)
+    if len(ka) < intervals.MIN_PAIRS or len(set(ka)) != len(ka) or set(ka) != set(kb) or len(kb) != len(ka):
+        return (ra, ba), (rb, bb), False
+    ia, ib = sorted(range(len(ka)), key=ka.__getitem__), sorted(range(len(kb)), key=kb.__getitem__)
+    return (ra[ia], ba[ia]), (rb[ib], bb[ib]), True
 
 
 def head_to_head(q: Quantity, a: ConfigSummary, b: ConfigSummary,
                   confidence: float = intervals.CONFIDENCE) -> Difference:
-    """``a`` against ``b`` on ``q`` (:func:`compare_runs`): the comparison every verdict rests on (the decision's
-    head to head, a claim's, the card's, the mode table's)."""
-    return compare_runs(q, (a.value(q.name), a.runs(q.name)), (b.value(q.name), b.runs(q.name)), a.higher(q.name),
-                        confidence)
+    """``a`` against ``b`` on ``q`` (:func:`compare_runs`, paired by repeat where the runs pair up:
+    :func:`aligned`): the comparison every verdict rests on (the decision's head to head, a claim's, the card's,
+    the mode table's)."""
+    runs_a, runs_b, paired = aligned(q, a, b)
+    return compare_runs(q, (a.value(q.name), runs_a), (b.value(q.name), runs_b), a.higher(q.name), confidence,
+                        paired)
 
 
 def look_confidence(level: float, a: ConfigSummary, b: ConfigSummary) -> float:
@@ -223,8 +242,9 @@ def resolved(d: Difference, q: Quantity, a: ConfigSummary, b: ConfigSummary) -> 
     (:func:`bakeoff.analysis.intervals.resolution`) when it is unsettled with an interval; else ``d`` itself."""
     if d.outcome != "unsettled" or d.low is None or d.ratio is None:
         return d
-    (ra, _), (rb, _) = a.runs(q.name), b.runs(q.name)
-    return dataclasses.replace(d, resolution=intervals.resolution(q.floored(ra), q.floored(rb), observed=d.ratio))
+    (ra, _), (rb, _), _ = aligned(q, a, b)
+    return dataclasses.replace(d, resolution=intervals.resolution(q.floored(ra), q.floored(rb), observed=d.ratio,
+                                                                  paired=d.pairs > 0))
 
 
 def against(criterion: str, a: ConfigSummary, b: ConfigSummary) -> Difference:

@@ -92,18 +92,32 @@ def short_reason(reason: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _counted(q: Quantity, trials: Sequence[TrialResult], target: float | None,
+             budget: float | None) -> list[tuple[TrialResult, float, float | None]]:
+    ok = [r for r in trials if r.status is Status.OK]
+    counted = ok + ([r for r in trials if r.status in UNFINISHED] if q.censored and target is not None else [])
+    return [(r, math.inf if r.status is not Status.OK else v, (q.bound(r) if q.bound else None)) for r in counted
+            if r.status is not Status.OK or (v := q.value(r, budget)) is not None]
+
+
 def run_values(q: Quantity, trials: Sequence[TrialResult], target: float | None,
                budget: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """One value of ``q`` per run of ``trials``, as verdicts compare them, and each run's lower bound where it is
     censored: the successful runs that measured it; for a censored quantity with a ``target`` also every unfinished
     run, as never (+∞, bound unknown unless it recorded its training time)."""
-    ok = [r for r in trials if r.status is Status.OK]
-    counted = ok + ([r for r in trials if r.status in UNFINISHED] if q.censored and target is not None else [])
-    pairs = [(math.inf if r.status is not Status.OK else v, (q.bound(r) if q.bound else None)) for r in counted
-             if r.status is not Status.OK or (v := q.value(r, budget)) is not None]
-    values = np.array([v for v, _ in pairs], dtype=float)
-    bounds = np.array([math.nan if b is None else float(b) for _, b in pairs], dtype=float)
+    counted = _counted(q, trials, target, budget)
+    values = np.array([v for _, v, _ in counted], dtype=float)
+    bounds = np.array([math.nan if b is None else float(b) for _, _, b in counted], dtype=float)
     return values, bounds
+
+
+def run_repeats(q: Quantity, trials: Sequence[TrialResult], target: float | None,
+                budget: float | None = None) -> list[tuple[int, int]]:
+    """Which repeat each of :func:`run_values`' runs was made in, in the same order: (repeat, seed) of its spec.
+    Within a repeat the frameworks take turns (:mod:`bakeoff.plan.order`), so two configurations' runs of one
+    repeat were made side by side, on the machine as it was then."""
+    return [(int(r.spec.get("repeat", 0)), int(r.spec.get("seed", 0))) for r, _, _ in
+            _counted(q, trials, target, budget)]
 
 
 @dataclasses.dataclass
@@ -176,6 +190,10 @@ class ConfigSummary:
         also every unfinished run, as never (+∞, bound unknown unless it recorded its training time).
         """
         return run_values(quantity(name), self.trials, self.target, self.budget_examples)
+
+    def repeats(self, name: str) -> list[tuple[int, int]]:
+        """The repeat (and seed) each of :meth:`runs` was made in, in the same order (:func:`run_repeats`)."""
+        return run_repeats(quantity(name), self.trials, self.target, self.budget_examples)
 
     def replicates(self, name: str) -> np.ndarray:
         """:data:`~bakeoff.analysis.bootstrap.RESAMPLES` bootstrap replicates of :meth:`value`, seeded by the

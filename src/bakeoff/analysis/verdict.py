@@ -152,7 +152,9 @@ def resolution_text(d: Difference) -> str:
     if r is None:
         return ""
     runs = f"{r.runs[0]} runs a side" if r.runs[0] == r.runs[1] else f"{r.runs[0]} and {r.runs[1]} runs"
-    could = (f"{runs} at {r.noise:.0%} run-to-run noise tell apart, 4 times in 5, only differences beyond "
+    runs += ", in pairs," if r.paired else ""
+    noise = "run-to-run noise beyond what a repeat shares" if r.paired else "run-to-run noise"
+    could = (f"{runs} at {r.noise:.0%} {noise} tell apart, 4 times in 5, only differences beyond "
              f"{ratio_text(r.detectable)} either way")
     what = (f"settle the {ratio_text(r.settles)} measured, if it is real" if r.aim == "better" else
             f"show the two equal within ±{TIE_BAND:.0%}, if they are as close as the {ratio_text(r.settles)} measured")

@@ -30,7 +30,7 @@ from bakeoff.analysis.conditions import (
     threads,
 )
 from bakeoff.analysis.decide import MEASURED, Decision, Qualitative, against, decide_each
-from bakeoff.analysis.intervals import ROBUST_CONFIDENCE
+from bakeoff.analysis.intervals import BLOCK_LEVEL, ROBUST_CONFIDENCE
 from bakeoff.analysis.mixing import batch_text
 from bakeoff.analysis.quantities import MIB, QUANTITIES, Quantity
 from bakeoff.analysis.scaling import SCALING_COLUMNS, scaling_cells, scaling_rows, scaling_sentence
@@ -287,10 +287,14 @@ def _head_to_head_table(decision: Decision) -> Table | None:
             return "—" if v is None else "never" if math.isinf(v) else fmt(v * q.scale)
 
         rows.append([criterion, shown(d.a), shown(d.b), ratio_text(d.ratio),
-                     interval_text(d.low, d.high, d.confidence) if has_interval else "—", outcome])
+                     (interval_text(d.low, d.high, d.confidence) + (", paired" if d.pairs else ""))
+                     if has_interval else "—", outcome])
     notes = [f"Ratio {lead} / {runner} of the medians over runs. Its {CONFIDENCE:.0%} interval is Welch's t interval "
              "on the log of one value per run (a run's throughput from its own median step), exponentiated: the "
-             "ratio of geometric means. A run that never reached the target, or did not finish, counts as never: "
+             "ratio of geometric means; \"paired\" where the runs made in the same repeat (the frameworks take "
+             f"turns in each) shared what slowed their repeat beyond chance (a block test at {BLOCK_LEVEL:.0%}): "
+             "then it is Student's t over the pairs' log ratios, in which that shared slowdown cancels. A run that "
+             "never reached the target, or did not finish, counts as never: "
              "it can only show its side slower, never faster. With one run a side there is no interval, and the "
              f"outcome is unsettled whatever the ratio. Band [{1 / (1 + TIE_BAND):.3f}, {1 + TIE_BAND:.2f}]: "
              "better when the whole interval lies beyond it, equal when the whole interval lies inside it (no "
@@ -354,7 +358,8 @@ def _mode_effects_table(configs: Sequence[ConfigSummary]) -> Table | None:
     notes = [f"Each mode against its baseline in the same framework: a precision or accumulation mode against fp32 "
              "without accumulation, a compiled mode (graph, xla) against eager, each with as many examples per "
              "step. Outcome, ratio mode / baseline of the medians over runs and its interval, compared as the "
-             f"verdict compares frameworks (Welch's t interval on the log of one value per run, {CONFIDENCE:.0%}): "
+             f"verdict compares frameworks (Welch's t interval on the log of one value per run, {CONFIDENCE:.0%}, over "
+             "the pairs of runs made in the same repeat where they share a slowdown): "
              f"better or worse when the whole interval lies beyond ±{TIE_BAND:.0%}, equal when it lies wholly "
              "inside, unsettled otherwise or with one run a side (no interval). Throughput above 1× is faster; a "
              "memory increment or a time to target below 1× is smaller."]
