@@ -456,6 +456,8 @@ def test_the_report_has_a_capacity_plan_calibrated_by_its_trials_as_the_readme_s
     assert "calibrated on the machine the trials ran on" in plan_part and "4 trials at 4 sizes" in plan_part
     assert "not calibrated" in plan_part and "flops states other devices" in plan_part
     assert "tf.distribute.MirroredStrategy" in (tmp_path / "out" / "report.html").read_text()
+    assert "recipe fsdp-mixed" in plan_part and "MixedPrecisionPolicy(param_dtype=torch.bfloat16" in plan_part
+    assert "recipe fp32" in plan_part  # the fp32 plan: one recipe
     missing = [line for line in plan_part.splitlines() if "not computed" in line]  # the file's fields, not flags
     assert missing and all("--" not in line for line in missing) and any("`bandwidth" in m for m in missing)
     (tmp_path / "bad.toml").write_text("[[plan]]\nname = 'x'\npreset = 'tiny'\nbatch = 8\n")
