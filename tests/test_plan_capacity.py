@@ -439,6 +439,16 @@ def test_a_plan_file_is_refused_naming_the_plan_and_the_field(tmp_path, text, me
         capacity.load_plans(path)
 
 
+def test_a_plan_files_recipe_holds_every_row_that_way(tmp_path):
+    path = tmp_path / "plans.toml"
+    path.write_text("[[plan]]\nname = 'paper'\nparams = 7e9\nbatch = 8\ndevices = 8\nmemory = '80GB'\n"
+                    "recipe = 'zero'\n")
+    [(name, fields)] = capacity.load_plans(path)
+    result = capacity.plan_from(fields)
+    assert result.recipe == "zero" and {r.recipe for r in result.rows if not r.missing} == {"zero"}
+    assert result.to_dict()["recipes"]["zero"]["optimizer"] == 12
+
+
 def test_the_report_has_a_capacity_plan_calibrated_by_its_trials_as_the_readme_says(tmp_path):
     """The README's `bakeoff report ... --plan examples/plans.toml` command, as written, on a store of hand-made
     trials at four sizes (no framework): the shipped plans, the stated-device ones uncalibrated and the one for this

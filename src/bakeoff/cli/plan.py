@@ -21,9 +21,10 @@ held as each row's recipe holds them, in bytes a parameter: by default what the 
 mixed precision (PyTorch's DDP and ZeroRedundancyOptimizer under autocast: fp32 weights and gradients and a bf16
 copy; FSDP and FSDP2 with their mixed precision policy; Keras' mixed_bfloat16; Flax's fp32 parameters with a bf16
 compute dtype); --recipe zero counts them as DeepSpeed and the ZeRO paper do (16-bit weights and gradients, fp32
-master weights and Adam state: 2 + 2 + 12 bytes). Compute time is the
-step's FLOPs (6·P·tokens plus attention's 12·s²·h a sequence a layer) at the MFU bakeoff measured for each
-framework (the trials in --store), or the one given with --mfu, over --flops.
+master weights and Adam state: 2 + 2 + 12 bytes).
+
+Compute time is the step's FLOPs (6·P·tokens plus attention's 12·s²·h a sequence a layer) at the MFU bakeoff
+measured for each framework (the trials in --store), or the one given with --mfu, over --flops.
 
 Calibrated: with --store and no --flops, the plan is for the machine the stored trials ran on. Each framework's
 text-classifier trials at 3 or more sizes (e.g. `bakeoff run --preset tiny` and `--set d_model=128`, ...) fit its
