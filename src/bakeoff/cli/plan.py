@@ -16,15 +16,15 @@ HELP = """\
 Memory per device, communication and step time of a Transformer under each framework's own strategies (data
 parallel; ZeRO-1/2/3 and FSDP; tensor and pipeline parallel; parameter servers), for a size this machine cannot try.
 Memory is split into weights, gradients, optimizer state (Adam) and activations, from stated formulas (ZeRO for the
-model states, Korthikanti et al. 2022 for activations; `bakeoff.plan.capacity` names each). The model states are
-held as each row's recipe holds them, in bytes a parameter: by default what the framework's strategy does with
-mixed precision (PyTorch's DDP and ZeroRedundancyOptimizer under autocast: fp32 weights and gradients and a bf16
-copy; FSDP and FSDP2 with their mixed precision policy; Keras' mixed_bfloat16; Flax's fp32 parameters with a bf16
-compute dtype); --recipe zero counts them as DeepSpeed and the ZeRO paper do (16-bit weights and gradients, fp32
-master weights and Adam state: 2 + 2 + 12 bytes).
+model states, Korthikanti et al. 2022 for activations; `bakeoff.plan.capacity` names each). Compute time is the
+step's FLOPs (6·P·tokens plus attention's 12·s²·h a sequence a layer) at the MFU bakeoff measured for each
+framework (the trials in --store), or the one given with --mfu, over --flops.
 
-Compute time is the step's FLOPs (6·P·tokens plus attention's 12·s²·h a sequence a layer) at the MFU bakeoff
-measured for each framework (the trials in --store), or the one given with --mfu, over --flops.
+Model states are held as each row's recipe holds them, in bytes a parameter: by default what the framework's
+strategy does with mixed precision (PyTorch's DDP and ZeroRedundancyOptimizer under autocast: fp32 weights and
+gradients and a bf16 copy; FSDP and FSDP2 with their mixed precision policy; Keras' mixed_bfloat16; Flax's fp32
+parameters with a bf16 compute dtype); --recipe zero counts them as DeepSpeed and the ZeRO paper do (16-bit weights
+and gradients, fp32 master weights and Adam state: 2 + 2 + 12 bytes).
 
 Calibrated: with --store and no --flops, the plan is for the machine the stored trials ran on. Each framework's
 text-classifier trials at 3 or more sizes (e.g. `bakeoff run --preset tiny` and `--set d_model=128`, ...) fit its
