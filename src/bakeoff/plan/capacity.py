@@ -466,6 +466,8 @@ class Plan:
 LEFT_OUT = [
     "framework and allocator overheads (CUDA context, workspace, fragmentation) unless calibrated: leave headroom "
     "of several GB",
+    "the recipes' transient buffers: communication buckets (PyTorch DDP's hold a second copy of the gradients unless "
+    "gradient_as_bucket_view=True), a layer's unsharded gradients before FSDP reduce-scatters them",
     "the optimizer's and the elementwise work's FLOPs (compute counts the matmuls: 6·P·tokens and attention's "
     "12·s²·h a sequence a layer)",
     "embedding-gradient sparsity, and activations outside the blocks but the output logits",
