@@ -235,6 +235,8 @@ def test_the_command_prints_the_table_and_json_and_imports_no_framework():
     out = " ".join(r.stdout.split())
     assert "101.21B parameters" in out and "tf.distribute.MirroredStrategy" in out
     assert "MFU torch: 40.0%, stated (--mfu)" in out and "no MFU" in out  # tensorflow and jax have none
+    assert "recipe fsdp-mixed: 4+2/4/8 B a parameter" in out and "torch ZeRO-2, torch ZeRO-3/FSDP" in out
+    assert "recipe keras-mixed: 4+2/4/8 B a parameter; keras.mixed_precision" in out
     r = bakeoff("--preset", "tiny", "--memory", "8GB", "--batch", "32", "--format", "json")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
