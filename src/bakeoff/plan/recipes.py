@@ -2,7 +2,7 @@
 for the weights, the gradients and the optimizer state (Adam), as its own API does it (issue #49).
 
 The recipes differ by 2.4–2.8× per device once ZeRO shards some of the states and not others, so the capacity plan
-(:mod:`bakeoff.plan.capacity`) names the recipe of every row, and ``bakeoff plan --recipe NAME`` changes it:
+(:mod:`bakeoff.plan.capacity`) names the recipe of every row, and ``bakeoff plan --recipe NAME`` changes it.
 
 Bytes a parameter, weights (+ the 16-bit copy the compute reads) / gradients / Adam:
 
