@@ -13,8 +13,8 @@ Memory — the training increment (gradients and activations; the weights and Ad
 memory baseline) against the trial's measured ``memory_increment_bytes`` (resident memory on a CPU):
   * ``count``: the plan's count uncalibrated (gradients + activations, unfused attention: the classifier's has
     dropout);
-  * ``calibrated``: the plan's calibrated memory less the weights and Adam's state: fixed working memory + scale ×
-    count.
+  * ``calibrated``: the plan's calibrated memory less the weights (with their 16-bit copy) and Adam's state: fixed
+    working memory + scale × count.
 Step time — against the trial's steady step:
   * ``MFU``: the step's FLOPs at the median FLOP rate of the other sizes (the plan's way with a measured MFU);
   * ``calibrated``: the plan's calibrated compute (FLOPs at one fitted rate, attention's elements at another).
@@ -159,7 +159,7 @@ def one_device(results: list[TrialResult], framework: str, case: str) -> list[tu
                                  for o in others)
         out.append((size, memory, step, {
             "count": (row.gradients + row.activations) / memory - 1,
-            "calibrated": (row.calibrated_total - row.weights - row.optimizer) / memory - 1,
+            "calibrated": (row.calibrated_total - row.weights - row.copy - row.optimizer) / memory - 1,
             "MFU": capacity.training_flops(shape_of(size), BATCH) / rate / step - 1,
             "calibrated step": row.calibrated_compute_s / step - 1}))
     return out
@@ -202,7 +202,7 @@ def beyond(results: list[TrialResult], framework: str) -> list[tuple[str, str, f
             memory, step = float(r.memory_increment_bytes), float(r.steady_step_s)
             out.append((precision, f"{r.spec['preset']}/b{batch}", memory, step, {
                 "count": (row.gradients + row.activations) / memory - 1,
-                "calibrated": (row.calibrated_total - row.weights - row.optimizer) / memory - 1,
+                "calibrated": (row.calibrated_total - row.weights - row.copy - row.optimizer) / memory - 1,
                 "calibrated step": row.calibrated_compute_s / step - 1}))
     return out
 

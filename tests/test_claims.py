@@ -196,6 +196,7 @@ def test_a_claim_needing_gpus_this_machine_lacks_says_so_with_the_plans_answer()
     assert v.verdict == "needs hardware" and "needs 8 GPUs; this machine has 0" in v.findings[0].why
     assert "a prediction, not a measurement" in v.notes[0] and "on 8 × 80.0 GB" in v.notes[0]
     assert "fits" in v.notes[0] and "no MFU of tensorflow in the store" in v.notes[1]
+    assert "recipe keras-mixed: 4+2/4/8 B a parameter" in v.notes[0]  # MirroredStrategy under mixed_bfloat16
     # With a measured MFU the plan predicts a speed-up, still not a verdict
     v = verdict_of(text, [], gpus=0, mfu={"tensorflow": (0.4, "stated in the test")})
     assert v.verdict == "needs hardware" and "predicted speed-up over one device" in v.notes[1]

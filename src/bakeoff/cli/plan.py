@@ -20,6 +20,12 @@ model states, Korthikanti et al. 2022 for activations; `bakeoff.plan.capacity` n
 step's FLOPs (6·P·tokens plus attention's 12·s²·h a sequence a layer) at the MFU bakeoff measured for each
 framework (the trials in --store), or the one given with --mfu, over --flops.
 
+Model states are held as each row's recipe holds them, in bytes a parameter: by default what the framework's
+strategy does with mixed precision (PyTorch's DDP and ZeroRedundancyOptimizer under autocast: fp32 weights and
+gradients and a bf16 copy; FSDP and FSDP2 with their mixed precision policy; Keras' mixed_bfloat16; Flax's fp32
+parameters with a bf16 compute dtype); --recipe zero counts them as DeepSpeed and the ZeRO paper do (16-bit weights
+and gradients, fp32 master weights and Adam state: 2 + 2 + 12 bytes).
+
 Calibrated: with --store and no --flops, the plan is for the machine the stored trials ran on. Each framework's
 text-classifier trials at 3 or more sizes (e.g. `bakeoff run --preset tiny` and `--set d_model=128`, ...) fit its
 memory (a fixed working memory + a scale of the count) and its step (FLOPs at one rate + attention's elementwise
@@ -32,11 +38,14 @@ examples:
   bakeoff plan --params 100e9 --devices 8 --memory 80GB --batch 64     # 100B on 8 × 80 GB: which strategy fits
   bakeoff plan --layers 24 --width 2048 --heads 16 --seq 2048 --batch 32 --devices 4 --memory 40GB \\
                --flops 312e12 --bandwidth 300GB/s --mfu torch=0.4,tensorflow=0.35,jax=0.45 --tokens 20e9
+  bakeoff plan --layers 40 --width 5120 --heads 40 --batch 8 --devices 8 --memory 80GB --recompute --recipe zero
   bakeoff plan --preset paper --batch 32 --devices 1 --memory 16GB --precision fp32 --format json
   bakeoff plan --preset paper --batch 32 --memory 16GB --precision fp32 --store results/bakeoff.sqlite"""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from bakeoff.plan.recipes import RECIPES
+
     plan = sub.add_parser("plan", help="will a model fit, and how long will it take, under each framework's "
                                        "strategies", description=HELP,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -53,7 +62,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     run = plan.add_argument_group("the step")
     run.add_argument("--batch", type=positive_int, required=True, help="global batch, in sequences")
     run.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="bf16",
-                     help="fp32, or mixed precision with fp32 weights [bf16]")
+                     help="fp32, or the 16-bit compute of mixed precision [bf16]")
+    run.add_argument("--recipe", metavar="NAME",
+                     help="how every row holds weights, gradients and Adam state (bytes a parameter), instead of "
+                          "each framework's own: " + "; ".join(f"{r.name} {r.bytes_text}" for r in RECIPES.values()))
     run.add_argument("--recompute", action="store_true", help="full activation recomputation (checkpointing)")
     run.add_argument("--unfused-attention", action="store_true",
                      help="attention that keeps its a·s² scores (fused attention is the default)")
@@ -108,7 +120,7 @@ def _mfu(args: argparse.Namespace, measured: dict[str, tuple[float, str]]) -> di
 def fields(args: argparse.Namespace) -> dict[str, object]:
     """The flags as a plan's fields (:data:`bakeoff.plan.capacity.FIELDS`), those given only."""
     names = ("preset", "params", "layers", "width", "heads", "ffn", "seq", "vocab", "batch", "precision", "recompute",
-             "microbatches", "tokens", "devices", "memory", "flops", "bandwidth", "parameter_servers")
+             "microbatches", "tokens", "devices", "memory", "flops", "bandwidth", "parameter_servers", "recipe")
     out = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     return {**out, "fused_attention": not args.unfused_attention}
 
@@ -141,6 +153,9 @@ def say(result: Plan, mfu: dict[str, tuple[float, str]]) -> None:
             console.print(rich_table(table))
     console.print("what each framework calls, or why there is none:", soft_wrap=True)
     for label, text in tables.apis(result):
+        console.print(f"  {escape(label)}: {escape(text)}", soft_wrap=True)
+    console.print("how each row holds its model states (--recipe chooses one for all):", soft_wrap=True)
+    for label, text in tables.recipes(result):
         console.print(f"  {escape(label)}: {escape(text)}", soft_wrap=True)
     for label, text in tables.remarks(result, mfu):
         console.print(f"{escape(label)}: {escape(text)}", soft_wrap=True)

@@ -4,11 +4,14 @@ for sizes no machine here can try (``bakeoff plan``, issue #29).
 Everything is a stated formula over the model's shape, the batch, the precision and a machine description; each
 term says where it comes from, and the plan says what it leaves out. Sources:
 
-* **Model states** (Rajbhandari et al. 2020, "ZeRO", §3.1 and §5): Adam keeps ``m`` and ``v`` in fp32 (8 bytes a
-  parameter), the weights are fp32 (4), the gradients fp32 (4: PyTorch's autocast, Keras' ``mixed_bfloat16`` and
-  JAX's usual mixed precision keep fp32 parameters, so their gradients are fp32 too), and mixed precision adds the
-  16-bit copy of the weights the compute reads (2). ZeRO-1 shards the optimizer state over the data-parallel
-  devices, ZeRO-2 the gradients too, ZeRO-3 (FSDP) the weights too, holding one layer gathered at a time.
+* **Model states** (Rajbhandari et al. 2020, "ZeRO", §3.1 and §5), in bytes a parameter for the weights, the
+  gradients and Adam's state as each framework's mixed-precision *recipe* holds them (:mod:`bakeoff.plan.recipes`:
+  PyTorch's autocast and Keras' ``mixed_bfloat16`` keep fp32 weights and gradients and cache a bf16 copy for the
+  compute, 4 + 2 / 4 / 8; FSDP's mixed precision keeps the fp32 ones sharded and gathers bf16 ones; DeepSpeed's
+  ZeRO keeps 16-bit weights and gradients and an fp32 master in the optimizer state, the paper's 2 / 2 / 12); each
+  row names its recipe, the default being what its framework's strategy does (``--recipe`` chooses another). ZeRO-1
+  shards the optimizer state over the data-parallel devices, ZeRO-2 the gradients too, ZeRO-3 (FSDP) the weights
+  too, holding two layers gathered at a time.
 * **Activations** (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4,
   eq. 1-2): per layer ``s·b·h·(34 + 5·a·s/h)`` bytes for 16-bit activations with dropout masks of a byte; written
   here per element size ``e`` and feed-forward width ``f`` (:func:`layer_activations`, which gives exactly that at
@@ -45,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bakeoff.core.spec import SpecError
+from bakeoff.plan import recipes
 
 if TYPE_CHECKING:
     from bakeoff.core.result import TrialResult
@@ -199,19 +203,20 @@ REPLICATED = ("data", "zero1", "zero2", "zero3", "parameter_server")
 
 
 def layer_activations(shape: Shape, batch: float, e: int, tensor: int = 1, fused: bool = False,
-                      dropout: bool = True) -> float:
+                      dropout: bool = True, sequence: bool = False) -> float:
     """Bytes one layer keeps for its backward pass, for ``batch`` sequences (Korthikanti et al. eq. 1-2, per element
     size ``e``): replicated under tensor parallelism, the two LayerNorms' inputs (2e), the attention's and the
     feed-forward's inputs (e each) and two dropout masks (1 each); split ``tensor`` ways, Q and K (2e), V (e), the
     output projection's input (e), the feed-forward's two ``f``-wide tensors (2e·f/h) and, unless the attention is
-    fused, the scores: softmax output and dropout output (e each) and their mask (1) over ``a·s²``."""
+    fused, the scores: softmax output and dropout output (e each) and their mask (1) over ``a·s²``. ``sequence``:
+    sequence parallelism (their §4.2.2) splits the replicated part ``tensor`` ways too, along the sequence."""
     s, h, a = shape.seq, shape.width, shape.heads
     masks = 1 if dropout else 0
     replicated = s * batch * h * (4 * e + 2 * masks)
     split = s * batch * h * 4 * e + 2 * e * s * batch * shape.ffn
     if not fused:
         split += a * s * s * batch * (2 * e + masks)
-    return replicated + split / tensor
+    return replicated / (tensor if sequence else 1) + split / tensor
 
 
 def training_flops(shape: Shape, batch: float, recompute: bool = False) -> float:
@@ -404,7 +409,10 @@ class Row:
     kind: str
     api: str
     missing: str = ""
-    weights: float = 0.0
+    recipe: str = ""  # how the model states are held (bakeoff.plan.recipes), its default or the one chosen
+    recipe_bytes: dict[str, int] = dataclasses.field(default_factory=dict)  # a parameter, unsharded, by part
+    weights: float = 0.0  # the parameters this device holds, in the recipe's dtype
+    copy: float = 0.0  # the 16-bit weights the compute reads beyond those: casts kept, or layers gathered
     gradients: float = 0.0
     optimizer: float = 0.0
     activations: float = 0.0
@@ -443,6 +451,7 @@ class Plan:
     left_out: list[str]
     calibrations: dict[str, Calibration] = dataclasses.field(default_factory=dict)  # the ones applied
     uncalibrated: str = ""  # why calibrations that were given were not applied
+    recipe: str = ""  # the recipe chosen for every row ('' : each framework's own)
 
     def to_dict(self) -> dict[str, Any]:
         return {"shape": {**dataclasses.asdict(self.shape), "params": self.shape.params},
@@ -450,12 +459,15 @@ class Plan:
                 "recompute": self.recompute, "fused_attention": self.fused, "tokens": self.tokens,
                 "rows": [r.to_dict() for r in self.rows], "left_out": self.left_out,
                 "calibrations": {fw: c.to_dict() for fw, c in self.calibrations.items()},
-                "uncalibrated": self.uncalibrated}
+                "uncalibrated": self.uncalibrated, "recipe": self.recipe,
+                "recipes": {r.recipe: recipes.RECIPES[r.recipe].to_dict() for r in self.rows if r.recipe}}
 
 
 LEFT_OUT = [
     "framework and allocator overheads (CUDA context, workspace, fragmentation) unless calibrated: leave headroom "
     "of several GB",
+    "the recipes' transient buffers: communication buckets (PyTorch DDP's hold a second copy of the gradients unless "
+    "gradient_as_bucket_view=True), a layer's unsharded gradients before FSDP reduce-scatters them",
     "the optimizer's and the elementwise work's FLOPs (compute counts the matmuls: 6·P·tokens and attention's "
     "12·s²·h a sequence a layer)",
     "embedding-gradient sparsity, and activations outside the blocks but the output logits",
@@ -466,21 +478,21 @@ LEFT_OUT = [
 def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", recompute: bool = False,
          fused: bool = True, tokens: float | None = None, mfu: Mapping[str, tuple[float, str]] | None = None,
          microbatches: int | None = None, parameter_servers: int = 1,
-         calibrations: Iterable[Calibration] = ()) -> Plan:
+         calibrations: Iterable[Calibration] = (), recipe: str | None = None) -> Plan:
     """Every framework × strategy for ``shape`` at global ``batch`` sequences on ``machine``; ``mfu`` maps a
     framework to (its model-FLOPs utilisation, where that figure comes from); ``calibrations``: fits to the trials
     on the machine they ran on (:func:`calibrate`) — given, the plan's devices are that machine's, and each
-    framework's rows also get the calibrated memory and step (from its calibration at the plan's precision)."""
+    framework's rows also get the calibrated memory and step (from its calibration at the plan's precision);
+    ``recipe``: how every row holds its model states (:data:`bakeoff.plan.recipes.RECIPES`), each framework's own
+    by default."""
     applied = {c.framework: c for c in calibrations if c.precision == precision}
     if precision not in BYTES:
         raise PlanError(f"precision={precision!r}: give one of {', '.join(BYTES)}")
+    chosen = check_recipe(recipe, precision)
     if not isinstance(batch, int) or batch < 1:
         raise PlanError(f"batch={batch!r}: give a positive integer (the global batch, in sequences)")
     n, p = machine.devices, shape.params
     e = BYTES[precision]
-    mixed = precision != "fp32"
-    weights_full = p * (4 + (2 if mixed else 0))
-    grads_full, optimizer_full = p * 4, p * 8
     m = microbatches or min(batch, 4 * n)  # pipeline micro-batches
     rows = []
     for strategy in STRATEGIES:
@@ -501,18 +513,21 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
             row.missing = (f"{n}-way tensor parallelism needs heads ({shape.heads}) and ffn ({shape.ffn}) divisible "
                            f"by {n}")
             continue
-        # model states
-        shard = {"data": (1, 1, 1), "zero1": (1, 1, n), "zero2": (1, n, n), "zero3": (n, n, n),
-                 "tensor": (n, n, n), "pipeline": (n, n, n), "parameter_server": (1, 1, None)}[kind]
-        row.weights = weights_full / shard[0]
-        row.gradients = grads_full / shard[1]
-        row.optimizer = 0.0 if shard[2] is None else optimizer_full / shard[2]
+        # model states, as the row's recipe holds them (bakeoff.plan.recipes)
+        held = chosen or recipes.default(strategy.framework, kind, precision)
+        row.recipe = held.name
+        row.recipe_bytes = {"weights": held.weights, "copy": held.copy, "gradients": held.gradients,
+                            "optimizer": held.optimizer}
+        if chosen and strategy.framework not in held.frameworks:
+            row.notes.append(f"recipe {held.name} is not a {strategy.framework} API: the row is the bytes it would "
+                             "take")
+        row.weights, row.copy, row.gradients, row.optimizer = recipes.states(held, kind, n, p, shape.layer_params)
         if kind == "zero3":
-            row.weights += shape.layer_params * e * 2  # a layer gathered, the next one prefetched
-            row.notes.append("weights: this device's shard plus two layers gathered (the one computing, the next)")
+            row.notes.append("ZeRO-3: this device's shard of the states, plus two layers' weights gathered to "
+                             "compute (the one computing, the next)")
         if kind == "parameter_server":
             row.notes.append(f"optimizer state on {parameter_servers} parameter server(s): "
-                             f"{optimizer_full / parameter_servers:.3g} bytes each, with the weights")
+                             f"{p * held.optimizer / parameter_servers:.3g} bytes each, with the weights")
         # activations
         if kind == "pipeline":  # 1F1B: the first stage holds p micro-batches of its L/p layers = L layers of one
             micro = batch / m
@@ -528,15 +543,15 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
             row.activations = per_layer * shape.layers
         if shape.lm_head and (kind != "pipeline"):  # the last stage's; the first stage's is the larger in 1F1B
             row.activations += shape.seq * act_batch * shape.vocab * (e + 4) / tensor  # logits, fp32 log-softmax
-        row.total = row.weights + row.gradients + row.optimizer + row.activations
+        row.total = row.weights + row.copy + row.gradients + row.optimizer + row.activations
         row.fits = row.total <= machine.memory
         row.headroom = machine.memory - row.total
         # communication per step, bytes through each device
         ring = (n - 1) / n if n > 1 else 0.0
         if kind in ("data", "zero1", "zero2"):
-            row.comm_bytes = 2 * ring * p * 4
-        elif kind == "zero3":
-            row.comm_bytes = ring * p * (2 * e + 4)  # gather the weights twice (forward, backward), scatter grads
+            row.comm_bytes = 2 * ring * p * held.gradients  # the recipe's gradients (FSDP: its reduce_dtype, fp32)
+        elif kind == "zero3":  # gather the weights twice (forward, backward) as the compute reads them, scatter grads
+            row.comm_bytes = ring * p * (2 * (held.copy if held.gathered else held.weights) + held.gradients)
         elif kind == "tensor":
             row.comm_bytes = shape.layers * 4 * 2 * ring * shape.seq * batch * shape.width * e
         elif kind == "pipeline":
@@ -556,7 +571,7 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
             row.mfu, row.mfu_source = mfu[strategy.framework]
             row.compute_s = training_flops(shape, batch, recompute) / (n * machine.flops * row.mfu) * bubble
         if (cal := applied.get(strategy.framework)) is not None:
-            row.calibrated_total = (row.weights + row.optimizer
+            row.calibrated_total = (row.weights + row.copy + row.optimizer
                                     + cal.memory(row.gradients + row.activations))
             flops = training_flops(shape, batch / n, recompute)
             row.calibrated_compute_s = cal.step(flops, attention_elements(shape, batch / n, recompute)) * bubble
@@ -573,7 +588,24 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
             row.step_overlapped_s = max(row.compute_s, row.comm_s)
             if tokens:
                 row.budget_s = tokens / (batch * shape.seq) * row.step_s
-    return Plan(shape, machine, batch, precision, recompute, fused, tokens, rows, list(LEFT_OUT), applied)
+    return Plan(shape, machine, batch, precision, recompute, fused, tokens, rows, list(LEFT_OUT), applied,
+                recipe=chosen.name if chosen else "")
+
+
+def check_recipe(name: str | None, precision: str) -> recipes.Recipe | None:
+    """The recipe ``name`` (None: each framework's own), or a :class:`PlanError` naming the recipes accepted, or
+    saying which precision it needs."""
+    if name is None or name == "":
+        return None
+    held = recipes.RECIPES.get(name)
+    if held is None:
+        raise PlanError(f"recipe={name!r}: give one of {', '.join(recipes.RECIPES)} (bakeoff plan --help says what "
+                        "each holds)")
+    if held.mixed != (precision != "fp32"):
+        wanted = ("fp32" if held.name == "fp32" else
+                  "a mixed precision (bf16 or fp16); at fp32 the recipe is fp32")
+        raise PlanError(f"recipe={name!r} with precision={precision!r}: recipe {name} needs {wanted}")
+    return held
 
 
 FIELDS: dict[str, tuple[type, str]] = {
@@ -584,6 +616,7 @@ FIELDS: dict[str, tuple[type, str]] = {
     "vocab": (int, "vocabulary [50257; a preset's own]"),
     "batch": (int, "global batch, in sequences"), "precision": (str, "fp32, bf16 or fp16 [bf16]"),
     "recompute": (bool, "full activation recomputation [false]"),
+    "recipe": (str, f"how the model states are held: {', '.join(recipes.RECIPES)} [each framework's own]"),
     "fused_attention": (bool, "attention that keeps no a·s² scores [true]"),
     "microbatches": (int, "pipeline micro-batches [4 × devices, at most batch]"),
     "tokens": (float, "a token budget: the time to train on it"),
@@ -661,7 +694,8 @@ def plan_from(fields: Mapping[str, Any], mfu: Mapping[str, tuple[float, str]] | 
     result = plan(shape_from(fields), machine, _field(fields, "batch"), _field(fields, "precision", "bf16"),
                   _field(fields, "recompute", False), _field(fields, "fused_attention", True),
                   _field(fields, "tokens"), mfu, _field(fields, "microbatches"),
-                  _field(fields, "parameter_servers", 1), () if stated else calibrations)
+                  _field(fields, "parameter_servers", 1), () if stated else calibrations,
+                  recipe=_field(fields, "recipe"))
     if stated:
         result.uncalibrated = (f"flops states other devices; the calibrations are of "
                                f"{', '.join(sorted({c.device for c in calibrations}))} (leave flops out to plan for "

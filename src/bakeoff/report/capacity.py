@@ -14,6 +14,7 @@ from bakeoff.core.result import TrialResult
 from bakeoff.plan.capacity import (
     KINDS,
     Plan,
+    Row,
     calibrate,
     describe_missing_times,
     human_bytes,
@@ -21,6 +22,7 @@ from bakeoff.plan.capacity import (
     measured_mfu,
     plan_from,
 )
+from bakeoff.plan.recipes import RECIPES
 from bakeoff.report.templates import Block, Facts, Heading, Para, Table
 
 SHORT = {"data": "data parallel", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3/FSDP", "tensor": "tensor",
@@ -33,28 +35,45 @@ def summary(result: Plan) -> str:
     s, m = result.shape, result.machine
     return (f"{s.params / 1e9:,.2f}B parameters ({s.layers} layers × {s.width} wide, {s.heads} heads, ffn {s.ffn}, "
             f"seq {s.seq}, vocabulary {s.vocab}), global batch {result.batch}, {result.precision}"
+            f"{f' (recipe {result.recipe} in every row)' if result.recipe else ''}"
             f"{', full recomputation' if result.recompute else ''}{'' if result.fused else ', attention unfused'}; "
             f"{m.devices} device(s) of {human_bytes(m.memory)}")
 
 
 def memory_table(result: Plan) -> Table:
-    """Memory per device by strategy (the same formulas whichever framework offers it), whether it fits and by how
-    much, what each device moves a step, and who offers the strategy."""
-    offered = {kind: [r for r in result.rows if r.kind == kind and not r.missing]
-               for kind in dict.fromkeys(r.kind for r in result.rows)}
+    """Memory per device by strategy and recipe (the same formulas whichever framework offers them), whether it
+    fits and by how much, what each device moves a step, and who offers the strategy with that recipe."""
+    offered: dict[tuple[str, tuple[float, ...]], list[Row]] = {}  # rows whose recipes hold the same bytes: one line
+    for r in result.rows:
+        if not r.missing:
+            offered.setdefault((r.kind, (r.weights, r.copy, r.gradients, r.optimizer, r.activations)), []).append(r)
     scale, unit = (1e9, "GB") if max(r.total for r in result.rows) >= 1e9 else (1e6, "MB")
     rows = []
-    for kind, rows_of_kind in offered.items():
-        if not rows_of_kind:
-            continue
+    for (kind, _), rows_of_kind in sorted(offered.items(), key=lambda item: list(KINDS).index(item[0][0])):
         r = rows_of_kind[0]
         fits = f"yes (-{r.headroom / scale:,.0f})" if r.fits else f"no (+{-r.headroom / scale:,.0f})"
-        rows.append([SHORT[kind], *(f"{v / scale:,.1f}" for v in (r.weights, r.gradients, r.optimizer,
-                                                                   r.activations, r.total)),
+        names = list(dict.fromkeys(x.recipe for x in rows_of_kind))
+        rows.append([SHORT[kind], f"{', '.join(names)} {RECIPES[r.recipe].bytes_text}",
+                     *(f"{v / scale:,.1f}" for v in (r.weights + r.copy, r.gradients, r.optimizer, r.activations,
+                                                     r.total)),
                      fits, human_bytes(r.comm_bytes), " ".join(TAG[x.framework] for x in rows_of_kind)])
-    return Table(["strategy", "weights", "grads", "Adam", "activ.", "total", "fits", "comm", "offered by"], rows,
-                 align="lrrrrrlrl", notes=[f"memory per device in {unit}; fits: by how much under (-) or over (+) the "
-                                           "device's memory; comm: what each device moves a step"])
+    return Table(["strategy", "recipe", "weights", "grads", "Adam", "activ.", "total", "fits", "comm", "offered by"],
+                 rows, align="llrrrrrlrl",
+                 notes=[f"memory per device in {unit}; recipe: how the states are held, in bytes a parameter before "
+                        "sharding: weights (+ the 16-bit copy the compute reads) / gradients / Adam (with an fp32 "
+                        "master where the weights are 16-bit); weights: the parameters and that copy; fits: by how "
+                        "much under (-) or over (+) the device's memory; comm: what each device moves a step"])
+
+
+def recipes(result: Plan) -> list[tuple[str, str]]:
+    """(recipe, what the framework's API holds and who uses it in this plan), a line each recipe the rows use."""
+    users: dict[str, list[str]] = {}
+    for r in result.rows:
+        if r.recipe:
+            users.setdefault(r.recipe, []).append(f"{TAG[r.framework]} {SHORT[r.kind]}")
+    how = "chosen (--recipe / recipe)" if result.recipe else "each framework's own"
+    return [(f"recipe {name}", f"{RECIPES[name].bytes_text} a parameter; {RECIPES[name].api}; {how}: "
+                               f"{', '.join(who)}") for name, who in users.items()]
 
 
 def step_table(result: Plan) -> Table | None:
@@ -153,5 +172,5 @@ def blocks(requests: Sequence[tuple[str, Mapping[str, Any]]], results: Sequence[
     for name, result in plans:
         out += [Heading(3, name), Para(summary(result)), memory_table(result)]
         out += [t for t in (step_table(result), calibrated_table(result)) if t is not None]
-        out += [Facts(apis(result)), Facts(remarks(result, mfu, in_file=True))]
+        out += [Facts(apis(result)), Facts(recipes(result)), Facts(remarks(result, mfu, in_file=True))]
     return out

@@ -219,6 +219,7 @@ def _plan_answer(claim: Claim, mfu: Mapping[str, tuple[float, str]]) -> list[str
     """What the capacity plan says of the claim's trials at the scale its ``[claim.plan]`` describes: a prediction,
     never a verdict."""
     from bakeoff.plan.capacity import describe_missing_times, human_bytes, human_seconds
+    from bakeoff.plan.recipes import RECIPES
 
     spec = claim.comparisons[0].a[0]
     framework, kind = spec.framework.value, KIND.get(spec.parallelism.value, "data")
@@ -233,7 +234,8 @@ def _plan_answer(claim: Claim, mfu: Mapping[str, tuple[float, str]]) -> list[str
         return [f"{head}: {framework} has no such strategy ({row.missing})"]
     fits = (f"fits, {human_bytes(row.headroom)} spare" if row.fits else f"does not fit, {human_bytes(-row.headroom)} "
                                                                         "over")
-    lines = [f"{head}: {row.api} needs {human_bytes(row.total)} a device ({fits}) and moves "
+    lines = [f"{head}: {row.api} needs {human_bytes(row.total)} a device ({fits}; recipe {row.recipe}: "
+             f"{RECIPES[row.recipe].bytes_text} a parameter) and moves "
              f"{human_bytes(row.comm_bytes)} a device each step; one device needs {human_bytes(single.total)}"]
     if row.step_s is not None and single.compute_s is not None:
         lines.append(f"predicted speed-up over one device {ratio_text(single.compute_s / row.step_s)} (step "
