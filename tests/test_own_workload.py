@@ -151,6 +151,28 @@ def test_a_workload_file_trains_in_a_trial_process_started_elsewhere(tmp_path):
     again = bakeoff("run", "--workload", str(file), *RUN, cwd=work)  # another spelling of the same workload
     assert "ran 0 trials, skipped 1" in " ".join(again.stdout.split()), again.stdout + again.stderr
 
+    # The team's own code the model imports (an upstream module beside it, a package of the project's): an edit
+    # there is another trial too, though neither is the workload's file nor its model's.
+    for module, text in (("upstream.py", "WIDTH = 16\n"), ("team/__init__.py", ""), ("team/layers.py", "ACT = 1\n")):
+        (file.parent / module).parent.mkdir(exist_ok=True)
+        (file.parent / module).write_text(text)
+    model = file.parent / "torch_model.py"
+    model.write_text("import upstream  # noqa\nfrom team import layers  # noqa\n" + TORCH_MODEL)
+
+    def to_run() -> str:
+        r = bakeoff("run", "--workload", str(file), *RUN, "--dry-run", cwd=work)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return " ".join(r.stdout.split())
+
+    assert "1 trials, 0 already stored, 1 to run" in to_run()  # the model file itself changed
+    bakeoff("run", "--workload", str(file), *RUN, cwd=work)
+    assert "1 trials, 1 already stored, 0 to run" in to_run()
+    (file.parent / "upstream.py").write_text("WIDTH = 32\n")
+    assert "1 trials, 0 already stored, 1 to run" in to_run()
+    bakeoff("run", "--workload", str(file), *RUN, cwd=work)
+    (file.parent / "team" / "layers.py").write_text("ACT = 2\n")
+    assert "1 trials, 0 already stored, 1 to run" in to_run()
+
 
 @TORCH
 def test_a_module_path_on_pythonpath_trains_and_lists(tmp_path):
@@ -339,6 +361,22 @@ def test_the_key_counts_the_workloads_code_not_its_folder(tmp_path):
     assert edited != before  # an edited model is another trial
     (file.parent / "notes.txt").write_text("not code")  # only the workload's and its models' files count
     assert python(CODE_HASH, str(file), cwd=tmp_path).split()[0] == edited
+
+
+@TORCH
+def test_files_a_workload_names_in_code_files_count_and_a_missing_one_is_refused(tmp_path):
+    file = write_workload(tmp_path / "models")
+    vocab = file.parent / "assets" / "vocab.txt"
+    vocab.parent.mkdir()
+    vocab.write_text("a\nb\n")
+    file.write_text(file.read_text().replace('model_class = "BlobsMLP"',
+                                             'model_class = "BlobsMLP"\n    code_files = ("assets",)'))
+    before = python(CODE_HASH, str(file), cwd=tmp_path).split()[0]
+    vocab.write_text("a\nb\nc\n")
+    assert python(CODE_HASH, str(file), cwd=tmp_path).split()[0] != before
+    file.write_text(file.read_text().replace('("assets",)', '("vocab.txt",)'))
+    r = bakeoff("run", "--workload", str(file), *RUN, "--dry-run", cwd=tmp_path)
+    assert r.returncode == 2 and "code_files names 'vocab.txt', which is not there" in " ".join(r.stderr.split())
 
 
 @TORCH

@@ -51,6 +51,37 @@ def test_run_suite_runs_stores_reports_and_resumes(tmp_path):
     assert decision.given["team_familiarity"] == 0.2 and decision.configs[0].parts["team_familiarity"] == 0.7
 
 
+def test_a_runs_report_answers_for_the_store_not_only_for_its_own_command(tmp_path):
+    # Runs split over commands into one store and one --out, as users split them: the second's report keeps the
+    # first's framework (it said "only TensorFlow was run" and dropped PyTorch), and says so in its first line.
+    store, out = tmp_path / "r.sqlite", tmp_path / "report"
+    first = run_suite(parse_suite(SUITE), store, report_dir=out, concurrent=True)
+    assert "answers for the store" not in first.report.paths["markdown"].read_text()  # its own trials are all
+    tensorflow = SUITE.replace('framework = ["torch"]', 'framework = ["tensorflow"]').replace(
+        'execution = ["eager"]', 'execution = ["production"]')  # TensorFlow's own: graph
+    second = run_suite(parse_suite(tensorflow), store, report_dir=out, concurrent=True)
+    [ran] = second.summary.ran
+    assert ran.run_spec.label() == "tensorflow/graph"
+    assert [r.key for r in second.results] == [ran.key]  # the run's own results, as before
+    decision = second.report.decisions[("mnist", "tiny")]
+    assert {f.label for f in decision.ranking} == {"torch/eager", "tensorflow/graph"}
+    md = (out / "report.md").read_text()
+    assert (f"This report answers for the store ({store}): the 1 trials of this run and 1 stored earlier of the "
+            f"same models and data (`bakeoff report --store {store}` for every trial in it). 2 trials") \
+        in " ".join(md.split())
+
+
+def test_production_stands_for_each_frameworks_own_mode():
+    from bakeoff.plan.suite import adhoc_suite
+
+    suite = adhoc_suite({"workload": "text_classifier", "execution": ["production"]})
+    assert sorted(s.label() for s in suite.specs) == ["jax/graph", "tensorflow/graph", "torch/eager"]
+    both = adhoc_suite({"workload": "text_classifier", "execution": ["production", "graph"]})
+    assert sorted(s.label() for s in both.specs) == ["jax/graph", "tensorflow/graph", "torch/eager", "torch/graph"]
+    with pytest.raises(SpecError, match="unknown execution 'prod'; accepted: eager, graph, xla, production"):
+        adhoc_suite({"workload": "text_classifier", "execution": ["prod"]})
+
+
 def test_run_suite_refuses_a_damaged_store_before_writing_anything(tmp_path):
     store = tmp_path / "r.sqlite"
     store.write_bytes(b"not a database")

@@ -17,7 +17,7 @@ examples:
   bakeoff run                              # the quick suite: PyTorch eager vs TensorFlow graph, 3 small workloads
   bakeoff run --dry-run --suite seeds      # what would run, what is stored, how long; nothing runs
   bakeoff run --suite seeds                # a shipped suite by name, or --suite my_suite.toml
-  bakeoff run --workload text_classifier --framework torch,tensorflow --execution graph --repeats 3 \\
+  bakeoff run --workload text_classifier --framework torch,tensorflow --execution production --repeats 3 \\
               --max-epochs 2 --data train=reviews.csv --data text_column=body --data label_column=stars
   bakeoff run --suite seeds --max-steps 50 --framework torch   # the suite, overridden in every trial
   bakeoff run --workload text_classifier --set d_model=128 --set num_layers=4 --target 0.8   # your model, target

@@ -52,7 +52,8 @@ def add_trial_options(parser: argparse.ArgumentParser, rules: str = "") -> None:
                            f"each runs) [{','.join(ADHOC_MATRIX['framework'])}: those the workload has a model in]")
     grid.add_argument("--execution", type=comma_list,
                       help="comma-separated modes: eager, graph (compiled: torch.compile, tf.function, jax.jit), xla "
-                           f"(TensorFlow) [{','.join(ADHOC_MATRIX['execution'])}]")
+                           "(TensorFlow), or production: each framework in the mode its users train in (PyTorch "
+                           f"eager, TensorFlow graph, JAX jit) [{','.join(ADHOC_MATRIX['execution'])}]")
     grid.add_argument("--precision", type=comma_list, help="comma-separated: fp32, bf16, fp16 [fp32]")
     grid.add_argument("--parallelism", type=comma_list,
                       help="comma-separated: none, data_parallel (one machine, N replicas: DDP / MirroredStrategy), "

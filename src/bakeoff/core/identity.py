@@ -9,12 +9,16 @@ Only numpy-free standard-library work happens here: hashing files and reading pa
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 import hashlib
 import importlib.util
 import inspect
 import json
+import logging
+import sys
+import sysconfig
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -22,7 +26,9 @@ from typing import Any
 
 import bakeoff
 from bakeoff.core import discover, frameworks, registry
-from bakeoff.core.spec import RunSpec
+from bakeoff.core.spec import RunSpec, SpecError
+
+logger = logging.getLogger(__name__)
 
 DIGEST_CHARS = 16
 
@@ -83,17 +89,106 @@ def framework_version(framework: str) -> str:
     return ", ".join(found) or "not installed"
 
 
+LOCAL_CODE_MAX = 500
+"""The most files :func:`local_imports` follows (a workload importing a whole project stops there, with a warning)."""
+
+
+@functools.cache
+def _not_local() -> tuple[Path, ...]:
+    """Where imported code is not the user's: the standard library, site-packages (counted by the frameworks'
+    versions) and bakeoff itself (by :func:`bakeoff_version`)."""
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    return tuple(sorted({Path(r).resolve() for r in roots} | {Path(bakeoff.__file__).resolve().parent}))
+
+
+def _local(path: Path) -> bool:
+    return not any(path.is_relative_to(root) for root in _not_local())
+
+
+def _imported(tree: ast.AST) -> list[tuple[str, int]]:
+    """(dotted name, relative level) of every module ``tree`` may import: ``from a import b`` may be the module
+    ``a.b`` or a name in ``a``, so both."""
+    out: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, 0) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            out += [(f"{base}.{alias.name}" if base else alias.name, node.level) for alias in node.names
+                    if alias.name != "*"]
+            out += [(base, node.level)] if base else []
+    return out
+
+
+def _module_file(name: str, level: int, importer: Path, search: Sequence[Path]) -> Path | None:
+    """The source file ``name`` (``level`` dots before it) resolves to from ``importer``, searching the importer's
+    folder then ``search`` for an absolute import; ``None`` when none of them holds it."""
+    if level:
+        base = importer.parent
+        for _ in range(level - 1):
+            base = base.parent
+        bases: Sequence[Path] = [base]
+    else:
+        bases = [importer.parent, *search]
+    parts = [p for p in name.split(".") if p]
+    if not parts:
+        init = bases[0] / "__init__.py"
+        return init if init.is_file() else None
+    for base in bases:
+        stem = base.joinpath(*parts)
+        for candidate in (stem.with_suffix(".py"), stem / "__init__.py"):
+            if candidate.is_file():
+                return candidate.resolve()
+    return None
+
+
+def local_imports(files: Sequence[Path], search: Sequence[Path] | None = None) -> list[Path]:
+    """``files`` and every Python file they import, directly or through each other, from their own folders or the
+    user's project (``search``: by default the import path's entries outside the standard library, site-packages
+    and bakeoff): found by reading the ``import`` statements (nothing is imported), in name order."""
+    if search is None:
+        search = [p for entry in sys.path if (p := Path(entry or ".").resolve()).is_dir() and _local(p)]
+    seen = {f.resolve() for f in files}
+    queue = sorted(seen)
+    while queue:
+        current = queue.pop()
+        try:
+            tree = ast.parse(current.read_text(encoding="utf-8", errors="replace"), str(current))
+        except (SyntaxError, ValueError, OSError):
+            continue
+        for name, level in _imported(tree):
+            found = _module_file(name, level, current, search)
+            if found is None or found in seen or not _local(found):
+                continue
+            if len(seen) >= LOCAL_CODE_MAX:
+                logger.warning("the workload imports more than %d files of its own; those beyond are not counted in "
+                               "its trials' keys (name them in code_files)", LOCAL_CODE_MAX)
+                return sorted(seen)
+            seen.add(found)
+            queue.append(found)
+    return sorted(seen)
+
+
 def workload_code(cls: type) -> str:
     """A hash of a workload's code: the file defining its class and each of its model files, its Keras function's
-    included (by name and content; what they import from elsewhere is not counted), so an edited model is a new
-    trial."""
-    paths = [Path(inspect.getfile(cls))]
+    included, every module of the user's they import (:func:`local_imports`: the team's upstream model, say), and
+    the files it names in ``code_files`` (each by name and content), so an edited model is a new trial."""
+    home = Path(inspect.getfile(cls))
+    paths = [home]
     declared = getattr(cls, "keras_function", None)
     for target in [*discover.models(cls).values(), *([declared.build] if declared is not None else [])]:
         found = importlib.util.find_spec(target.partition(":")[0])
         if found is not None and found.origin and Path(found.origin).is_file():
             paths.append(Path(found.origin))
-    return _combined(sorted(set(paths)))
+    named = []
+    for entry in getattr(cls, "code_files", ()):
+        path = (home.parent / entry).resolve()
+        if not path.exists():
+            raise SpecError(f"workload {getattr(cls, 'name', cls.__name__)!r}: code_files names {entry!r}, which is "
+                            f"not there ({path}); name files or folders relative to {home.name}")
+        named.append(path)
+    return _combined([*local_imports(paths), *sorted(set(named))])
 
 
 def content(spec: RunSpec) -> dict[str, str]:

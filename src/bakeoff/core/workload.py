@@ -153,6 +153,10 @@ class Workload(ABC):
     # Or, for the Keras rows without a keras_model.py or a ``models`` entry: the model as one Keras 3 function, run
     # on every backend with canonical names the Keras variables' own paths (:mod:`bakeoff.core.keras_function`).
     keras_function: ClassVar[KerasFunction | None] = None
+    # Files or folders whose content the trials depend on beyond the Python modules the workload's files import
+    # (which count by themselves, :func:`bakeoff.core.identity.workload_code`): a tokenizer's vocabulary read at
+    # build time, a C extension's source. Relative to the workload's file; an edit to any of them runs anew.
+    code_files: ClassVar[tuple[str, ...]] = ()
 
     def check_preset(self, preset: str) -> None:
         """Raise :class:`SpecError` naming the accepted presets when ``preset`` is not one of them."""

@@ -206,6 +206,11 @@ def flag_of(key: str) -> str:
     return "--set" if key == "config" else "--" + key.replace("_", "-")
 
 
+PRODUCTION = "production"
+"""The execution that stands for each framework's own: the first of its record's production modes (PyTorch eager,
+TensorFlow graph, JAX jit, each Keras backend its default), as the quick suite runs them."""
+
+
 def field_problem(name: str, value: Any) -> str:
     """Why ``value`` cannot be the RunSpec field ``name`` ('' when it can), naming what is accepted.
 
@@ -216,7 +221,7 @@ def field_problem(name: str, value: Any) -> str:
     kind = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
     kind = typing.get_origin(kind) or kind
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
-        accepted = [m.value for m in kind]
+        accepted = [m.value for m in kind] + ([PRODUCTION] if name == "execution" else [])
         return "" if value in accepted else f"unknown {name} {value!r}; accepted: {', '.join(accepted)}"
     if kind is bool:
         return "" if isinstance(value, bool) else f"{name} must be true or false, got {value!r}"
@@ -547,6 +552,10 @@ def _expand(defaults: dict[str, Any], matrix: dict[str, list[Any]], variants: li
                 fields[table] = merged
             if any(all(str(fields.get(k)) == str(v) for k, v in e.items()) for e in excludes):
                 continue
+            if fields.get("execution") == PRODUCTION and "framework" in fields:
+                from bakeoff.core import frameworks
+
+                fields["execution"] = frameworks.get(str(fields["framework"])).production[0].value
             if str(fields.get("parallelism", "none")) == "none":
                 fields["workers"] = 1  # one process: a matrix's workers apply to its distributed configurations
             fields.update(repeat=repeat, seed=base_seed + repeat)

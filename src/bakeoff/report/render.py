@@ -592,7 +592,8 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
                   suites: Mapping[str, str] | None = None,
                   decisions: Mapping[tuple[str, str], Decision] | None = None,
                   deployments: Sequence[Mapping[str, Any]] = (),
-                  declared_section: Sequence[Block] = (), plan_section: Sequence[Block] = ()) -> dict[str, Path]:
+                  declared_section: Sequence[Block] = (), plan_section: Sequence[Block] = (),
+                  covers: str = "") -> dict[str, Path]:
     """Write ``report.md``, ``report.html``, ``throughput.png`` and ``quality_vs_time.png`` into ``out_dir``.
 
     Args:
@@ -609,6 +610,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
             section.
         declared_section: the "Declared criteria" section (:func:`bakeoff.report.declared.blocks`), before Deployment.
         plan_section: the "Capacity plan" section (:func:`bakeoff.report.capacity.blocks`), before Claims.
+        covers: what the results are, when they are more than one command's (the report's first sentence).
 
     Returns:
         ``{"markdown", "html", "throughput", "quality_vs_time"}`` (and ``"scaling"`` when distributed trials
@@ -630,8 +632,9 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
         images["scaling"] = Image("scaling.png", "throughput and scaling efficiency against replicas",
                                   plots.scaling_png(scaled))
     n_ok = sum(r.status is Status.OK for r in results)
-    blocks: list[Block] = [Para(f"{len(results)} trials ({n_ok} successful) in {len(summaries)} configurations "
-                                f"on {len(decisions)} workload/preset pair{'s' if len(decisions) != 1 else ''}.")]
+    blocks: list[Block] = [Para(f"{covers} {len(results)} trials ({n_ok} successful) in {len(summaries)} "
+                                f"configurations on {len(decisions)} workload/preset "
+                                f"pair{'s' if len(decisions) != 1 else ''}.".lstrip())]
     blocks += card.blocks(card.build(decisions, summaries))
     blocks += [Heading(2, "Plots"), *images.values()]
     for key, decision in decisions.items():

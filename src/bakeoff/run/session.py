@@ -14,11 +14,12 @@ import contextlib
 import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bakeoff.analysis.stats import data_set
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.plan.suite import Suite
@@ -118,13 +119,30 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
             results = store.results(suite=suite.name, keys=[s.key() for s in summary.specs])
             workloads = {r.run_spec.workload for r in results}
             deployments = [d for d in store.deployments() if d["workload"] in workloads] if team else []
+            reported, suites = covering(store, results, suite.name)
     written = None
     if report_dir is not None:
-        written = write_report(results, report_dir, suite.weights, suite.qualitative,
-                               title or f"bakeoff: {suite.name}", {r.key: suite.name for r in results},
-                               deployments, team)
+        earlier = len(reported) - len(results)
+        said = (f"This report answers for the store ({store_path}): the {len(results)} trials of this run and "
+                f"{earlier} stored earlier of the same models and data (`bakeoff report --store {store_path}` for "
+                "every trial in it)." if earlier else "")
+        written = write_report(reported, report_dir, suite.weights, suite.qualitative,
+                               title or f"bakeoff: {suite.name}", suites, deployments, team, covers=said)
     logged = tracker.log(results, suite.name, written.paths if written else None) if tracker else None
     return Session(summary, results, written, logged)
+
+
+def covering(store: Store, results: Sequence[TrialResult], suite: str) -> tuple[list[TrialResult], dict[str, str]]:
+    """What a run's report answers for: ``results`` (the run's) and every stored trial of the same sections —
+    the same workload, model (preset and its overrides) and data — whichever command ran it, so that a framework
+    run by an earlier command is never dropped from the verdict by a later one that did not name it; and the suite
+    each ran in."""
+    sections = {(r.run_spec.workload, r.run_spec.model(), data_set(r.run_spec)) for r in results}
+    mine = {r.key for r in results}
+    earlier = [r for r in store.results() if r.key not in mine
+               and (r.run_spec.workload, r.run_spec.model(), data_set(r.run_spec)) in sections]
+    suites = {row.key: row.suite for row in store.trials()} | {r.key: suite for r in results}
+    return [*earlier, *results], suites
 
 
 def search_batch_sizes(suite: Suite, sizes: dict, log_dir: Path, timeout_s: float,
