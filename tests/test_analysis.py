@@ -140,6 +140,7 @@ def test_decide_names_the_winner_with_intervals():
     assert d.win_share["torch"] > 0.99 and sum(d.win_share.values()) == pytest.approx(1) and d.resamples == 2000
 
 
+@pytest.mark.filterwarnings("ignore:Precision loss occurred")  # scipy, on pairs whose log ratios barely differ
 def test_the_golden_intervals_agree_with_an_independent_computation():
     # The golden above pins the seeded output; this derives its intervals with scipy on the logs of one value per
     # run (a run's throughput: its examples per step over its own median steady step), the runs of both sides
