@@ -170,3 +170,40 @@ def test_bad_input_exits_2_naming_it_and_writes_nothing(tmp_path, args, message)
     assert r.stderr.startswith("bakeoff new: error: ") and r.stderr.count("\n") == 1, r.stderr
     assert message in r.stderr, r.stderr
     assert listing(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "taken"]
+
+
+FLAX_NAMES = """
+import flax.linen as nn, jax, jax.numpy as jnp
+from bakeoff.workloads.common.jax_encoder import CanonicalParams
+
+class Net(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        h = nn.Embed(10, 4, name="embed")(x)
+        return nn.Dense(2, name="hidden")(nn.LayerNorm(name="norm1")(h))
+
+canon = CanonicalParams(lambda: Net().init(jax.random.PRNGKey(0), jnp.zeros((1, 3), jnp.int32))["params"])
+print(" ".join(sorted(canon.paths)))
+try:
+    canon.to_params({"embed.embedding": 0, "hidden.kernel": 0, "hidden.bias": 0, "norm1.scale": 0, "norm1.bias": 0})
+except ValueError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.skipif(not registry.installed("jax"), reason="needs jax")
+def test_the_scaffolds_flax_naming_rule_is_the_one_canonical_weights_follow(tmp_path):
+    # The JAX template's docstring states the rule a team names its Flax modules by: the path joined with dots,
+    # nn.Embed's table by its module's name alone, and a norm* module's scale/bias as gamma/beta. Names typed from
+    # that text; and a weights file written by the naive rule is refused saying which side has what.
+    template = (SRC / "bakeoff" / "workloads" / "templates" / "jax_model.py.tmpl").read_text()
+    said = " ".join(template.split())
+    assert "``nn.Embed(..., name=\"embed\")`` holds ``embed``, not ``embed.embedding``" in said
+    assert "``scale`` and ``bias`` are ``gamma`` and ``beta``" in said
+    r = subprocess.run([sys.executable, "-c", FLAX_NAMES], capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    names, error = r.stdout.strip().splitlines()
+    assert names == "embed hidden.bias hidden.kernel norm1.beta norm1.gamma"
+    assert error == ("canonical weights differ from the model's: the model has embed, norm1.beta, norm1.gamma that "
+                     "the weights lack; the weights have embed.embedding, norm1.bias, norm1.scale that the model lacks")

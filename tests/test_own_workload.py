@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -172,6 +173,31 @@ def test_a_workload_file_trains_in_a_trial_process_started_elsewhere(tmp_path):
     bakeoff("run", "--workload", str(file), *RUN, cwd=work)
     (file.parent / "team" / "layers.py").write_text("ACT = 2\n")
     assert "1 trials, 0 already stored, 1 to run" in to_run()
+
+
+@TORCH
+def test_the_reproduce_lines_of_an_own_workloads_report_run_as_printed(tmp_path):
+    # The report's "Reproduce" said `--workload blobs` (unknown outside the run that referenced it) and
+    # `--suite SUITE.toml` without its path: each line now runs as printed, from another folder too, and finds
+    # the very trials it reproduces already stored.
+    file = write_workload(tmp_path / "models")
+    suite = tmp_path / "models" / "blobs_suite.toml"
+    suite.write_text('name = "blobs_suite"\n[defaults]\nworkload = "blobs.py:Blobs"\nmax_steps = 4\n'
+                     'eval_every = 4\n[matrix]\nframework = ["torch"]\nexecution = ["eager"]\n')
+    work = tmp_path / "work"
+    work.mkdir()
+    r = bakeoff("run", "--suite", "../models/blobs_suite.toml", "--store", "r.sqlite", "--out", "report", cwd=work)
+    assert r.returncode == 0, r.stdout + r.stderr
+    reproduce = (work / "report" / "report.md").read_text().split("### Reproduce", 1)[1].split("###", 1)[0]
+    lines = [line for line in reproduce.splitlines() if line.startswith("bakeoff run")]
+    assert lines[0].startswith(f"bakeoff run --workload {file}:Blobs --framework torch --execution eager")
+    assert lines[1] == f"bakeoff run --suite {suite}"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for line in lines:
+        again = bakeoff(*shlex.split(line)[1:], "--store", str(work / "r.sqlite"), "--no-report", cwd=elsewhere)
+        assert again.returncode == 0, line + again.stdout + again.stderr
+        assert "ran 0 trials, skipped 1" in " ".join(again.stdout.split()), line + again.stdout
 
 
 @TORCH

@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from bakeoff.core.workload import differing
+
 BF16_U = 2.0**-8
 """bf16's unit roundoff."""
 
@@ -116,7 +118,7 @@ def per_tensor_errors(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], 
     tolerance instead of a relative error of noise against noise.
     """
     if sorted(a) != sorted(b):
-        raise ValueError(f"different tensors: {sorted(set(a) ^ set(b))}")
+        raise ValueError(f"different tensors: {differing(a, b, 'the first has', 'the second has')}")
     return {k: float(np.abs(a[k] - b[k]).max() / max(float(np.abs(b[k]).max()), floor)) for k in sorted(a)}
 
 

@@ -71,7 +71,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.format == "json":
         return _report_json(got, out, args, team, plans)
     say_report(write_report(got.results, out, got.weights, got.qualitative,
-                            f"bakeoff: {got.suite_name or 'all trials'}", got.suites, got.deployments, team, plans))
+                            f"bakeoff: {got.suite_name or 'all trials'}", got.suites, got.deployments, team, plans,
+                            suite_files=got.suite_files))
     checks = _fail_if_slower(summarise_groups(got.results), args.fail_if_slower_than)
     for check in checks:
         console.print(check.line(), soft_wrap=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -67,6 +67,22 @@ class Dataset:
     @property
     def num_test(self) -> int:
         return len(next(iter(self.test.values())))
+
+
+def differing(model: Iterable[str], weights: Iterable[str], has: str = "the model has",
+              have: str = "the weights have", most: int = 12) -> str:
+    """Which names one side has and the other lacks, each side said (``"the model has embed, norm.gamma that the
+    weights lack; the weights have embed.embedding, norm.scale that the model lacks"``), up to ``most`` a side."""
+    a, b = set(model), set(weights)
+
+    def names(found: set[str]) -> str:
+        shown = sorted(found)
+        return ", ".join(shown[:most]) + (f" and {len(shown) - most} more" if len(shown) > most else "")
+
+    lacks = {"the model has": "the weights lack", "the weights have": "the model lacks"}
+    parts = [f"{has} {names(a - b)} that {lacks.get(has, 'the other lacks')}" if a - b else "",
+             f"{have} {names(b - a)} that {lacks.get(have, 'the other lacks')}" if b - a else ""]
+    return "; ".join(p for p in parts if p) or "the same names"
 
 
 def _kind(default: Any) -> str:

@@ -412,12 +412,38 @@ def adhoc_suite(overrides: Mapping[str, Any]) -> Suite:
 
 
 def parse_suite(text: str, source: str = "<suite>", overrides: Mapping[str, Any] | None = None) -> Suite:
-    """A suite from TOML text, every value checked, with the command-line ``overrides`` applied."""
+    """A suite from TOML text, every value checked, with the command-line ``overrides`` applied. Read from a file,
+    a workload it names by a relative ``FILE.py:CLASS`` is found beside the suite file (else, as before, under the
+    current folder), so the suite runs from any folder."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{source}: not valid TOML: {exc}") from None
+    if source.endswith(".toml") and Path(source).is_file():
+        raw = _anchored(raw, Path(source).resolve().parent)
     return _build(raw, source, text, check_overrides(overrides or {}), record=True)
+
+
+def _anchored(raw: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """``raw`` with each relative ``FILE.py[:CLASS]`` workload that lies in ``folder`` made absolute."""
+    def anchor(value: Any) -> Any:
+        if isinstance(value, list):
+            return [anchor(v) for v in value]
+        if not isinstance(value, str):
+            return value
+        left, colon, cls = value.rpartition(":") if ":" in value else (value, "", "")
+        if not left.endswith(".py") or Path(left).is_absolute() or not (folder / left).is_file():
+            return value
+        return f"{(folder / left).resolve()}{colon}{cls}"
+
+    out = dict(raw)
+    for table in ("defaults", "matrix"):
+        if isinstance(out.get(table), dict) and "workload" in out[table]:
+            out[table] = {**out[table], "workload": anchor(out[table]["workload"])}
+    if isinstance(out.get("variant"), list):
+        out["variant"] = [{**v, "workload": anchor(v["workload"])} if isinstance(v, dict) and "workload" in v else v
+                          for v in out["variant"]]
+    return out
 
 
 def _build(raw: dict[str, Any], source: str, text: str, overrides: dict[str, Any], record: bool) -> Suite:

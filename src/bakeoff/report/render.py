@@ -555,7 +555,7 @@ def environment_line(configs: Sequence[ConfigSummary]) -> str:
 
 
 def _section(configs: Sequence[ConfigSummary], decision: Decision, qualitative: Qualitative,
-             suites: Mapping[str, str]) -> list[Block]:
+             suites: Mapping[str, str], suite_files: Mapping[str, str] | None = None) -> list[Block]:
     warning = mix_warning(decision.mixes)
     scaling = scaling_sentence(scaling_rows(configs), configs)
     blocks: list[Block] = [
@@ -563,7 +563,7 @@ def _section(configs: Sequence[ConfigSummary], decision: Decision, qualitative: 
         Para(decision.verdict, "verdict"),
         *([Para(scaling, "verdict")] if scaling else []),
         *([warning] if warning else []),
-        *what_ran_blocks(configs, suites),
+        *what_ran_blocks(configs, suites, suite_files),
         Heading(3, "Configurations"),
         _comparison_table(configs),
     ]
@@ -593,7 +593,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
                   decisions: Mapping[tuple[str, str], Decision] | None = None,
                   deployments: Sequence[Mapping[str, Any]] = (),
                   declared_section: Sequence[Block] = (), plan_section: Sequence[Block] = (),
-                  covers: str = "") -> dict[str, Path]:
+                  covers: str = "", suite_files: Mapping[str, str] | None = None) -> dict[str, Path]:
     """Write ``report.md``, ``report.html``, ``throughput.png`` and ``quality_vs_time.png`` into ``out_dir``.
 
     Args:
@@ -611,6 +611,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
         declared_section: the "Declared criteria" section (:func:`bakeoff.report.declared.blocks`), before Deployment.
         plan_section: the "Capacity plan" section (:func:`bakeoff.report.capacity.blocks`), before Claims.
         covers: what the results are, when they are more than one command's (the report's first sentence).
+        suite_files: suite name -> the file it was read from, as the store recorded it (the "Reproduce" line).
 
     Returns:
         ``{"markdown", "html", "throughput", "quality_vs_time"}`` (and ``"scaling"`` when distributed trials
@@ -638,7 +639,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
     blocks += card.blocks(card.build(decisions, summaries))
     blocks += [Heading(2, "Plots"), *images.values()]
     for key, decision in decisions.items():
-        blocks += _section(groups[key], decision, qualitative, suites or {})
+        blocks += _section(groups[key], decision, qualitative, suites or {}, suite_files)
     blocks += [*declared_section, *deployment.blocks(deployments), *plan_section]
     blocks += claims.section(results, deployments)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -320,10 +321,25 @@ def retries_text(configs: Sequence[ConfigSummary]) -> str | None:
 # Reproduce
 
 
+def workload_flag(spec: RunSpec) -> str:
+    """What ``--workload`` takes to run ``spec``'s workload again: its name, or for a workload found by reference
+    (its own file or module, outside bakeoff) the file it is in as ``FILE.py:Class`` (an absolute path: it runs from
+    any folder), else ``module:Class``."""
+    if not spec.workload_class:
+        return spec.workload
+    module, _, cls = spec.workload_class.partition(":")
+    if spec.workload_path:
+        base = Path(spec.workload_path).joinpath(*module.split("."))
+        file = base.with_suffix(".py") if base.with_suffix(".py").is_file() or not (base / "__init__.py").is_file() \
+            else base / "__init__.py"
+        return f"{file}:{cls}"
+    return spec.workload_class
+
+
 def _flags(spec: RunSpec) -> tuple[list[str], list[str]]:
     """The ``bakeoff run`` flags of everything but framework, execution, precision, seed and repeat; and the spec
     fields no flag sets."""
-    flags = ["--workload", spec.workload, "--preset", spec.preset, "--batch-size", str(spec.batch_size)]
+    flags = ["--workload", workload_flag(spec), "--preset", spec.preset, "--batch-size", str(spec.batch_size)]
     flags += ["--grad-accum", str(spec.grad_accum)] if spec.grad_accum > 1 else []
     if spec.parallelism is not Parallelism.NONE:
         flags += ["--parallelism", spec.parallelism.value, "--workers", str(spec.workers)]
@@ -402,8 +418,10 @@ def reproduce_commands(configs: Sequence[ConfigSummary]) -> tuple[list[str], lis
     return lines, [f"{note} ({', '.join(labels)})" for note, labels in notes.items()]
 
 
-def suite_commands(configs: Sequence[ConfigSummary], suites: Mapping[str, str]) -> list[str]:
-    """``bakeoff run --suite NAME`` for the shipped suites the trials came from; a placeholder for other suite files.
+def suite_commands(configs: Sequence[ConfigSummary], suites: Mapping[str, str],
+                   suite_files: Mapping[str, str] | None = None) -> list[str]:
+    """``bakeoff run --suite NAME`` for the shipped suites the trials came from, ``--suite FILE`` for a suite file
+    the store recorded (``suite_files``: name -> the file it was read from); a placeholder for other suite files.
     Ad-hoc runs (``adhoc-*``) and suites overridden from the command line (stored as ``NAME+HASH``) have none:
     the flag lines are their command."""
     from bakeoff.plan.suite import shipped_suites
@@ -415,7 +433,9 @@ def suite_commands(configs: Sequence[ConfigSummary], suites: Mapping[str, str]) 
         if name in shipped:
             lines.append(f"bakeoff run --suite {shlex.quote(name)}")
         elif not name.startswith("adhoc-") and "+" not in name:
-            lines.append(f"bakeoff run --suite SUITE.toml   # the suite file named {name!r}")
+            file = (suite_files or {}).get(name, "")
+            lines.append(f"bakeoff run --suite {shlex.quote(file)}" if file.endswith(".toml") else
+                         f"bakeoff run --suite SUITE.toml   # the suite file named {name!r}")
     return lines
 
 
@@ -433,7 +453,8 @@ def mix_warning(mixes: Sequence[Mix]) -> Para | None:
                 "warning")
 
 
-def what_ran_blocks(configs: Sequence[ConfigSummary], suites: Mapping[str, str] | None = None) -> list[Block]:
+def what_ran_blocks(configs: Sequence[ConfigSummary], suites: Mapping[str, str] | None = None,
+                    suite_files: Mapping[str, str] | None = None) -> list[Block]:
     """The "What ran" facts and the "Reproduce" commands of one (workload, preset)."""
     facts = [
         ("Data", per_config(configs, data_text)),
@@ -461,7 +482,7 @@ def what_ran_blocks(configs: Sequence[ConfigSummary], suites: Mapping[str, str] 
     ]
     blocks: list[Block] = [Heading(3, "What ran"), Facts([(k, v) for k, v in facts if v])]
     commands, notes = reproduce_commands(configs)
-    suite_lines = suite_commands(configs, suites or {})
+    suite_lines = suite_commands(configs, suites or {}, suite_files)
     if commands:
         blocks += [Heading(3, "Reproduce"), Para("Run from the directory the trials ran in (data paths are as "
                                                  "given then):" if any(_first(c).run_spec.data for c in configs)

@@ -83,7 +83,8 @@ def decisions(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] |
 def write_report(results: Sequence[TrialResult], out: Path, weights: Mapping[str, float] | None,
                  qualitative: Mapping[str, Any] | None, title: str, suites: Mapping[str, str] | None = None,
                  deployments: Sequence[Mapping[str, Any]] = (), team: Team | None = None,
-                 plans: Sequence[tuple[str, Mapping[str, Any]]] = (), covers: str = "") -> Written:
+                 plans: Sequence[tuple[str, Mapping[str, Any]]] = (), covers: str = "",
+                 suite_files: Mapping[str, str] | None = None) -> Written:
     """Decide each section of ``results`` and write the report into ``out`` (Markdown, HTML, plots); with a
     ``team`` file, its declared criteria in the decision and in their own section; with ``plans``
     (:func:`bakeoff.plan.capacity.load_plans`), a "Capacity plan" section calibrated by ``results``; ``covers``:
@@ -94,7 +95,7 @@ def write_report(results: Sequence[TrialResult], out: Path, weights: Mapping[str
     paths = render_report(results, out, weights=weights or None, qualitative=qualitative or None, title=title,
                           suites=suites, decisions=decided, deployments=deployments,
                           declared_section=declared.blocks(team, decided, frameworks, deployments),
-                          plan_section=capacity.blocks(plans, results), covers=covers)
+                          plan_section=capacity.blocks(plans, results), covers=covers, suite_files=suite_files)
     return Written(paths, decided, summaries)
 
 
@@ -104,6 +105,7 @@ class Stored:
 
     results: list[TrialResult]
     suites: dict[str, str]  # trial key -> the suite it ran in
+    suite_files: dict[str, str]  # suite name -> the file it was read from (as recorded)
     suite_name: str | None
     weights: dict[str, float]
     qualitative: dict
@@ -142,6 +144,7 @@ def stored(store_path: Path, suite: str | None, given_weights: Mapping[str, str]
             weights = check_weights({**recorded["weights"], **given_weights}, {**qualitative, **deploy_criteria})
         results = store.results(suite=suite_name)
         suites = {row.key: row.suite for row in store.trials(suite=suite_name)}
+        suite_files = store.suite_files()
         workloads = {r.run_spec.workload for r in results}
         deployments = [d for d in store.deployments() if d["workload"] in workloads]
         if not results:
@@ -149,4 +152,4 @@ def stored(store_path: Path, suite: str | None, given_weights: Mapping[str, str]
             raise SpecError(f"no trials for suite {suite_name!r} in {store_path}; suites recorded: {have}")
     if team is not None:
         check_against(team, qualitative, suite_name or "(all trials)")
-    return Stored(results, suites, suite_name, weights, qualitative, deployments)
+    return Stored(results, suites, suite_files, suite_name, weights, qualitative, deployments)

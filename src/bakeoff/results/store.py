@@ -281,6 +281,14 @@ class Store:
                              (name, source, json.dumps(weights), json.dumps(qualitative),
                               datetime.now(UTC).isoformat(timespec="seconds")))
 
+    def suite_files(self) -> dict[str, str]:
+        """Each recorded suite's name -> the source :meth:`put_suite` recorded (a suite file's path, a shipped
+        suite's ``bakeoff/suites/NAME.toml``, ``command line``)."""
+        try:
+            return dict(self._db.execute("SELECT name, source FROM suites").fetchall())
+        except sqlite3.OperationalError:  # a store written before suites were recorded, opened read-only
+            return {}
+
     def suite_settings(self, name: str) -> dict[str, Any] | None:
         """``{"source", "weights", "qualitative"}`` as :meth:`put_suite` recorded them; ``None`` if never."""
         try:

@@ -101,7 +101,9 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
         if suite.auto_batch is not None:
             specs, annotations = search_batch_sizes(suite, sizes, artifacts_dir(store_path) / "logs", timeout, say)
         with Store(store_path) as store, (progress or _no_progress)(len(specs), store) as shown:
-            store.put_suite(suite.name, suite.source, suite.weights, suite.qualitative)
+            source = suite.source  # a suite file by its absolute path: what a report's "Reproduce" line names
+            source = str(Path(source).resolve()) if source.endswith(".toml") and Path(source).is_file() else source
+            store.put_suite(suite.name, source, suite.weights, suite.qualitative)
             options = dict(timeout_s=timeout, fresh=fresh, retry_failed=retry_failed, progress=shown,
                            annotations=annotations, validated=True, order_seed=order_seed, retry_busy=retry_busy,
                            profile_steps=profile_steps, executor=executor)
@@ -120,6 +122,7 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
             workloads = {r.run_spec.workload for r in results}
             deployments = [d for d in store.deployments() if d["workload"] in workloads] if team else []
             reported, suites = covering(store, results, suite.name)
+            files = store.suite_files()
     written = None
     if report_dir is not None:
         earlier = len(reported) - len(results)
@@ -127,7 +130,8 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
                 f"{earlier} stored earlier of the same models and data (`bakeoff report --store {store_path}` for "
                 "every trial in it)." if earlier else "")
         written = write_report(reported, report_dir, suite.weights, suite.qualitative,
-                               title or f"bakeoff: {suite.name}", suites, deployments, team, covers=said)
+                               title or f"bakeoff: {suite.name}", suites, deployments, team, covers=said,
+                               suite_files=files)
     logged = tracker.log(results, suite.name, written.paths if written else None) if tracker else None
     return Session(summary, results, written, logged)
 

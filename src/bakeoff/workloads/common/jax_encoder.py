@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax.traverse_util import flatten_dict, unflatten_dict
 
-from bakeoff.core.workload import Weights
+from bakeoff.core.workload import Weights, differing
 
 Params = Any  # a Flax params pytree: nested dicts of fp32 arrays
 Path = tuple[str, ...]
@@ -159,7 +159,7 @@ class CanonicalParams:
 
     def to_params(self, weights: Mapping[str, np.ndarray]) -> Params:
         if sorted(weights) != sorted(self.paths):
-            raise ValueError(f"canonical weights differ from the model's: {sorted(set(weights) ^ set(self.paths))}")
+            raise ValueError(f"canonical weights differ from the model's: {differing(self.paths, weights)}")
         flat = {}
         for name, path in self.paths.items():
             value = np.asarray(weights[name], np.float32)
