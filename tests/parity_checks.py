@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from bakeoff.analysis import parity
-from bakeoff.analysis.parity import Finding, first_failure, unflatten, zero_in_theory
+from bakeoff.analysis.parity import Finding, first_failure, unflatten, zero_gradients
 from bakeoff.measure.environment import usable_cores
 from bakeoff.run import parity as command
 
@@ -81,8 +81,11 @@ class Probes:
             list(pool.map(lambda wm: self.get(*wm), todo))
 
 
-def _real(weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {k: v for k, v in weights.items() if not zero_in_theory(k)}
+def _real(weights: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray],
+          other: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """``weights`` but the tensors whose gradient is zero, as measured (:func:`zero_gradients`)."""
+    zero = zero_gradients(grads, grads if other is None else other)
+    return {k: v for k, v in weights.items() if k not in zero}
 
 
 def _agree(findings: list[Finding], what: str) -> None:
@@ -107,7 +110,7 @@ def check_gradients(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], gr
     ga, gb = unflatten(a, group), unflatten(b, group)
     assert len(ga) == len(gb) > 0
     _agree(parity.compare_gradients(ga, gb), group)
-    assert min(float(np.abs(g).max()) for g in _real(gb).values()) > 1e-6  # every real tensor held relatively
+    assert min(float(np.abs(g).max()) for g in _real(gb, ga, gb).values()) > 1e-6  # every real one held relatively
 
 
 def check_accumulation(probe: Mapping[str, np.ndarray]) -> None:
@@ -121,7 +124,7 @@ def check_moved(probe: Mapping[str, np.ndarray], learning_rate: float) -> None:
     about the learning rate, so every tensor's largest move is at least half of it."""
     init, after = unflatten(probe, "init"), unflatten(probe, "weights")
     assert sorted(init) == sorted(after)
-    moved = {k: float(np.abs(after[k] - init[k]).max()) for k in _real(init)}
+    moved = {k: float(np.abs(after[k] - init[k]).max()) for k in _real(init, unflatten(probe, "grad"))}
     still = {k: f"{m:.2g}" for k, m in moved.items() if m < learning_rate / 2}
     assert not still, f"tensors that did not move by lr/2 = {learning_rate / 2:g}: {still}"
 
@@ -130,5 +133,6 @@ def check_weights(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], tole
     """The canonical weights after training, per tensor: the two runs moved each tensor alike."""
     init = unflatten(b, "init")
     assert all(np.array_equal(init[k], v) for k, v in unflatten(a, "init").items())  # the same starting point
-    _agree(parity.compare_weights(init, unflatten(a, "weights"), unflatten(b, "weights"), tolerance),
+    zero = zero_gradients(unflatten(a, "grad"), unflatten(b, "grad"))
+    _agree(parity.compare_weights(init, unflatten(a, "weights"), unflatten(b, "weights"), tolerance, zero),
            "tensors moved differently")

@@ -33,12 +33,54 @@ def test_a_small_tensor_wrong_fails_though_the_largest_entries_agree():
         check_gradients(_grads(**wrong), _grads(**reference))
 
 
-def test_a_key_bias_gradient_must_be_noise():
-    ok = _grads(w=np.ones(4), **{"attn.k.bias": np.full(4, 1e-9)})
-    check_gradients(ok, ok)
-    bad = _grads(w=np.ones(4), **{"attn.k.bias": np.full(4, 1e-3)})
-    with pytest.raises(AssertionError, match="not rounding noise"):
-        check_gradients(bad, bad)
+def test_a_zero_gradient_is_known_by_measurement_or_declaration_never_by_a_name():
+    from bakeoff.analysis import parity
+
+    # Keras names an attention's key bias its own way: noise on both sides, it is zero as measured, whatever its
+    # name (a hard-coded "attn.k.bias" never matched it, and parity called the unmodified Keras example different)
+    keras = {"dense/kernel": np.ones(4), "multi_head_attention/key/bias": np.full(4, 7e-10)}
+    other = {**keras, "multi_head_attention/key/bias": np.full(4, -3e-10)}
+    check_gradients(_grads(**keras), _grads(**other))
+    assert parity.zero_gradients(keras, other) == {"multi_head_attention/key/bias":
+                                                   "measured: rounding noise on both sides"}
+    # declared zero but not noise: the workload's own statement fails it
+    bad = {"w": np.ones(4), "attn.k.bias": np.full(4, 1e-3)}
+    [_, bias] = parity.compare_gradients(bad, bad, declared=("attn.k.bias",))
+    assert not bias.ok and "not rounding noise (declared zero by the workload)" in bias.note
+    # a tensor called attn.k.bias with a real gradient is compared like any other: a port wrong in it fails
+    wrong = {**bad, "attn.k.bias": bad["attn.k.bias"] * 1.01}
+    with pytest.raises(AssertionError, match="attn.k.bias"):
+        check_gradients(_grads(**wrong), _grads(**bad))
+
+
+def test_the_trained_weights_of_a_zero_gradient_are_not_compared_and_the_finding_says_why():
+    from bakeoff.analysis import parity
+
+    init = {"w": np.ones(4), "key/bias": np.zeros(4)}
+    a = {"w": init["w"] + 1e-3, "key/bias": np.full(4, 1e-3)}  # Adam moved the noise by a full step, each its own way
+    b = {"w": init["w"] + 1e-3, "key/bias": np.full(4, -1e-3)}
+    zero = parity.zero_gradients({"w": np.ones(4), "key/bias": np.full(4, 1e-12)}, {"w": np.ones(4),
+                                                                                    "key/bias": np.zeros(4)})
+    findings = {f.item: f for f in parity.compare_weights(init, a, b, zero=zero)}
+    bias = findings["key/bias"]
+    assert findings["w"].ok and bias.ok and "its gradient is zero (measured" in bias.note
+    assert not {f.item: f for f in parity.compare_weights(init, a, b)}["key/bias"].ok  # without: a disagreement
+
+
+def test_a_check_within_2x_of_failing_is_flagged_near():
+    from bakeoff.analysis.parity import Finding
+    from bakeoff.run.parity import CheckRow, Mode, ParityReport
+
+    mode = Mode("eager", "fp32")
+    row = CheckRow(mode, "jax", "gradients", (Finding("gradients", "ffn.kernel", 0, 0, 6.9e-5, 1e-4, "", True),
+                                              Finding("gradients", "out.bias", 0, 0, 1e-6, 1e-4, "", True)))
+    assert row.ok and row.near and row.margin == pytest.approx(0.69)
+    far = CheckRow(mode, "jax", "outputs", (Finding("outputs", "outputs", 0, 0, 3e-6, 1e-5, "", True),))
+    assert far.ok and not far.near and far.margin == pytest.approx(0.3)
+    report = ParityReport("blobs", "torch", ("torch", "jax"), (mode,), (row, far), {})
+    checks = report.to_dict()["checks"]
+    assert [(c["check"], c["near"], round(c["margin"], 2)) for c in checks] == [("gradients", True, 0.69),
+                                                                                ("outputs", False, 0.3)]
 
 
 def _trained(init: dict[str, np.ndarray], moves: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

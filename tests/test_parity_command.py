@@ -5,15 +5,18 @@ exits 2 naming the value and what is accepted. Each framework's probe runs in it
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
 import sys
 import threading
 
+import numpy as np
 import pytest
 
 from bakeoff.core import registry
 from bakeoff.run import process
-from test_own_workload import bakeoff, write_workload
+from test_own_workload import SRC, bakeoff, write_workload
 
 JAX_MODEL = '''
 import flax.linen as nn
@@ -214,3 +217,26 @@ def test_probes_from_a_thread_pool_leave_the_signal_gate_balanced(monkeypatch):
     assert gate.held == 0
     with pytest.raises(process.Interrupted):
         gate.handler(signal.SIGINT, None)  # not held: it interrupts
+
+
+@pytest.mark.skipif(not registry.installed("torch"), reason="needs torch")
+def test_parity_proves_the_model_the_users_data_builds(tmp_path):
+    # `bakeoff parity` took no --data: it proved the shipped data's 2-class head while the run trained 5 classes.
+    rows = ["body,stars"] + [f"word{i % 7} snack {i} taste{i % 5},{i % 5 + 1}" for i in range(300)]
+    (tmp_path / "five.csv").write_text("\n".join(rows) + "\n")
+    data = ("--data", "train=five.csv", "--data", "text_column=body", "--data", "label_column=stars")
+    from bakeoff.run.parity import Mode, probe_command
+
+    command = probe_command("text_classifier", "torch", Mode("eager", "fp32"), tmp_path / "p.npz",
+                            data=(("train", "five.csv"), ("text_column", "body"), ("label_column", "stars")))
+    assert command[command.index("--data"):] == list(data)
+    probe = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    arrays = np.load(tmp_path / "p.npz")
+    assert arrays["init/head.bias"].shape == (5,) and arrays["grad/head.kernel"].shape[-1] == 5  # five classes
+    shapes = bakeoff("list", "--presets", "--workload", "text_classifier", *data, cwd=tmp_path)  # the shape printer
+    assert shapes.returncode == 0 and "num_classes=5" in shapes.stdout, shapes.stdout + shapes.stderr
+    bad = bakeoff("parity", "--workload", "text_classifier", "--framework", "torch,jax", "--data", "train=none.csv",
+                  cwd=tmp_path)
+    assert bad.returncode == 2 and "none.csv" in bad.stderr, bad.stderr  # refused before any probe starts

@@ -41,11 +41,8 @@ GRADIENT_FLOOR = 1e-6
 ACCUM_LOSSES = 1e-5
 """An accumulating run's losses against the plain run's, in one framework: relative, per step."""
 
-ZERO_GRADIENT = ("attn.k.bias",)
-"""Canonical names (suffixes) of tensors whose gradient is exactly zero in theory: softmax over keys is unchanged
-when the same q·b_k is added to every logit of a query. Their computed gradients are rounding noise, which Adam
-(dividing by √v) turns into full-size steps, different in each framework: they are checked to be noise (at most
-:data:`GRADIENT_FLOOR` of the largest gradient), and their trained weights are not compared."""
+NEAR = 0.5
+"""A check within 2× of failing (its error over half its tolerance) is flagged as near, though it holds."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,9 +139,28 @@ def _trained(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: v for k, v in tensors.items() if not running_statistic(k)}
 
 
-def zero_in_theory(name: str) -> bool:
-    """Whether the canonical tensor ``name`` has an exactly zero gradient in theory (:data:`ZERO_GRADIENT`)."""
-    return name.endswith(ZERO_GRADIENT)
+def _noise(g: np.ndarray, scale: float) -> bool:
+    return float(np.abs(g).max(initial=0.0)) <= GRADIENT_FLOOR * scale
+
+
+def zero_gradients(a: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],
+                   declared: Sequence[str] = ()) -> dict[str, str]:
+    """The tensors whose gradient is zero, each with how that is known: declared by the workload (a canonical name
+    or its ending, e.g. ``attn.k.bias``: softmax over keys is unchanged when the same q·b_k is added to every logit
+    of a query), or measured — rounding noise on both sides, at most :data:`GRADIENT_FLOOR` of the largest gradient
+    (a Keras attention's key bias, whatever its name). Their computed gradients are noise, which Adam (dividing by
+    √v) turns into full-size steps, different in each framework: their trained weights are not compared. Never a
+    name bakeoff knows: a tensor with a real gradient is compared whatever it is called."""
+    a, ref = _trained(a), _trained(ref)
+    scale = max((float(np.abs(g).max(initial=0.0)) for g in ref.values()), default=0.0)
+    out = {}
+    for name, g in ref.items():
+        if any(name == d or name.endswith(f".{d}") or name.endswith(f"/{d}") for d in declared):
+            out[name] = "declared by the workload"
+        elif scale > 0 and name in a and np.shape(a[name]) == np.shape(g) and _noise(g, scale) \
+                and _noise(a[name], scale):
+            out[name] = "measured: rounding noise on both sides"
+    return out
 
 
 def _rel(diff: float, scale: float) -> float:
@@ -220,11 +236,13 @@ def compare_losses(a: np.ndarray, ref: np.ndarray, precision: str, check: str = 
 
 
 def compare_gradients(a: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], tolerance: float = 1e-4,
-                      check: str = "gradients") -> list[Finding]:
+                      check: str = "gradients", declared: Sequence[str] = ()) -> list[Finding]:
     """Per canonical tensor: max |a − ref| relative to the tensor's largest reference entry (floor
-    :data:`GRADIENT_FLOOR`); a tensor zero in theory (:data:`ZERO_GRADIENT`) must be noise on both sides. Running
-    statistics (:data:`RUNNING_STATISTICS`) have no gradient: an engine reading gradients through the model's weight
-    mapping finds their current values there, which are not compared."""
+    :data:`GRADIENT_FLOOR`); a tensor whose gradient is zero (:func:`zero_gradients`: declared, which must then
+    be noise on both sides, or measured so) is held to being noise. Running statistics
+    (:data:`RUNNING_STATISTICS`) have no gradient: an engine reading gradients through the model's weight mapping
+    finds their current values there, which are not compared."""
+    zero = zero_gradients(a, ref, declared)
     a, ref = _trained(a), _trained(ref)
     out = _structure(check, a, ref)
     scale = max((float(np.abs(g).max(initial=0.0)) for g in ref.values()), default=0.0)
@@ -234,12 +252,12 @@ def compare_gradients(a: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray]
             continue
         diff = float(np.abs(a[name] - g).max(initial=0.0))
         top = float(np.abs(g).max(initial=0.0))
-        if zero_in_theory(name):
+        if name in zero:
             noise = max(float(np.abs(a[name]).max(initial=0.0)), top)
             out.append(Finding(check, name, diff, _rel(diff, top), _rel(noise, scale), GRADIENT_FLOOR,
-                               "zero in theory: max |g| / largest gradient", noise <= GRADIENT_FLOOR * scale,
+                               f"zero ({zero[name]}): max |g| / largest gradient", noise <= GRADIENT_FLOOR * scale,
                                "" if noise <= GRADIENT_FLOOR * scale else
-                               f"gradient {noise:.3g} is not rounding noise (zero in theory)"))
+                               f"gradient {noise:.3g} is not rounding noise (declared zero by the workload)"))
             continue
         error = diff / max(top, GRADIENT_FLOOR)
         out.append(Finding(check, name, diff, _rel(diff, top), error, tolerance,
@@ -248,14 +266,20 @@ def compare_gradients(a: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray]
 
 
 def compare_weights(init: Mapping[str, np.ndarray], a: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],
-                    tolerance: float = 5e-3) -> list[Finding]:
+                    tolerance: float = 5e-3, zero: Mapping[str, str] | None = None) -> list[Finding]:
     """The canonical weights after training, per tensor: the two runs moved each tensor alike, ‖Δa − Δref‖
     against ‖Δref‖ for Δ = after − initial (weights compared to themselves would hide the move in the initial
-    values)."""
+    values); the tensors whose gradient is zero (``zero``, :func:`zero_gradients`) are not compared, each a
+    finding that says why."""
+    zero = zero or {}
     out = _structure("weights", a, ref)
     bad = {f.item for f in out}
     for name, w in ref.items():
-        if name in bad or zero_in_theory(name):
+        if name in zero and name not in bad:
+            out.append(Finding("weights", name, 0.0, 0.0, 0.0, 0.0, "", True,
+                               f"not compared: its gradient is zero ({zero[name]}), so Adam moves it by noise"))
+            continue
+        if name in bad:
             continue
         diff = float(np.abs(a[name] - w).max(initial=0.0))
         error = _rel(float(np.linalg.norm(a[name] - w)), float(np.linalg.norm(w - init[name])))

@@ -16,6 +16,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     listing.add_argument("--set", dest="config", action="append", metavar="KEY=VALUE",
                          help="with --presets and --workload: the presets with these fields overridden, as "
                               "`bakeoff run --set` would train them")
+    listing.add_argument("--data", action="append", metavar="KEY=VALUE",
+                         help="with --presets and --workload: the workload's data options, as `bakeoff run --data` "
+                              "takes them: the sizes this data derives (its classes, its vocabulary)")
     env = sub.add_parser("env", help="this machine's fingerprint, as stored with every result, each installed "
                                      "framework's matmul ceiling (measured once, kept in the store), and each "
                                      "implementation's measured speed against a public reference implementation "
@@ -62,17 +65,21 @@ def _list_presets(args: argparse.Namespace) -> int:
 
     if not args.presets:
         raise SpecError("--workload and --set go with --presets: bakeoff list --presets --workload NAME --set K=V")
-    if args.config and not args.workload:
-        raise SpecError("--set needs --workload: each workload has its own fields (bakeoff list --presets names them)")
+    if (args.config or args.data) and not args.workload:
+        raise SpecError("--set and --data need --workload: each workload has its own fields and data options "
+                        "(bakeoff list --presets names them)")
     overrides = key_values(args.config or [], "--set")
+    data_options = tuple(key_values(args.data or [], "--data").items())
     for given in [args.workload] if args.workload else registry.workload_names():
         wl = registry.workload(given)  # a name, MODULE:CLASS or FILE.py:CLASS
         name = wl.name
         console.print(f"workload [bold]{name}[/] ({wl.metric_name}, {'higher' if wl.higher_is_better else 'lower'} "
                       "is better)")
         for preset in wl.presets:
-            spec = RunSpec(workload=name, framework="torch", preset=preset, max_steps=1, config=overrides)
-            fields, config = wl.preset_config(preset, spec), wl.config(preset, spec)
+            spec = RunSpec(**registry.workload_fields(given), framework="torch", preset=preset, max_steps=1,
+                           config=overrides, data=data_options)
+            data = wl.load_data(spec) if data_options else None  # the user's data: the sizes it derives
+            fields, config = wl.preset_config(preset, spec), wl.config(preset, spec, data)
             target, rule = wl.target_and_rule(preset, spec)
             console.print(f"  {preset}: {wl.num_params(config):,} parameters; target {target:g} ({rule})")
             console.print("    fields (--set KEY=VALUE): " + " ".join(f"{k}={_shown(v)}" for k, v in fields.items()))

@@ -173,6 +173,10 @@ class Workload(ABC):
     # (which count by themselves, :func:`bakeoff.core.identity.workload_code`): a tokenizer's vocabulary read at
     # build time, a C extension's source. Relative to the workload's file; an edit to any of them runs anew.
     code_files: ClassVar[tuple[str, ...]] = ()
+    # Canonical tensors (names, or their endings) whose gradient is zero in theory: ``bakeoff parity`` holds their
+    # gradients to being rounding noise and does not compare their trained weights (Adam moves them by noise).
+    # Tensors measured so are treated alike without being named (:func:`bakeoff.analysis.parity.zero_gradients`).
+    zero_gradient: ClassVar[tuple[str, ...]] = ()
 
     def check_preset(self, preset: str) -> None:
         """Raise :class:`SpecError` naming the accepted presets when ``preset`` is not one of them."""

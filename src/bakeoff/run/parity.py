@@ -80,6 +80,17 @@ class CheckRow:
         held = [f for f in self.findings if f.tolerance > 0]
         return max(held, key=lambda f: f.error / f.tolerance, default=None)
 
+    @property
+    def margin(self) -> float | None:
+        """The worst finding's error over its tolerance (above 1: fails); None when nothing is held to one."""
+        worst = self.worst
+        return None if worst is None else worst.error / worst.tolerance
+
+    @property
+    def near(self) -> bool:
+        """Holds, but within 2× of failing (:data:`bakeoff.analysis.parity.NEAR`): a bug may be hiding under it."""
+        return self.ok and self.margin is not None and self.margin > checks.NEAR
+
 
 @dataclasses.dataclass(frozen=True)
 class ParityReport:
@@ -115,6 +126,7 @@ class ParityReport:
                "first_disagreement": None if first is None else {
                    "mode": str(first[0].mode), "framework": first[0].framework, **dataclasses.asdict(first[1])},
                "checks": [{"mode": str(r.mode), "framework": r.framework, "check": r.check, "ok": r.ok,
+                           "margin": r.margin, "near": r.near,
                            "skipped": r.skipped, "findings": [dataclasses.asdict(f) for f in r.findings]}
                           for r in self.rows]}
         return _json_ready(out)
@@ -136,7 +148,7 @@ def _json_ready(value: object) -> object:
 
 def plan(workload: str, frameworks: Sequence[str] | None = None, executions: Sequence[str] | None = None,
          precisions: Sequence[str] | None = None, preset: str = "tiny",
-         config: Sequence[tuple[str, str]] = ()) -> tuple[list[str], list[Mode]]:
+         config: Sequence[tuple[str, str]] = (), data: Sequence[tuple[str, str]] = ()) -> tuple[list[str], list[Mode]]:
     """The frameworks (the reference first) and modes a request compares; raises :class:`SpecError` naming a bad
     value and the accepted ones. Imports no framework."""
     implemented = list(registry.models(workload))  # raises SpecError for an unknown or broken workload
@@ -154,21 +166,26 @@ def plan(workload: str, frameworks: Sequence[str] | None = None, executions: Seq
     for mode in modes:
         for framework in frameworks:
             spec = RunSpec(**registry.workload_fields(workload), framework=framework, preset=preset,
-                           execution=mode.execution, precision=mode.precision, config=tuple(config), max_steps=STEPS)
+                           execution=mode.execution, precision=mode.precision, config=tuple(config), max_steps=STEPS,
+                           data=tuple(data))
             why = registry.unsupported(spec) or registry.not_installed(framework)
             if why:
                 raise SpecError(why)
             registry.workload(spec).preset_config(preset, spec)  # an unknown preset or --set key
-    _check_keras_function_data(workload, frameworks, preset, config)
+    if data:  # the data options checked as a run checks them (loaded once, numpy only), before any probe starts
+        from bakeoff.run.runner import validate
+
+        validate([spec], here=False)
+    _check_keras_function_data(workload, frameworks, preset, config, data)
     return frameworks, modes
 
 
 def _check_keras_function_data(workload: str, frameworks: Sequence[str], preset: str,
-                               config: Sequence[tuple[str, str]]) -> None:
+                               config: Sequence[tuple[str, str]], data: Sequence[tuple[str, str]] = ()) -> None:
     """A Keras function names its batch entries: check them against the data, as ``bakeoff run`` does (loaded here
     only for such a workload; every other model reads its batches itself)."""
     specs = [RunSpec(**registry.workload_fields(workload), framework=f, preset=preset, config=tuple(config),
-                     max_steps=STEPS) for f in frameworks]
+                     max_steps=STEPS, data=tuple(data)) for f in frameworks]
     declared = [s for s in specs if registry.models(s)[s.framework.value] == discover.KERAS_FUNCTION_MODEL]
     if declared:
         entries = sorted(registry.workload(specs[0]).load_data(specs[0]).train)
@@ -178,9 +195,10 @@ def _check_keras_function_data(workload: str, frameworks: Sequence[str], preset:
 
 
 def probe_command(workload: str, framework: str, mode: Mode, out: Path, preset: str = "tiny",
-                  config: Sequence[tuple[str, str]] = ()) -> list[str]:
+                  config: Sequence[tuple[str, str]] = (), data: Sequence[tuple[str, str]] = ()) -> list[str]:
     """The ``python -m bakeoff.trial.parity`` probe of ``workload`` in ``framework`` and ``mode``."""
     sets = [arg for key, value in config for arg in ("--set", f"{key}={value}")]
+    sets += [arg for key, value in data for arg in ("--data", f"{key}={value}")]
     return [sys.executable, "-m", "bakeoff.trial.parity", workload, framework, str(out), "--preset", preset,
             "--steps", str(STEPS), "--execution", mode.execution, "--precision", mode.precision,
             "--accum-steps", str(STEPS), *sets]
@@ -194,7 +212,7 @@ def probe_env(framework: str) -> dict[str, str]:
 
 def check_parity(workload: str, frameworks: Sequence[str] | None = None, executions: Sequence[str] | None = None,
                  precisions: Sequence[str] | None = None, preset: str = "tiny",
-                 config: Sequence[tuple[str, str]] = ()) -> ParityReport:
+                 config: Sequence[tuple[str, str]] = (), data: Sequence[tuple[str, str]] = ()) -> ParityReport:
     """Run every framework's probe in every mode and compare each with the reference's (the first framework).
 
     Args:
@@ -203,12 +221,14 @@ def check_parity(workload: str, frameworks: Sequence[str] | None = None, executi
             that implement the workload and are installed).
         executions: execution modes (default: eager); precisions: fp32 and/or bf16 (default: fp32).
         preset: the workload's size preset; config: overrides of its fields (``--set KEY=VALUE``).
+        data: the workload's data options, as a run takes them (``--data KEY=VALUE``): the model parity proves is
+            the one that data builds (its classes, its vocabulary).
 
     Raises:
         SpecError: an unknown workload, framework, mode, precision, preset or field, or a framework that does not
             implement the workload or the mode, named with the accepted values; before any process starts.
     """
-    names, modes = plan(workload, frameworks, executions, precisions, preset, config)
+    names, modes = plan(workload, frameworks, executions, precisions, preset, config, data)
     with tempfile.TemporaryDirectory(prefix="bakeoff-parity-") as tmp:
         def run(job: tuple[str, Mode]) -> tuple[tuple[str, Mode], dict[str, np.ndarray] | str]:
             framework, mode = job
@@ -217,7 +237,7 @@ def check_parity(workload: str, frameworks: Sequence[str] | None = None, executi
             # In its own session, as a trial: leaving the block kills whatever is left of it (a timed-out probe,
             # Inductor's compile workers), so no probe process outlives its turn. With its framework record's
             # settings, as a trial's (a Keras row's KERAS_BACKEND: Keras reads it once, when first imported).
-            with process_group(probe_command(workload, framework, mode, out, preset, config),
+            with process_group(probe_command(workload, framework, mode, out, preset, config, data),
                                f"parity probe {framework} {mode}", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=probe_env(framework)) as proc:
                 try:
@@ -238,15 +258,17 @@ def check_parity(workload: str, frameworks: Sequence[str] | None = None, executi
         for framework in names:
             probe = probes[framework, mode]
             if isinstance(ref, dict) and isinstance(probe, dict):
-                rows += compare(ref, probe, framework, mode, reference=framework == names[0])
+                rows += compare(ref, probe, framework, mode, reference=framework == names[0],
+                                declared=tuple(registry.workload_class(workload).zero_gradient))
     return ParityReport(registry.workload_fields(workload)["workload"], names[0], tuple(names), tuple(modes),
                         tuple(rows), failed)
 
 
 def compare(ref: dict[str, np.ndarray], probe: dict[str, np.ndarray], framework: str, mode: Mode,
-            reference: bool = False) -> list[CheckRow]:
+            reference: bool = False, declared: tuple[str, ...] = ()) -> list[CheckRow]:
     """Every check of one framework's probe against the reference's, in one mode (the reference itself: its
-    parameters, evaluation and accumulation, the checks a probe passes alone)."""
+    parameters, evaluation and accumulation, the checks a probe passes alone); ``declared``: the tensors the
+    workload says have a zero gradient (``Workload.zero_gradient``)."""
     tol = checks.TOLERANCES[mode.precision]
     init = checks.unflatten(ref, "init")
     # The probe loaded the perturbed initial weights and read them back: every name, shape and value exactly.
@@ -257,15 +279,17 @@ def compare(ref: dict[str, np.ndarray], probe: dict[str, np.ndarray], framework:
                                                    "outputs (initial weights)")
                             + checks.compare_outputs(probe["outputs_perturbed"], ref["outputs_perturbed"],
                                                      mode.precision, "outputs (perturbed weights)"))
-        found["gradients"] = (checks.compare_gradients(checks.unflatten(probe, "grad"), checks.unflatten(ref, "grad"),
-                                                       tol.gradients) if tol.gradients is not None
+        grads = checks.unflatten(probe, "grad"), checks.unflatten(ref, "grad")
+        found["gradients"] = (checks.compare_gradients(*grads, tol.gradients, declared=declared)
+                              if tol.gradients is not None
                               else f"not per tensor in {mode.precision} (losses absorb its rounding)")
         found["losses"] = (checks.compare_losses(probe["losses"], ref["losses"], mode.precision)
                            + [dataclasses.replace(f, item=f"{f.item} (4 micro-batches a step)")
                               for f in checks.compare_losses(probe["losses_accum"], ref["losses_accum"],
                                                              mode.precision)])
         found["weights"] = (checks.compare_weights(init, checks.unflatten(probe, "weights"),
-                                                   checks.unflatten(ref, "weights"), tol.weights)
+                                                   checks.unflatten(ref, "weights"), tol.weights,
+                                                   checks.zero_gradients(*grads, declared))
                             if tol.weights is not None
                             else f"not per tensor in {mode.precision} (losses absorb its rounding)")
     if "outputs_dropout" in probe:  # the preset has dropout

@@ -124,10 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--accum-steps", type=int, default=0)
     parser.add_argument("--set", dest="config", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--data", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
     config = tuple(tuple(item.split("=", 1)) for item in args.config)
+    data = tuple(tuple(item.split("=", 1)) for item in args.data)
     result = probe(args.workload, args.framework, args.preset, args.steps, execution=args.execution,
-                   precision=args.precision, accum_steps=args.accum_steps, config=config)
+                   precision=args.precision, accum_steps=args.accum_steps, config=config, data=data)
     np.savez(args.out, **result)
     return 0
 

@@ -75,6 +75,8 @@ class AutoencoderWorkload(Workload):
 
     name: ClassVar[str] = "autoencoder"
     model_class: ClassVar[str] = "TransformerAutoencoder"  # in each framework's model file beside this one
+    # softmax over keys ignores the key bias (the same q·b_k added to every logit of a query): zero in theory
+    zero_gradient: ClassVar[tuple[str, ...]] = ("attn.k.bias",)
     serving_inputs: ClassVar[dict[str, tuple[str | None, ...]]] = {"inputs": ("batch", "seq", None)}
     metric_name: ClassVar[str] = "mse"
     higher_is_better: ClassVar[bool] = False

@@ -82,6 +82,8 @@ class SpeechCTCWorkload(Workload):
 
     name: ClassVar[str] = "speech_ctc"
     model_class: ClassVar[str] = "SpeechCTC"  # in each framework's model file beside this one
+    # softmax over keys ignores the key bias (the same q·b_k added to every logit of a query): zero in theory
+    zero_gradient: ClassVar[tuple[str, ...]] = ("attn.k.bias",)
     serving_inputs: ClassVar[dict[str, tuple[str | None, ...]]] = {"features": ("batch", "frames", None),
                                                                    "feature_lengths": ("batch",)}
     metric_name: ClassVar[str] = "cer"

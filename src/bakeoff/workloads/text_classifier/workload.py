@@ -47,6 +47,8 @@ class TextClassifierWorkload(Workload):
 
     name: ClassVar[str] = "text_classifier"
     model_class: ClassVar[str] = "TextClassifier"  # in each framework's model file beside this one
+    # softmax over keys ignores the key bias (the same q·b_k added to every logit of a query): zero in theory
+    zero_gradient: ClassVar[tuple[str, ...]] = ("attn.k.bias",)
     serving_inputs: ClassVar[dict[str, tuple[str | None, ...]]] = {"tokens": ("batch", "seq")}
     metric_name: ClassVar[str] = "accuracy"
     presets: ClassVar[tuple[str, ...]] = tuple(PRESETS)
