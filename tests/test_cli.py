@@ -82,6 +82,10 @@ def test_help_is_fast_path_and_imports_no_framework():
     # ... and those that override it but fit some of its workloads only: refused by the others, before any trial
     (["run", "--suite", "quick", "--data", "seed=1"], "unknown text data option\\(s\\) 'seed'"),
     (["run", "--max-steps", "3", "--set", "d_model=32"], "unknown config key\\(s\\) 'd_model' for mnist"),  # quick
+    # a mistyped option: the nearest known one suggested
+    (["run", "--workload", "mnist", "--frameworks", "torch"],
+     "unrecognized arguments: --frameworks torch\n  --frameworks: did you mean --framework\\?"),
+    (["prune", "--suite", "quick", "--dry-run", "--yes"], "--dry-run lists and --yes deletes: give one"),
 ])
 def test_bad_input_exits_2_with_accepted_values_and_writes_nothing(tmp_path, args, message):
     r = bakeoff(*args, "--store", "r.sqlite", cwd=tmp_path)
@@ -92,7 +96,7 @@ def test_bad_input_exits_2_with_accepted_values_and_writes_nothing(tmp_path, arg
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--presets", "--workload", "mnist", "--set", "d_model=32"], "unknown config key\\(s\\) 'd_model' for mnist"),
-    (["--presets", "--set", "d_model=32"], "--set needs --workload"),
+    (["--presets", "--set", "d_model=32"], "--set and --data need --workload"),
     (["--presets", "--workload", "sentiment"], "unknown workload 'sentiment'"),
     (["--workload", "mnist"], "--workload and --set go with --presets"),
 ])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import NoReturn
 
 from bakeoff.cli import claims, deploy, info, new, parity, plan, results, run
 
@@ -39,8 +40,34 @@ in the store are skipped; use --retry-failed or --fresh to run them again.
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose error for an unknown option suggests the nearest known one (``--frameworks``: did
+    you mean --framework?)."""
+
+    def error(self, message: str) -> NoReturn:
+        import difflib
+
+        unknown = [word for word in message.partition("unrecognized arguments:")[2].split() if word.startswith("--")]
+        if unknown:
+            known = sorted(_options(self))
+            hints = [f"{word}: did you mean {close[0]}?" for word in unknown
+                     if (close := difflib.get_close_matches(word.partition("=")[0], known, n=1, cutoff=0.75))]
+            message += "".join(f"\n  {hint}" for hint in hints)
+        super().error(message)
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    """Every long option of ``parser`` and of its subcommands'."""
+    found = {o for action in parser._actions for o in action.option_strings if o.startswith("--")}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found |= _options(child)
+    return found
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="bakeoff", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
         description="Train the same workloads in PyTorch, TensorFlow and JAX, measure them fairly, and decide.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each trial's outcome")

@@ -141,6 +141,8 @@ def add_store_parsers(sub: argparse._SubParsersAction) -> None:
                             "version or package hash, or another framework version): no run here reuses them")
     prune.add_argument("--yes", action="store_true",
                        help="delete them, with their logs, checkpoints and TensorBoard runs (default: only list)")
+    prune.add_argument("--dry-run", action="store_true",
+                       help="only list what would be deleted (what prune does without --yes; as `run --dry-run`)")
 
 def cmd_show(args: argparse.Namespace) -> int:
     import json
@@ -197,6 +199,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if not filters.any:
         raise SpecError("prune needs a filter: --suite, --workload, --framework, --status, --older-than or --stale "
                         "(to delete a whole store, delete its file)")
+    if args.dry_run and args.yes:
+        raise SpecError("--dry-run lists and --yes deletes: give one")
     with Store(args.store, readonly=not args.yes) as store:
         rows = select(store, filters)
         for row in rows:
