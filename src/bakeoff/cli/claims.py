@@ -99,9 +99,10 @@ def show(verdicts: list[ClaimVerdict]) -> None:
     from bakeoff.cli.console import console
     from bakeoff.report.claims import figures
 
-    table = Table(title="claims, judged at this scale (supported / refuted only when the whole interval clears the "
-                        "threshold)", title_justify="left", show_lines=True)
-    for column in ("claim: what it compares (a / b)", "verdict", "measured: a vs b (a / b, interval)", "why"):
+    table = Table(title="claims, each judged at the scale it names (supported / refuted only when the whole interval "
+                        "clears the threshold)", title_justify="left", show_lines=True)
+    for column in ("claim: what it compares (a / b), at what scale", "verdict", "measured: a vs b (a / b, interval)",
+                   "why"):
         table.add_column(column, overflow="fold", ratio=1 if column == "verdict" else 3)
     for v in verdicts:
         for i, f in enumerate(v.findings):
@@ -109,7 +110,8 @@ def show(verdicts: list[ClaimVerdict]) -> None:
             compares = (f"{claim.quantity}: {f.a_label} / {f.b_label} {claim.threshold}" if claim.form == "ratio"
                         else claim.form)
             said = f"[bold]{escape(claim.said)}[/]\n" if i == 0 else ""
-            table.add_row(f"{said}[dim]{escape(compares)}[/]", f"[{STYLE.get(f.verdict, '')}]{f.verdict}[/]",
+            at = f"\n[dim]at: {escape(f.scale['text'])}[/]" if f.scale.get("text") else ""
+            table.add_row(f"{said}[dim]{escape(compares)}[/]{at}", f"[{STYLE.get(f.verdict, '')}]{f.verdict}[/]",
                           escape(figures(claim, f)), escape(f.why))
     console.print(table)
     for v in verdicts:
