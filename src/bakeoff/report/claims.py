@@ -137,11 +137,11 @@ def _side_scale(spec: RunSpec, trials: Sequence[TrialResult]) -> dict[str, Any]:
 def _scale_words(side: Mapping[str, Any]) -> dict[str, str]:
     """A side's scale in words, part by part (the parts a and b share are said once)."""
     params, flops = side["parameters"], side["flops_per_example"]
-    device = "CPU" if side["device"] == "cpu" else "GPU" if side["device"] == "cuda" else side["device"]
+    device = {"cpu": "CPU", "cuda": "GPU"}.get(side["device"], f"device ({side['device']})")
     replicas = side["replicas"]
     return {
         "model": f"{side['workload']}/{side['preset']}",
-        "parameters": f"{fmt(params / 1e6)}M parameters" if params else "parameters not counted (no trial stored)",
+        "parameters": f"{fmt(params / 1e6)}M parameters" if params else "",  # counted by a stored trial
         "flops": f"{fmt(flops / 1e9)} GFLOP a training example" if flops else "",
         "batch": (f"batch {side['batch']} ({side['grad_accum']} × {side['micro_batch']})" if side["grad_accum"] > 1
                   else f"batch {side['batch']}"),
