@@ -105,6 +105,7 @@ BAD = [
      'target = "browser"}\n', "claim 'm', deployment.target: litert is deployed to mobile, edge, not 'browser'"),
     (BUILD.replace("[[claim]]", "[[claim]]\nneeds = {gpus = -8}"), "claim 'build', needs.gpus: give a number"),
     (BUILD.replace("[[claim]]", "[[claim]]\nneeds = {tpus = 8}"), "claim 'build', needs: give a table of gpus"),
+    (BUILD.replace("[[claim]]", "[[claim]]\nevaluate = \"no\""), "claim 'build', evaluate: give true or false"),
     (BUILD + '[claim.plan]\npreset = "paper"\nbatch = 8\nmemory = "80GB"\n',
      "claim 'build', plan: a plan answers for hardware this machine may lack: give needs"),
     (BUILD.replace("[[claim]]", "[[claim]]\nneeds = {gpus = 8}") + '[claim.plan]\nlayers = 2\nwidth = 100\n'
@@ -427,6 +428,19 @@ def test_no_run_judges_what_the_store_holds_whichever_version_stored_it_and_writ
     assert tflite.verdict == "supported"  # what bakeoff deploy stored
     build, tflite = check(parse_claims(BUILD + TFLITE), tmp_path / "none.sqlite", run=False)
     assert build.verdict == tflite.verdict == "unsettled" and not (tmp_path / "none.sqlite").exists()
+
+
+def test_trials_of_a_claim_about_training_time_alone_never_evaluate(tmp_path, monkeypatch):
+    """graph_build's trials (evaluate = false: a pass over the paper preset's test split takes many minutes here)
+    run in a suite of their own whose trials skip evaluation; the others evaluate as every trial does."""
+    from bakeoff.run import claims as running
+
+    asked = []
+    monkeypatch.setattr(running, "run_suite", lambda suite, *_, evaluate, **__: asked.append(
+        (sorted({s.preset for s in suite.specs}), evaluate)))
+    claims = [c for c in load_claims() if c.name in ("graph_build", "accumulation_sync")]
+    running.check(claims, tmp_path / "store.sqlite", validated=True)
+    assert asked == [(["tiny"], True), (["paper"], False)]
 
 
 # --- end to end --------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ A claims file (the shipped ``bakeoff/plan/claims.toml``, or the user's) holds ``
     [[claim]]                           # a ratio of one quantity between two configurations
     name = "graph_build"                # unique, a word: how output and JSON name the claim
     said = "TensorFlow's graph takes 15 minutes to build, PyTorch's 5"   # the claim as it was told
-    quantity = "first_step_s"           # a name of bakeoff.analysis.quantities.QUANTITIES
+    quantity = "graph_build_s"          # a name of bakeoff.analysis.quantities.QUANTITIES
     at_least = 3.0                      # value(a) / value(b) >= 3; or at_most = 0.6 (one of the two)
     a = {framework = "tensorflow", execution = "graph"}   # RunSpec fields over [claim.trials]
     b = {framework = "torch", execution = "graph"}
@@ -17,8 +17,9 @@ A claims file (the shipped ``bakeoff/plan/claims.toml``, or the user's) holds ``
                                         # trials never evaluate the test split (a large preset's takes minutes)
     meaning = "..."                     # optional: why this quantity and threshold are the claim's measurable form
     [claim.trials]                      # RunSpec fields every trial of the claim shares (a suite's [defaults])
-    workload = "mnist"
-    max_steps = 10
+    workload = "text_classifier"        # the scale the claim is judged at: each verdict names it
+    preset = "paper"
+    max_steps = 4
     [claim.plan]                        # optional, with needs: the capacity plan's answer when it cannot run here
     preset = "paper"                    # or params / layers, width, heads, seq, vocab, ffn (bakeoff plan's flags)
     batch = 256
