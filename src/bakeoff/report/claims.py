@@ -123,7 +123,7 @@ def _side_scale(spec: RunSpec, trials: Sequence[TrialResult]) -> dict[str, Any]:
 
     try:
         flops = registry.workload(spec).flops_per_example(registry.workload(spec).config(spec.preset, spec))
-    except (KeyError, SpecError):  # a workload this bakeoff no longer has: its FLOPs are unknown, not an error
+    except (KeyError, ValueError, SpecError):  # a workload this bakeoff no longer has: FLOPs unknown, not an error
         flops = None
     counted = sorted({r.num_params for r in trials if r.num_params})
     devices = [str(r.environment["device"]) for r in trials if r.environment.get("device")]
