@@ -152,7 +152,7 @@ def _scale_words(side: Mapping[str, Any]) -> dict[str, str]:
 def scale(c: Comparison, trials: Sequence[Sequence[TrialResult]] = ((), ())) -> dict[str, Any]:
     """What a comparison was judged at: each side's scale (``a``, ``b``: workload, preset, parameters counted by
     its trials, training FLOPs per example, the examples an optimizer step trains on, micro-batch, replicas, device)
-    and ``text``, the two in words (``"text_classifier/paper, 108M parameters, 696 GFLOP a training example,
+    and ``text``, the two in words (``"text_classifier/paper, 108M parameters, 290 GFLOP a training example,
     batch 8, 1 CPU"``; a part that differs as ``a / b``)."""
     a, b = _side_scale(c.a[0], trials[0]), _side_scale(c.b[0], trials[1])
     wa, wb = _scale_words(a), _scale_words(b)
