@@ -333,9 +333,11 @@ def test_accumulation_sync_is_supported_when_a_steps_sync_stays_and_refuted_when
 
 
 def build_runs(spec, framework: str, build_s: list[float]) -> list:
-    return [run_of(spec, trial(framework, "graph", repeat=i, seed=i), num_params=108_488_449,
+    runs = [trial(framework, "graph", repeat=i, seed=i) for i in range(len(build_s))]
+    device = "CPU:0" if framework == "tensorflow" else "cpu"  # as each framework's trial names it
+    return [run_of(spec, r, num_params=108_488_449, environment={**r.environment, "device": device},
                    training=Training(graph_builds=1, graph_build_steps=[1], graph_build_s=v))
-            for i, v in enumerate(build_s)]
+            for r, v in zip(runs, build_s, strict=True)]
 
 
 def test_graph_build_is_refuted_when_tensorflows_build_is_not_3x_pytorchs_and_supported_when_it_is():

@@ -126,12 +126,18 @@ def _side_scale(spec: RunSpec, trials: Sequence[TrialResult]) -> dict[str, Any]:
     except (KeyError, ValueError, SpecError):  # a workload this bakeoff no longer has: FLOPs unknown, not an error
         flops = None
     counted = sorted({r.num_params for r in trials if r.num_params})
-    devices = [str(r.environment["device"]) for r in trials if r.environment.get("device")]
+    devices = [_device_kind(str(r.environment["device"])) for r in trials if r.environment.get("device")]
     return {"workload": spec.workload, "preset": spec.preset, "parameters": counted[len(counted) // 2] if counted
             else None, "flops_per_example": flops, "batch": spec.batch_size * spec.grad_accum,
             "micro_batch": spec.batch_size, "grad_accum": spec.grad_accum, "parallelism": spec.parallelism.value,
             "replicas": spec.workers if spec.parallelism.value != "none" else 1,
             "device": max(set(devices), key=devices.count) if devices else spec.device.value}
+
+
+def _device_kind(device: str) -> str:
+    """``cpu`` or ``cuda`` from what a trial's environment names (``CPU:0`` in TensorFlow's, ``cuda:0``, ``gpu``)."""
+    name = device.lower()
+    return "cpu" if name.startswith("cpu") else "cuda" if name.startswith(("cuda", "gpu")) else name
 
 
 def _scale_words(side: Mapping[str, Any]) -> dict[str, str]:
