@@ -491,6 +491,23 @@ def test_a_real_claim_runs_end_to_end_then_is_judged_again_from_the_store(tmp_pa
         assert db.execute("SELECT COUNT(*) FROM trials").fetchone() == (6,)
 
 
+def test_a_claim_about_training_time_alone_stores_trials_that_never_evaluated(tmp_path):
+    """One real trial a side (PyTorch eager, MNIST tiny, 5 steps: about 15 s) through the runner with
+    evaluate = false: no quality curve, and the result says why."""
+    pytest.importorskip("torch")
+    from bakeoff.results.store import Store
+    from bakeoff.run.claims import check
+
+    text = CHEAP.replace("[[claim]]", "[[claim]]\nevaluate = false\nrepeats = 1").replace("max_steps = 40",
+                                                                                           "max_steps = 5")
+    (v,) = check(parse_claims(text), tmp_path / "store.sqlite")
+    assert v.verdict == "unsettled" and "n = 1 vs 1 runs" in v.findings[0].why  # one run a side: no interval
+    with Store(tmp_path / "store.sqlite", readonly=True) as store:
+        results = store.results()
+    assert len(results) == 2 and all(r.status.value == "ok" and r.curve == [] for r in results)
+    assert all(r.training.evaluation.startswith("none: ") and len(r.step_times_s) == 5 for r in results)
+
+
 def test_the_shipped_file_is_package_data():
     assert Path(judged.__file__).parent.parent.joinpath("plan", "claims.toml").is_file()
 
