@@ -330,6 +330,10 @@ def test_accumulation_sync_is_supported_when_a_steps_sync_stays_and_refuted_when
     blind = [dataclasses.replace(r, distributed=Distributed(sync={"per_step_s": 0.004, **cuda})) for r in one]
     f = judged.judge([claim], sync_runs(a, [0.004] * 3) + blind)[0].findings[0]
     assert f.verdict == "unsettled" and "not timed in the step on CUDA" in f.why
+    mirrored = Distributed(strategy="MirroredStrategy over 2 logical CPU devices", sync={"per_step_s": 0.004})
+    f = judged.judge([claim], sync_runs(a, [0.004] * 3) + [dataclasses.replace(r, distributed=mirrored)
+                                                            for r in one])[0].findings[0]
+    assert "not timed in the training step under MirroredStrategy" in f.why
 
 
 def build_runs(spec, framework: str, build_s: list[float]) -> list:
