@@ -95,6 +95,7 @@ def test_two_replicas_complete_identical_with_their_figures(trials):
     assert len(in_step["samples_s"]) == BASE["max_steps"] and in_step["steps"] == len(steady)
     assert in_step["per_step_s"] == pytest.approx(float(np.median(steady))) and all(t > 0 for t in in_step["samples_s"])
     assert in_step["gradients_exposed_s"] > 0 and in_step["loss_totals_s"] > 0
+    assert dist.ranks[0]["sync_in_step_s"] == in_step["per_step_s"] and dist.ranks[1]["sync_in_step_s"] > 0
     assert result.environment["distributed"] == "gloo, rank 0 of 2"
     assert result.examples_per_step == 16
 
