@@ -88,6 +88,14 @@ def test_two_replicas_complete_identical_with_their_figures(trials):
     assert sync["rounds_per_step"] == 1 and sync["allreduces_per_step"] == sync["buckets"]
     assert sync["gradient_bytes"] == 4 * result.num_params and sync["bytes_per_step"] == 4 * result.num_params + 8
     assert sync["definition"] == measure_sync.DEFINITION  # the same method as TensorFlow's and JAX's
+    # The same synchronisation timed in the training step: one figure per optimizer step (the gradients' wait after
+    # the backward's compute, and the loss totals' all-reduce), the median over the steady ones
+    in_step = sync["in_step"]
+    steady = in_step["samples_s"][1 + RunSpec(**BASE).warmup_steps:]
+    assert len(in_step["samples_s"]) == BASE["max_steps"] and in_step["steps"] == len(steady)
+    assert in_step["per_step_s"] == pytest.approx(float(np.median(steady))) and all(t > 0 for t in in_step["samples_s"])
+    assert in_step["gradients_exposed_s"] > 0 and in_step["loss_totals_s"] > 0
+    assert dist.ranks[0]["sync_in_step_s"] == in_step["per_step_s"] and dist.ranks[1]["sync_in_step_s"] > 0
     assert result.environment["distributed"] == "gloo, rank 0 of 2"
     assert result.examples_per_step == 16
 
@@ -103,6 +111,8 @@ def test_accumulation_allreduces_once_per_step(trials):
     # Without no_sync on the first micro-batch, this would be 2 rounds (and 2 all-reduces) per step.
     assert sync["allreduces_per_step"] == 1 and sync["rounds_per_step"] == 1 and sync["buckets"] == 1
     assert result.distributed.replicas_identical is True
+    # Timed in the step once per optimizer step (the synchronising micro-batch), not per micro-batch
+    assert len(sync["in_step"]["samples_s"]) == BASE["max_steps"]
 
 
 def test_bf16_autocast_under_ddp(trials):

@@ -162,6 +162,35 @@ def _sync_share(r: TrialResult, budget: float | None) -> float | None:
     return sync / r.steady_step_s if sync is not None and r.steady_step_s else None
 
 
+def _sync_in_step(r: TrialResult, budget: float | None) -> float | None:
+    """Synchronisation per optimizer step as the training step itself spent it (``sync.in_step``, rank 0): the
+    gradient all-reduce's part the backward pass did not hide, and the loss totals' all-reduce."""
+    return _distributed("sync", "in_step", "per_step_s")(r, budget)
+
+
+def _sync_per_example(r: TrialResult, budget: float | None) -> float | None:
+    """:func:`_sync_in_step` over the examples one optimizer step trains on (every micro-batch of every replica)."""
+    sync = _sync_in_step(r, budget)
+    return sync / r.examples_per_step if sync is not None and r.examples_per_step else None
+
+
+def _sync_in_step_missing(r: TrialResult) -> str | None:
+    if r.distributed is None or not r.distributed.sync:
+        return "not a data-parallel trial: nothing synchronises"
+    why = r.distributed.sync.get("in_step_missing")
+    if why:
+        return str(why)
+    if r.distributed.strategy.startswith("DistributedDataParallel"):
+        return "not timed in the training step: stored before bakeoff timed it there"
+    return (f"not timed in the training step under {r.distributed.strategy or 'this strategy'}, whose reductions "
+            "run inside its compiled step (only the all-reduce timed alone, sync_s)")
+
+
+def _graph_build(r: TrialResult, _budget: float | None) -> float | None:
+    """What the steps that built a graph took beyond a steady step (first step included); 0 in eager mode."""
+    return r.training.graph_build_s
+
+
 def _worker_peak(r: TrialResult, _budget: float | None) -> float | None:
     """The largest peak of the group's training processes: each rank's own figure, and the resident peak the
     launcher read of each worker and parameter server it started (torchrun's agents, which do not train, left out)."""
@@ -200,6 +229,9 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
              interval=True, optional=True, steps=lambda r, t: _mfu(r, None) * r.steady_step_s / t,
              why_missing=_mfu_missing),
     Quantity("first_step_s", "s", False, _field("first_step_s"), "first step (graph build / compile)"),
+    # What graph building cost: the steps that traced or compiled, less a steady step each (Training.graph_build_s)
+    Quantity("graph_build_s", "s", False, _graph_build, "graph build (build steps beyond a steady step)", table=None,
+             optional=True),
     Quantity("steady_step_s", "s", False, _field("steady_step_s"), "steady step", shown_unit="ms", scale=1000,
              steps=lambda r, t: t),
     Quantity("time_to_target_s", "s", False, _field("time_to_target_s"), "time to {metric} {target}",
@@ -229,6 +261,14 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
              scale=1000, optional=True),
     Quantity("sync_share", "share", False, _sync_share, "that all-reduce against the steady step",
              table="distributed", shown_unit="%", scale=100, optional=True),
+    # The same synchronisation timed inside the training step (bakeoff.engines.torch_distributed.DataParallel):
+    # what the step waited for, not an all-reduce run alone, so accumulation, overlap and stragglers all show in it
+    Quantity("sync_in_step_s", "s", False, _sync_in_step,
+             "synchronisation per optimizer step, timed in the training step", table="distributed", shown_unit="ms",
+             scale=1000, optional=True, why_missing=_sync_in_step_missing),
+    Quantity("sync_per_example_s", "s", False, _sync_per_example,
+             "synchronisation per training example, timed in the training step", table="distributed",
+             shown_unit="µs", scale=1e6, optional=True, why_missing=_sync_in_step_missing),
     Quantity("startup_s", "s", False, _distributed("startup_s"),
              "start-up before the first step (launch, import, rendezvous, set-up)", table="distributed",
              optional=True),

@@ -18,7 +18,8 @@ The claims told about frameworks ("TensorFlow's graph takes 15 minutes to build,
 faster", ...), each as a hypothesis with a measurable form: a quantity bakeoff measures, two configurations, the
 ratio the claim predicts, the trials that test it and the hardware they need. bakeoff runs the trials the store
 lacks (as `bakeoff run` does: stored trials are reused, an interrupted run resumes) and says of each claim
-supported, refuted or unsettled *at this scale*, with the figures, their intervals and why; "needs 8 GPUs" (and
+supported, refuted or unsettled *at the scale each row names* (workload, preset, parameters, FLOPs per example,
+batch, devices), with the figures, their intervals and why; "needs 8 GPUs" (and
 the capacity plan's answer) for what this machine cannot test. The shipped claims are bakeoff/plan/claims.toml; its
 format is the docstring of bakeoff/plan/claims.py.
 
@@ -30,7 +31,7 @@ examples:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     claims = sub.add_parser("claims", help="test the claims told about frameworks: supported, refuted or "
-                                           "unsettled at this scale", description=HELP,
+                                           "unsettled at the scale each names", description=HELP,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     claims.add_argument("--file", type=Path, help="a claims file of your own [the shipped claims]")
     claims.add_argument("--only", help="these claims only, by name, comma-separated")
@@ -99,9 +100,10 @@ def show(verdicts: list[ClaimVerdict]) -> None:
     from bakeoff.cli.console import console
     from bakeoff.report.claims import figures
 
-    table = Table(title="claims, judged at this scale (supported / refuted only when the whole interval clears the "
-                        "threshold)", title_justify="left", show_lines=True)
-    for column in ("claim: what it compares (a / b)", "verdict", "measured: a vs b (a / b, interval)", "why"):
+    table = Table(title="claims, each judged at the scale it names (supported / refuted only when the whole interval "
+                        "clears the threshold)", title_justify="left", show_lines=True)
+    for column in ("claim: what it compares (a / b), at what scale", "verdict", "measured: a vs b (a / b, interval)",
+                   "why"):
         table.add_column(column, overflow="fold", ratio=1 if column == "verdict" else 3)
     for v in verdicts:
         for i, f in enumerate(v.findings):
@@ -109,7 +111,8 @@ def show(verdicts: list[ClaimVerdict]) -> None:
             compares = (f"{claim.quantity}: {f.a_label} / {f.b_label} {claim.threshold}" if claim.form == "ratio"
                         else claim.form)
             said = f"[bold]{escape(claim.said)}[/]\n" if i == 0 else ""
-            table.add_row(f"{said}[dim]{escape(compares)}[/]", f"[{STYLE.get(f.verdict, '')}]{f.verdict}[/]",
+            at = f"\n[dim]at: {escape(f.scale['text'])}[/]" if f.scale.get("text") else ""
+            table.add_row(f"{said}[dim]{escape(compares)}[/]{at}", f"[{STYLE.get(f.verdict, '')}]{f.verdict}[/]",
                           escape(figures(claim, f)), escape(f.why))
     console.print(table)
     for v in verdicts:

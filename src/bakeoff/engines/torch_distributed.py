@@ -18,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import statistics
 import time
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import numpy as np
@@ -122,6 +124,12 @@ class DataParallel:
     its gradients accumulate locally in ``.grad`` and the last backward all-reduces the sum once — one round of
     bucket all-reduces per optimizer step whatever ``grad_accum`` is. A communication hook wrapping DDP's default
     all-reduce (:func:`default_hooks.allreduce_hook`, which DDP runs without a hook too) counts the rounds.
+
+    Synchronisation in the step (``sync.in_step``, on CPU): each optimizer step, (1) the gradients' all-reduce as
+    the step waited for it: from the hook's call for the step's last bucket (every gradient computed, the backward's
+    compute done) to the synchronising backward's return (DDP waits there for every bucket's all-reduce and copies
+    the averages into ``.grad``) — the part the backward pass did not hide; and (2) the loss totals' all-reduce,
+    which blocks. Both include waiting for a slower rank: a step's synchronisation is what the step spent on it.
     """
 
     def __init__(self, spec: RunSpec) -> None:
@@ -141,6 +149,9 @@ class DataParallel:
         self.bytes = 0
         self.last_round: list[tuple[int, torch.dtype]] = []  # (elements, dtype) of each bucket, latest round
         self._round: list[tuple[int, torch.dtype]] = []
+        self._last_hook: float | None = None  # when the latest bucket was handed to the all-reduce (perf_counter)
+        self.exposed_s: list[float] = []  # per optimizer step: the gradients' all-reduce the backward did not hide
+        self.totals_s: list[float] = []  # per optimizer step: the loss totals' all-reduce
 
     @property
     def backend(self) -> str:
@@ -186,18 +197,29 @@ class DataParallel:
         if bucket.is_last():
             self.sync_rounds += 1
             self.last_round, self._round = self._round, []
+        self._last_hook = time.perf_counter()  # the bucket is ready: its gradients are computed
         return default_hooks.allreduce_hook(state, bucket)
 
     def micro_step(self, last: bool) -> contextlib.AbstractContextManager[None]:
         assert self.ddp is not None, "wrap() first"
-        return contextlib.nullcontext() if last else self.ddp.no_sync()
+        return self._synchronising() if last else self.ddp.no_sync()
+
+    @contextlib.contextmanager
+    def _synchronising(self) -> Iterator[None]:
+        """Around the micro-batch whose backward all-reduces: times what the step waited for it (class docstring)."""
+        self._last_hook = None
+        yield
+        if self._last_hook is not None and self._device.type == "cpu":
+            self.exposed_s.append(time.perf_counter() - self._last_hook)
 
     def global_totals(self, total: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # One all-reduce of (loss sum, count): the count for the gradient divisor, the sum so every rank reports
         # the global batch's loss (the same number a single device reports, and the same on every rank).
         self.steps += 1
         both = torch.stack([total.float(), count.float()])
-        dist.all_reduce(both)
+        start = time.perf_counter()
+        dist.all_reduce(both)  # blocking on CPU (gloo); on CUDA it only queues on the stream
+        self.totals_s.append(time.perf_counter() - start)
         return both[0], both[1]
 
     def gradient_divisor(self, count: torch.Tensor) -> torch.Tensor:
@@ -227,6 +249,30 @@ class DataParallel:
 
         return sync.time_reductions(reduce, barrier)
 
+    def _in_step(self) -> dict[str, Any]:
+        """``in_step``: the synchronisation each optimizer step spent, timed in the training step (class docstring),
+        the median over the steady steps (those after the first and the warm-up); or ``in_step_missing``, why not."""
+        if self._device.type != "cpu":
+            return {"in_step_missing": "not timed in the step on CUDA: NCCL's all-reduces run on the GPU's stream, "
+                                       "apart from the host clock (sync_s, timed alone, is measured)"}
+        steps = min(len(self.exposed_s), len(self.totals_s))
+        per_step = [a + b for a, b in zip(self.exposed_s, self.totals_s, strict=False)]
+        steady = per_step[1 + self.spec.warmup_steps:] or per_step
+        if not steady:
+            return {"in_step_missing": "no optimizer step synchronised"}
+        first = len(per_step) - len(steady)
+        return {"in_step": {
+            "definition": "per optimizer step, timed in the training step on rank 0: the gradients' all-reduce from "
+                          "the last bucket's hand-over (backward compute done) to the backward's return, plus the "
+                          "loss totals' blocking all-reduce; waiting for a slower rank included; median of the "
+                          "steady steps",
+            "per_step_s": statistics.median(steady),
+            "gradients_exposed_s": statistics.median(self.exposed_s[first:steps]),
+            "loss_totals_s": statistics.median(self.totals_s[first:steps]),
+            "steps": len(steady),
+            "samples_s": per_step,
+        }}
+
     def figures(self) -> dict[str, Any]:
         """Set-up and synchronisation figures, then the process group is destroyed (training is over)."""
         samples = self._sync_samples()
@@ -246,6 +292,7 @@ class DataParallel:
                 buckets=len(buckets),
                 rounds_per_step=self.sync_rounds / steps,  # 1 with accumulation too: no_sync
                 loss_allreduces_per_step=1,  # global_totals: the loss sum and count, 8 bytes
+                **self._in_step(),
             ),
         }
         dist.destroy_process_group()

@@ -6,17 +6,20 @@ A claims file (the shipped ``bakeoff/plan/claims.toml``, or the user's) holds ``
     [[claim]]                           # a ratio of one quantity between two configurations
     name = "graph_build"                # unique, a word: how output and JSON name the claim
     said = "TensorFlow's graph takes 15 minutes to build, PyTorch's 5"   # the claim as it was told
-    quantity = "first_step_s"           # a name of bakeoff.analysis.quantities.QUANTITIES
+    quantity = "graph_build_s"          # a name of bakeoff.analysis.quantities.QUANTITIES
     at_least = 3.0                      # value(a) / value(b) >= 3; or at_most = 0.6 (one of the two)
     a = {framework = "tensorflow", execution = "graph"}   # RunSpec fields over [claim.trials]
     b = {framework = "torch", execution = "graph"}
     each = [{framework = "torch"}, {framework = "jax"}]   # optional: one comparison per entry, over a and b
     repeats = 3                         # runs per side [3]: fewer can only be unsettled
     needs = {gpus = 8}                  # optional: what this machine must have to run the trials
+    evaluate = false                    # optional [true]: false for a claim about training time alone, whose
+                                        # trials never evaluate the test split (a large preset's takes minutes)
     meaning = "..."                     # optional: why this quantity and threshold are the claim's measurable form
     [claim.trials]                      # RunSpec fields every trial of the claim shares (a suite's [defaults])
-    workload = "mnist"
-    max_steps = 10
+    workload = "text_classifier"        # the scale the claim is judged at: each verdict names it
+    preset = "paper"
+    max_steps = 4
     [claim.plan]                        # optional, with needs: the capacity plan's answer when it cannot run here
     preset = "paper"                    # or params / layers, width, heads, seq, vocab, ffn (bakeoff plan's flags)
     batch = 256
@@ -58,8 +61,8 @@ from bakeoff.plan.capacity import FIELDS
 if TYPE_CHECKING:
     from bakeoff.plan.capacity import Plan
 
-CLAIM_KEYS = ("name", "said", "quantity", "at_least", "at_most", "a", "b", "each", "repeats", "needs", "meaning",
-              "trials", "plan", "deployment", "testable", "why")
+CLAIM_KEYS = ("name", "said", "quantity", "at_least", "at_most", "a", "b", "each", "repeats", "needs", "evaluate",
+              "meaning", "trials", "plan", "deployment", "testable", "why")
 NEEDS_KEYS = ("gpus",)
 DEPLOYMENT_KEYS = ("framework", "format", "target")
 SELF_NAMED = ("framework", "execution", "precision", "parallelism", "device")
@@ -95,6 +98,7 @@ class Claim:
     at_most: float | None = None
     comparisons: tuple[Comparison, ...] = ()
     gpus: int = 0  # GPUs the trials need on this machine (0: any machine)
+    evaluate: bool = True  # whether the trials evaluate the test split (False: a claim about training time alone)
     meaning: str = ""
     plan: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     deployment: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -116,7 +120,7 @@ class Claim:
         out: dict[str, Any] = {"name": self.name, "said": self.said, "form": self.form}
         if self.form == "ratio":
             out.update(quantity=self.quantity, threshold=self.threshold, at_least=self.at_least,
-                       at_most=self.at_most, needs_gpus=self.gpus, meaning=self.meaning)
+                       at_most=self.at_most, needs_gpus=self.gpus, evaluate=self.evaluate, meaning=self.meaning)
         elif self.form == "deployment":
             out.update(deployment=dict(self.deployment))
         else:
@@ -236,6 +240,9 @@ def _ratio_claim(t: dict[str, Any], common: dict[str, str], fail: Any) -> Claim:
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
         raise fail("repeats", f"give a positive integer, got {repeats!r}")
     gpus = _needs(t.get("needs", {}), fail)
+    evaluate = t.get("evaluate", True)
+    if not isinstance(evaluate, bool):
+        raise fail("evaluate", f"give true or false, got {evaluate!r}")
     trials, a, b = (_fields(t.get(k), k, fail) for k in ("trials", "a", "b"))
     each = t.get("each", [{}])
     if not isinstance(each, list) or not each or not all(isinstance(e, dict) for e in each):
@@ -251,7 +258,7 @@ def _ratio_claim(t: dict[str, Any], common: dict[str, str], fail: Any) -> Claim:
     plan = _plan(t.get("plan"), gpus, fail)
     return Claim(form="ratio", quantity=t["quantity"], at_least=float(threshold) if bound == "at_least" else None,
                  at_most=float(threshold) if bound == "at_most" else None, comparisons=tuple(comparisons), gpus=gpus,
-                 meaning=_text(t, "meaning", fail), plan=plan, **common)
+                 evaluate=evaluate, meaning=_text(t, "meaning", fail), plan=plan, **common)
 
 
 def _number(value: object) -> bool:

@@ -14,6 +14,10 @@ wider after adaptive repeats' looks), against the claim's threshold instead of t
 A finding judged on runs measured on a busy machine keeps its verdict but never silently: its why names them, its
 verdict cell carries § (:data:`~bakeoff.analysis.conditions.BUSY_MARK`) and its JSON counts them (``busy``).
 
+Every finding names the scale it was judged at (:func:`scale`): the workload and preset, the model's parameters
+(as its trials counted them) and training FLOPs per example, the examples an optimizer step trains on, and the
+devices — a verdict holds at that scale, not necessarily at the one a claim was told of.
+
 A comparison whose trials need more GPUs than this machine has, and that the store has no results of, says so
 ("needs 8 GPUs") with the capacity plan's answer when the claim has a plan. A deployment claim reads what
 ``bakeoff deploy`` stored; a claim with no measurable form is reported as such, without a number.
@@ -34,6 +38,7 @@ from bakeoff.analysis.quantities import Quantity, fmt, quantity
 from bakeoff.analysis.stats import ConfigSummary, distinct_labels, summarise_groups
 from bakeoff.analysis.verdict import MIN_RUNS, interval_text, ratio_text
 from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec, SpecError, Status
 from bakeoff.plan.claims import Claim, Comparison, capacity_plan, configuration, load_claims
 from bakeoff.report import deployment as deployed
 from bakeoff.report.templates import Block, Heading, Para, Table
@@ -62,6 +67,7 @@ class Finding:
     confidence: float = intervals.CONFIDENCE
     n: tuple[int, int] = (0, 0)
     busy: tuple[int, int] = (0, 0)  # of a's and b's runs, those measured on a busy machine (its verdict marked §)
+    scale: dict[str, Any] = dataclasses.field(default_factory=dict)  # what it was judged at (:func:`scale`)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: a never-reached target's +∞ as the string "inf" (JSON has no infinity)."""
@@ -94,7 +100,8 @@ def judge(claims: Sequence[Claim], results: Sequence[TrialResult], deployments: 
     out = []
     for claim in claims:
         if claim.form == "untestable":
-            out.append(ClaimVerdict(claim, NOT_TESTABLE, [Finding("", NOT_TESTABLE, claim.why)]))
+            out.append(ClaimVerdict(claim, NOT_TESTABLE, [Finding("", NOT_TESTABLE, claim.why, scale={
+                "text": "not judged: no measurable form"})]))
         elif claim.form == "deployment":
             out.append(_deployment(claim, deployments))
         else:
@@ -110,7 +117,63 @@ def _side(summaries: Sequence[ConfigSummary], trials: Sequence[TrialResult]) -> 
     return max((s for s in summaries if any(t.key in keys for t in s.trials)), key=lambda s: s.n_ok)
 
 
+def _side_scale(spec: RunSpec, trials: Sequence[TrialResult]) -> dict[str, Any]:
+    """One side's scale: its spec's sizes, the parameters its trials counted, the workload's FLOPs per example."""
+    from bakeoff.core import registry
+
+    try:
+        flops = registry.workload(spec).flops_per_example(registry.workload(spec).config(spec.preset, spec))
+    except (KeyError, ValueError, SpecError):  # a workload this bakeoff no longer has: FLOPs unknown, not an error
+        flops = None
+    counted = sorted({r.num_params for r in trials if r.num_params})
+    devices = [_device_kind(str(r.environment["device"])) for r in trials if r.environment.get("device")]
+    return {"workload": spec.workload, "preset": spec.preset, "parameters": counted[len(counted) // 2] if counted
+            else None, "flops_per_example": flops, "batch": spec.batch_size * spec.grad_accum,
+            "micro_batch": spec.batch_size, "grad_accum": spec.grad_accum, "parallelism": spec.parallelism.value,
+            "replicas": spec.workers if spec.parallelism.value != "none" else 1,
+            "device": max(set(devices), key=devices.count) if devices else spec.device.value}
+
+
+def _device_kind(device: str) -> str:
+    """``cpu`` or ``cuda`` from what a trial's environment names (``CPU:0`` in TensorFlow's, ``cuda:0``, ``gpu``)."""
+    name = device.lower()
+    return "cpu" if name.startswith("cpu") else "cuda" if name.startswith(("cuda", "gpu")) else name
+
+
+def _scale_words(side: Mapping[str, Any]) -> dict[str, str]:
+    """A side's scale in words, part by part (the parts a and b share are said once)."""
+    params, flops = side["parameters"], side["flops_per_example"]
+    device = {"cpu": "CPU", "cuda": "GPU"}.get(side["device"], f"device ({side['device']})")
+    replicas = side["replicas"]
+    return {
+        "model": f"{side['workload']}/{side['preset']}",
+        "parameters": f"{fmt(params / 1e6)}M parameters" if params else "",  # counted by a stored trial
+        "flops": f"{fmt(flops / 1e9)} GFLOP a training example" if flops else "",
+        "batch": (f"batch {side['batch']} ({side['grad_accum']} × {side['micro_batch']})" if side["grad_accum"] > 1
+                  else f"batch {side['batch']}"),
+        "devices": (f"{replicas} replicas ({side['parallelism']}) on {device}" if replicas > 1 else f"1 {device}"),
+    }
+
+
+def scale(c: Comparison, trials: Sequence[Sequence[TrialResult]] = ((), ())) -> dict[str, Any]:
+    """What a comparison was judged at: each side's scale (``a``, ``b``: workload, preset, parameters counted by
+    its trials, training FLOPs per example, the examples an optimizer step trains on, micro-batch, replicas, device)
+    and ``text``, the two in words (``"text_classifier/paper, 108M parameters, 290 GFLOP a training example,
+    batch 8, 1 CPU"``; a part that differs as ``a / b``)."""
+    a, b = _side_scale(c.a[0], trials[0]), _side_scale(c.b[0], trials[1])
+    wa, wb = _scale_words(a), _scale_words(b)
+    text = ", ".join(wa[k] if wa[k] == wb[k] else f"{wa[k]} / {wb[k]}" for k in wa if wa[k] or wb[k])
+    return {"a": a, "b": b, "text": text}
+
+
 def _finding(claim: Claim, c: Comparison, by_config: Mapping[str, list[TrialResult]], gpus: int) -> Finding:
+    found = _judged(claim, c, by_config, gpus)
+    found.scale = scale(c, [[r for r in by_config.get(configuration(side[0]), []) if r.status is Status.OK]
+                            for side in (c.a, c.b)])
+    return found
+
+
+def _judged(claim: Claim, c: Comparison, by_config: Mapping[str, list[TrialResult]], gpus: int) -> Finding:
     q = quantity(claim.quantity)
     labels = c.a[0].label(), c.b[0].label()
     if labels[0] == labels[1]:  # told apart by what differs: torch/eager/batch_size=64
@@ -212,6 +275,8 @@ def _deployment(claim: Claim, rows: Sequence[Mapping[str, Any]]) -> ClaimVerdict
     others = sorted({f"{r['framework']} {r['format']}" for r in rows if deployed.usable(r) and
                      target in r.get("targets", []) and r["format"] != name})
     notes = [f"also reaching {target} here: {', '.join(others)}"] if others else []
+    finding.scale = {"deployed": sorted({(r["workload"], r["preset"]) for r in mine}),
+                     "text": f"the deployed {where} model" if where else "no deployment stored"}
     return ClaimVerdict(claim, finding.verdict, [finding], notes)
 
 
@@ -262,12 +327,12 @@ def section(results: Sequence[TrialResult], rows: Sequence[Mapping[str, Any]] = 
     return blocks(judge(claims, results, rows, cuda_devices()[0], measured_mfu(results)))
 
 
-COLUMNS = ["claim", "comparison", "verdict", "measured (a vs b, ratio a / b)", "why"]
+COLUMNS = ["claim", "comparison", "judged at", "verdict", "measured (a vs b, ratio a / b)", "why"]
 
 
 def blocks(verdicts: Sequence[ClaimVerdict]) -> list[Block]:
     """A table of every claim's findings, and each claim's measurable form and notes below it."""
-    rows = [[v.claim.said if i == 0 else "", _comparison(v.claim, f),
+    rows = [[v.claim.said if i == 0 else "", _comparison(v.claim, f), f.scale.get("text", ""),
              f.verdict + (f" {BUSY_MARK}" if any(f.busy) else ""), figures(v.claim, f), f.why]
             for v in verdicts for i, f in enumerate(v.findings)]
     notes = [f"{v.claim.name}: {v.claim.meaning}" for v in verdicts if v.claim.meaning]
@@ -277,10 +342,10 @@ def blocks(verdicts: Sequence[ClaimVerdict]) -> list[Block]:
                      "them again and keeps the quieter measurement.")
     notes += [f"{v.claim.name}: {note}" for v in verdicts for note in v.notes]
     return [Heading(2, "Claims"),
-            Para("Each claim as a measurable hypothesis, judged at this scale (the trials' own sizes, on this "
-                 f"machine): supported or refuted only when the whole interval of the ratio clears the threshold, "
-                 f"with {MIN_RUNS} runs a side or more; unsettled otherwise, with why."),
-            Table(COLUMNS, rows, notes=notes, align="lllll")]
+            Para("Each claim as a measurable hypothesis, judged at the scale its row names (the trials' own "
+                 "sizes, on this machine): supported or refuted only when the whole interval of the ratio clears the "
+                 f"threshold, with {MIN_RUNS} runs a side or more; unsettled otherwise, with why."),
+            Table(COLUMNS, rows, notes=notes, align="llllll")]
 
 
 def _comparison(claim: Claim, f: Finding) -> str:

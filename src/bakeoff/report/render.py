@@ -211,8 +211,9 @@ def _scaling_table(configs: Sequence[ConfigSummary]) -> Table | None:
            if definitions else "Each framework's way of timing it:")
     notes.append("All-reduce alone: one step's gradient synchronisation, timed on its own after training; in training "
                  "it overlaps the backward pass (DDP's buckets, XLA's scheduling), so this is its cost when nothing "
-                 "hides it; what it adds to a training step is not measured (overlap hides some, contention for "
-                 f"cores can add). {how}")
+                 "hides it, not what it adds to a training step (overlap hides some, contention for cores can add); "
+                 "PyTorch's DDP on CPU also times that in the step (the CSV export's sync_in_step_s and "
+                 f"sync_per_example_s, which `bakeoff claims` judges accumulation on). {how}")
     notes += [f"{m.rstrip('.')}." for m in sorted(methods)]
     notes += sorted({w for r in rows for w in r.warnings})
     notes += sorted({f"{r.config.label}: XLA compiled {r.xla_scope}, not the whole step as on one device."

@@ -60,12 +60,13 @@ def check(claims: Sequence[Claim], store_path: Path, *, run: bool = True, timeou
         validate(claims)
     gpus, _why = cuda_devices()
     specs = all_specs(claims)
-    here = all_specs(runnable(claims, gpus))
-    if run and here:
-        suite = Suite(name=SUITE, description="the trials of bakeoff claims", specs=here,
-                      timeout_s=timeout_s or TIMEOUT_S, weights={}, qualitative={}, source="bakeoff claims")
-        run_suite(suite, store_path, timeout_s=timeout_s, retry_failed=retry_failed, retry_busy=retry_busy, say=say,
-                  progress=progress)
+    for evaluate in (True, False):  # claims about training time alone never evaluate (a large preset's is minutes)
+        group = all_specs([c for c in runnable(claims, gpus) if c.evaluate is evaluate])
+        if run and group:
+            suite = Suite(name=SUITE, description="the trials of bakeoff claims", specs=group,
+                          timeout_s=timeout_s or TIMEOUT_S, weights={}, qualitative={}, source="bakeoff claims")
+            run_suite(suite, store_path, timeout_s=timeout_s, retry_failed=retry_failed, retry_busy=retry_busy,
+                      say=say, progress=progress, evaluate=evaluate)
     results: list[TrialResult] = []
     deployments: list[dict] = []
     mfu: dict[str, tuple[float, str]] = {}

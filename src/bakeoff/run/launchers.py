@@ -348,12 +348,16 @@ def rank_results(result_path: Path, ranks: int) -> list[TrialResult | None]:
 
 def _rank_summary(rank: int, result: TrialResult) -> dict:
     digests = result.distributed.replica_weights_sha256 if result.distributed is not None else []
+    in_step = (result.distributed.sync.get("in_step") or {}) if result.distributed is not None else {}
     return {"rank": rank, "status": result.status.value, "reason": result.reason[:300],
             "steady_step_s": result.steady_step_s, "peak_memory_bytes": result.peak_memory_bytes,
             "memory_baseline_bytes": result.memory_baseline_bytes,
             "memory_increment_bytes": result.memory_increment_bytes, "launch_s": result.extras.get("launch_s"),
             "import_s": result.import_s, "build_s": result.build_s,
             "final_loss": result.losses[-1] if result.losses else None, "step_times_s": list(result.step_times_s),
+            # this rank's synchronisation per optimizer step, timed in its training step (the group's figure is
+            # rank 0's; a faster rank waits longer for the slower one)
+            "sync_in_step_s": in_step.get("per_step_s"),
             "replica_weights_sha256": list(digests)}
 
 

@@ -107,7 +107,8 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
         fresh: bool = False, retry_failed: bool = False, log_dir: Path | None = None,
         progress: Progress | None = None, annotations: dict[str, dict] | None = None,
         validated: bool = False, order_seed: int = 0, keep_models: Path | None = None,
-        profile_steps: int = 0, retry_busy: bool = False, executor: Executor | None = None) -> RunSummary:
+        profile_steps: int = 0, retry_busy: bool = False, executor: Executor | None = None,
+        evaluate: bool = True) -> RunSummary:
     """Run every spec not already recorded (or recorded but measured again:
     :func:`bakeoff.plan.order.measure_again`), in :func:`bakeoff.plan.order.order`, storing each result as it
     finishes.
@@ -121,7 +122,8 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
     then profiles that many steps (:mod:`bakeoff.trial.profile`) into its folder of the store's ``profiles``
     (named as its TensorBoard run is: :func:`tensorboard_runs`); a trial reused from the store is not profiled.
     ``executor`` executes the trials (:mod:`bakeoff.run.executors.base`; default: here, one after another); this
-    process stores every result, whichever executor ran it.
+    process stores every result, whichever executor ran it. Without ``evaluate``, the trials that run never
+    evaluate the test split (their results measure training alone; ``training.evaluation`` says so).
     """
     if not validated:
         validate(specs, here=executor is None or not executor.remote)
@@ -132,7 +134,7 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
     with interruptible():
         summary = _run(order(identified, order_seed), store, suite, timeout_s, fresh, retry_failed,
                        log_dir or store.artifacts / "logs", progress, annotations, order_seed, keep_models,
-                       profile_steps, retry_busy, executor)
+                       profile_steps, retry_busy, executor, evaluate)
     summary.specs = identified
     return summary
 
@@ -230,7 +232,7 @@ def _claim(folder: Path, spec: RunSpec) -> None:
 def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh: bool, retry_failed: bool,
          log_dir: Path, progress: Progress | None, annotations: dict[str, dict], order_seed: int,
          keep_models: Path | None = None, profile_steps: int = 0, retry_busy: bool = False,
-         executor: Executor | None = None) -> RunSummary:
+         executor: Executor | None = None, evaluate: bool = True) -> RunSummary:
     _store_unstored(store, log_dir, {spec.key(): suite for spec in specs})
     recorded, again = store.statuses(), measure_again(store, timeout_s, retry_busy)
     # a busy trial measured again keeps the quieter measurement, the other beside it (--fresh replaces as ever)
@@ -267,7 +269,7 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
             needs[spec.key()] = wanted, kept
             job = TrialJob(spec, position, timeout_s, log_dir, store.artifacts / "checkpoints" / spec.key(),
                            tensorboard[spec.key()], keep_dir=keep_dir, probe_ceiling=bool(wanted.key) and kept is None,
-                           profile=profile)
+                           profile=profile, evaluate=evaluate)
             reason = registry.unsupported(spec)
             if reason:  # no process starts, on any executor: recorded here (a cluster has nothing to run for it)
                 started(job)

@@ -71,8 +71,8 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
               retry_failed: bool = False, retry_busy: bool = False, concurrent: bool = False, order_seed: int = 0,
               profile_steps: int = 0, report_dir: Path | None = None, title: str | None = None,
               say: Callable[[str], None] = log.info, progress: ProgressFactory | None = None,
-              executor: Executor | None = None, team: Team | None = None, mlflow_uri: str | None = None
-              ) -> Session:
+              executor: Executor | None = None, team: Team | None = None, mlflow_uri: str | None = None,
+              evaluate: bool = True) -> Session:
     """Run ``suite`` into the store at ``store_path`` and, with ``report_dir``, write its report there.
 
     Bad input (a spec, a data file, a damaged store) fails before a store or report is created. ``timeout_s``
@@ -82,7 +82,8 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
     criteria the report shows and the decisions weigh (adaptive repeats included). ``mlflow_uri`` (None: off; "":
     a file store beside the results store): the tracking store is reached before any trial runs (a
     :class:`~bakeoff.core.spec.SpecError` when it cannot be), and every trial of the suite is logged to it after the
-    run, the report as an artefact (:mod:`bakeoff.results.mlflow_log`).
+    run, the report as an artefact (:mod:`bakeoff.results.mlflow_log`). Without ``evaluate`` no trial evaluates
+    the test split (a suite about training time alone: its results have no quality).
     """
     timeout = timeout_s or suite.timeout_s
     here = executor is None or not executor.remote  # trials on other machines: not this one's GPUs, nor its lock
@@ -106,7 +107,7 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
             store.put_suite(suite.name, source, suite.weights, suite.qualitative)
             options = dict(timeout_s=timeout, fresh=fresh, retry_failed=retry_failed, progress=shown,
                            annotations=annotations, validated=True, order_seed=order_seed, retry_busy=retry_busy,
-                           profile_steps=profile_steps, executor=executor)
+                           profile_steps=profile_steps, executor=executor, evaluate=evaluate)
             if suite.adaptive is None:
                 summary = runner.run(specs, store, suite.name, **options)
             else:
