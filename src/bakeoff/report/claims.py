@@ -33,7 +33,7 @@ from typing import Any
 from bakeoff.analysis import intervals
 from bakeoff.analysis.bootstrap import SETTLE_RUNS_MAX
 from bakeoff.analysis.conditions import BUSY_MARK, busy_note, busy_runs
-from bakeoff.analysis.decide import head_to_head, look_confidence
+from bakeoff.analysis.decide import aligned, head_to_head, look_confidence
 from bakeoff.analysis.quantities import Quantity, fmt, quantity
 from bakeoff.analysis.stats import ConfigSummary, distinct_labels, summarise_groups
 from bakeoff.analysis.verdict import MIN_RUNS, interval_text, ratio_text
@@ -213,7 +213,7 @@ def _judged(claim: Claim, c: Comparison, by_config: Mapping[str, list[TrialResul
         side = "clears" if holds else "misses"
         found.why = f"the whole {ci} {side} {claim.threshold}"
     else:
-        found.why = f"the {ci} reaches both sides of {claim.threshold}" + _settle(claim, q, a, b, d.ratio)
+        found.why = f"the {ci} reaches both sides of {claim.threshold}" + _settle(claim, q, a, b, d.ratio, d.pairs > 0)
     caveats = [f"{s.label}: {note}" for s in (a, b) for note in s.reasons]  # runs that did not finish
     caveats += [note.replace("bakeoff run --retry-busy", "bakeoff claims --retry-busy")
                 for s in (a, b) if (note := busy_note(s))]
@@ -223,13 +223,15 @@ def _judged(claim: Claim, c: Comparison, by_config: Mapping[str, list[TrialResul
     return found
 
 
-def _settle(claim: Claim, q: Quantity, a: ConfigSummary, b: ConfigSummary, ratio: float | None) -> str:
+def _settle(claim: Claim, q: Quantity, a: ConfigSummary, b: ConfigSummary, ratio: float | None,
+            paired: bool = False) -> str:
     """``"; about 9 runs a side would settle it, if the 2.5x measured is the true ratio"``: the runs a claim whose
     interval straddles its threshold needs to be supported or refuted (:func:`bakeoff.analysis.intervals.resolution`
     around the threshold, no band); ``""`` when the runs give no spread to tell (a censored run, one run)."""
     threshold = claim.at_least if claim.at_least is not None else claim.at_most
-    (ra, _), (rb, _) = a.runs(q.name), b.runs(q.name)
-    r = intervals.resolution(q.floored(ra), q.floored(rb), band=0.0, observed=ratio, centre=threshold or 1.0)
+    (ra, _), (rb, _), _ = aligned(q, a, b)  # as the comparison: over the pairs of a repeat when it was
+    r = intervals.resolution(q.floored(ra), q.floored(rb), band=0.0, observed=ratio, centre=threshold or 1.0,
+                             paired=paired)
     if r is None or ratio is None:
         return ""
     measured = f"if the {ratio_text(ratio)} measured is the true ratio"
