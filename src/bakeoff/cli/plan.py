@@ -25,9 +25,9 @@ framework exits 2 naming what to give.
 Calibrated: with --store and no --flops, the plan is for the machine the stored trials ran on. Each framework's
 text-classifier trials at 3 or more sizes (e.g. `bakeoff run --preset tiny` and `--set d_model=128`, ...) fit its
 memory (a fixed working memory + a scale of the count) and its step (its GEMMs at this machine's own rates by
-shape, measured once in a child process per framework and kept in the GEMM rate cache, plus attention's
-elementwise work); each fit states its leave-one-out error. bench/plan_accuracy.py checks them against fresh
-trials.
+shape, measured once in a child process per framework and kept in ~/.cache/bakeoff/gemm_rates.json, plus
+attention's elementwise work; --no-gemm-rates: at one FLOP rate); each fit states its leave-one-out error.
+bench/plan_accuracy.py checks them against fresh trials.
 
 The shape: --preset (text_classifier's: tiny, small, paper), or --layers/--width/--heads (with --ffn, --seq,
 --vocab), or --params with GPT-3's shape rule (width = 128 × layers, heads of 128, ffn = 4 × width).
@@ -75,16 +75,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                       help="a stated MFU (0-1) per framework, repeatable or comma-separated; wins over --store's")
     plan.add_argument("--store", help="read each framework's measured MFU, and its calibrations, from this store's "
                                       "trials")
+    plan.add_argument("--no-gemm-rates", action="store_true",
+                      help="with --store: time the calibrated step at one FLOP rate, without measuring this "
+                           "machine's GEMM rates by shape (child processes, seconds a framework, kept)")
     plan.add_argument("--format", choices=("table", "json"), default="table", help="[table]")
 
 
-def _stored(args: argparse.Namespace) -> tuple[dict[str, dict[str, tuple[float, str]]], list[Calibration]]:
-    """The store's measured MFU per framework and kind of device, and its calibrations
-    (:func:`bakeoff.plan.capacity.calibrate`)."""
+def _stored(args: argparse.Namespace) -> tuple[dict[str, dict[str, tuple[float, str]]], list[Calibration],
+                                              dict[tuple[str, str], dict] | None]:
+    """The store's measured MFU per framework and kind of device, its calibrations
+    (:func:`bakeoff.plan.capacity.calibrate`) and, for a plan on this machine, its GEMM rates by shape."""
     from bakeoff.plan.capacity import PlanError, calibrate, measured_mfu
 
     if not args.store:
-        return {}, []
+        return {}, [], None
     from pathlib import Path
 
     from bakeoff.results.store import Store
@@ -93,7 +97,33 @@ def _stored(args: argparse.Namespace) -> tuple[dict[str, dict[str, tuple[float, 
         raise PlanError(f"store={args.store!r}: no such file (bakeoff run writes results/bakeoff.sqlite)")
     with Store(args.store, readonly=True) as store:
         results = store.results()
-    return measured_mfu(results), calibrate(results)
+    calibrations = calibrate(results)
+    rates = None if args.no_gemm_rates or args.flops is not None else _rates(args, results, calibrations)
+    return measured_mfu(results), calibrate(results, rates) if rates else calibrations, rates
+
+
+def _rates(args: argparse.Namespace, results: list, calibrations: list[Calibration]) -> dict[tuple[str, str], dict]:
+    """This machine's GEMM rates by shape (:mod:`bakeoff.measure.gemm_rates`: measured once in a child process per
+    framework and precision, then kept) for the calibrations fitted on this machine's CPU: every shape of their
+    trials' steps and of the plan's own step on a device."""
+    from bakeoff.measure import gemm_rates
+    from bakeoff.measure.environment import cpu_model
+    from bakeoff.plan.capacity import gemms, shape_from, trial_shape
+
+    here = [c for c in calibrations if c.device.startswith(f"{cpu_model()},")]
+    if not here:
+        return {}
+    shape = shape_from(fields(args))
+    planned = {g.key for g in gemms(shape, args.batch / args.devices, args.recompute)}
+    out = {}
+    for cal in here:
+        keys = set(planned)
+        for r in results:
+            if (r.spec.get("framework"), r.spec.get("precision", "fp32")) == (cal.framework, cal.precision) and (
+                    trial := trial_shape(r)) is not None:
+                keys.update(g.key for g in gemms(trial, int(r.spec["batch_size"])))
+        out[cal.framework, cal.precision] = gemm_rates.rates(cal.framework, cal.precision, sorted(keys))
+    return out
 
 
 def _mfu(args: argparse.Namespace) -> dict[str, tuple[float, str]]:
@@ -124,8 +154,8 @@ def fields(args: argparse.Namespace) -> dict[str, object]:
 def cmd_plan(args: argparse.Namespace) -> int:
     from bakeoff.plan.capacity import plan_from
 
-    measured, calibrations = _stored(args)
-    result = plan_from(fields(args), _mfu(args), calibrations, measured=measured, require_mfu=True)
+    measured, calibrations, rates = _stored(args)
+    result = plan_from(fields(args), _mfu(args), calibrations, measured=measured, rates=rates, require_mfu=True)
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=1))  # noqa: T201 (the machine-readable output)
     else:
