@@ -103,27 +103,13 @@ def _stored(args: argparse.Namespace) -> tuple[dict[str, dict[str, tuple[float, 
 
 
 def _rates(args: argparse.Namespace, results: list, calibrations: list[Calibration]) -> dict[tuple[str, str], dict]:
-    """This machine's GEMM rates by shape (:mod:`bakeoff.measure.gemm_rates`: measured once in a child process per
-    framework and precision, then kept) for the calibrations fitted on this machine's CPU: every shape of their
-    trials' steps and of the plan's own step on a device."""
+    """This machine's GEMM rates by shape for the calibrations fitted on it (:func:`bakeoff.measure.gemm_rates.
+    for_plan`: measured once in a child process per framework and precision, then kept)."""
     from bakeoff.measure import gemm_rates
-    from bakeoff.measure.environment import cpu_model
-    from bakeoff.plan.capacity import gemms, shape_from, trial_shape
+    from bakeoff.plan.capacity import shape_from
 
-    here = [c for c in calibrations if c.device.startswith(f"{cpu_model()},")]
-    if not here:
-        return {}
-    shape = shape_from(fields(args))
-    planned = {g.key for g in gemms(shape, args.batch / args.devices, args.recompute)}
-    out = {}
-    for cal in here:
-        keys = set(planned)
-        for r in results:
-            if (r.spec.get("framework"), r.spec.get("precision", "fp32")) == (cal.framework, cal.precision) and (
-                    trial := trial_shape(r)) is not None:
-                keys.update(g.key for g in gemms(trial, int(r.spec["batch_size"])))
-        out[cal.framework, cal.precision] = gemm_rates.rates(cal.framework, cal.precision, sorted(keys))
-    return out
+    return gemm_rates.for_plan(results, calibrations, shape_from(fields(args)), args.batch / args.devices,
+                               args.recompute)
 
 
 def _mfu(args: argparse.Namespace) -> dict[str, tuple[float, str]]:

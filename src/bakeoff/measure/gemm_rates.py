@@ -103,10 +103,10 @@ def _write(cache: dict[str, Any]) -> None:
 
 
 def rates(framework: str, precision: str, shapes: Iterable[Key], threads: int = 0, device: str = "cpu",
-          remeasure: bool = False, timeout_s: float = 600.0) -> dict[Key, float]:
+          remeasure: bool = False, timeout_s: float = 600.0, measure: bool = True) -> dict[Key, float]:
     """FLOP/s of each of ``shapes`` for ``framework`` in ``precision`` on this machine: kept ones read, the others
-    (all, with ``remeasure``) measured in one child process and kept. A shape that could not be measured is left
-    out (the failure is logged), so a caller sees which are missing."""
+    (all, with ``remeasure``) measured in one child process and kept (``measure=False``: the kept ones only). A
+    shape that could not be measured is left out (the failure is logged), so a caller sees which are missing."""
     threads = threads or usable_cores()
     print_ = ceiling.fingerprint(ceiling.family(framework), threads, device)
     entry = f"{ceiling.key(print_)}/{precision}"
@@ -114,7 +114,7 @@ def rates(framework: str, precision: str, shapes: Iterable[Key], threads: int = 
     timed = {s: timed_shape(s) for s in shapes}
     kept = _read().get(entry, {}).get("shapes", {})
     todo = sorted({t for t in timed.values() if remeasure or _name(t) not in kept})
-    if todo:
+    if todo and measure:
         measured = _measure(framework, precision, todo, threads, device, timeout_s)
         cache = _read()  # again: another process may have kept some meanwhile
         slot = cache.setdefault(entry, {"fingerprint": print_, "precision": precision, "shapes": {}})
@@ -128,6 +128,30 @@ def rates(framework: str, precision: str, shapes: Iterable[Key], threads: int = 
         _write(cache)
         kept = slot["shapes"]
     return {s: float(kept[_name(t)]["flops_per_s"]) for s, t in timed.items() if _name(t) in kept}
+
+
+def for_plan(results: Iterable[Any], calibrations: Iterable[Any], shape: Any, per_device_batch: float,
+             recompute: bool = False, measure: bool = True) -> dict[tuple[str, str], dict[Key, float]]:
+    """The GEMM rates a calibrated plan on this machine needs: for each calibration fitted on this machine's CPU
+    (:class:`bakeoff.plan.capacity.Calibration`), every shape of its trials' steps (``results``: the stored
+    trials) and of the plan's own step on a device (``shape`` at ``per_device_batch``); ``measure=False``: only
+    what is kept (a report measures nothing)."""
+    from bakeoff.measure.environment import cpu_model
+    from bakeoff.plan.capacity import gemms, trial_shape
+
+    results = list(results)
+    planned = {g.key for g in gemms(shape, per_device_batch, recompute)}
+    out = {}
+    for cal in calibrations:
+        if not cal.device.startswith(f"{cpu_model()},"):
+            continue
+        keys = set(planned)
+        for r in results:
+            if (r.spec.get("framework"), r.spec.get("precision", "fp32")) == (cal.framework, cal.precision) and (
+                    trial := trial_shape(r)) is not None:
+                keys.update(g.key for g in gemms(trial, int(r.spec["batch_size"])))
+        out[cal.framework, cal.precision] = rates(cal.framework, cal.precision, sorted(keys), measure=measure)
+    return out
 
 
 def _measure(framework: str, precision: str, shapes: list[Key], threads: int, device: str,

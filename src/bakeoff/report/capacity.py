@@ -14,12 +14,14 @@ from bakeoff.core.result import TrialResult
 from bakeoff.plan.capacity import (
     KINDS,
     Plan,
+    PlanError,
     calibrate,
     describe_missing_times,
     human_bytes,
     human_seconds,
     measured_mfu,
     plan_from,
+    shape_from,
 )
 from bakeoff.report.templates import Block, Facts, Heading, Para, Table
 
@@ -140,7 +142,30 @@ def made(requests: Sequence[tuple[str, Mapping[str, Any]]], results: Sequence[Tr
     """Each requested plan (name, fields) made with the MFU ``results`` measured on the plan's kind of device and
     their calibrations."""
     measured, calibrations = measured_mfu(results), calibrate(results)
-    return [(name, plan_from(fields, None, calibrations, measured=measured, in_file=True)) for name, fields in requests]
+    out = []
+    for name, fields in requests:
+        rated, rates = calibrations, kept_rates(fields, results, calibrations)
+        if rates:
+            rated = calibrate(results, rates)
+        out.append((name, plan_from(fields, None, rated, measured=measured, rates=rates, in_file=True)))
+    return out
+
+
+def kept_rates(fields: Mapping[str, Any], results: Sequence[TrialResult],
+               calibrations: Sequence[Any]) -> dict[tuple[str, str], dict] | None:
+    """The GEMM rates by shape kept for this machine (:mod:`bakeoff.measure.gemm_rates`; a report measures none)
+    that a plan for the machine its calibrations were fitted on needs; None for a plan of stated devices."""
+    from bakeoff.measure import gemm_rates
+
+    if fields.get("flops") is not None or not calibrations:
+        return None
+    try:
+        shape = shape_from(fields)
+    except PlanError:
+        return None
+    devices = int(fields.get("devices") or 1)
+    return gemm_rates.for_plan(results, calibrations, shape, int(fields["batch"]) / devices,
+                               bool(fields.get("recompute")), measure=False) or None
 
 
 def blocks(requests: Sequence[tuple[str, Mapping[str, Any]]], results: Sequence[TrialResult]) -> list[Block]:
