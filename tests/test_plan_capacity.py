@@ -437,3 +437,30 @@ def test_a_gemm_rate_is_timed_on_a_capped_shape_and_kept(tmp_path, monkeypatch):
     assert gemm_rates.rates("torch", "bf16", [(1, 64, 64, 64)], threads=2) and len(calls) == 2  # its own entry
     kept = json.loads((tmp_path / "rates.json").read_text())
     assert len(kept) == 2 and all(entry["fingerprint"]["threads"] == 2 for entry in kept.values())
+
+
+def test_a_gpu_plan_never_times_with_a_cpus_mfu(tmp_path):
+    """#49: the MFU of trials run on this CPU over an H100's datasheet peak once planned 771 days for a 100B ZeRO-3
+    run. A GPU plan takes an MFU measured on a GPU or a stated one; asked for times (--flops) with neither, it exits
+    2 naming what to give; the memory-only plan is unchanged; a CPU plan (--device-kind cpu) uses the CPU's."""
+    from bakeoff.core.result import Mfu
+    from bakeoff.results.store import Store
+    from fake_results import trial
+
+    with Store(tmp_path / "s.sqlite") as store:
+        store.put(dataclasses.replace(trial("torch", "eager"), mfu=Mfu(value=0.3, device_kind="CPU")), "t")
+    hundred = ("--params", "100e9", "--devices", "8", "--memory", "80GB", "--batch", "64", "--store",
+               str(tmp_path / "s.sqlite"))
+    timed = (*hundred, "--flops", "989e12", "--bandwidth", "450GB/s")
+    r = bakeoff(*timed)
+    assert r.returncode == 2 and "compute time on a GPU needs an MFU" in r.stderr, r.stderr
+    assert "30.0% on a CPU, does not transfer" in r.stderr and "--mfu FRAMEWORK=VALUE" in r.stderr
+    assert bakeoff(*hundred).returncode == 0  # memory only: no MFU wanted
+    cpu = json.loads(bakeoff(*timed, "--device-kind", "cpu", "--format", "json").stdout)
+    assert cpu["device_kind"] == "CPU" and cpu["mfu"]["torch"]["value"] == 0.3
+    stated = bakeoff(*timed, "--mfu", "jax=0.4")
+    out = " ".join(stated.stdout.split())
+    assert stated.returncode == 0 and "MFU jax: 40.0%, stated (--mfu)" in out and "MFU torch" not in out
+    assert "compute time (torch): no MFU measured on a GPU (the one measured, 30.0% on a CPU" in out
+    data = json.loads(bakeoff(*timed, "--mfu", "jax=0.4", "--format", "json").stdout)
+    assert all(row["compute_s"] is None for row in data["rows"] if row["framework"] == "torch")
