@@ -800,14 +800,17 @@ def plan_from(fields: Mapping[str, Any], mfu: Mapping[str, tuple[float, str]] | 
     kind = str(_field(fields, "device_kind", "gpu")).upper()
     if kind not in ("GPU", "CPU"):
         raise PlanError(f"device_kind={fields['device_kind']!r}: give gpu or cpu ({FIELDS['device_kind'][1]})")
-    chosen, lacking = choose_mfu(kind, measured, mfu, in_file=in_file)
+    chosen, lacking = choose_mfu(kind, measured, mfu)
     if require_mfu and machine.flops and not chosen:
         reasons = "; ".join(f"{', '.join(fws)}: {why}" for why, fws in _grouped(lacking).items())
-        raise PlanError(f"flops={machine.flops:g}: compute time on a {kind} needs an MFU of each framework on a "
-                        f"{kind} ({reasons}). Give --mfu FRAMEWORK=VALUE (for scale: Narayanan et al. 2021 report "
-                        "140 of an A100's 312 TFLOP/s, 45%, training GPT-3 175B with Megatron-LM), a --store with "
-                        f"trials run on a {kind}, --device-kind if flops is not a {kind}'s, or leave --flops out "
-                        "for memory only")
+        raise PlanError(f"flops={machine.flops:g}: compute time on a {kind} needs an MFU measured on a {kind} or "
+                        f"stated, and no framework has one ({reasons}). Give --mfu FRAMEWORK=VALUE (for scale: "
+                        "Narayanan et al. 2021 report 140 of an A100's 312 TFLOP/s, 45%, training GPT-3 175B with "
+                        f"Megatron-LM), a --store with trials run on a {kind}, --device-kind if flops is not a "
+                        f"{kind}'s, or leave --flops out for memory only")
+    ask = (f"the report's trials include none run on a {kind}" if in_file else
+           f"give --mfu FRAMEWORK=VALUE, or a --store with trials run on a {kind}")
+    lacking = {fw: f"{why}: {ask}" for fw, why in lacking.items()}
     calibrations = list(calibrations)
     stated = machine.flops is not None and bool(calibrations)
     result = plan(shape_from(fields), machine, _field(fields, "batch"), _field(fields, "precision", "bf16"),
@@ -903,16 +906,14 @@ def measured_mfu(results: Iterable[TrialResult]) -> dict[str, dict[str, tuple[fl
 
 
 def choose_mfu(kind: str, measured: Mapping[str, Mapping[str, tuple[float, str]]] | None,
-               stated: Mapping[str, tuple[float, str]] | None = None, *,
-               in_file: bool = False) -> tuple[dict[str, tuple[float, str]], dict[str, str]]:
+               stated: Mapping[str, tuple[float, str]] | None = None
+               ) -> tuple[dict[str, tuple[float, str]], dict[str, str]]:
     """The MFU each framework's compute time uses on devices of ``kind`` ("GPU", "CPU"), and why each framework
     without one has none. A stated MFU (the user's, for these devices) first, else one measured on the same kind
     of device: utilisation does not transfer across kinds (a CPU's MFU, against its own matmul ceiling, over an
     H100's datasheet peak once planned 771 days for a 100B ZeRO-3 run, #49)."""
     chosen: dict[str, tuple[float, str]] = {}
     lacking: dict[str, str] = {}
-    ask = (f"the report's trials include none run on a {kind}" if in_file else
-           f"give --mfu FRAMEWORK=VALUE, or a --store with trials run on a {kind}")
     for framework in dict.fromkeys(s.framework for s in STRATEGIES):
         by_kind = (measured or {}).get(framework, {})
         if stated and framework in stated:
@@ -921,9 +922,8 @@ def choose_mfu(kind: str, measured: Mapping[str, Mapping[str, tuple[float, str]]
             chosen[framework] = by_kind[kind]
         else:
             other = ", ".join(f"{v:.1%} on a {k}" for k, (v, _) in sorted(by_kind.items()))
-            lacking[framework] = (f"no MFU measured on a {kind}" + (f" (the one measured, {other}, does not transfer "
-                                                                   "to another kind of device)" if other else "")
-                                  + f": {ask}")
+            lacking[framework] = f"no MFU measured on a {kind}" + (
+                f" (the one measured, {other}, does not transfer to another kind of device)" if other else "")
     return chosen, lacking
 
 
