@@ -422,6 +422,7 @@ def test_a_gemm_rate_is_timed_on_a_capped_shape_and_kept(tmp_path, monkeypatch):
     assert gemm_rates.timed_shape((96, 512, 512, 64)) == (96, 512, 512, 64)  # 3.2 GFLOP: as it is
     assert gemm_rates.timed_shape((192, 512, 512, 64)) == (96, 512, 512, 64)  # fewer independent products
     assert gemm_rates.timed_shape((1, 4096, 2304, 768)) == (1, 2048, 1152, 768)  # 14.5 GFLOP, halved twice to 3.6
+    assert gemm_rates.repeats((1, 2048, 1152, 768)) == 3 and gemm_rates.repeats((1, 64, 64, 64)) == 15
     monkeypatch.setenv("BAKEOFF_GEMM_RATES", str(tmp_path / "rates.json"))
     calls = []
 
@@ -431,8 +432,8 @@ def test_a_gemm_rate_is_timed_on_a_capped_shape_and_kept(tmp_path, monkeypatch):
 
     monkeypatch.setattr(gemm_rates, "_measure", measured)
     got = gemm_rates.rates("torch", "fp32", [(1, 64, 64, 64), (1, 4096, 2304, 768)], threads=2)
-    assert got == {(1, 64, 64, 64): 2e9 * 64, (1, 4096, 2304, 768): 2e9 * 2048}  # the median, of the timed shape
-    assert gemm_rates.rates("torch", "fp32", [(1, 64, 64, 64)], threads=2) == {(1, 64, 64, 64): 2e9 * 64}
+    assert got == {(1, 64, 64, 64): 3e9 * 64, (1, 4096, 2304, 768): 3e9 * 2048}  # the fastest, of the timed shape
+    assert gemm_rates.rates("torch", "fp32", [(1, 64, 64, 64)], threads=2) == {(1, 64, 64, 64): 3e9 * 64}
     assert len(calls) == 1  # kept: not measured again
     assert gemm_rates.rates("torch", "bf16", [(1, 64, 64, 64)], threads=2) and len(calls) == 2  # its own entry
     kept = json.loads((tmp_path / "rates.json").read_text())
