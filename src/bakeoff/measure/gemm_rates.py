@@ -9,7 +9,7 @@ measured for its own shape.
 Where it is measured: one child process per framework and precision (``python -m bakeoff.measure.gemm_rates
 FRAMEWORK PRECISION SHAPES.json RESULT.json THREADS``), loading only that framework as a trial does, through the
 framework's own ``gemm_rates`` in its engine module (beside ``matmul_rates``, the ceiling's): products of each shape
-after one untimed (:func:`repeats`: from 3 for the largest to 15 for the smallest), the fastest kept. The fastest,
+after one untimed (:func:`repeats`: from 5 for the largest to 30 for the smallest), the fastest kept. The fastest,
 not the median: interference only lowers a rate, and on a shared machine it lowers a small product's most (two
 threads of a millisecond's product each wait for a time slice: PyTorch's 0.1-GFLOP products ran at 2-3 GFLOP/s
 with 10 processes on 2 cores, and at 70-115 in their undisturbed samples). To stay cheap (seconds a framework, not
@@ -54,14 +54,14 @@ CAP_FLOPS = 4e9
 shapes take seconds a framework."""
 MIN_DIM = 1024
 """A dimension :func:`timed_shape` never halves below."""
-REPEATS = (3, 15)
+REPEATS = (5, 30)
 """The fewest and the most timed products of a shape: the most for the smallest (:func:`repeats`)."""
 
 
 def repeats(shape: Key) -> int:
-    """Timed products of ``shape``: enough for about :data:`CAP_FLOPS` in all, between the bounds of :data:`REPEATS`."""
+    """Timed products of ``shape``: enough for about twice :data:`CAP_FLOPS` in all, within :data:`REPEATS`."""
     batch, m, n, k = shape
-    return int(min(REPEATS[1], max(REPEATS[0], CAP_FLOPS // (2 * batch * m * n * k))))
+    return int(min(REPEATS[1], max(REPEATS[0], 2 * CAP_FLOPS // (2 * batch * m * n * k))))
 
 
 def cache_path() -> Path:
