@@ -341,6 +341,15 @@ def main() -> None:
                       f"{errors['count']:>+8.0%}{errors['calibrated']:>+12.0%}{step * 1e3:>8.0f}ms{'—':>8}"
                       f"{errors['calibrated step']:>+12.0%}"
                       + (f"{errors['by shape']:>+10.0%}" if "by shape" in errors else f"{'—':>10}") + "\n")
+    if rates:
+        for framework in frameworks:
+            for precision in ("fp32", "bf16"):
+                trials = [r for more in measured(results, framework, precision).values() for r in more]
+                for cal in capacity.calibrate(trials, rates):
+                    if cal.gemm_scale is not None:
+                        out.write(f"by shape, {framework} {precision} (all sizes): the GEMMs at this machine's rates "
+                                  f"× {cal.gemm_scale:.2f} + {cal.gemm_per_element * 1e9:.2f} ns an attention "
+                                  f"element; leave-one-out ≤ {cal.gemm_step_error:.0%}\n")
     for case in (*CASES, "beyond fp32", "beyond bf16"):
         found = {column: error for (c, column), error in worst.items() if c == case}
         if found:
