@@ -20,9 +20,10 @@ Step time — against the trial's steady step:
   * ``calibrated``: the calibrated compute with one FLOP rate (FLOPs at one fitted rate, attention's elements at
     another): the plan's before #49;
   * ``by shape``: the plan's calibrated compute from this machine's own GEMM rates by shape (each GEMM of the step
-    at the rate measured for its shape, :mod:`bakeoff.measure.gemm_rates`, times a fitted scale, plus attention's
-    elements), the rate table measured once per framework and precision (seconds; kept in its cache file) for every
-    shape the trials and the ``--beyond`` size run. ``--no-gemm-rates``: without it.
+    at the rate measured for its shape, :mod:`bakeoff.measure.gemm_rates`, plus attention's elements and the
+    optimizer's parameters at fitted rates), the rate table measured once per framework and precision (seconds;
+    kept in its cache file) for every shape the trials and the ``--beyond`` size run. ``--no-gemm-rates``: without
+    it.
 Data parallel is predicted from the framework's one-device calibration at the same precision (all four sizes): the
 memory of one process (torch: a process a replica; TensorFlow's MirroredStrategy and JAX's mesh: one process holding
 both replicas) and the step's compute at the per-replica batch, with no communication term (a CPU has no stated
@@ -197,7 +198,7 @@ def one_device(results: list[TrialResult], framework: str, case: str,
             "calibrated": (row.calibrated_total - row.weights - row.optimizer) / memory - 1,
             "MFU": capacity.training_flops(shape_of(size), BATCH) / rate / step - 1,
             "calibrated step": flat_step(cal, shape_of(size), BATCH) / step - 1,
-            **({"by shape": row.calibrated_compute_s / step - 1} if cal.gemm_scale is not None else {})}))
+            **({"by shape": row.calibrated_compute_s / step - 1} if cal.rated else {})}))
     return out
 
 
@@ -241,7 +242,7 @@ def beyond(results: list[TrialResult], framework: str,
                 "count": (row.gradients + row.activations) / memory - 1,
                 "calibrated": (row.calibrated_total - row.weights - row.optimizer) / memory - 1,
                 "calibrated step": flat_step(cal, shape, batch) / step - 1,
-                **({"by shape": row.calibrated_compute_s / step - 1} if cal.gemm_scale is not None else {})}))
+                **({"by shape": row.calibrated_compute_s / step - 1} if cal.rated else {})}))
     return out
 
 
@@ -346,10 +347,11 @@ def main() -> None:
             for precision in ("fp32", "bf16"):
                 trials = [r for more in measured(results, framework, precision).values() for r in more]
                 for cal in capacity.calibrate(trials, rates):
-                    if cal.gemm_scale is not None:
+                    if cal.rated:
                         out.write(f"by shape, {framework} {precision} (all sizes): the GEMMs at this machine's rates "
-                                  f"× {cal.gemm_scale:.2f} + {cal.gemm_per_element * 1e9:.2f} ns an attention "
-                                  f"element; leave-one-out ≤ {cal.gemm_step_error:.0%}\n")
+                                  f"+ {cal.gemm_per_element * 1e9:.2f} ns an attention element + "
+                                  f"{cal.gemm_per_param * 1e9:.2f} ns a parameter; leave-one-out ≤ "
+                                  f"{cal.gemm_step_error:.0%}\n")
     for case in (*CASES, "beyond fp32", "beyond bf16"):
         found = {column: error for (c, column), error in worst.items() if c == case}
         if found:

@@ -383,10 +383,10 @@ def fake_rates(products, peak: float = 200e9, half: float = 1e9) -> dict:
 
 
 def test_a_rated_calibration_times_the_plans_own_gemms_at_their_rates():
-    """Trials whose step is exactly their GEMMs at a fake rate table plus elementwise work: the rated calibration
-    recovers scale 1 and the elementwise rate, and the plan's step at a larger size is its own GEMMs at the table's
-    rates — where one FLOP rate fitted on the small sizes is too long."""
-    per_element = 3e-9
+    """Trials whose step is exactly their GEMMs at a fake rate table plus elementwise work (attention's and the
+    optimizer's): the rated calibration recovers both rates, and the plan's step at a larger size is its own GEMMs at
+    the table's rates plus that work — where one FLOP rate fitted on the small sizes is too long."""
+    per_element, per_param = 3e-9, 5e-9
     shapes = {}
     for changes in SIZES:
         shape = capacity.trial_shape(sized_trials(sizes=[changes])[0])
@@ -395,13 +395,15 @@ def test_a_rated_calibration_times_the_plans_own_gemms_at_their_rates():
     table = fake_rates([g for products in shapes.values() for g in products] + capacity.gemms(paper, 8))
     trials = sized_trials(noise=0.0)
     trials = [dataclasses.replace(r, steady_step_s=capacity.gemm_seconds(shapes[capacity.trial_shape(r)], table)
-                                  + per_element * capacity.attention_elements(capacity.trial_shape(r), 32))
+                                  + per_element * capacity.attention_elements(capacity.trial_shape(r), 32)
+                                  + per_param * capacity.trial_shape(r).params)
               for r in trials]
     [cal] = capacity.calibrate(trials, {("torch", "fp32"): table})
-    assert cal.gemm_scale == pytest.approx(1.0) and cal.gemm_per_element == pytest.approx(per_element)
+    assert cal.rated and cal.gemm_per_element == pytest.approx(per_element)
+    assert cal.gemm_per_param == pytest.approx(per_param)
     assert cal.gemm_step_error < 1e-9 and "at this device's rates by shape" in cal.source
-    expected = capacity.gemm_seconds(capacity.gemms(paper, 8), table) + per_element * capacity.attention_elements(
-        paper, 8)
+    expected = (capacity.gemm_seconds(capacity.gemms(paper, 8), table)
+                + per_element * capacity.attention_elements(paper, 8) + per_param * paper.params)
     row = next(r for r in plan(paper, Machine(1, 16 * GB), 8, "fp32", calibrations=[cal],
                                rates={("torch", "fp32"): table}).rows if (r.framework, r.kind) == ("torch", "data"))
     assert row.calibrated_compute_s == pytest.approx(expected)

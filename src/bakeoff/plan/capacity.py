@@ -34,8 +34,9 @@ term says where it comes from, and the plan says what it leaves out. Sources:
   rate than small ones (PyTorch, 2 cores: 87 GFLOP/s at ``small``, 117 at ``paper``), so one rate fitted on small
   trials times a large step too long. Given a rate table (:mod:`bakeoff.measure.gemm_rates`: each GEMM shape a step
   runs, :func:`gemms`, timed once on the device per framework and precision, and kept), the calibrated step is the
-  sum over its GEMMs of FLOPs over the measured rate of that shape, times a fitted scale, plus the elementwise part
-  (:attr:`Calibration.gemm_scale`).
+  sum over its GEMMs of FLOPs over the measured rate of that shape, plus the calibrated elementwise part: attention's
+  softmax-sized work as above and the optimizer's, a rate per parameter updated (Adam reads and writes every
+  parameter, its gradient and two moments each step) (:attr:`Calibration.rated`).
 
 Strategies are pure: each uses every device in one way (data, sharded states, tensor, pipeline, parameter servers).
 The framework names are the APIs a user would call; where a framework ships no such strategy, the row says so.
@@ -311,10 +312,11 @@ class Calibration:
     :func:`attention_elements`). ``memory_error`` and ``step_error``: the worst |predicted / measured - 1| when each
     size is predicted from the other sizes only; ``largest_flops``: the FLOPs of the largest step it measured.
 
-    Given the device's GEMM rates by shape (:func:`calibrate`'s ``rates``), the step is also fitted as
-    ``gemm_scale × (its GEMMs, each at its shape's measured rate) + gemm_per_element × elements``
-    (:func:`gemm_seconds`), with its own leave-one-out error (``gemm_step_error``); a plan then times its own GEMMs
-    the same way, and so follows the FLOP rate up as the matrices grow."""
+    Given the device's GEMM rates by shape (:func:`calibrate`'s ``rates``: ``rated``), the step is also fitted as
+    its GEMMs each at its shape's measured rate (:func:`gemm_seconds`) ``+ gemm_per_element × elements +
+    gemm_per_param × parameters updated`` (the elementwise part: attention's softmax-sized work and the optimizer's),
+    with its own leave-one-out error (``gemm_step_error``); a plan then times its own GEMMs the same way, and so
+    follows the FLOP rate up as the matrices grow."""
 
     framework: str
     precision: str
@@ -329,8 +331,9 @@ class Calibration:
     memory_error: float
     step_error: float
     largest_flops: float = 0.0
-    gemm_scale: float | None = None  # None: no rate table was given, the step is FLOPs at one rate
+    rated: bool = False  # False: no rate table was given, the step is FLOPs at one rate
     gemm_per_element: float = 0.0
+    gemm_per_param: float = 0.0
     gemm_step_error: float | None = None
 
     def memory(self, count: float) -> float:
@@ -339,15 +342,17 @@ class Calibration:
     def step(self, flops: float, elements: float) -> float:
         return self.per_flop * flops + self.per_element * elements
 
-    def rated_step(self, gemm_s: float, elements: float) -> float:
-        """The step from its GEMMs' time at the device's own rates by shape (:func:`gemm_seconds`)."""
-        return (self.gemm_scale or 0.0) * gemm_s + self.gemm_per_element * elements
+    def rated_step(self, gemm_s: float, elements: float, params: float) -> float:
+        """The step from its GEMMs' time at the device's own rates by shape (:func:`gemm_seconds`), plus the
+        elementwise part: attention's ``elements`` and the optimizer's ``params`` updated."""
+        return gemm_s + self.gemm_per_element * elements + self.gemm_per_param * params
 
     @property
     def source(self) -> str:
         step = (f"≤ {self.step_error:.0%} step" if self.gemm_step_error is None else
-                f"≤ {self.gemm_step_error:.0%} step (its GEMMs at this device's rates by shape × "
-                f"{self.gemm_scale:.2f}, plus the elementwise work)")
+                f"≤ {self.gemm_step_error:.0%} step (its GEMMs at this device's rates by shape, plus attention's "
+                f"elementwise work at {self.gemm_per_element * 1e9:.2g} ns an element and the optimizer's at "
+                f"{self.gemm_per_param * 1e9:.2g} ns a parameter)")
         return (f"calibrated on {self.device} ({self.framework} {self.execution}, {self.precision}): {self.trials} "
                 f"trials at {self.sizes} sizes; leave-one-out error ≤ {self.memory_error:.0%} memory, {step}")
 
@@ -366,6 +371,7 @@ class Point:
     memory: float
     step: float
     gemm_s: float | None = None  # its GEMMs at the device's rates by shape (:func:`gemm_seconds`), when known
+    params: float = 0.0  # parameters the optimizer updates
 
 
 EXTRAPOLATED = 4.0
@@ -386,7 +392,8 @@ def point(shape: Shape, batch: float, precision: str, memory: float, step: float
     count = (4 * shape.params + shape.layers * layer_activations(shape, batch, BYTES[precision], fused=False)
              + (shape.seq * batch * shape.vocab * (BYTES[precision] + 4) if shape.lm_head else 0))
     gemm_s = gemm_seconds(gemms(shape, batch), rates) if rates is not None else None
-    return Point(count, training_flops(shape, batch), attention_elements(shape, batch), memory, step, gemm_s)
+    return Point(count, training_flops(shape, batch), attention_elements(shape, batch), memory, step, gemm_s,
+                 shape.params)
 
 
 def _fit_two(xs: Sequence[tuple[float, float]], ys: Sequence[float]) -> tuple[float, float]:
@@ -428,15 +435,16 @@ def leave_one_out(points: Sequence[Point]) -> list[tuple[float, float]]:
 
 
 def fit_rated(points: Sequence[Point]) -> tuple[float, float, float]:
-    """(gemm_scale, gemm_per_element, worst leave-one-out step error) of the step fitted on its GEMMs' time at the
-    device's rates by shape and its elementwise work; every point needs its ``gemm_s``."""
+    """(gemm_per_element, gemm_per_param, worst leave-one-out step error): the step less its GEMMs' time at the
+    device's rates by shape, fitted as attention's elementwise work and the optimizer's per parameter; every point
+    needs its ``gemm_s``."""
     def two(some: Sequence[Point]) -> tuple[float, float]:
-        return _fit_two([(q.gemm_s or 0.0, q.elements) for q in some], [q.step for q in some])
+        return _fit_two([(q.elements, q.params) for q in some], [q.step - (q.gemm_s or 0.0) for q in some])
 
     errors = []
     for i, held in enumerate(points):
-        k, e = two([q for j, q in enumerate(points) if j != i])
-        errors.append(abs((k * (held.gemm_s or 0.0) + e * held.elements) / held.step - 1))
+        e, p = two([q for j, q in enumerate(points) if j != i])
+        errors.append(abs(((held.gemm_s or 0.0) + e * held.elements + p * held.params) / held.step - 1))
     return (*two(points), max(errors))
 
 
@@ -462,7 +470,7 @@ def calibrate(results: Iterable[TrialResult],
     :data:`MIN_SIZES` distinct sizes (shape and batch). Where a framework has several groups at one precision, the
     one with the most sizes wins (then the most trials). ``rates``: (framework, precision) -> the GEMM rates by
     shape of the device the trials ran on (:mod:`bakeoff.measure.gemm_rates`); where they cover every size's
-    GEMMs, the step is also fitted on them (:attr:`Calibration.gemm_scale`)."""
+    GEMMs, the step is also fitted on them (:attr:`Calibration.rated`)."""
     groups: dict[tuple[str, str, str, str, str], dict[tuple[Shape, int], list[tuple[float, float]]]] = {}
     for r in results:
         spec = r.spec
@@ -489,8 +497,8 @@ def calibrate(results: Iterable[TrialResult],
         points = [point(shape, batch, precision, _median([m for m, _ in runs]), _median([s for _, s in runs]), table)
                   for (shape, batch), runs in sizes.items()]
         errors = leave_one_out(points)
-        rated = (dict(zip(("gemm_scale", "gemm_per_element", "gemm_step_error"), fit_rated(points), strict=True))
-                 if all(q.gemm_s for q in points) else {})
+        rated = (dict(zip(("gemm_per_element", "gemm_per_param", "gemm_step_error"), fit_rated(points), strict=True),
+                      rated=True) if all(q.gemm_s for q in points) else {})
         cal = Calibration(framework, precision, execution, device, len(points), sum(map(len, sizes.values())),
                           *fit(points), memory_error=max(abs(m) for m, _ in errors),
                           step_error=max(abs(s) for _, s in errors), largest_flops=max(q.flops for q in points),
@@ -588,7 +596,7 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
     on the machine they ran on (:func:`calibrate`) — given, the plan's devices are that machine's, and each
     framework's rows also get the calibrated memory and step (from its calibration at the plan's precision);
     ``rates``: (framework, precision) -> that machine's GEMM rates by shape, covering this plan's GEMMs, for a
-    calibration fitted on them (:attr:`Calibration.gemm_scale`)."""
+    calibration fitted on them (:attr:`Calibration.rated`)."""
     applied = {c.framework: c for c in calibrations if c.precision == precision}
     if precision not in BYTES:
         raise PlanError(f"precision={precision!r}: give one of {', '.join(BYTES)}")
@@ -680,12 +688,13 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
             elements = attention_elements(shape, batch / n, recompute)
             table = (rates or {}).get((strategy.framework, precision))
             gemm_s = (gemm_seconds(gemms(shape, batch / n, recompute), table)
-                      if cal.gemm_scale is not None and table is not None else None)
-            if gemm_s is not None:
-                row.calibrated_compute_s = cal.rated_step(gemm_s, elements) * bubble
+                      if cal.rated and table is not None else None)
+            if gemm_s is not None:  # the optimizer updates the parameters whose state this device holds
+                updated = 0.0 if kind == "parameter_server" else shape.params / (1 if kind == "data" else n)
+                row.calibrated_compute_s = cal.rated_step(gemm_s, elements, updated) * bubble
             else:
                 row.calibrated_compute_s = cal.step(flops, elements) * bubble
-            if cal.gemm_scale is not None and gemm_s is None:
+            if cal.rated and gemm_s is None:
                 row.notes.append(f"calibrated step ({strategy.framework}): FLOPs at one rate, as no rate table of "
                                  "this plan's GEMM shapes was measured on that machine")
             if gemm_s is None and cal.largest_flops and flops > EXTRAPOLATED * cal.largest_flops:
