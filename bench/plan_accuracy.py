@@ -21,7 +21,7 @@ Step time — against the trial's steady step:
     another): the plan's before #49;
   * ``by shape``: the plan's calibrated compute from this machine's own GEMM rates by shape (each GEMM of the step
     at the rate measured for its shape, :mod:`bakeoff.measure.gemm_rates`, plus attention's elements and the
-    optimizer's parameters at fitted rates), the rate table measured once per framework and precision (seconds;
+    layers' activations at fitted rates), the rate table measured once per framework and precision (seconds;
     kept in its cache file) for every shape the trials and the ``--beyond`` size run. ``--no-gemm-rates``: without
     it.
 Data parallel is predicted from the framework's one-device calibration at the same precision (all four sizes): the
@@ -350,7 +350,7 @@ def main() -> None:
                     if cal.rated:
                         out.write(f"by shape, {framework} {precision} (all sizes): the GEMMs at this machine's rates "
                                   f"+ {cal.gemm_per_element * 1e9:.2f} ns an attention element + "
-                                  f"{cal.gemm_per_param * 1e9:.2f} ns a parameter; leave-one-out ≤ "
+                                  f"{cal.gemm_per_activation * 1e9:.2f} ns an activation element; leave-one-out ≤ "
                                   f"{cal.gemm_step_error:.0%}\n")
     for case in (*CASES, "beyond fp32", "beyond bf16"):
         found = {column: error for (c, column), error in worst.items() if c == case}

@@ -384,9 +384,9 @@ def fake_rates(products, peak: float = 200e9, half: float = 1e9) -> dict:
 
 def test_a_rated_calibration_times_the_plans_own_gemms_at_their_rates():
     """Trials whose step is exactly their GEMMs at a fake rate table plus elementwise work (attention's and the
-    optimizer's): the rated calibration recovers both rates, and the plan's step at a larger size is its own GEMMs at
-    the table's rates plus that work — where one FLOP rate fitted on the small sizes is too long."""
-    per_element, per_param = 3e-9, 5e-9
+    layers' activations'): the rated calibration recovers both rates, and the plan's step at a larger size is its
+    own GEMMs at the table's rates plus that work — where one FLOP rate fitted on the small sizes is too long."""
+    per_element, per_activation = 3e-9, 5e-9
     shapes = {}
     for changes in SIZES:
         shape = capacity.trial_shape(sized_trials(sizes=[changes])[0])
@@ -396,14 +396,15 @@ def test_a_rated_calibration_times_the_plans_own_gemms_at_their_rates():
     trials = sized_trials(noise=0.0)
     trials = [dataclasses.replace(r, steady_step_s=capacity.gemm_seconds(shapes[capacity.trial_shape(r)], table)
                                   + per_element * capacity.attention_elements(capacity.trial_shape(r), 32)
-                                  + per_param * capacity.trial_shape(r).params)
+                                  + per_activation * capacity.activation_elements(capacity.trial_shape(r), 32))
               for r in trials]
     [cal] = capacity.calibrate(trials, {("torch", "fp32"): table})
     assert cal.rated and cal.gemm_per_element == pytest.approx(per_element)
-    assert cal.gemm_per_param == pytest.approx(per_param)
+    assert cal.gemm_per_activation == pytest.approx(per_activation)
     assert cal.gemm_step_error < 1e-9 and "at this device's rates by shape" in cal.source
     expected = (capacity.gemm_seconds(capacity.gemms(paper, 8), table)
-                + per_element * capacity.attention_elements(paper, 8) + per_param * paper.params)
+                + per_element * capacity.attention_elements(paper, 8)
+                + per_activation * capacity.activation_elements(paper, 8))
     row = next(r for r in plan(paper, Machine(1, 16 * GB), 8, "fp32", calibrations=[cal],
                                rates={("torch", "fp32"): table}).rows if (r.framework, r.kind) == ("torch", "data"))
     assert row.calibrated_compute_s == pytest.approx(expected)

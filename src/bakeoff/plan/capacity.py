@@ -35,8 +35,8 @@ term says where it comes from, and the plan says what it leaves out. Sources:
   trials times a large step too long. Given a rate table (:mod:`bakeoff.measure.gemm_rates`: each GEMM shape a step
   runs, :func:`gemms`, timed once on the device per framework and precision, and kept), the calibrated step is the
   sum over its GEMMs of FLOPs over the measured rate of that shape, plus the calibrated elementwise part: attention's
-  softmax-sized work as above and the optimizer's, a rate per parameter updated (Adam reads and writes every
-  parameter, its gradient and two moments each step) (:attr:`Calibration.rated`).
+  softmax-sized work as above, and the work over each layer's ``(tokens, width)`` activations (LayerNorms,
+  residuals, biases, dropout: :func:`activation_elements`), each at a fitted rate (:attr:`Calibration.rated`).
 
 Strategies are pure: each uses every device in one way (data, sharded states, tensor, pipeline, parameter servers).
 The framework names are the APIs a user would call; where a framework ships no such strategy, the row says so.
@@ -237,6 +237,13 @@ def attention_elements(shape: Shape, batch: float, recompute: bool = False) -> f
     return (4 / 3 if recompute else 1.0) * shape.heads * shape.seq ** 2 * batch * shape.layers
 
 
+def activation_elements(shape: Shape, batch: float, recompute: bool = False) -> float:
+    """Elements of each layer's ``(tokens, width)`` activations a step computes, ``batch·s·h`` a layer: the
+    memory-bound work over them (LayerNorms, residual adds, biases, dropout, forward and backward) that a
+    calibration times apart from the GEMMs, as :func:`attention_elements` is the softmax's."""
+    return (4 / 3 if recompute else 1.0) * batch * shape.seq * shape.width * shape.layers
+
+
 @dataclasses.dataclass(frozen=True)
 class Gemm:
     """``count`` products a training step runs of ``batch`` independent ``(m, k) @ (k, n)`` matrices, 2·m·n·k FLOPs
@@ -314,7 +321,8 @@ class Calibration:
 
     Given the device's GEMM rates by shape (:func:`calibrate`'s ``rates``: ``rated``), the step is also fitted as
     its GEMMs each at its shape's measured rate (:func:`gemm_seconds`) ``+ gemm_per_element × elements +
-    gemm_per_param × parameters updated`` (the elementwise part: attention's softmax-sized work and the optimizer's),
+    gemm_per_activation × activation elements`` (the elementwise part: attention's softmax-sized work and the
+    work over the layers' activations, :func:`activation_elements`),
     with its own leave-one-out error (``gemm_step_error``); a plan then times its own GEMMs the same way, and so
     follows the FLOP rate up as the matrices grow."""
 
@@ -333,7 +341,7 @@ class Calibration:
     largest_flops: float = 0.0
     rated: bool = False  # False: no rate table was given, the step is FLOPs at one rate
     gemm_per_element: float = 0.0
-    gemm_per_param: float = 0.0
+    gemm_per_activation: float = 0.0
     gemm_step_error: float | None = None
 
     def memory(self, count: float) -> float:
@@ -342,17 +350,17 @@ class Calibration:
     def step(self, flops: float, elements: float) -> float:
         return self.per_flop * flops + self.per_element * elements
 
-    def rated_step(self, gemm_s: float, elements: float, params: float) -> float:
+    def rated_step(self, gemm_s: float, elements: float, activations: float) -> float:
         """The step from its GEMMs' time at the device's own rates by shape (:func:`gemm_seconds`), plus the
-        elementwise part: attention's ``elements`` and the optimizer's ``params`` updated."""
-        return gemm_s + self.gemm_per_element * elements + self.gemm_per_param * params
+        elementwise part: attention's ``elements`` and the layers' ``activations`` (:func:`activation_elements`)."""
+        return gemm_s + self.gemm_per_element * elements + self.gemm_per_activation * activations
 
     @property
     def source(self) -> str:
         step = (f"≤ {self.step_error:.0%} step" if self.gemm_step_error is None else
                 f"≤ {self.gemm_step_error:.0%} step (its GEMMs at this device's rates by shape, plus attention's "
-                f"elementwise work at {self.gemm_per_element * 1e9:.2g} ns an element and the optimizer's at "
-                f"{self.gemm_per_param * 1e9:.2g} ns a parameter)")
+                f"elementwise work at {self.gemm_per_element * 1e9:.2g} ns an element and the activations' at "
+                f"{self.gemm_per_activation * 1e9:.2g} ns an element)")
         return (f"calibrated on {self.device} ({self.framework} {self.execution}, {self.precision}): {self.trials} "
                 f"trials at {self.sizes} sizes; leave-one-out error ≤ {self.memory_error:.0%} memory, {step}")
 
@@ -371,7 +379,7 @@ class Point:
     memory: float
     step: float
     gemm_s: float | None = None  # its GEMMs at the device's rates by shape (:func:`gemm_seconds`), when known
-    params: float = 0.0  # parameters the optimizer updates
+    activations: float = 0.0  # elements of the layers' (tokens, width) activations (:func:`activation_elements`)
 
 
 EXTRAPOLATED = 4.0
@@ -393,7 +401,7 @@ def point(shape: Shape, batch: float, precision: str, memory: float, step: float
              + (shape.seq * batch * shape.vocab * (BYTES[precision] + 4) if shape.lm_head else 0))
     gemm_s = gemm_seconds(gemms(shape, batch), rates) if rates is not None else None
     return Point(count, training_flops(shape, batch), attention_elements(shape, batch), memory, step, gemm_s,
-                 shape.params)
+                 activation_elements(shape, batch))
 
 
 def _fit_two(xs: Sequence[tuple[float, float]], ys: Sequence[float]) -> tuple[float, float]:
@@ -435,16 +443,16 @@ def leave_one_out(points: Sequence[Point]) -> list[tuple[float, float]]:
 
 
 def fit_rated(points: Sequence[Point]) -> tuple[float, float, float]:
-    """(gemm_per_element, gemm_per_param, worst leave-one-out step error): the step less its GEMMs' time at the
-    device's rates by shape, fitted as attention's elementwise work and the optimizer's per parameter; every point
-    needs its ``gemm_s``."""
+    """(gemm_per_element, gemm_per_activation, worst leave-one-out step error): the step less its GEMMs' time at the
+    device's rates by shape, fitted as attention's elementwise work and the work over the layers' activations;
+    every point needs its ``gemm_s``."""
     def two(some: Sequence[Point]) -> tuple[float, float]:
-        return _fit_two([(q.elements, q.params) for q in some], [q.step - (q.gemm_s or 0.0) for q in some])
+        return _fit_two([(q.elements, q.activations) for q in some], [q.step - (q.gemm_s or 0.0) for q in some])
 
     errors = []
     for i, held in enumerate(points):
-        e, p = two([q for j, q in enumerate(points) if j != i])
-        errors.append(abs(((held.gemm_s or 0.0) + e * held.elements + p * held.params) / held.step - 1))
+        e, a = two([q for j, q in enumerate(points) if j != i])
+        errors.append(abs(((held.gemm_s or 0.0) + e * held.elements + a * held.activations) / held.step - 1))
     return (*two(points), max(errors))
 
 
@@ -497,7 +505,8 @@ def calibrate(results: Iterable[TrialResult],
         points = [point(shape, batch, precision, _median([m for m, _ in runs]), _median([s for _, s in runs]), table)
                   for (shape, batch), runs in sizes.items()]
         errors = leave_one_out(points)
-        rated = (dict(zip(("gemm_per_element", "gemm_per_param", "gemm_step_error"), fit_rated(points), strict=True),
+        rated = (dict(zip(("gemm_per_element", "gemm_per_activation", "gemm_step_error"), fit_rated(points),
+                          strict=True),
                       rated=True) if all(q.gemm_s for q in points) else {})
         cal = Calibration(framework, precision, execution, device, len(points), sum(map(len, sizes.values())),
                           *fit(points), memory_error=max(abs(m) for m, _ in errors),
@@ -689,9 +698,9 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
             table = (rates or {}).get((strategy.framework, precision))
             gemm_s = (gemm_seconds(gemms(shape, batch / n, recompute), table)
                       if cal.rated and table is not None else None)
-            if gemm_s is not None:  # the optimizer updates the parameters whose state this device holds
-                updated = 0.0 if kind == "parameter_server" else shape.params / (1 if kind == "data" else n)
-                row.calibrated_compute_s = cal.rated_step(gemm_s, elements, updated) * bubble
+            if gemm_s is not None:
+                row.calibrated_compute_s = cal.rated_step(gemm_s, elements,
+                                                          activation_elements(shape, batch / n, recompute)) * bubble
             else:
                 row.calibrated_compute_s = cal.step(flops, elements) * bubble
             if cal.rated and gemm_s is None:
