@@ -25,8 +25,9 @@ framework exits 2 naming what to give.
 Calibrated: with --store and no --flops, the plan is for the machine the stored trials ran on. Each framework's
 text-classifier trials at 3 or more sizes (e.g. `bakeoff run --preset tiny` and `--set d_model=128`, ...) fit its
 memory (a fixed working memory + a scale of the count) and its step (its GEMMs at this machine's own rates by
-shape, measured once in a child process per framework and kept in ~/.cache/bakeoff/gemm_rates.json, plus
-attention's elementwise work; --no-gemm-rates: at one FLOP rate); each fit states its leave-one-out error.
+shape, measured once in a child process per framework and kept in ~/.cache/bakeoff/gemm_rates.json, plus the
+elementwise work over attention's scores and the layers' activations; --no-gemm-rates: at one FLOP rate); each fit
+states its leave-one-out error.
 bench/plan_accuracy.py checks them against fresh trials.
 
 The shape: --preset (text_classifier's: tiny, small, paper), or --layers/--width/--heads (with --ffn, --seq,
