@@ -274,6 +274,7 @@ def test_bakeoff_plan_store_calibrates_for_the_machine_the_trials_ran_on(tmp_pat
     ({"preset": "tiny", "batch": 8, "memory": "8GB", "recompute": "yes"}, "recompute='yes': give true or false"),
     ({"preset": "tiny", "batch": 8}, "memory: required"),
     ({"layers": 4, "batch": 8, "memory": "8GB"}, "layers needs width"),
+    ({"preset": "tiny", "batch": 8, "memory": "8GB", "device_kind": "tpu"}, "device_kind='tpu': give gpu or cpu"),
 ])
 def test_a_plans_fields_are_checked_by_name_and_type(fields, message):
     with pytest.raises(PlanError, match=re.escape(message)):
