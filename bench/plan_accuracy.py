@@ -17,7 +17,13 @@ memory baseline) against the trial's measured ``memory_increment_bytes`` (reside
     working memory + scale × count.
 Step time — against the trial's steady step:
   * ``MFU``: the step's FLOPs at the median FLOP rate of the other sizes (the plan's way with a measured MFU);
-  * ``calibrated``: the plan's calibrated compute (FLOPs at one fitted rate, attention's elements at another).
+  * ``calibrated``: the calibrated compute with one FLOP rate (FLOPs at one fitted rate, attention's elements at
+    another): the plan's before #49;
+  * ``by shape``: the plan's calibrated compute from this machine's own GEMM rates by shape (each GEMM of the step
+    at the rate measured for its shape, :mod:`bakeoff.measure.gemm_rates`, plus attention's elements and the
+    layers' activations at fitted rates), the rate table measured once per framework and precision (seconds;
+    kept in its cache file) for every shape the trials and the ``--beyond`` size run. ``--no-gemm-rates``: without
+    it.
 Data parallel is predicted from the framework's one-device calibration at the same precision (all four sizes): the
 memory of one process (torch: a process a replica; TensorFlow's MirroredStrategy and JAX's mesh: one process holding
 both replicas) and the step's compute at the per-replica batch, with no communication term (a CPU has no stated
@@ -25,10 +31,12 @@ bandwidth): what the error is then is what the plan cannot know of this machine'
 
 Run: .venv/bin/python bench/plan_accuracy.py [--frameworks torch,tensorflow,jax] [--cases fp32,bf16,dp2]
 [--sizes 2x64/s128,...] [--steps 30] [--repeats N] [--beyond PRESET:BATCH] [--save F | --load F [F ...]]
+[--no-gemm-rates]
 (``--save`` keeps every trial's result as JSON, ``--load`` recomputes the tables from one or more such files, their
-trials pooled, without running a trial; ``--sizes`` runs some of the suite's sizes only, to add rounds of them;
-``--beyond paper:8`` also runs a size none of the suite's is, at each of ``--beyond-precisions`` [fp32], predicted
-from all of them).
+trials pooled, without running a trial but ``--beyond``'s; ``--sizes`` runs some of the suite's sizes only, to add
+rounds of them; ``--beyond paper:8`` also runs a size none of the suite's is, at each of ``--beyond-precisions``
+[fp32], predicted from all of them: a precision whose suite sizes are neither run nor loaded (``--cases ''``) has
+them run once first, since the prediction is calibrated on them).
 On a GPU (``--device cuda``, when one is lent) the same comparison reads what the trials record there: the memory
 increment from the framework's allocator counters (``torch.cuda.max_memory_allocated``, TensorFlow's
 ``get_memory_info`` peak, JAX's ``memory_stats``), which hold the tensors the count counts and not the CPU's arenas,
@@ -44,12 +52,14 @@ import json
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from bakeoff.core import registry
 from bakeoff.core.identity import identify
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec
+from bakeoff.measure import gemm_rates
 from bakeoff.plan import capacity
 from bakeoff.plan.suite import load_suite
 from bakeoff.run.executors import local
@@ -136,24 +146,50 @@ def medians(trials: list[TrialResult]) -> tuple[float, float]:
 
 
 def row_of(framework: str, size: str, precision: str, devices: int, cal: capacity.Calibration,
-           shape: capacity.Shape | None = None, batch: int = BATCH) -> capacity.Row:
+           shape: capacity.Shape | None = None, batch: int = BATCH, rates: Rates = None) -> capacity.Row:
     result = capacity.plan(shape or shape_of(size), capacity.Machine(devices, 1e12), batch, precision, fused=False,
-                           calibrations=[cal])
+                           calibrations=[cal], rates=rates)
     return next(r for r in result.rows if (r.framework, r.kind) == (framework, "data"))
 
 
-def one_device(results: list[TrialResult], framework: str, case: str) -> list[tuple[str, float, dict[str, float]]]:
+Rates = dict[tuple[str, str], dict[tuple[int, int, int, int], float]] | None
+
+
+def measure_rates(results: list[TrialResult], device: str) -> dict[tuple[str, str], dict]:
+    """This machine's GEMM rates by shape for every framework and precision among ``results``, covering each
+    successful trial's GEMMs (:mod:`bakeoff.measure.gemm_rates`: measured once, then read from its cache)."""
+    needs: dict[tuple[str, str], set] = {}
+    for r in results:
+        if r.status.value == "ok" and (shape := capacity.trial_shape(r)) is not None:
+            needs.setdefault((r.spec["framework"], r.spec["precision"]), set()).update(
+                g.key for g in capacity.gemms(shape, int(r.spec["batch_size"])))
+    out = {}
+    for (framework, precision), keys in needs.items():
+        t0 = time.perf_counter()
+        out[framework, precision] = gemm_rates.rates(framework, precision, sorted(keys), device=device)
+        sys.stdout.write(f"  GEMM rates {framework} {precision}: {len(out[framework, precision])} of {len(keys)} "
+                         f"shapes in {time.perf_counter() - t0:.1f} s (kept in {gemm_rates.cache_path()})\n")
+    return out
+
+
+def flat_step(cal: capacity.Calibration, shape: capacity.Shape, batch: int) -> float:
+    """The calibrated step with one FLOP rate (the plan's before #49)."""
+    return cal.step(capacity.training_flops(shape, batch), capacity.attention_elements(shape, batch))
+
+
+def one_device(results: list[TrialResult], framework: str, case: str,
+               rates: Rates = None) -> list[tuple[str, float, dict[str, float]]]:
     """Each size: its measured (increment, step) and each column's error, from the other sizes' calibration."""
     precision = CASES[case][0]
     mine = measured(results, framework, case)
     out = []
     for size, trials in mine.items():
         others = [o for s, more in mine.items() if s != size for o in more]
-        cals = capacity.calibrate(others)
+        cals = capacity.calibrate(others, rates)
         if not cals:
             continue
         [cal] = cals
-        row = row_of(framework, size, precision, 1, cal)
+        row = row_of(framework, size, precision, 1, cal, rates=rates)
         memory, step = medians(trials)
         rate = statistics.median(capacity.training_flops(capacity.trial_shape(o), BATCH) / o.steady_step_s
                                  for o in others)
@@ -161,7 +197,8 @@ def one_device(results: list[TrialResult], framework: str, case: str) -> list[tu
             "count": (row.gradients + row.activations) / memory - 1,
             "calibrated": (row.calibrated_total - row.weights - row.copy - row.optimizer) / memory - 1,
             "MFU": capacity.training_flops(shape_of(size), BATCH) / rate / step - 1,
-            "calibrated step": row.calibrated_compute_s / step - 1}))
+            "calibrated step": flat_step(cal, shape_of(size), BATCH) / step - 1,
+            **({"by shape": row.calibrated_compute_s / step - 1} if cal.rated else {})}))
     return out
 
 
@@ -182,14 +219,15 @@ def data_parallel(results: list[TrialResult], framework: str) -> list[tuple[str,
     return out
 
 
-def beyond(results: list[TrialResult], framework: str) -> list[tuple[str, str, float, float, dict[str, float]]]:
+def beyond(results: list[TrialResult], framework: str,
+           rates: Rates = None) -> list[tuple[str, str, float, float, dict[str, float]]]:
     """Each ``--beyond`` trial (a shape none of the suite's sizes has) predicted through the plan from the
     framework's one-device calibration of all its sizes at the trial's precision: the plan's real use, a size it
     never saw. (precision, size, measured increment, measured step, errors)."""
     out = []
     for precision in ("fp32", "bf16"):
         trials = [r for more in measured(results, framework, precision).values() for r in more]
-        cals = capacity.calibrate(trials)
+        cals = capacity.calibrate(trials, rates)
         if not cals:
             continue
         [cal] = cals
@@ -198,12 +236,13 @@ def beyond(results: list[TrialResult], framework: str) -> list[tuple[str, str, f
                     or size_of(r) is not None or r.memory_increment_bytes is None or not r.steady_step_s):
                 continue
             shape, batch = capacity.trial_shape(r), int(r.spec["batch_size"])
-            row = row_of(framework, "", precision, 1, cal, shape, batch)
+            row = row_of(framework, "", precision, 1, cal, shape, batch, rates)
             memory, step = float(r.memory_increment_bytes), float(r.steady_step_s)
             out.append((precision, f"{r.spec['preset']}/b{batch}", memory, step, {
                 "count": (row.gradients + row.activations) / memory - 1,
                 "calibrated": (row.calibrated_total - row.weights - row.copy - row.optimizer) / memory - 1,
-                "calibrated step": row.calibrated_compute_s / step - 1}))
+                "calibrated step": flat_step(cal, shape, batch) / step - 1,
+                **({"by shape": row.calibrated_compute_s / step - 1} if cal.rated else {})}))
     return out
 
 
@@ -245,6 +284,8 @@ def main() -> None:
     parser.add_argument("--save", type=Path, help="keep every trial's result in this JSON file")
     parser.add_argument("--load", type=Path, nargs="+", help="recompute the tables from the results of one or more "
                                                              "files --save kept (their trials pooled)")
+    parser.add_argument("--no-gemm-rates", action="store_true",
+                        help="no 'by shape' column: do not measure (or read) this machine's GEMM rates by shape")
     args = parser.parse_args()
     if args.load:
         kept = [json.loads(path.read_text()) for path in args.load]
@@ -259,12 +300,17 @@ def main() -> None:
         results = (measure(frameworks, [c for c in args.cases.split(",") if c], args.steps, args.repeats, args.device,
                            args.sizes.split(",")) if args.cases else [])
         steps = str(args.steps)
-    if args.beyond and not args.load:
+    if args.beyond:
         preset, _, batch = args.beyond.partition(":")
         precisions = args.beyond_precisions.split(",")
         if set(precisions) - {"fp32", "bf16"}:
             parser.error(f"--beyond-precisions {args.beyond_precisions}: accepted fp32, bf16")
+        uncalibrated = [p for p in precisions if not any(measured(results, f, p) for f in frameworks)]
+        if uncalibrated:  # the prediction is calibrated on the suite's sizes: run them once at those precisions
+            sys.stdout.write(f"  calibrating --beyond: the suite's sizes at {', '.join(uncalibrated)}\n")
+            results += measure(frameworks, uncalibrated, args.steps, 1, args.device, list(SIZES))
         results += measure_beyond(frameworks, preset, int(batch or BATCH), precisions, args.steps, args.device)
+    rates = None if args.no_gemm_rates else measure_rates(results, args.device)
     if args.save:
         args.save.write_text(json.dumps({"steps": args.steps, "batch": BATCH,
                                          "results": [r.to_dict() for r in results]}))
@@ -273,28 +319,39 @@ def main() -> None:
               "(a size's median when it has several); errors are predicted / measured - 1; one device: each size "
               "predicted from the framework's other sizes (leave one out)\n")
     out.write(f"{'case':6}{'framework':11}{'size':10}{'memory':>10}{'count':>8}{'calibrated':>12}"
-              f"{'step':>10}{'MFU':>8}{'calibrated':>12}\n")
+              f"{'step':>10}{'MFU':>8}{'calibrated':>12}{'by shape':>10}\n")
     worst: dict[tuple[str, str], float] = {}
     for case in CASES:
         for framework in frameworks:
-            rows = (data_parallel(results, framework) if case == "dp2" else one_device(results, framework, case))
+            rows = (data_parallel(results, framework) if case == "dp2" else one_device(results, framework, case, rates))
             for size, memory, step, errors in rows:
                 for column, error in errors.items():
                     worst[case, column] = max(worst.get((case, column), 0.0), abs(error))
                 cells = [f"{errors[c]:>+{w}.0%}" if c in errors else f"{'—':>{w}}"
                          for c, w in (("count", 8), ("calibrated", 12))]
                 steps_cells = [f"{errors[c]:>+{w}.0%}" if c in errors else f"{'—':>{w}}"
-                               for c, w in (("MFU", 8), ("calibrated step", 12))]
+                               for c, w in (("MFU", 8), ("calibrated step", 12), ("by shape", 10))]
                 out.write(f"{case:6}{framework:11}{size:10}{memory / 2**20:>7.0f}MiB{''.join(cells)}"
                           f"{step * 1e3:>8.0f}ms{''.join(steps_cells)}\n")
     for framework in frameworks:
-        for precision, size, memory, step, errors in beyond(results, framework):
+        for precision, size, memory, step, errors in beyond(results, framework, rates):
             case = f"beyond {precision}"
             for column, error in errors.items():
                 worst[case, column] = max(worst.get((case, column), 0.0), abs(error))
             out.write(f"{'beyond':7}{framework:11}{size + ' ' + precision:13}{memory / 2**20:>6.0f}MiB"
                       f"{errors['count']:>+8.0%}{errors['calibrated']:>+12.0%}{step * 1e3:>8.0f}ms{'—':>8}"
-                      f"{errors['calibrated step']:>+12.0%}\n")
+                      f"{errors['calibrated step']:>+12.0%}"
+                      + (f"{errors['by shape']:>+10.0%}" if "by shape" in errors else f"{'—':>10}") + "\n")
+    if rates:
+        for framework in frameworks:
+            for precision in ("fp32", "bf16"):
+                trials = [r for more in measured(results, framework, precision).values() for r in more]
+                for cal in capacity.calibrate(trials, rates):
+                    if cal.rated:
+                        out.write(f"by shape, {framework} {precision} (all sizes): the GEMMs at this machine's rates "
+                                  f"+ {cal.gemm_per_element * 1e9:.2f} ns an attention element + "
+                                  f"{cal.gemm_per_activation * 1e9:.2f} ns an activation element; leave-one-out ≤ "
+                                  f"{cal.gemm_step_error:.0%}\n")
     for case in (*CASES, "beyond fp32", "beyond bf16"):
         found = {column: error for (c, column), error in worst.items() if c == case}
         if found:

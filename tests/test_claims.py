@@ -200,10 +200,13 @@ def test_a_claim_needing_gpus_this_machine_lacks_says_so_with_the_plans_answer()
     v = verdict_of(text, [], gpus=0)
     assert v.verdict == "needs hardware" and "needs 8 GPUs; this machine has 0" in v.findings[0].why
     assert "a prediction, not a measurement" in v.notes[0] and "on 8 × 80.0 GB" in v.notes[0]
-    assert "fits" in v.notes[0] and "no MFU of tensorflow in the store" in v.notes[1]
+    assert "fits" in v.notes[0] and "tensorflow: no MFU measured on a GPU" in v.notes[1]
     assert "recipe keras-mixed: 4+2/4/8 B a parameter" in v.notes[0]  # MirroredStrategy under mixed_bfloat16
-    # With a measured MFU the plan predicts a speed-up, still not a verdict
-    v = verdict_of(text, [], gpus=0, mfu={"tensorflow": (0.4, "stated in the test")})
+    # A CPU's MFU is not a GPU's (#49): the plan's GPUs get no time from it, and it says so
+    v = verdict_of(text, [], gpus=0, mfu={"tensorflow": {"CPU": (0.3, "measured on this CPU")}})
+    assert "no speed-up predicted" in v.notes[1] and "30.0% on a CPU, does not transfer" in v.notes[1]
+    # With an MFU measured on a GPU the plan predicts a speed-up, still not a verdict
+    v = verdict_of(text, [], gpus=0, mfu={"tensorflow": {"GPU": (0.4, "measured on a GPU in the test")}})
     assert v.verdict == "needs hardware" and "predicted speed-up over one device" in v.notes[1]
     # Results stored from a machine that had the GPUs are judged like any
     v = verdict_of(text, runs("tensorflow", "graph", [3.6, 3.5, 3.7]) + runs("torch", "graph", [1.0, 1.0, 1.01]))
@@ -269,7 +272,10 @@ def test_measured_mfu_reads_each_trials_framework():
     results = [trial("torch", "graph", repeat=i, seed=i) for i in range(3)]
     results = [dataclasses.replace(r, mfu=Mfu(value=v, device_kind="CPU"))
                for r, v in zip(results, (0.1, 0.3, 0.2), strict=True)]
-    assert measured_mfu(results) == {"torch": (0.2, "median of 3 stored trials (CPU)")}
+    assert measured_mfu(results) == {"torch": {"CPU": (0.2, "median of 3 stored trials on a CPU")}}
+    gpu = [dataclasses.replace(r, mfu=Mfu(value=0.5, device_kind="GPU")) for r in results[:1]]
+    assert measured_mfu([*results, *gpu])["torch"] == {"CPU": (0.2, "median of 3 stored trials on a CPU"),
+                                                       "GPU": (0.5, "median of 1 stored trials on a GPU")}
 
 
 # --- the shipped claims can come out either way ------------------------------------------------------------------

@@ -381,11 +381,11 @@ def test_a_plan_every_framework_of_which_is_calibrated_does_not_ask_for_flops():
     trials = [r for framework in ("torch", "tensorflow", "jax") for r in sized_trials(framework, noise=0.0)]
     shape = capacity.shape_from({"preset": "paper"})
     missing = [text for label, text in remarks(plan(shape, Machine(1, 16 * GB), 8, "fp32",
-                                                    calibrations=capacity.calibrate(trials)), {})
+                                                    calibrations=capacity.calibrate(trials)))
                if label == "not computed"]
     assert missing and not any(text.startswith("compute time") for text in missing)  # the bandwidth is still asked
     only_torch = plan(shape, Machine(1, 16 * GB), 8, "fp32", calibrations=capacity.calibrate(trials[:4]))
-    assert any(text.startswith("compute time") for label, text in remarks(only_torch, {}) if label == "not computed")
+    assert any(text.startswith("compute time") for label, text in remarks(only_torch) if label == "not computed")
 
 
 def test_bakeoff_plan_store_calibrates_for_the_machine_the_trials_ran_on(tmp_path):
@@ -403,7 +403,7 @@ def test_bakeoff_plan_store_calibrates_for_the_machine_the_trials_ran_on(tmp_pat
     data = json.loads(bakeoff(*args, "--format", "json").stdout)
     torch_data = next(x for x in data["rows"] if (x["framework"], x["kind"]) == ("torch", "data"))
     assert torch_data["calibrated_total"] > torch_data["total"] and torch_data["calibrated_step_s"] > 0
-    stated = bakeoff(*args, "--flops", "1e12")
+    stated = bakeoff(*args, "--flops", "1e12", "--mfu", "torch=0.3")
     assert stated.returncode == 0 and "not calibrated: flops states other devices" in " ".join(stated.stdout.split())
 
 
@@ -414,6 +414,7 @@ def test_bakeoff_plan_store_calibrates_for_the_machine_the_trials_ran_on(tmp_pat
     ({"preset": "tiny", "batch": 8, "memory": "8GB", "recompute": "yes"}, "recompute='yes': give true or false"),
     ({"preset": "tiny", "batch": 8}, "memory: required"),
     ({"layers": 4, "batch": 8, "memory": "8GB"}, "layers needs width"),
+    ({"preset": "tiny", "batch": 8, "memory": "8GB", "device_kind": "tpu"}, "device_kind='tpu': give gpu or cpu"),
 ])
 def test_a_plans_fields_are_checked_by_name_and_type(fields, message):
     with pytest.raises(PlanError, match=re.escape(message)):
@@ -486,15 +487,139 @@ def test_the_accuracy_bench_predicts_each_size_through_the_plan_from_the_others(
     trials = sized_trials(noise=0.0) + sized_trials(precision="bf16", noise=0.0)
     trials += sized_trials(sizes=[BEYOND], noise=0.0)  # a size none of the suite's is (--beyond), fp32
     kept.write_text(json.dumps({"steps": 20, "batch": 32, "results": [r.to_dict() for r in trials]}))
-    r = subprocess.run([sys.executable, str(SRC.parent / "bench" / "plan_accuracy.py"), "--load", str(kept)],
+    r = subprocess.run([sys.executable, str(SRC.parent / "bench" / "plan_accuracy.py"), "--load", str(kept),
+                        "--no-gemm-rates"],
                        env={**os.environ, "PYTHONPATH": str(SRC)}, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     lines = [line for line in r.stdout.splitlines() if line.startswith(("fp32 ", "bf16 "))]
-    assert len(lines) == 8 and all(line.split()[-1] in ("+0%", "-0%") for line in lines)
+    assert len(lines) == 8 and all(line.split()[-2] in ("+0%", "-0%") for line in lines)  # the last: "by shape"
     [beyond] = [line for line in r.stdout.splitlines() if line.startswith("beyond")]
-    assert "fp32" in beyond and beyond.split()[-1] in ("+0%", "-0%")  # predicted from all four sizes
+    assert "fp32" in beyond and beyond.split()[-2] in ("+0%", "-0%")  # predicted from all four sizes
     worst = [line for line in r.stdout.splitlines() if line.startswith("worst")]
     assert [line.split(":")[0] for line in worst] == ["worst, fp32", "worst, bf16", "worst, beyond fp32"]
     for line in worst:
         assert "calibrated 0%" in line and "calibrated step 0%" in line
         assert re.search(r"count [1-9]\d*%", line) and ("beyond" in line or re.search(r"MFU [1-9]\d*%", line))
+
+
+# --- the step from the device's own GEMM rates by shape (#49 item 4) ----------------------------------------------
+
+def test_the_step_enumerates_its_gemms_with_the_flops_counted_by_hand():
+    """The text classifier's ``tiny`` preset (2 layers, h = 64, 4 heads, f = 128, s = 128) at batch 32, counted by
+    hand: 4096 tokens; a layer's projections 4h² + 2hf = 16,384 + 16,384 = 32,768 weights, so 6 · 65,536 · 4,096 =
+    1,610,612,736 FLOPs; attention 12 · s² · h a sequence a layer = 12 · 16,384 · 64 · 2 · 32 = 805,306,368."""
+    shape = capacity.shape_from({"preset": "tiny"})
+    products = capacity.gemms(shape, 32)
+    assert sum(g.flops for g in products) == 1_610_612_736 + 805_306_368
+    by_name = {g.name: g for g in products}
+    assert by_name["QKV forward"].key == (1, 4096, 192, 64) and by_name["QKV forward"].count == 2
+    assert by_name["MLP down weight gradient"].key == (1, 128, 64, 4096)  # (f, T) @ (T, h)
+    assert by_name["attention scores forward"].key == (128, 128, 128, 16)  # 32 sequences × 4 heads of (s, d)(d, s)
+    assert by_name["attention value, query and key gradients"].count == 6  # 3 a layer
+    # what a rate table measures for it: 12 projection products (4 × 3) less three repeats — the attention
+    # output's input gradient is its forward (h → h), the MLP down's forward and input gradient are the MLP up's
+    # swapped (f = 2h) — plus attention's two shapes
+    assert len({g.key for g in products}) == 11
+    # full recomputation: every forward product twice (8·P·tokens and 16·s²·h)
+    assert sum(g.flops for g in capacity.gemms(shape, 32, recompute=True)) == (1_610_612_736 + 805_306_368) * 4 // 3
+    # a language model's head, (T, h) @ (h, V) three ways: 6 · 64 · 4000 · 4096 = 6,291,456,000 more
+    lm = dataclasses.replace(shape, lm_head=True)
+    assert sum(g.flops for g in capacity.gemms(lm, 32)) == 1_610_612_736 + 805_306_368 + 6_291_456_000
+
+
+def fake_rates(products, peak: float = 200e9, half: float = 1e9) -> dict:
+    """A rate table in which a product of ``F`` FLOPs runs at ``peak · F / (F + half)`` FLOP/s: a device faster on
+    large matrices, as every CPU and GPU is."""
+    out = {}
+    for g in products:
+        flops = 2 * g.batch * g.m * g.n * g.k
+        out[g.key] = peak * flops / (flops + half)
+    return out
+
+
+def test_a_rated_calibration_times_the_plans_own_gemms_at_their_rates():
+    """Trials whose step is exactly their GEMMs at a fake rate table plus elementwise work (attention's and the
+    layers' activations'): the rated calibration recovers both rates, and the plan's step at a larger size is its
+    own GEMMs at the table's rates plus that work — where one FLOP rate fitted on the small sizes is too long."""
+    per_element, per_activation = 3e-9, 5e-9
+    shapes = {}
+    for changes in SIZES:
+        shape = capacity.trial_shape(sized_trials(sizes=[changes])[0])
+        shapes[shape] = capacity.gemms(shape, 32)
+    paper = capacity.shape_from({"preset": "paper"})
+    table = fake_rates([g for products in shapes.values() for g in products] + capacity.gemms(paper, 8))
+    trials = sized_trials(noise=0.0)
+    trials = [dataclasses.replace(r, steady_step_s=capacity.gemm_seconds(shapes[capacity.trial_shape(r)], table)
+                                  + per_element * capacity.attention_elements(capacity.trial_shape(r), 32)
+                                  + per_activation * capacity.activation_elements(capacity.trial_shape(r), 32))
+              for r in trials]
+    [cal] = capacity.calibrate(trials, {("torch", "fp32"): table})
+    assert cal.rated and cal.gemm_per_element == pytest.approx(per_element)
+    assert cal.gemm_per_activation == pytest.approx(per_activation)
+    assert cal.gemm_step_error < 1e-9 and "at this device's rates by shape" in cal.source
+    expected = (capacity.gemm_seconds(capacity.gemms(paper, 8), table)
+                + per_element * capacity.attention_elements(paper, 8)
+                + per_activation * capacity.activation_elements(paper, 8))
+    row = next(r for r in plan(paper, Machine(1, 16 * GB), 8, "fp32", calibrations=[cal],
+                               rates={("torch", "fp32"): table}).rows if (r.framework, r.kind) == ("torch", "data"))
+    assert row.calibrated_compute_s == pytest.approx(expected)
+    assert not any(n.startswith("calibrated step") for n in row.notes)  # not an extrapolation of one rate
+    # without the plan's shapes in the table, one FLOP rate, and the plan says so
+    flat = next(r for r in plan(paper, Machine(1, 16 * GB), 8, "fp32", calibrations=[cal]).rows
+                if (r.framework, r.kind) == ("torch", "data"))
+    assert flat.calibrated_compute_s > 1.1 * expected  # the small sizes' rate, too slow for paper's matrices
+    assert any("no rate table of this plan's GEMM shapes" in n for n in flat.notes)
+
+
+def test_a_gemm_rate_is_timed_on_a_capped_shape_and_kept(tmp_path, monkeypatch):
+    """The rate table is measured once per machine, framework and precision (child process mocked: no framework
+    here) and read back from its file; a shape too large to time cheaply is timed on a smaller one of its kind."""
+    from bakeoff.measure import gemm_rates
+
+    assert gemm_rates.timed_shape((1, 512, 768, 64)) == (1, 512, 768, 64)  # 50 MFLOP: as it is
+    assert gemm_rates.timed_shape((96, 512, 512, 64)) == (96, 512, 512, 64)  # 3.2 GFLOP: as it is
+    assert gemm_rates.timed_shape((192, 512, 512, 64)) == (96, 512, 512, 64)  # fewer independent products
+    assert gemm_rates.timed_shape((1, 4096, 2304, 768)) == (1, 2048, 1152, 768)  # 14.5 GFLOP, halved twice to 3.6
+    assert gemm_rates.repeats((1, 2048, 1152, 768)) == 5 and gemm_rates.repeats((1, 64, 64, 64)) == 30
+    monkeypatch.setenv("BAKEOFF_GEMM_RATES", str(tmp_path / "rates.json"))
+    calls = []
+
+    def measured(framework, precision, shapes, threads, device, timeout_s):
+        calls.append(list(shapes))
+        return {s: [1e9 * s[1], 2e9 * s[1], 3e9 * s[1]] for s in shapes}
+
+    monkeypatch.setattr(gemm_rates, "_measure", measured)
+    got = gemm_rates.rates("torch", "fp32", [(1, 64, 64, 64), (1, 4096, 2304, 768)], threads=2)
+    assert got == {(1, 64, 64, 64): 3e9 * 64, (1, 4096, 2304, 768): 3e9 * 2048}  # the fastest, of the timed shape
+    assert gemm_rates.rates("torch", "fp32", [(1, 64, 64, 64)], threads=2) == {(1, 64, 64, 64): 3e9 * 64}
+    assert len(calls) == 1  # kept: not measured again
+    assert gemm_rates.rates("torch", "bf16", [(1, 64, 64, 64)], threads=2) and len(calls) == 2  # its own entry
+    kept = json.loads((tmp_path / "rates.json").read_text())
+    assert len(kept) == 2 and all(entry["fingerprint"]["threads"] == 2 for entry in kept.values())
+
+
+def test_a_gpu_plan_never_times_with_a_cpus_mfu(tmp_path):
+    """#49: the MFU of trials run on this CPU over an H100's datasheet peak once planned 771 days for a 100B ZeRO-3
+    run. A GPU plan takes an MFU measured on a GPU or a stated one; asked for times (--flops) with neither, it exits
+    2 naming what to give; the memory-only plan is unchanged; a CPU plan (--device-kind cpu) uses the CPU's."""
+    from bakeoff.core.result import Mfu
+    from bakeoff.results.store import Store
+    from fake_results import trial
+
+    with Store(tmp_path / "s.sqlite") as store:
+        store.put(dataclasses.replace(trial("torch", "eager"), mfu=Mfu(value=0.3, device_kind="CPU")), "t")
+    hundred = ("--params", "100e9", "--devices", "8", "--memory", "80GB", "--batch", "64", "--store",
+               str(tmp_path / "s.sqlite"))
+    timed = (*hundred, "--flops", "989e12", "--bandwidth", "450GB/s")
+    r = bakeoff(*timed)
+    assert r.returncode == 2 and "compute time on a GPU needs an MFU" in r.stderr, r.stderr
+    assert "30.0% on a CPU, does not transfer" in r.stderr and "--mfu FRAMEWORK=VALUE" in r.stderr
+    assert bakeoff(*hundred).returncode == 0  # memory only: no MFU wanted
+    cpu = json.loads(bakeoff(*timed, "--device-kind", "cpu", "--format", "json").stdout)
+    assert cpu["device_kind"] == "CPU" and cpu["mfu"]["torch"]["value"] == 0.3
+    stated = bakeoff(*timed, "--mfu", "jax=0.4")
+    out = " ".join(stated.stdout.split())
+    assert stated.returncode == 0 and "MFU jax: 40.0%, stated (--mfu)" in out and "MFU torch" not in out
+    assert "compute time (torch): no MFU measured on a GPU (the one measured, 30.0% on a CPU" in out
+    data = json.loads(bakeoff(*timed, "--mfu", "jax=0.4", "--format", "json").stdout)
+    assert all(row["compute_s"] is None for row in data["rows"] if row["framework"] == "torch")

@@ -18,7 +18,9 @@ parallel; ZeRO-1/2/3 and FSDP; tensor and pipeline parallel; parameter servers),
 Memory is split into weights, gradients, optimizer state (Adam) and activations, from stated formulas (ZeRO for the
 model states, Korthikanti et al. 2022 for activations; `bakeoff.plan.capacity` names each). Compute time is the
 step's FLOPs (6·P·tokens plus attention's 12·s²·h a sequence a layer) at the MFU bakeoff measured for each
-framework (the trials in --store), or the one given with --mfu, over --flops.
+framework on the same kind of device (--device-kind, gpu unless stated: the trials in --store run on one), or the one
+given with --mfu, over --flops; a CPU's MFU is never applied to a GPU's peak. --flops with no such MFU for any
+framework exits 2 naming what to give.
 
 Model states are held as each row's recipe holds them, in bytes a parameter: by default what the framework's
 strategy does with mixed precision (PyTorch's DDP and ZeroRedundancyOptimizer under autocast: fp32 weights and
@@ -28,8 +30,11 @@ and gradients, fp32 master weights and Adam state: 2 + 2 + 12 bytes).
 
 Calibrated: with --store and no --flops, the plan is for the machine the stored trials ran on. Each framework's
 text-classifier trials at 3 or more sizes (e.g. `bakeoff run --preset tiny` and `--set d_model=128`, ...) fit its
-memory (a fixed working memory + a scale of the count) and its step (FLOPs at one rate + attention's elementwise
-work at another); each fit states its leave-one-out error. bench/plan_accuracy.py checks them against fresh trials.
+memory (a fixed working memory + a scale of the count) and its step (its GEMMs at this machine's own rates by
+shape, measured once in a child process per framework and kept in ~/.cache/bakeoff/gemm_rates.json, plus the
+elementwise work over attention's scores and the layers' activations; --no-gemm-rates: at one FLOP rate); each fit
+states its leave-one-out error.
+bench/plan_accuracy.py checks them against fresh trials.
 
 The shape: --preset (text_classifier's: tiny, small, paper), or --layers/--width/--heads (with --ffn, --seq,
 --vocab), or --params with GPT-3's shape rule (width = 128 × layers, heads of 128, ffn = 4 × width).
@@ -75,21 +80,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     machine.add_argument("--devices", type=positive_int, default=1, help="accelerators [1]")
     machine.add_argument("--memory", required=True, help="memory per device with its unit: 80GB, 80GiB")
     machine.add_argument("--flops", type=float, help="a device's peak FLOP/s at this precision (e.g. 989e12)")
+    machine.add_argument("--device-kind", choices=("gpu", "cpu"),
+                         help="the kind of device --flops is of [gpu]: only an MFU measured on that kind is used")
     machine.add_argument("--bandwidth", help="what each device moves to the others, e.g. 450GB/s")
     machine.add_argument("--parameter-servers", type=positive_int, default=1, help="for the PS rows [1]")
     plan.add_argument("--mfu", action="append", default=[], metavar="FRAMEWORK=VALUE",
                       help="a stated MFU (0-1) per framework, repeatable or comma-separated; wins over --store's")
     plan.add_argument("--store", help="read each framework's measured MFU, and its calibrations, from this store's "
                                       "trials")
+    plan.add_argument("--no-gemm-rates", action="store_true",
+                      help="with --store: time the calibrated step at one FLOP rate, without measuring this "
+                           "machine's GEMM rates by shape (child processes, seconds a framework, kept)")
     plan.add_argument("--format", choices=("table", "json"), default="table", help="[table]")
 
 
-def _stored(args: argparse.Namespace) -> tuple[dict[str, tuple[float, str]], list[Calibration]]:
-    """The store's measured MFU per framework, and its calibrations (:func:`bakeoff.plan.capacity.calibrate`)."""
+def _stored(args: argparse.Namespace) -> tuple[dict[str, dict[str, tuple[float, str]]], list[Calibration],
+                                              dict[tuple[str, str], dict] | None]:
+    """The store's measured MFU per framework and kind of device, its calibrations
+    (:func:`bakeoff.plan.capacity.calibrate`) and, for a plan on this machine, its GEMM rates by shape."""
     from bakeoff.plan.capacity import PlanError, calibrate, measured_mfu
 
     if not args.store:
-        return {}, []
+        return {}, [], None
     from pathlib import Path
 
     from bakeoff.results.store import Store
@@ -98,13 +110,26 @@ def _stored(args: argparse.Namespace) -> tuple[dict[str, tuple[float, str]], lis
         raise PlanError(f"store={args.store!r}: no such file (bakeoff run writes results/bakeoff.sqlite)")
     with Store(args.store, readonly=True) as store:
         results = store.results()
-    return measured_mfu(results), calibrate(results)
+    calibrations = calibrate(results)
+    rates = None if args.no_gemm_rates or args.flops is not None else _rates(args, results, calibrations)
+    return measured_mfu(results), calibrate(results, rates) if rates else calibrations, rates
 
 
-def _mfu(args: argparse.Namespace, measured: dict[str, tuple[float, str]]) -> dict[str, tuple[float, str]]:
+def _rates(args: argparse.Namespace, results: list, calibrations: list[Calibration]) -> dict[tuple[str, str], dict]:
+    """This machine's GEMM rates by shape for the calibrations fitted on it (:func:`bakeoff.measure.gemm_rates.
+    for_plan`: measured once in a child process per framework and precision, then kept)."""
+    from bakeoff.measure import gemm_rates
+    from bakeoff.plan.capacity import shape_from
+
+    return gemm_rates.for_plan(results, calibrations, shape_from(fields(args)), args.batch / args.devices,
+                               args.recompute)
+
+
+def _mfu(args: argparse.Namespace) -> dict[str, tuple[float, str]]:
+    """The MFUs stated with --mfu (for the plan's devices, whatever their kind)."""
     from bakeoff.plan.capacity import PlanError
 
-    out = dict(measured)
+    out: dict[str, tuple[float, str]] = {}
     stated = key_values([item for text in args.mfu for item in text.split(",") if item.strip()], "--mfu")
     for framework, raw in stated.items():
         try:
@@ -120,7 +145,8 @@ def _mfu(args: argparse.Namespace, measured: dict[str, tuple[float, str]]) -> di
 def fields(args: argparse.Namespace) -> dict[str, object]:
     """The flags as a plan's fields (:data:`bakeoff.plan.capacity.FIELDS`), those given only."""
     names = ("preset", "params", "layers", "width", "heads", "ffn", "seq", "vocab", "batch", "precision", "recompute",
-             "microbatches", "tokens", "devices", "memory", "flops", "bandwidth", "parameter_servers", "recipe")
+             "microbatches", "tokens", "devices", "memory", "flops", "bandwidth", "parameter_servers", "recipe",
+             "device_kind")
     out = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     return {**out, "fused_attention": not args.unfused_attention}
 
@@ -128,17 +154,16 @@ def fields(args: argparse.Namespace) -> dict[str, object]:
 def cmd_plan(args: argparse.Namespace) -> int:
     from bakeoff.plan.capacity import plan_from
 
-    measured, calibrations = _stored(args)
-    mfu = _mfu(args, measured)
-    result = plan_from(fields(args), mfu, calibrations)
+    measured, calibrations, rates = _stored(args)
+    result = plan_from(fields(args), _mfu(args), calibrations, measured=measured, rates=rates, require_mfu=True)
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=1))  # noqa: T201 (the machine-readable output)
     else:
-        say(result, mfu)
+        say(result)
     return 0
 
 
-def say(result: Plan, mfu: dict[str, tuple[float, str]]) -> None:
+def say(result: Plan) -> None:
     """The plan as the report shows it (:mod:`bakeoff.report.capacity`): memory per device by strategy and who offers
     it; step time and time to the budget per framework (their MFUs differ); calibrated figures; then the APIs, the
     notes and what is left out."""
@@ -157,5 +182,5 @@ def say(result: Plan, mfu: dict[str, tuple[float, str]]) -> None:
     console.print("how each row holds its model states (--recipe chooses one for all):", soft_wrap=True)
     for label, text in tables.recipes(result):
         console.print(f"  {escape(label)}: {escape(text)}", soft_wrap=True)
-    for label, text in tables.remarks(result, mfu):
+    for label, text in tables.remarks(result):
         console.print(f"{escape(label)}: {escape(text)}", soft_wrap=True)

@@ -98,7 +98,7 @@ def _report_json(got: Stored, out: Path, args: argparse.Namespace, team: Team | 
     if plans:
         from bakeoff.report.capacity import made
 
-        data["plans"] = [{"name": name, **result.to_dict()} for name, result in made(plans, got.results)[1]]
+        data["plans"] = [{"name": name, **result.to_dict()} for name, result in made(plans, got.results)]
     text = json.dumps(data, indent=1, allow_nan=False, ensure_ascii=False)
     write_all({report_folder(out) / "decision.json": (text + "\n").encode()})
     console.out(text, highlight=False)

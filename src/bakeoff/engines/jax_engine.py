@@ -134,6 +134,32 @@ def matmul_rates(precision: str, n: int, repeats: int, threads: int) -> list[flo
     return rates
 
 
+def gemm_rates(precision: str, shapes: list[tuple[int, int, int, int]], repeats: list[int],
+               threads: int) -> list[list[float]]:
+    """FLOP/s of ``repeats[i]`` products of shape ``i`` ``(batch, m, n, k)`` (``batch`` independent ``(m, k) @ (k, n)``,
+    2·batch·m·n·k FLOPs) in ``precision`` on this process's device, each after one untimed product (the compile):
+    the rates of a plan's own GEMMs (:mod:`bakeoff.measure.gemm_rates`). ``threads`` is not applied, as in
+    :func:`matmul_rates`."""
+    import time
+
+    dtype = {"fp32": jnp.float32, "bf16": jnp.bfloat16}[precision]
+    rng = np.random.default_rng(0)
+    matmul = jax.jit(lambda x, y: jnp.matmul(x, y, precision=jax.lax.Precision.HIGHEST))
+    out = []
+    for (batch, m, n, k), times in zip(shapes, repeats, strict=True):
+        lead = (batch,) if batch > 1 else ()
+        a = jnp.asarray(rng.standard_normal((*lead, m, k)), dtype)
+        b = jnp.asarray(rng.standard_normal((*lead, k, n)), dtype)
+        rates = []
+        for i in range(times + 1):
+            t0 = time.perf_counter()
+            matmul(a, b).block_until_ready()
+            if i:
+                rates.append(2 * batch * m * n * k / (time.perf_counter() - t0))
+        out.append(rates)
+    return out
+
+
 class JaxEngine(Engine):
     framework = "jax"
 

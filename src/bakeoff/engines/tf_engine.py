@@ -63,6 +63,35 @@ def matmul_rates(precision: str, n: int, repeats: int, threads: int) -> list[flo
     return rates
 
 
+def gemm_rates(precision: str, shapes: list[tuple[int, int, int, int]], repeats: list[int],
+               threads: int) -> list[list[float]]:
+    """FLOP/s of ``repeats[i]`` products of shape ``i`` ``(batch, m, n, k)`` (``batch`` independent ``(m, k) @ (k, n)``,
+    2·batch·m·n·k FLOPs) in ``precision`` on this process's device, each after one untimed product (the trace):
+    the rates of a plan's own GEMMs (:mod:`bakeoff.measure.gemm_rates`)."""
+    import time
+
+    if threads:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    dtype = {"fp32": tf.float32, "bf16": tf.bfloat16}[precision]
+    rng = np.random.default_rng(0)
+    matmul = tf.function(tf.linalg.matmul)
+    out = []
+    for (batch, m, n, k), times in zip(shapes, repeats, strict=True):
+        lead = (batch,) if batch > 1 else ()
+        a = tf.constant(rng.standard_normal((*lead, m, k)), dtype)
+        b = tf.constant(rng.standard_normal((*lead, k, n)), dtype)
+        rates = []
+        for i in range(times + 1):
+            t0 = time.perf_counter()
+            tf.reshape(matmul(a, b), [-1])[0].numpy()  # one element to the host: the product is done
+            if i:
+                rates.append(2 * batch * m * n * k / (time.perf_counter() - t0))
+        out.append(rates)
+    return out
+
+
 class TensorFlowEngine(Engine):
     framework = "tensorflow"
 

@@ -71,6 +71,39 @@ def matmul_rates(precision: str, n: int, repeats: int, threads: int) -> list[flo
     return rates
 
 
+def gemm_rates(precision: str, shapes: list[tuple[int, int, int, int]], repeats: list[int],
+               threads: int) -> list[list[float]]:
+    """FLOP/s of ``repeats[i]`` products of shape ``i`` ``(batch, m, n, k)`` (``batch`` independent ``(m, k) @ (k, n)``,
+    2·batch·m·n·k FLOPs) in ``precision`` on this process's device, each after one untimed product: the rates of a
+    plan's own GEMMs (:mod:`bakeoff.measure.gemm_rates`). bf16 multiplies bf16 tensors, as autocast's linear and
+    matmul do."""
+    import time
+
+    if threads:
+        _pin_threads(threads)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    with torch.inference_mode():
+        for (batch, m, n, k), times in zip(shapes, repeats, strict=True):
+            lead = (batch,) if batch > 1 else ()
+            a = torch.randn(*lead, m, k, generator=gen).to(device, dtype)
+            b = torch.randn(*lead, k, n, generator=gen).to(device, dtype)
+            rates = []
+            for i in range(times + 1):
+                t0 = time.perf_counter()
+                c = torch.matmul(a, b)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                if i:
+                    rates.append(2 * batch * m * n * k / (time.perf_counter() - t0))
+            del a, b, c
+            out.append(rates)
+    return out
+
+
 class TorchEngine(Engine):
     framework = "torch"
 

@@ -25,14 +25,21 @@ term says where it comes from, and the plan says what it leaves out. Sources:
   the parameters matmuls use (embeddings are lookups: :attr:`Shape.compute_params`), plus attention's own
   ``12·s²·h`` a sequence a layer (QKᵀ and AV, forward and backward; 16 recomputed) — the same count the workloads'
   ``flops_per_example`` and so bakeoff's measured MFU use (:func:`training_flops`) — at the MFU bakeoff *measured*
-  for the framework (``bakeoff run`` stores it with every trial) or one stated, over the stated peak FLOP/s of each
-  device.
+  for the framework (``bakeoff run`` stores it with every trial) on the same kind of device as the plan's (a CPU's
+  utilisation says nothing of a GPU's: :func:`choose_mfu`) or one stated, over the stated peak FLOP/s of each device.
 * **Calibration** on the machine the trials ran on (:class:`Calibration`, :func:`calibrate`): from stored
   text-classifier trials at three or more sizes, each framework's memory increment is fitted as a fixed working
   memory plus a scale of the count above (what the count misses: allocator arenas, XLA's buffers, temporaries), and
   its steady step as the FLOPs above at one rate plus the softmax-sized elementwise work (``heads·s²`` a sequence a
   layer: softmax, dropout and their backward, memory-bound) at another. Each fit states its worst leave-one-out
   error: every size predicted from the others only. ``bench/plan_accuracy.py`` checks it against fresh trials.
+* **The device's own matmul rates by shape** (#49): a CPU (and a GPU) multiplies large matrices at a higher FLOP
+  rate than small ones (PyTorch, 2 cores: 87 GFLOP/s at ``small``, 117 at ``paper``), so one rate fitted on small
+  trials times a large step too long. Given a rate table (:mod:`bakeoff.measure.gemm_rates`: each GEMM shape a step
+  runs, :func:`gemms`, timed once on the device per framework and precision, and kept), the calibrated step is the
+  sum over its GEMMs of FLOPs over the measured rate of that shape, plus the calibrated elementwise part: attention's
+  softmax-sized work as above, and the work over each layer's ``(tokens, width)`` activations (LayerNorms,
+  residuals, biases, dropout: :func:`activation_elements`), each at a fitted rate (:attr:`Calibration.rated`).
 
 Strategies are pure: each uses every device in one way (data, sharded states, tensor, pipeline, parameter servers).
 The framework names are the APIs a user would call; where a framework ships no such strategy, the row says so.
@@ -235,13 +242,94 @@ def attention_elements(shape: Shape, batch: float, recompute: bool = False) -> f
     return (4 / 3 if recompute else 1.0) * shape.heads * shape.seq ** 2 * batch * shape.layers
 
 
+def activation_elements(shape: Shape, batch: float, recompute: bool = False) -> float:
+    """Elements of each layer's ``(tokens, width)`` activations a step computes, ``batch·s·h`` a layer: the
+    memory-bound work over them (LayerNorms, residual adds, biases, dropout, forward and backward) that a
+    calibration times apart from the GEMMs, as :func:`attention_elements` is the softmax's."""
+    return (4 / 3 if recompute else 1.0) * batch * shape.seq * shape.width * shape.layers
+
+
+@dataclasses.dataclass(frozen=True)
+class Gemm:
+    """``count`` products a training step runs of ``batch`` independent ``(m, k) @ (k, n)`` matrices, 2·m·n·k FLOPs
+    each; ``key`` is what a rate table is measured and looked up by."""
+
+    name: str
+    batch: int
+    m: int
+    n: int
+    k: int
+    count: int
+
+    @property
+    def key(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.m, self.n, self.k)
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.batch * self.m * self.n * self.k * self.count
+
+
+RateTable = Mapping[tuple[int, int, int, int], float]
+"""FLOP/s of each GEMM shape ``(batch, m, n, k)`` for one framework and precision on one device."""
+
+
+def gemms(shape: Shape, batch: float, recompute: bool = False) -> list[Gemm]:
+    """The GEMMs of a training step on ``batch`` sequences (``T = batch·s`` tokens): for each of the ``layers``
+    blocks' projections — QKV (``h → 3h``, fused as PyTorch's and Megatron's are), the attention's output
+    (``h → h``), the MLP's up (``h → f``) and down (``f → h``), and a language model's logits (``h → V``) — the
+    forward ``(T, in) @ (in, out)``, the input gradient ``(T, out) @ (out, in)`` and the weight gradient
+    ``(in, T) @ (T, out)``; and per block the attention's ``batch·heads`` products of ``d = h/heads``: scores
+    ``QKᵀ`` ``(s, d) @ (d, s)`` and context ``PV`` ``(s, s) @ (s, d)`` forward, and backward ``dP = dO·Vᵀ``
+    (as the scores), ``dV = Pᵀ·dO``, ``dQ = dS·K`` and ``dK = dSᵀ·Q`` (as the context). A full recomputation runs
+    every forward product twice. Their FLOPs are :func:`training_flops`' less its biases and LayerNorms.
+    A fractional per-device batch is rounded (a shape has whole rows)."""
+    b = max(1, round(batch))
+    tokens, s, h, f, layers = b * shape.seq, shape.seq, shape.width, shape.ffn, shape.layers
+    forward = 2 if recompute else 1
+    out: list[Gemm] = []
+    projections = [("QKV", h, 3 * h), ("attention output", h, h), ("MLP up", h, f), ("MLP down", f, h)]
+    for name, inner, outer in projections:
+        out += [Gemm(f"{name} forward", 1, tokens, outer, inner, layers * forward),
+                Gemm(f"{name} input gradient", 1, tokens, inner, outer, layers),
+                Gemm(f"{name} weight gradient", 1, inner, outer, tokens, layers)]
+    heads, d = shape.heads, h // shape.heads
+    out += [Gemm("attention scores forward", b * heads, s, s, d, layers * forward),
+            Gemm("attention context forward", b * heads, s, d, s, layers * forward),
+            Gemm("attention probabilities gradient", b * heads, s, s, d, layers),
+            Gemm("attention value, query and key gradients", b * heads, s, d, s, 3 * layers)]
+    if shape.lm_head:
+        out += [Gemm("logits forward", 1, tokens, shape.vocab, h, forward),
+                Gemm("logits input gradient", 1, tokens, h, shape.vocab, 1),
+                Gemm("logits weight gradient", 1, h, shape.vocab, tokens, 1)]
+    return out
+
+
+def gemm_seconds(products: Iterable[Gemm], rates: RateTable) -> float | None:
+    """The step's GEMMs each at the measured rate of its own shape; None when the table lacks one."""
+    total = 0.0
+    for g in products:
+        rate = rates.get(g.key)
+        if not rate:
+            return None
+        total += g.flops / rate
+    return total
+
+
 @dataclasses.dataclass(frozen=True)
 class Calibration:
     """One framework's fit to its stored trials on one machine, at one precision and execution mode: the training
     memory increment ≈ ``fixed + scale × count`` (the count: gradients and activations, :func:`layer_activations`
     unfused) and the steady step ≈ ``per_flop × FLOPs + per_element × elements`` (:func:`training_flops`,
     :func:`attention_elements`). ``memory_error`` and ``step_error``: the worst |predicted / measured - 1| when each
-    size is predicted from the other sizes only; ``largest_flops``: the FLOPs of the largest step it measured."""
+    size is predicted from the other sizes only; ``largest_flops``: the FLOPs of the largest step it measured.
+
+    Given the device's GEMM rates by shape (:func:`calibrate`'s ``rates``: ``rated``), the step is also fitted as
+    its GEMMs each at its shape's measured rate (:func:`gemm_seconds`) ``+ gemm_per_element × elements +
+    gemm_per_activation × activation elements`` (the elementwise part: attention's softmax-sized work and the
+    work over the layers' activations, :func:`activation_elements`),
+    with its own leave-one-out error (``gemm_step_error``); a plan then times its own GEMMs the same way, and so
+    follows the FLOP rate up as the matrices grow."""
 
     framework: str
     precision: str
@@ -256,6 +344,10 @@ class Calibration:
     memory_error: float
     step_error: float
     largest_flops: float = 0.0
+    rated: bool = False  # False: no rate table was given, the step is FLOPs at one rate
+    gemm_per_element: float = 0.0
+    gemm_per_activation: float = 0.0
+    gemm_step_error: float | None = None
 
     def memory(self, count: float) -> float:
         return self.fixed + self.scale * count
@@ -263,11 +355,19 @@ class Calibration:
     def step(self, flops: float, elements: float) -> float:
         return self.per_flop * flops + self.per_element * elements
 
+    def rated_step(self, gemm_s: float, elements: float, activations: float) -> float:
+        """The step from its GEMMs' time at the device's own rates by shape (:func:`gemm_seconds`), plus the
+        elementwise part: attention's ``elements`` and the layers' ``activations`` (:func:`activation_elements`)."""
+        return gemm_s + self.gemm_per_element * elements + self.gemm_per_activation * activations
+
     @property
     def source(self) -> str:
+        step = (f"≤ {self.step_error:.0%} step" if self.gemm_step_error is None else
+                f"≤ {self.gemm_step_error:.0%} step (its GEMMs at this device's rates by shape, plus attention's "
+                f"elementwise work at {self.gemm_per_element * 1e9:.2g} ns an element and the activations' at "
+                f"{self.gemm_per_activation * 1e9:.2g} ns an element)")
         return (f"calibrated on {self.device} ({self.framework} {self.execution}, {self.precision}): {self.trials} "
-                f"trials at {self.sizes} sizes; leave-one-out error ≤ {self.memory_error:.0%} memory, "
-                f"≤ {self.step_error:.0%} step")
+                f"trials at {self.sizes} sizes; leave-one-out error ≤ {self.memory_error:.0%} memory, {step}")
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "source": self.source}
@@ -283,6 +383,8 @@ class Point:
     elements: float
     memory: float
     step: float
+    gemm_s: float | None = None  # its GEMMs at the device's rates by shape (:func:`gemm_seconds`), when known
+    activations: float = 0.0  # elements of the layers' (tokens, width) activations (:func:`activation_elements`)
 
 
 EXTRAPOLATED = 4.0
@@ -296,11 +398,15 @@ MIN_SIZES = 3
 """Sizes a calibration needs: two coefficients, and each size must be predictable from the others."""
 
 
-def point(shape: Shape, batch: float, precision: str, memory: float, step: float) -> Point:
-    """The calibration's features of one measured configuration (a step on one device)."""
+def point(shape: Shape, batch: float, precision: str, memory: float, step: float,
+          rates: RateTable | None = None) -> Point:
+    """The calibration's features of one measured configuration (a step on one device); ``rates``: the device's
+    GEMM rates by shape for the trial's framework and precision."""
     count = (4 * shape.params + shape.layers * layer_activations(shape, batch, BYTES[precision], fused=False)
              + (shape.seq * batch * shape.vocab * (BYTES[precision] + 4) if shape.lm_head else 0))
-    return Point(count, training_flops(shape, batch), attention_elements(shape, batch), memory, step)
+    gemm_s = gemm_seconds(gemms(shape, batch), rates) if rates is not None else None
+    return Point(count, training_flops(shape, batch), attention_elements(shape, batch), memory, step, gemm_s,
+                 activation_elements(shape, batch))
 
 
 def _fit_two(xs: Sequence[tuple[float, float]], ys: Sequence[float]) -> tuple[float, float]:
@@ -341,6 +447,20 @@ def leave_one_out(points: Sequence[Point]) -> list[tuple[float, float]]:
     return out
 
 
+def fit_rated(points: Sequence[Point]) -> tuple[float, float, float]:
+    """(gemm_per_element, gemm_per_activation, worst leave-one-out step error): the step less its GEMMs' time at the
+    device's rates by shape, fitted as attention's elementwise work and the work over the layers' activations;
+    every point needs its ``gemm_s``."""
+    def two(some: Sequence[Point]) -> tuple[float, float]:
+        return _fit_two([(q.elements, q.activations) for q in some], [q.step - (q.gemm_s or 0.0) for q in some])
+
+    errors = []
+    for i, held in enumerate(points):
+        e, a = two([q for j, q in enumerate(points) if j != i])
+        errors.append(abs(((held.gemm_s or 0.0) + e * held.elements + a * held.activations) / held.step - 1))
+    return (*two(points), max(errors))
+
+
 CALIBRATED_WORKLOAD = "text_classifier"
 """The workload whose trials calibrate the plan: the Transformer the plan's :class:`Shape` describes."""
 
@@ -355,12 +475,15 @@ def trial_shape(result: TrialResult) -> Shape | None:
         return None
 
 
-def calibrate(results: Iterable[TrialResult]) -> list[Calibration]:
+def calibrate(results: Iterable[TrialResult],
+              rates: Mapping[tuple[str, str], RateTable] | None = None) -> list[Calibration]:
     """A :class:`Calibration` per framework and precision, from stored successful single-process text-classifier
     trials without accumulation, with a memory increment and a steady step, grouped by framework, precision,
     execution mode and machine (the device's name, or the CPU model with the trial's threads); a group needs
     :data:`MIN_SIZES` distinct sizes (shape and batch). Where a framework has several groups at one precision, the
-    one with the most sizes wins (then the most trials)."""
+    one with the most sizes wins (then the most trials). ``rates``: (framework, precision) -> the GEMM rates by
+    shape of the device the trials ran on (:mod:`bakeoff.measure.gemm_rates`); where they cover every size's
+    GEMMs, the step is also fitted on them (:attr:`Calibration.rated`)."""
     groups: dict[tuple[str, str, str, str, str], dict[tuple[Shape, int], list[tuple[float, float]]]] = {}
     for r in results:
         spec = r.spec
@@ -383,12 +506,17 @@ def calibrate(results: Iterable[TrialResult]) -> list[Calibration]:
     for (framework, precision, execution, _, device), sizes in groups.items():
         if len(sizes) < MIN_SIZES:
             continue
-        points = [point(shape, batch, precision, _median([m for m, _ in runs]), _median([s for _, s in runs]))
+        table = (rates or {}).get((framework, precision))
+        points = [point(shape, batch, precision, _median([m for m, _ in runs]), _median([s for _, s in runs]), table)
                   for (shape, batch), runs in sizes.items()]
         errors = leave_one_out(points)
+        rated = (dict(zip(("gemm_per_element", "gemm_per_activation", "gemm_step_error"), fit_rated(points),
+                          strict=True),
+                      rated=True) if all(q.gemm_s for q in points) else {})
         cal = Calibration(framework, precision, execution, device, len(points), sum(map(len, sizes.values())),
                           *fit(points), memory_error=max(abs(m) for m, _ in errors),
-                          step_error=max(abs(s) for _, s in errors), largest_flops=max(q.flops for q in points))
+                          step_error=max(abs(s) for _, s in errors), largest_flops=max(q.flops for q in points),
+                          **rated)
         held = best.get((framework, precision))
         if held is None or (cal.sizes, cal.trials) > (held.sizes, held.trials):
             best[framework, precision] = cal
@@ -452,6 +580,9 @@ class Plan:
     calibrations: dict[str, Calibration] = dataclasses.field(default_factory=dict)  # the ones applied
     uncalibrated: str = ""  # why calibrations that were given were not applied
     recipe: str = ""  # the recipe chosen for every row ('' : each framework's own)
+    device_kind: str = ""  # "GPU" or "CPU": the kind of device the plan is for (the MFU used must be of it)
+    mfu: dict[str, tuple[float, str]] = dataclasses.field(default_factory=dict)  # the MFU each framework's times use
+    mfu_missing: dict[str, str] = dataclasses.field(default_factory=dict)  # framework -> why it has none
 
     def to_dict(self) -> dict[str, Any]:
         return {"shape": {**dataclasses.asdict(self.shape), "params": self.shape.params},
@@ -460,7 +591,10 @@ class Plan:
                 "rows": [r.to_dict() for r in self.rows], "left_out": self.left_out,
                 "calibrations": {fw: c.to_dict() for fw, c in self.calibrations.items()},
                 "uncalibrated": self.uncalibrated, "recipe": self.recipe,
-                "recipes": {r.recipe: recipes.RECIPES[r.recipe].to_dict() for r in self.rows if r.recipe}}
+                "recipes": {r.recipe: recipes.RECIPES[r.recipe].to_dict() for r in self.rows if r.recipe},
+                "device_kind": self.device_kind,
+                "mfu": {fw: {"value": v, "source": src} for fw, (v, src) in self.mfu.items()},
+                "mfu_missing": self.mfu_missing}
 
 
 LEFT_OUT = [
@@ -478,13 +612,15 @@ LEFT_OUT = [
 def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", recompute: bool = False,
          fused: bool = True, tokens: float | None = None, mfu: Mapping[str, tuple[float, str]] | None = None,
          microbatches: int | None = None, parameter_servers: int = 1,
-         calibrations: Iterable[Calibration] = (), recipe: str | None = None) -> Plan:
+         calibrations: Iterable[Calibration] = (), recipe: str | None = None,
+         rates: Mapping[tuple[str, str], RateTable] | None = None) -> Plan:
     """Every framework × strategy for ``shape`` at global ``batch`` sequences on ``machine``; ``mfu`` maps a
     framework to (its model-FLOPs utilisation, where that figure comes from); ``calibrations``: fits to the trials
     on the machine they ran on (:func:`calibrate`) — given, the plan's devices are that machine's, and each
     framework's rows also get the calibrated memory and step (from its calibration at the plan's precision);
     ``recipe``: how every row holds its model states (:data:`bakeoff.plan.recipes.RECIPES`), each framework's own
-    by default."""
+    by default; ``rates``: (framework, precision) -> that machine's GEMM rates by shape, covering this plan's
+    GEMMs, for a calibration fitted on them (:attr:`Calibration.rated`)."""
     applied = {c.framework: c for c in calibrations if c.precision == precision}
     if precision not in BYTES:
         raise PlanError(f"precision={precision!r}: give one of {', '.join(BYTES)}")
@@ -574,8 +710,19 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
             row.calibrated_total = (row.weights + row.copy + row.optimizer
                                     + cal.memory(row.gradients + row.activations))
             flops = training_flops(shape, batch / n, recompute)
-            row.calibrated_compute_s = cal.step(flops, attention_elements(shape, batch / n, recompute)) * bubble
-            if cal.largest_flops and flops > EXTRAPOLATED * cal.largest_flops:
+            elements = attention_elements(shape, batch / n, recompute)
+            table = (rates or {}).get((strategy.framework, precision))
+            gemm_s = (gemm_seconds(gemms(shape, batch / n, recompute), table)
+                      if cal.rated and table is not None else None)
+            if gemm_s is not None:
+                row.calibrated_compute_s = cal.rated_step(gemm_s, elements,
+                                                          activation_elements(shape, batch / n, recompute)) * bubble
+            else:
+                row.calibrated_compute_s = cal.step(flops, elements) * bubble
+            if cal.rated and gemm_s is None:
+                row.notes.append(f"calibrated step ({strategy.framework}): FLOPs at one rate, as no rate table of "
+                                 "this plan's GEMM shapes was measured on that machine")
+            if gemm_s is None and cal.largest_flops and flops > EXTRAPOLATED * cal.largest_flops:
                 row.notes.append(f"calibrated step: an extrapolation, {flops / cal.largest_flops:.0f}× the FLOPs "
                                  "of the largest step the calibration measured; larger matrices usually run at a "
                                  "higher FLOP rate, so it is likely too long (bench/plan_accuracy.py --beyond "
@@ -588,8 +735,10 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
             row.step_overlapped_s = max(row.compute_s, row.comm_s)
             if tokens:
                 row.budget_s = tokens / (batch * shape.seq) * row.step_s
+    used = {fw: value for fw, value in (mfu or {}).items()}
+    lacking = {fw: "no MFU given" for fw in dict.fromkeys(s.framework for s in STRATEGIES) if fw not in used}
     return Plan(shape, machine, batch, precision, recompute, fused, tokens, rows, list(LEFT_OUT), applied,
-                recipe=chosen.name if chosen else "")
+                recipe=chosen.name if chosen else "", mfu=used, mfu_missing=lacking)
 
 
 def check_recipe(name: str | None, precision: str) -> recipes.Recipe | None:
@@ -623,6 +772,7 @@ FIELDS: dict[str, tuple[type, str]] = {
     "devices": (int, "accelerators [1]"), "memory": (str, "memory per device with its unit: 80GB, 80GiB"),
     "flops": (float, "a device's peak FLOP/s at this precision"),
     "bandwidth": (str, "what each device moves to the others, e.g. 450GB/s"),
+    "device_kind": (str, "gpu or cpu [gpu]: the kind of device flops states; the MFU used is one measured on it"),
     "parameter_servers": (int, "parameter servers for the PS rows [1]"),
 }
 """A plan's fields, as ``bakeoff plan``'s flags, a claim's ``[claim.plan]`` and a report's ``--plan`` file name
@@ -675,10 +825,19 @@ def shape_from(fields: Mapping[str, Any]) -> Shape:
 
 
 def plan_from(fields: Mapping[str, Any], mfu: Mapping[str, tuple[float, str]] | None = None,
-              calibrations: Iterable[Calibration] = (), devices: int | None = None) -> Plan:
+              calibrations: Iterable[Calibration] = (), devices: int | None = None, *,
+              measured: Mapping[str, Mapping[str, tuple[float, str]]] | None = None,
+              rates: Mapping[tuple[str, str], RateTable] | None = None, require_mfu: bool = False,
+              in_file: bool = False) -> Plan:
     """:func:`plan` for a plan's :data:`FIELDS` (on ``devices`` instead of its own when given): an unknown field, a
     wrong type or a missing batch or memory is a :class:`PlanError` naming it. A calibration is of the machine its
-    trials ran on, so a plan for stated devices (``flops`` given) does not apply one, and says so."""
+    trials ran on, so a plan for stated devices (``flops`` given) does not apply one, and says so.
+
+    ``mfu``: stated MFUs (the user's, for the plan's devices); ``measured``: MFUs measured per kind of device
+    (:func:`measured_mfu`), of which only those of the plan's ``device_kind`` are used (:func:`choose_mfu`).
+    ``require_mfu``: the compute time was asked for, so a plan with ``flops`` for which no framework has an MFU of
+    its kind of device is a :class:`PlanError` naming what to give (``bakeoff plan --flops``); otherwise such a
+    framework's compute time is not computed and the plan says why (``in_file``: in a plan file's words)."""
     unknown = sorted(set(fields) - set(FIELDS))
     if unknown:
         raise PlanError(f"{unknown[0]}: unknown field; accepted: {', '.join(FIELDS)}")
@@ -689,13 +848,28 @@ def plan_from(fields: Mapping[str, Any], mfu: Mapping[str, tuple[float, str]] | 
     machine = Machine(devices or _field(fields, "devices", 1), parse_size(_field(fields, "memory")),
                       _field(fields, "flops"),
                       parse_size(bandwidth, "bandwidth", per_second=True) if bandwidth else None)
+    kind = str(_field(fields, "device_kind", "gpu")).upper()
+    if kind not in ("GPU", "CPU"):
+        raise PlanError(f"device_kind={fields['device_kind']!r}: give gpu or cpu ({FIELDS['device_kind'][1]})")
+    chosen, lacking = choose_mfu(kind, measured, mfu)
+    if require_mfu and machine.flops and not chosen:
+        reasons = "; ".join(f"{', '.join(fws)}: {why}" for why, fws in _grouped(lacking).items())
+        raise PlanError(f"flops={machine.flops:g}: compute time on a {kind} needs an MFU measured on a {kind} or "
+                        f"stated, and no framework has one ({reasons}). Give --mfu FRAMEWORK=VALUE (for scale: "
+                        "Narayanan et al. 2021 report 140 of an A100's 312 TFLOP/s, 45%, training GPT-3 175B with "
+                        f"Megatron-LM), a --store with trials run on a {kind}, --device-kind if flops is not a "
+                        f"{kind}'s, or leave --flops out for memory only")
+    ask = (f"the report's trials include none run on a {kind}" if in_file else
+           f"give --mfu FRAMEWORK=VALUE, or a --store with trials run on a {kind}")
+    lacking = {fw: f"{why}: {ask}" for fw, why in lacking.items()}
     calibrations = list(calibrations)
     stated = machine.flops is not None and bool(calibrations)
     result = plan(shape_from(fields), machine, _field(fields, "batch"), _field(fields, "precision", "bf16"),
                   _field(fields, "recompute", False), _field(fields, "fused_attention", True),
-                  _field(fields, "tokens"), mfu, _field(fields, "microbatches"),
+                  _field(fields, "tokens"), chosen, _field(fields, "microbatches"),
                   _field(fields, "parameter_servers", 1), () if stated else calibrations,
-                  recipe=_field(fields, "recipe"))
+                  recipe=_field(fields, "recipe"), rates=rates)
+    result.device_kind, result.mfu_missing = kind, lacking
     if stated:
         result.uncalibrated = (f"flops states other devices; the calibrations are of "
                                f"{', '.join(sorted({c.device for c in calibrations}))} (leave flops out to plan for "
@@ -735,39 +909,74 @@ def load_plans(path: Path | str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def describe_missing_times(machine: Machine, mfu: Mapping[str, Any] | None, *, in_file: bool = False,
-                           compute: bool = True) -> list[str]:
+def _grouped(lacking: Mapping[str, str]) -> dict[str, list[str]]:
+    """Frameworks by the reason they share (one line for three frameworks lacking an MFU for one reason)."""
+    out: dict[str, list[str]] = {}
+    for framework, why in lacking.items():
+        out.setdefault(why, []).append(framework)
+    return out
+
+
+def describe_missing_times(result: Plan, *, in_file: bool = False, compute: bool = True) -> list[str]:
     """Why a plan's times are missing, in words (nothing when they are all there): what to give, as ``bakeoff
     plan``'s flags name it, or, ``in_file``, as a plan file's fields do (a report's ``--plan``, whose MFU is only the
     one its trials measured). ``compute=False``: only the communication time is asked for (every compute time is
     there another way: calibrated, or not wanted)."""
+    machine = result.machine
     flops, bandwidth = ("`flops`", '`bandwidth = "450GB/s"`') if in_file else ("--flops", "--bandwidth 450GB/s")
     out = []
     if compute and not machine.flops:
         out.append(f"compute time: give the devices' peak FLOP/s ({flops}) at the plan's precision")
-    if compute and not mfu:
-        out.append("compute time: none of these trials has an MFU (bakeoff run records one with every trial)"
-                   if in_file else
-                   "compute time: no MFU, measured (--store: the trials bakeoff run stored) or stated "
-                   "(--mfu FRAMEWORK=0.4)")
+    if compute:
+        out += [f"compute time ({', '.join(fws)}): {why}" for why, fws in _grouped(result.mfu_missing).items()]
     if not machine.bandwidth:
         out.append(f"communication time: give the bandwidth each device moves ({bandwidth})")
     return out
 
 
-def measured_mfu(results: Iterable[TrialResult]) -> dict[str, tuple[float, str]]:
-    """Each framework's median MFU over stored successful trials that have one: (value, where it comes from)."""
-    by: dict[str, list[float]] = {}
-    kinds: dict[str, set[str]] = {}
+def trial_device_kind(result: TrialResult) -> str:
+    """"GPU" or "CPU": the kind of device a stored trial ran on (its MFU's record, else the engine's device)."""
+    if result.mfu is not None and result.mfu.device_kind:
+        return result.mfu.device_kind.upper()
+    resolved = str((result.environment or {}).get("device") or result.spec.get("device", "cpu")).lower()
+    return "GPU" if "cuda" in resolved or "gpu" in resolved else "CPU"
+
+
+def measured_mfu(results: Iterable[TrialResult]) -> dict[str, dict[str, tuple[float, str]]]:
+    """Each framework's median MFU over stored successful trials that have one, per kind of device they ran on:
+    ``{framework: {"CPU" or "GPU": (value, where it comes from)}}``."""
+    by: dict[tuple[str, str], list[float]] = {}
     for r in results:
         mfu = r.mfu
         if r.status.value != "ok" or mfu is None or mfu.value is None:
             continue
-        fw = r.run_spec.framework.value
-        by.setdefault(fw, []).append(float(mfu.value))
-        kinds.setdefault(fw, set()).add(mfu.device_kind or "?")
-    return {fw: (_median(values), f"median of {len(values)} stored trials ({', '.join(sorted(kinds[fw]))})")
-            for fw, values in by.items()}
+        by.setdefault((r.run_spec.framework.value, trial_device_kind(r)), []).append(float(mfu.value))
+    out: dict[str, dict[str, tuple[float, str]]] = {}
+    for (fw, kind), values in sorted(by.items()):
+        out.setdefault(fw, {})[kind] = (_median(values), f"median of {len(values)} stored trials on a {kind}")
+    return out
+
+
+def choose_mfu(kind: str, measured: Mapping[str, Mapping[str, tuple[float, str]]] | None,
+               stated: Mapping[str, tuple[float, str]] | None = None
+               ) -> tuple[dict[str, tuple[float, str]], dict[str, str]]:
+    """The MFU each framework's compute time uses on devices of ``kind`` ("GPU", "CPU"), and why each framework
+    without one has none. A stated MFU (the user's, for these devices) first, else one measured on the same kind
+    of device: utilisation does not transfer across kinds (a CPU's MFU, against its own matmul ceiling, over an
+    H100's datasheet peak once planned 771 days for a 100B ZeRO-3 run, #49)."""
+    chosen: dict[str, tuple[float, str]] = {}
+    lacking: dict[str, str] = {}
+    for framework in dict.fromkeys(s.framework for s in STRATEGIES):
+        by_kind = (measured or {}).get(framework, {})
+        if stated and framework in stated:
+            chosen[framework] = stated[framework]
+        elif kind in by_kind:
+            chosen[framework] = by_kind[kind]
+        else:
+            other = ", ".join(f"{v:.1%} on a {k}" for k, (v, _) in sorted(by_kind.items()))
+            lacking[framework] = f"no MFU measured on a {kind}" + (
+                f" (the one measured, {other}, does not transfer to another kind of device)" if other else "")
+    return chosen, lacking
 
 
 def human_bytes(value: float) -> str:

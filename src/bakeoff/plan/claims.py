@@ -325,13 +325,14 @@ def _plan(value: Any, gpus: int, fail: Any) -> dict[str, Any]:
     return dict(value)
 
 
-def capacity_plan(fields: Mapping[str, Any], framework: str, mfu: Mapping[str, tuple[float, str]],
+def capacity_plan(fields: Mapping[str, Any], framework: str, mfu: Mapping[str, Mapping[str, tuple[float, str]]],
                   devices: int | None = None) -> Plan:
     """:func:`bakeoff.plan.capacity.plan` for a claim's ``[claim.plan]`` (on ``devices`` instead of its own when
-    given)."""
+    given); ``mfu``: the MFUs measured per kind of device (:func:`~bakeoff.plan.capacity.measured_mfu`), of which
+    only the plan's kind is used."""
     from bakeoff.plan.capacity import plan_from
 
-    return plan_from(fields, mfu, devices=devices)
+    return plan_from(fields, None, devices=devices, measured=mfu, in_file=True)
 
 
 def all_specs(claims: Sequence[Claim]) -> list[RunSpec]:

@@ -14,6 +14,7 @@ from bakeoff.core.result import TrialResult
 from bakeoff.plan.capacity import (
     KINDS,
     Plan,
+    PlanError,
     Row,
     calibrate,
     describe_missing_times,
@@ -21,6 +22,7 @@ from bakeoff.plan.capacity import (
     human_seconds,
     measured_mfu,
     plan_from,
+    shape_from,
 )
 from bakeoff.plan.recipes import RECIPES
 from bakeoff.report.templates import Block, Facts, Heading, Para, Table
@@ -138,39 +140,65 @@ def apis(result: Plan) -> list[tuple[str, str]]:
     return out
 
 
-def remarks(result: Plan, mfu: Mapping[str, tuple[float, str]], *, in_file: bool = False) -> list[tuple[str, str]]:
-    """The plan's notes, the MFU each framework's times use, why a figure is missing (naming ``bakeoff plan``'s
-    flags, or a plan file's fields: :func:`~bakeoff.plan.capacity.describe_missing_times`), and what is left out."""
+def remarks(result: Plan, *, in_file: bool = False) -> list[tuple[str, str]]:
+    """The plan's notes, the MFU each framework's times use (one of the plan's kind of device, or stated), why a
+    figure is missing (naming ``bakeoff plan``'s flags, or a plan file's fields:
+    :func:`~bakeoff.plan.capacity.describe_missing_times`), and what is left out."""
     out = [("note", note) for note in dict.fromkeys(n for r in result.rows for n in r.notes)]
-    out += [(f"MFU {framework}", f"{value:.1%}, {source}") for framework, (value, source) in sorted(mfu.items())]
+    if result.machine.flops:
+        out += [(f"MFU {framework}", f"{value:.1%}, {source}")
+                for framework, (value, source) in sorted(result.mfu.items())]
     if result.uncalibrated:
         out.append(("not calibrated", result.uncalibrated))
     calibrated = bool(result.calibrations) and {r.framework for r in result.rows} <= set(result.calibrations)
     out += [("not computed", line)
-            for line in describe_missing_times(result.machine, mfu, in_file=in_file, compute=not calibrated)]
+            for line in describe_missing_times(result, in_file=in_file, compute=not calibrated)]
     out.append(("left out", "; ".join(result.left_out)))
     return out
 
 
-def made(requests: Sequence[tuple[str, Mapping[str, Any]]],
-         results: Sequence[TrialResult]) -> tuple[dict[str, tuple[float, str]], list[tuple[str, Plan]]]:
-    """The MFU ``results`` measured, and each requested plan (name, fields) made with it and their calibrations."""
-    mfu, calibrations = measured_mfu(results), calibrate(results)
-    return mfu, [(name, plan_from(fields, mfu, calibrations)) for name, fields in requests]
+def made(requests: Sequence[tuple[str, Mapping[str, Any]]], results: Sequence[TrialResult]) -> list[tuple[str, Plan]]:
+    """Each requested plan (name, fields) made with the MFU ``results`` measured on the plan's kind of device and
+    their calibrations."""
+    measured, calibrations = measured_mfu(results), calibrate(results)
+    out = []
+    for name, fields in requests:
+        rated, rates = calibrations, kept_rates(fields, results, calibrations)
+        if rates:
+            rated = calibrate(results, rates)
+        out.append((name, plan_from(fields, None, rated, measured=measured, rates=rates, in_file=True)))
+    return out
+
+
+def kept_rates(fields: Mapping[str, Any], results: Sequence[TrialResult],
+               calibrations: Sequence[Any]) -> dict[tuple[str, str], dict] | None:
+    """The GEMM rates by shape kept for this machine (:mod:`bakeoff.measure.gemm_rates`; a report measures none)
+    that a plan for the machine its calibrations were fitted on needs; None for a plan of stated devices."""
+    from bakeoff.measure import gemm_rates
+
+    if fields.get("flops") is not None or not calibrations:
+        return None
+    try:
+        shape = shape_from(fields)
+    except PlanError:
+        return None
+    devices = int(fields.get("devices") or 1)
+    return gemm_rates.for_plan(results, calibrations, shape, int(fields["batch"]) / devices,
+                               bool(fields.get("recompute")), measure=False) or None
 
 
 def blocks(requests: Sequence[tuple[str, Mapping[str, Any]]], results: Sequence[TrialResult]) -> list[Block]:
     """The "Capacity plan" section: each requested plan made with the MFU and calibrations of ``results``."""
     if not requests:
         return []
-    mfu, plans = made(requests, results)
+    plans = made(requests, results)
     out: list[Block] = [Heading(2, "Capacity plan"),
                         Para("Will the model fit, and how long will a step take, under each framework's own "
                              "strategies: stated formulas (bakeoff.plan.capacity names their sources), timed at the "
-                             "MFU these trials measured, and calibrated by them on the machine they ran on when "
-                             "the plan states no other devices.")]
+                             "MFU these trials measured on the plan's kind of device, and calibrated by them on the "
+                             "machine they ran on when the plan states no other devices.")]
     for name, result in plans:
         out += [Heading(3, name), Para(summary(result)), memory_table(result)]
         out += [t for t in (step_table(result), calibrated_table(result)) if t is not None]
-        out += [Facts(apis(result)), Facts(recipes(result)), Facts(remarks(result, mfu, in_file=True))]
+        out += [Facts(apis(result)), Facts(recipes(result)), Facts(remarks(result, in_file=True))]
     return out

@@ -91,9 +91,10 @@ class ClaimVerdict:
 
 
 def judge(claims: Sequence[Claim], results: Sequence[TrialResult], deployments: Sequence[Mapping[str, Any]] = (),
-          gpus: int = 0, mfu: Mapping[str, tuple[float, str]] | None = None) -> list[ClaimVerdict]:
+          gpus: int = 0, mfu: Mapping[str, Mapping[str, tuple[float, str]]] | None = None) -> list[ClaimVerdict]:
     """Each claim judged on ``results`` (matched to a claim's configurations by spec, seeds aside) and the stored
-    ``deployments``; ``gpus``: this machine's; ``mfu``: each framework's measured MFU, for a plan's step times."""
+    ``deployments``; ``gpus``: this machine's; ``mfu``: each framework's measured MFU per kind of device
+    (:func:`~bakeoff.plan.capacity.measured_mfu`), for a plan's step times (only the plan's kind is used)."""
     by_config: dict[str, list[TrialResult]] = {}
     for r in results:
         by_config.setdefault(configuration(r.run_spec), []).append(r)
@@ -282,7 +283,7 @@ def _deployment(claim: Claim, rows: Sequence[Mapping[str, Any]]) -> ClaimVerdict
     return ClaimVerdict(claim, finding.verdict, [finding], notes)
 
 
-def _plan_answer(claim: Claim, mfu: Mapping[str, tuple[float, str]]) -> list[str]:
+def _plan_answer(claim: Claim, mfu: Mapping[str, Mapping[str, tuple[float, str]]]) -> list[str]:
     """What the capacity plan says of the claim's trials at the scale its ``[claim.plan]`` describes: a prediction,
     never a verdict."""
     from bakeoff.plan.capacity import describe_missing_times, human_bytes, human_seconds
@@ -309,9 +310,9 @@ def _plan_answer(claim: Claim, mfu: Mapping[str, tuple[float, str]]) -> list[str
                      f"{human_seconds(row.step_s)} against {human_seconds(single.compute_s)}, communication not "
                      f"overlapped; MFU {row.mfu:.1%}, {row.mfu_source}), against the claim's {claim.threshold}")
     else:
-        missing = [line for line in describe_missing_times(m, mfu, in_file=True) if "MFU" not in line]
-        if framework not in mfu:
-            missing.append(f"no MFU of {framework} in the store (bakeoff run records one with every trial)")
+        missing = [line for line in describe_missing_times(many, in_file=True) if "MFU" not in line]
+        if framework in many.mfu_missing:
+            missing.append(f"{framework}: {many.mfu_missing[framework]}")
         lines.append("no speed-up predicted: " + "; ".join(missing))
     return lines
 
