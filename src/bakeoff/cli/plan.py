@@ -116,12 +116,11 @@ def _stored(args: argparse.Namespace) -> tuple[dict[str, dict[str, tuple[float, 
 
 
 def _rates(args: argparse.Namespace, results: list, calibrations: list[Calibration]) -> dict[tuple[str, str], dict]:
-    """This machine's GEMM rates by shape for the calibrations fitted on it (:func:`bakeoff.measure.gemm_rates.
-    for_plan`: measured once in a child process per framework and precision, then kept)."""
-    from bakeoff.measure import gemm_rates
-    from bakeoff.plan.capacity import shape_from
+    """This machine's GEMM rates by shape for the calibrations fitted on it (:func:`bakeoff.plan.capacity.
+    gemm_rates_for`: measured once in a child process per framework and precision, then kept)."""
+    from bakeoff.plan.capacity import gemm_rates_for, shape_from
 
-    return gemm_rates.for_plan(results, calibrations, shape_from(fields(args)), args.batch / args.devices,
+    return gemm_rates_for(results, calibrations, shape_from(fields(args)), args.batch / args.devices,
                                args.recompute)
 
 

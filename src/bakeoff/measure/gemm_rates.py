@@ -143,30 +143,6 @@ def rates(framework: str, precision: str, shapes: Iterable[Key], threads: int = 
     return {s: float(kept[_name(t)]["flops_per_s"]) for s, t in timed.items() if _name(t) in kept}
 
 
-def for_plan(results: Iterable[Any], calibrations: Iterable[Any], shape: Any, per_device_batch: float,
-             recompute: bool = False, measure: bool = True) -> dict[tuple[str, str], dict[Key, float]]:
-    """The GEMM rates a calibrated plan on this machine needs: for each calibration fitted on this machine's CPU
-    (:class:`bakeoff.plan.capacity.Calibration`), every shape of its trials' steps (``results``: the stored
-    trials) and of the plan's own step on a device (``shape`` at ``per_device_batch``); ``measure=False``: only
-    what is kept (a report measures nothing)."""
-    from bakeoff.measure.environment import cpu_model
-    from bakeoff.plan.capacity import gemms, trial_shape
-
-    results = list(results)
-    planned = {g.key for g in gemms(shape, per_device_batch, recompute)}
-    out = {}
-    for cal in calibrations:
-        if not cal.device.startswith(f"{cpu_model()},"):
-            continue
-        keys = set(planned)
-        for r in results:
-            if (r.spec.get("framework"), r.spec.get("precision", "fp32")) == (cal.framework, cal.precision) and (
-                    trial := trial_shape(r)) is not None:
-                keys.update(g.key for g in gemms(trial, int(r.spec["batch_size"])))
-        out[cal.framework, cal.precision] = rates(cal.framework, cal.precision, sorted(keys), measure=measure)
-    return out
-
-
 def _measure(framework: str, precision: str, shapes: list[Key], threads: int, device: str,
              timeout_s: float) -> dict[Key, list[float]]:
     """The child process: each shape's samples, or nothing (logged) when it failed."""

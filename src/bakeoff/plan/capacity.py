@@ -917,6 +917,31 @@ def _grouped(lacking: Mapping[str, str]) -> dict[str, list[str]]:
     return out
 
 
+def gemm_rates_for(results: Iterable[Any], calibrations: Iterable[Any], shape: Shape, per_device_batch: float,
+                   recompute: bool = False, measure: bool = True) -> dict[tuple[str, str], RateTable]:
+    """The GEMM rates a calibrated plan on this machine needs: for each calibration fitted on this machine's CPU
+    (:class:`bakeoff.plan.capacity.Calibration`), every shape of its trials' steps (``results``: the stored
+    trials) and of the plan's own step on a device (``shape`` at ``per_device_batch``); ``measure=False``: only
+    what is kept (a report measures nothing)."""
+    from bakeoff.measure import gemm_rates
+    from bakeoff.measure.environment import cpu_model
+
+    results = list(results)
+    planned = {g.key for g in gemms(shape, per_device_batch, recompute)}
+    out = {}
+    for cal in calibrations:
+        if not cal.device.startswith(f"{cpu_model()},"):
+            continue
+        keys = set(planned)
+        for r in results:
+            if (r.spec.get("framework"), r.spec.get("precision", "fp32")) == (cal.framework, cal.precision) and (
+                    trial := trial_shape(r)) is not None:
+                keys.update(g.key for g in gemms(trial, int(r.spec["batch_size"])))
+        out[cal.framework, cal.precision] = gemm_rates.rates(cal.framework, cal.precision, sorted(keys),
+                                                             measure=measure)
+    return out
+
+
 def describe_missing_times(result: Plan, *, in_file: bool = False, compute: bool = True) -> list[str]:
     """Why a plan's times are missing, in words (nothing when they are all there): what to give, as ``bakeoff
     plan``'s flags name it, or, ``in_file``, as a plan file's fields do (a report's ``--plan``, whose MFU is only the

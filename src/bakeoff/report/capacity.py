@@ -174,7 +174,7 @@ def kept_rates(fields: Mapping[str, Any], results: Sequence[TrialResult],
                calibrations: Sequence[Any]) -> dict[tuple[str, str], dict] | None:
     """The GEMM rates by shape kept for this machine (:mod:`bakeoff.measure.gemm_rates`; a report measures none)
     that a plan for the machine its calibrations were fitted on needs; None for a plan of stated devices."""
-    from bakeoff.measure import gemm_rates
+    from bakeoff.plan.capacity import gemm_rates_for
 
     if fields.get("flops") is not None or not calibrations:
         return None
@@ -183,7 +183,7 @@ def kept_rates(fields: Mapping[str, Any], results: Sequence[TrialResult],
     except PlanError:
         return None
     devices = int(fields.get("devices") or 1)
-    return gemm_rates.for_plan(results, calibrations, shape, int(fields["batch"]) / devices,
+    return gemm_rates_for(results, calibrations, shape, int(fields["batch"]) / devices,
                                bool(fields.get("recompute")), measure=False) or None
 
 
