@@ -140,7 +140,7 @@ def gemm_rates(precision: str, shapes: list[tuple[int, int, int, int]], repeats:
     2·batch·m·n·k FLOPs) in ``precision`` on this process's device, each after one untimed product (the compile):
     the rates of a plan's own GEMMs (:mod:`bakeoff.measure.gemm_rates`). ``threads`` is not applied, as in
     :func:`matmul_rates`."""
-    import time
+    from bakeoff.measure.gemm_rates import sample
 
     dtype = {"fp32": jnp.float32, "bf16": jnp.bfloat16}[precision]
     rng = np.random.default_rng(0)
@@ -150,13 +150,7 @@ def gemm_rates(precision: str, shapes: list[tuple[int, int, int, int]], repeats:
         lead = (batch,) if batch > 1 else ()
         a = jnp.asarray(rng.standard_normal((*lead, m, k)), dtype)
         b = jnp.asarray(rng.standard_normal((*lead, k, n)), dtype)
-        rates = []
-        for i in range(times + 1):
-            t0 = time.perf_counter()
-            matmul(a, b).block_until_ready()
-            if i:
-                rates.append(2 * batch * m * n * k / (time.perf_counter() - t0))
-        out.append(rates)
+        out.append(sample(lambda a=a, b=b: matmul(a, b).block_until_ready(), 2 * batch * m * n * k, times))
     return out
 
 

@@ -68,7 +68,7 @@ def gemm_rates(precision: str, shapes: list[tuple[int, int, int, int]], repeats:
     """FLOP/s of ``repeats[i]`` products of shape ``i`` ``(batch, m, n, k)`` (``batch`` independent ``(m, k) @ (k, n)``,
     2·batch·m·n·k FLOPs) in ``precision`` on this process's device, each after one untimed product (the trace):
     the rates of a plan's own GEMMs (:mod:`bakeoff.measure.gemm_rates`)."""
-    import time
+    from bakeoff.measure.gemm_rates import sample
 
     if threads:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
@@ -82,13 +82,9 @@ def gemm_rates(precision: str, shapes: list[tuple[int, int, int, int]], repeats:
         lead = (batch,) if batch > 1 else ()
         a = tf.constant(rng.standard_normal((*lead, m, k)), dtype)
         b = tf.constant(rng.standard_normal((*lead, k, n)), dtype)
-        rates = []
-        for i in range(times + 1):
-            t0 = time.perf_counter()
-            tf.reshape(matmul(a, b), [-1])[0].numpy()  # one element to the host: the product is done
-            if i:
-                rates.append(2 * batch * m * n * k / (time.perf_counter() - t0))
-        out.append(rates)
+        # one element to the host: the product is done
+        out.append(sample(lambda a=a, b=b: tf.reshape(matmul(a, b), [-1])[0].numpy(), 2 * batch * m * n * k,
+                          times))
     return out
 
 

@@ -77,7 +77,7 @@ def gemm_rates(precision: str, shapes: list[tuple[int, int, int, int]], repeats:
     2·batch·m·n·k FLOPs) in ``precision`` on this process's device, each after one untimed product: the rates of a
     plan's own GEMMs (:mod:`bakeoff.measure.gemm_rates`). bf16 multiplies bf16 tensors, as autocast's linear and
     matmul do."""
-    import time
+    from bakeoff.measure.gemm_rates import sample
 
     if threads:
         _pin_threads(threads)
@@ -91,16 +91,14 @@ def gemm_rates(precision: str, shapes: list[tuple[int, int, int, int]], repeats:
             lead = (batch,) if batch > 1 else ()
             a = torch.randn(*lead, m, k, generator=gen).to(device, dtype)
             b = torch.randn(*lead, k, n, generator=gen).to(device, dtype)
-            rates = []
-            for i in range(times + 1):
-                t0 = time.perf_counter()
-                c = torch.matmul(a, b)
+
+            def product(a: torch.Tensor = a, b: torch.Tensor = b) -> None:
+                torch.matmul(a, b)
                 if device == "cuda":
                     torch.cuda.synchronize()
-                if i:
-                    rates.append(2 * batch * m * n * k / (time.perf_counter() - t0))
-            del a, b, c
-            out.append(rates)
+
+            out.append(sample(product, 2 * batch * m * n * k, times))
+            del a, b
     return out
 
 

@@ -46,6 +46,7 @@ from typing import Any
 
 from bakeoff.core import frameworks as records
 from bakeoff.core import registry
+from bakeoff.core.files import write_json
 from bakeoff.core.result import CeilingProbe, Mfu, TrialResult
 from bakeoff.core.spec import Parallelism, RunSpec, Status
 from bakeoff.measure.environment import cpu_model, usable_cores
@@ -222,11 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     refuse_foreign(argv[0])  # one framework in this process, as in a trial
     n = int(argv[2]) if len(argv) > 2 else SIZE
     threads = (int(argv[3]) if len(argv) > 3 else 0) or usable_cores()
-    result = probe(argv[0], n, REPEATS, threads)
-    path = Path(argv[1])
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result))
-    os.replace(tmp, path)
+    write_json(Path(argv[1]), probe(argv[0], n, REPEATS, threads))
     return 0
 
 

@@ -35,12 +35,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from bakeoff.core import frameworks as records
 from bakeoff.core import registry
+from bakeoff.core.files import write_json
 from bakeoff.measure import ceiling
 from bakeoff.measure.environment import usable_cores
 
@@ -105,12 +106,22 @@ def _read() -> dict[str, Any]:
         return {}
 
 
+def sample(product: Callable[[], object], flops: float, times: int) -> list[float]:
+    """FLOP/s of ``times`` calls of ``product`` (one product of ``flops`` FLOPs, returning once it is done), after
+    one untimed call (the compile or the trace): what each engine's ``gemm_rates`` times a shape with."""
+    rates = []
+    for i in range(times + 1):
+        t0 = time.perf_counter()
+        product()
+        if i:
+            rates.append(flops / (time.perf_counter() - t0))
+    return rates
+
+
 def _write(cache: dict[str, Any]) -> None:
     path = cache_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    write_json(path, cache, indent=1, sort_keys=True)
 
 
 def rates(framework: str, precision: str, shapes: Iterable[Key], threads: int = 0, device: str = "cpu",
@@ -184,11 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     module = records.get(framework).matmul.partition(":")[0]  # a Keras row's is its backend's engine
     measure = registry.load(f"{module}:gemm_rates")
     shapes = [tuple(s) for s in json.loads(Path(given).read_text())]
-    result = measure(precision, shapes, [repeats(s) for s in shapes], int(threads))
-    out = Path(path)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result))
-    os.replace(tmp, out)
+    write_json(Path(path), measure(precision, shapes, [repeats(s) for s in shapes], int(threads)))
     return 0
 
 
