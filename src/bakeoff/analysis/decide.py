@@ -207,8 +207,7 @@ def aligned(q: Quantity, a: ConfigSummary, b: ConfigSummary) -> tuple[Runs, Runs
     have a run in the same repeats (each once, :data:`~bakeoff.analysis.intervals.MIN_PAIRS` at least), their runs
     in repeat order and ``True``, so that the comparison is over the pairs (what a repeat's load did to both sides
     cancels); else as they are and ``False`` (Welch's interval, unpaired: a failed run on one side, say)."""
-    (ra, ba), (rb, bb) = a.runs(q.name), b.runs(q.name)
-    ka, kb = a.repeats(q.name), b.repeats(q.name)
+    (ra, ba, ka), (rb, bb, kb) = a.runs_by_repeat(q.name), b.runs_by_repeat(q.name)
     if len(ka) < intervals.MIN_PAIRS or len(set(ka)) != len(ka) or set(ka) != set(kb) or len(kb) != len(ka):
         return (ra, ba), (rb, bb), False
     ia, ib = sorted(range(len(ka)), key=ka.__getitem__), sorted(range(len(kb)), key=kb.__getitem__)

@@ -105,19 +105,19 @@ def run_values(q: Quantity, trials: Sequence[TrialResult], target: float | None,
     """One value of ``q`` per run of ``trials``, as verdicts compare them, and each run's lower bound where it is
     censored: the successful runs that measured it; for a censored quantity with a ``target`` also every unfinished
     run, as never (+∞, bound unknown unless it recorded its training time)."""
-    counted = _counted(q, trials, target, budget)
-    values = np.array([v for _, v, _ in counted], dtype=float)
-    bounds = np.array([math.nan if b is None else float(b) for _, _, b in counted], dtype=float)
+    values, bounds, _ = runs_by_repeat(q, trials, target, budget)
     return values, bounds
 
 
-def run_repeats(q: Quantity, trials: Sequence[TrialResult], target: float | None,
-                budget: float | None = None) -> list[tuple[int, int]]:
-    """Which repeat each of :func:`run_values`' runs was made in, in the same order: (repeat, seed) of its spec.
+def runs_by_repeat(q: Quantity, trials: Sequence[TrialResult], target: float | None,
+                   budget: float | None = None) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
+    """:func:`run_values` and which repeat each run was made in, in the same order: (repeat, seed) of its spec.
     Within a repeat the frameworks take turns (:mod:`bakeoff.plan.order`), so two configurations' runs of one
     repeat were made side by side, on the machine as it was then."""
-    return [(int(r.spec.get("repeat", 0)), int(r.spec.get("seed", 0))) for r, _, _ in
-            _counted(q, trials, target, budget)]
+    counted = _counted(q, trials, target, budget)
+    values = np.array([v for _, v, _ in counted], dtype=float)
+    bounds = np.array([math.nan if b is None else float(b) for _, _, b in counted], dtype=float)
+    return values, bounds, [(int(r.spec.get("repeat", 0)), int(r.spec.get("seed", 0))) for r, _, _ in counted]
 
 
 @dataclasses.dataclass
@@ -191,9 +191,9 @@ class ConfigSummary:
         """
         return run_values(quantity(name), self.trials, self.target, self.budget_examples)
 
-    def repeats(self, name: str) -> list[tuple[int, int]]:
-        """The repeat (and seed) each of :meth:`runs` was made in, in the same order (:func:`run_repeats`)."""
-        return run_repeats(quantity(name), self.trials, self.target, self.budget_examples)
+    def runs_by_repeat(self, name: str) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
+        """:meth:`runs` and the repeat (and seed) each was made in (:func:`runs_by_repeat`)."""
+        return runs_by_repeat(quantity(name), self.trials, self.target, self.budget_examples)
 
     def replicates(self, name: str) -> np.ndarray:
         """:data:`~bakeoff.analysis.bootstrap.RESAMPLES` bootstrap replicates of :meth:`value`, seeded by the

@@ -106,6 +106,16 @@ def _local(path: Path) -> bool:
     return not any(path.is_relative_to(root) for root in _not_local())
 
 
+@functools.lru_cache(maxsize=1024)
+def _imports_of(path: Path, stamp: tuple[int, int]) -> tuple[tuple[str, int], ...]:
+    """:func:`_imported` of the file at ``path``, parsed once while unchanged on disk (``stamp``: its mtime and
+    size; every trial of a run hashes its workload's code); none for a file that does not parse."""
+    try:
+        return tuple(_imported(ast.parse(path.read_text(encoding="utf-8", errors="replace"), str(path))))
+    except (SyntaxError, ValueError, OSError):
+        return ()
+
+
 def _imported(tree: ast.AST) -> list[tuple[str, int]]:
     """(dotted name, relative level) of every module ``tree`` may import: ``from a import b`` may be the module
     ``a.b`` or a name in ``a``, so both."""
@@ -154,10 +164,10 @@ def local_imports(files: Sequence[Path], search: Sequence[Path] | None = None) -
     while queue:
         current = queue.pop()
         try:
-            tree = ast.parse(current.read_text(encoding="utf-8", errors="replace"), str(current))
-        except (SyntaxError, ValueError, OSError):
+            stat = current.stat()
+        except OSError:
             continue
-        for name, level in _imported(tree):
+        for name, level in _imports_of(current, (stat.st_mtime_ns, stat.st_size)):
             found = _module_file(name, level, current, search)
             if found is None or found in seen or not _local(found):
                 continue
