@@ -66,7 +66,7 @@ def test_a_runs_report_answers_for_the_store_not_only_for_its_own_command(tmp_pa
     decision = second.report.decisions[("mnist", "tiny")]
     assert {f.label for f in decision.ranking} == {"torch/eager", "tensorflow/graph"}
     md = (out / "report.md").read_text()
-    assert (f"This report answers for the store ({store}): the 1 trials of this run and 1 stored earlier of the "
+    assert (f"This report answers for the store ({store}): the 1 trial of this run and 1 stored earlier of the "
             f"same models and data (`bakeoff report --store {store}` for every trial in it). 2 trials") \
         in " ".join(md.split())
 

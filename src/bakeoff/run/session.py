@@ -127,8 +127,9 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
     written = None
     if report_dir is not None:
         earlier = len(reported) - len(results)
-        said = (f"This report answers for the store ({store_path}): the {len(results)} trials of this run and "
-                f"{earlier} stored earlier of the same models and data (`bakeoff report --store {store_path}` for "
+        said = (f"This report answers for the store ({store_path}): the {len(results)} "
+                f"trial{'s' if len(results) != 1 else ''} of this run and {earlier} stored earlier of the same models "
+                f"and data (`bakeoff report --store {store_path}` for "
                 "every trial in it)." if earlier else "")
         written = write_report(reported, report_dir, suite.weights, suite.qualitative,
                                title or f"bakeoff: {suite.name}", suites, deployments, team, covers=said,
