@@ -92,6 +92,16 @@ def test_dry_run_lists_stored_and_to_run_with_an_estimate_and_imports_no_framewo
     assert "run  (stored: ok)" in retry.stdout and "4 to run" in retry.stdout
 
 
+def test_dry_run_checks_the_data_as_a_run_would_and_still_imports_no_framework(tmp_path):
+    # Before: "dry run: 4 trials ... to run" on a file without the columns the run then failed on.
+    (tmp_path / "mini.toml").write_text(SUITE.replace('max_steps = 2', 'max_steps = 2\ndata = {train = "bbc.csv"}'))
+    (tmp_path / "bbc.csv").write_text("article,topic\n" + "".join(f"words {i},sport\n" for i in range(40)))
+    r = in_process(["run", "--suite", "mini.toml", "--store", "r.sqlite", "--dry-run"], tmp_path)
+    assert "LEAKED []" in r.stdout and "EXIT 2" in r.stdout, r.stdout + r.stderr
+    assert "bbc.csv" in r.stderr and "article" in r.stderr and "dry run:" not in r.stdout, r.stderr
+    assert not (tmp_path / "r.sqlite").exists()
+
+
 def test_version_names_the_package_hash_and_imports_no_framework(tmp_path):
     code = ("import sys\nimport bakeoff.cli.main\ntry:\n    bakeoff.cli.main.main(['--version'])\n"
             f"except SystemExit as e:\n    print('EXIT', e.code)\n{LEAK}")

@@ -540,6 +540,8 @@ def test_a_full_disk_while_writing_the_report_leaves_the_old_one_whole(tmp_path)
         again = bakeoff("report", "--store", str(store), "--out", str(out), cwd=tmp_path)
         assert again.returncode == 2 and "Traceback" not in again.stderr, again.stderr
         assert "could not write the report" in again.stderr and "No space left on device" in again.stderr
+        # The command to write it again is the one given, with its store and folder (not the defaults).
+        assert f"make room and run `bakeoff report --store {store} --out {out}`" in again.stderr, again.stderr
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no half-written file, no leftover
 
 

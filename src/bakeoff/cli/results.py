@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from shlex import quote
 from typing import TYPE_CHECKING
 
 from bakeoff.cli.options import DEFAULT_REPORTS, DEFAULT_STORE, key_values
@@ -68,11 +69,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.export:
         export(got.results, args.export)
     out = args.out or DEFAULT_REPORTS / (got.suite_name or "all")
+    again = " ".join(["bakeoff report --store", quote(str(args.store)),
+                      *(["--suite", quote(args.suite)] if args.suite else []), "--out", quote(str(out))])
     if args.format == "json":
-        return _report_json(got, out, args, team, plans)
+        return _report_json(got, out, args, team, plans, again)
     say_report(write_report(got.results, out, got.weights, got.qualitative,
                             f"bakeoff: {got.suite_name or 'all trials'}", got.suites, got.deployments, team, plans,
-                            suite_files=got.suite_files))
+                            suite_files=got.suite_files, again=again))
     checks = _fail_if_slower(summarise_groups(got.results), args.fail_if_slower_than)
     for check in checks:
         console.print(check.line(), soft_wrap=True)
@@ -80,7 +83,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _report_json(got: Stored, out: Path, args: argparse.Namespace, team: Team | None,
-                 plans: list[tuple[str, dict]]) -> int:
+                 plans: list[tuple[str, dict]], again: str) -> int:
     import json
 
     from bakeoff.analysis.stats import summarise_groups
@@ -100,7 +103,7 @@ def _report_json(got: Stored, out: Path, args: argparse.Namespace, team: Team | 
 
         data["plans"] = [{"name": name, **result.to_dict()} for name, result in made(plans, got.results)]
     text = json.dumps(data, indent=1, allow_nan=False, ensure_ascii=False)
-    write_all({report_folder(out) / "decision.json": (text + "\n").encode()})
+    write_all({report_folder(out) / "decision.json": (text + "\n").encode()}, f"{again} --format json")
     console.out(text, highlight=False)
     for check in checks:
         errors.print(check.line(), soft_wrap=True)

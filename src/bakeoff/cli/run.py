@@ -106,7 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"executor{' (would run them)' if args.dry_run else ''}: {executor.describe()}",
                       soft_wrap=True)
     if args.dry_run:
-        return _dry_run(suite, args)
+        return _dry_run(suite, args, here=not executor.remote)
 
     def say(line: str) -> None:
         console.print(line, soft_wrap=True)
@@ -115,8 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                         retry_busy=args.retry_busy, concurrent=args.concurrent, order_seed=args.order_seed,
                         profile_steps=args.profile_steps if args.profile else 0,
                         report_dir=None if args.no_report else args.out or DEFAULT_REPORTS / suite.name,
-                        title=f"bakeoff: {suite.name}" + (f" (overridden from the command line: {said})"
-                                                          if said else ""),
+                        title=suite.title() + (f" (overridden from the command line: {said})" if said else ""),
                         say=say, progress=RunProgress, executor=executor, team=team, mlflow_uri=args.mlflow)
     summary = session.summary
     console.print(f"ran {len(summary.ran)} trials, skipped {len(summary.skipped)} already in the store")
@@ -159,11 +158,13 @@ def _print_profiles(summary: RunSummary) -> None:
                       f"stored result was reused ({names}{more}): add --fresh to re-run them with the profiler")
 
 
-def _dry_run(suite: Suite, args: argparse.Namespace) -> int:
+def _dry_run(suite: Suite, args: argparse.Namespace, here: bool) -> int:
     from bakeoff.cli.console import console
     from bakeoff.core import registry
     from bakeoff.plan.preview import duration, plan, total
-    from bakeoff.run import launchers
+    from bakeoff.run import launchers, runner
+
+    runner.validate(suite.specs, here=here)  # the data loaded and checked as a run would (numpy only): bad data fails
 
     planned = plan(suite.specs, args.store, fresh=args.fresh, retry_failed=args.retry_failed,
                    order_seed=args.order_seed, timeout_s=args.timeout or suite.timeout_s, retry_busy=args.retry_busy)
@@ -189,7 +190,7 @@ def _dry_run(suite: Suite, args: argparse.Namespace) -> int:
         when = (f"about {duration(seconds)} from the stored results of the same configurations"
                 + (f", {unknown} more trials without an estimate" if unknown else ""))
     console.print(f"dry run: {len(planned)} trials, {stored} already stored, {runs} to run; {when}. "
-                  "Nothing was run or written (data files were hashed, not loaded).", soft_wrap=True)
+                  "Nothing was run or written (the data was loaded and checked, nothing trained).", soft_wrap=True)
     if suite.adaptive is not None:
         first, most = suite.adaptive["first"], suite.adaptive["max"]
         console.print(f"repeats auto: these are the first {first} runs of each configuration; a section whose "

@@ -149,7 +149,20 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
                          "jax.jit) a graph, each new input shape adding one; \"×3 graphs\": each build made 3 "
                          "graphs, the pieces between graph breaks; their extra seconds are what those steps took "
                          "beyond a steady step, the first step included.")
+        footnotes += [note] if (note := _graph_break_note(configs)) else []
     return Table(header, rows, footnotes)
+
+
+def _graph_break_note(configs: Sequence[ConfigSummary]) -> str | None:
+    """Where torch.compile broke each configuration's graph, as its first successful run recorded it."""
+    said = []
+    for c in configs:
+        sites = next((r.extras["dynamo_graph_breaks_at"] for r in c.ok if r.extras.get("dynamo_graph_breaks_at")), [])
+        where = ", ".join(f"{Path(str(s.get('at'))).name}{f' ({reason})' if (reason := s.get('reason')) else ''}"
+                          f"{f' ×{n}' if (n := s.get('count', 1)) > 1 else ''}" for s in sites)
+        said += [f"{c.label} at {where}"] if where else []
+    return f"Graph breaks, where torch.compile stopped tracing (a run's own record): {'; '.join(said)}." \
+        if said else None
 
 
 def _mfu_note(configs: Sequence[ConfigSummary]) -> str:
@@ -594,7 +607,8 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
                   decisions: Mapping[tuple[str, str], Decision] | None = None,
                   deployments: Sequence[Mapping[str, Any]] = (),
                   declared_section: Sequence[Block] = (), plan_section: Sequence[Block] = (),
-                  covers: str = "", suite_files: Mapping[str, str] | None = None) -> dict[str, Path]:
+                  covers: str = "", suite_files: Mapping[str, str] | None = None,
+                  again: str = "bakeoff report") -> dict[str, Path]:
     """Write ``report.md``, ``report.html``, ``throughput.png`` and ``quality_vs_time.png`` into ``out_dir``.
 
     Args:
@@ -613,6 +627,8 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
         plan_section: the "Capacity plan" section (:func:`bakeoff.report.capacity.blocks`), before Claims.
         covers: what the results are, when they are more than one command's (the report's first sentence).
         suite_files: suite name -> the file it was read from, as the store recorded it (the "Reproduce" line).
+        again: the command that writes this report again, for the error when the disk is full (the store and
+            folder the user gave, not the defaults).
 
     Returns:
         ``{"markdown", "html", "throughput", "quality_vs_time"}`` (and ``"scaling"`` when distributed trials
@@ -648,7 +664,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
     contents = {"markdown": to_markdown(title, blocks).encode(), "html": to_html(title, blocks).encode()}
     for name, image in images.items():
         paths[name], contents[name] = out_dir / image.filename, image.png
-    write_all({paths[name]: data for name, data in contents.items()})
+    write_all({paths[name]: data for name, data in contents.items()}, again)
     return paths
 
 
@@ -665,9 +681,10 @@ def report_folder(out_dir: Path | str) -> Path:
     return out_dir
 
 
-def write_all(files: dict[Path, bytes]) -> None:
+def write_all(files: dict[Path, bytes], again: str = "bakeoff report") -> None:
     """Write every file or none: each to a temporary beside it first, then all renamed into place, so a full disk
-    leaves the previous report as it was, not half of a new one."""
+    leaves the previous report as it was, not half of a new one; the error names ``again``, the command that
+    writes them again."""
     written: list[tuple[Path, Path]] = []
     try:
         for path, data in files.items():
@@ -679,6 +696,6 @@ def write_all(files: dict[Path, bytes]) -> None:
             temporary.unlink(missing_ok=True)
         folder = next(iter(files)).parent
         raise SpecError(f"could not write the report in {folder} ({exc.strerror or exc}); nothing in it was "
-                        "replaced: make room and run `bakeoff report` again") from None
+                        f"replaced: make room and run `{again}`") from None
     for temporary, path in written:
         temporary.replace(path)
