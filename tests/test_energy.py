@@ -1,0 +1,198 @@
+"""Energy from the machine's counters (issue #52): RAPL read from fake powercap trees (which domains count, wraps,
+a root-only counter), NVML from a fake module (which GPUs, a GPU without the counter), and the training loop's
+figures from counters a fake engine advances by known joules per step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec, Status
+from bakeoff.measure import energy
+from bakeoff.measure.energy import NOT_MEASURED, EnergyMeter, nvml_counters, rapl_counters
+from bakeoff.trial.loop import energy_meter, train
+from bakeoff.workloads.text_classifier.workload import TextClassifierWorkload
+from test_training_loop import CountingEngine, _data, _run
+
+MAX_RANGE = 262_143_328_850  # a Xeon's max_energy_range_uj
+
+
+def zone(directory: Path, name: str, energy_uj: int, max_range: int = MAX_RANGE) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "name").write_text(f"{name}\n")
+    (directory / "energy_uj").write_text(f"{energy_uj}\n")
+    (directory / "max_energy_range_uj").write_text(f"{max_range}\n")
+    return directory
+
+
+def powercap(root: Path) -> Path:
+    """A client-and-server mix as Linux lays it out: every zone linked at the top and nested in its parent; package-0
+    with core, uncore and dram subzones; psys (the platform); package-0 again through the MMIO interface."""
+    devices = root / "devices"
+    package = zone(devices / "intel-rapl" / "intel-rapl:0", "package-0", 1_000_000)
+    zone(package / "intel-rapl:0:0", "core", 500_000)
+    zone(package / "intel-rapl:0:1", "uncore", 100_000)
+    zone(package / "intel-rapl:0:2", "dram", 2_000_000)
+    zone(devices / "intel-rapl" / "intel-rapl:1", "psys", 9_000_000)
+    zone(devices / "intel-rapl-mmio" / "intel-rapl-mmio:0", "package-0", 7_000_000)
+    top = root / "class"
+    top.mkdir()
+    (top / "intel-rapl").symlink_to(devices / "intel-rapl")
+    (top / "intel-rapl-mmio").symlink_to(devices / "intel-rapl-mmio")
+    for z in ("intel-rapl:0", "intel-rapl:1"):
+        (top / z).symlink_to(devices / "intel-rapl" / z)
+    for z in ("intel-rapl:0:0", "intel-rapl:0:1", "intel-rapl:0:2"):
+        (top / z).symlink_to(package / z)
+    (top / "intel-rapl-mmio:0").symlink_to(devices / "intel-rapl-mmio" / "intel-rapl-mmio:0")
+    return top
+
+
+def test_rapl_counts_packages_and_dram_once_never_psys_core_uncore_or_the_mmio_copy(tmp_path):
+    counters, unreadable = rapl_counters(powercap(tmp_path))
+    assert [c.domain for c in counters] == ["rapl package-0", "rapl package-0 dram"]
+    assert [c.read() for c in counters] == [1_000_000, 2_000_000]  # the MSR interface's package, not MMIO's 7 J
+    assert unreadable == {}
+
+
+def test_a_counter_that_wraps_is_added_back_and_counted(tmp_path):
+    root = tmp_path / "powercap"
+    package = zone(root / "intel-rapl:0", "package-0", MAX_RANGE - 328_850)
+    meter = EnergyMeter(*rapl_counters(root))
+    meter.begin()
+    (package / "energy_uj").write_text("671150\n")  # past the range: 328,850 + 671,150 µJ = 1 J
+    assert meter.end(0.5, steady=True) == pytest.approx(1.0)
+    assert meter.figures(examples_per_step=4)["wraps"] == 1
+    assert meter.figures(examples_per_step=4)["per_example_j"] == pytest.approx(0.25)
+
+
+def test_a_root_only_counter_is_named_with_why_not_dropped(tmp_path, monkeypatch):
+    root = powercap(tmp_path)
+    real = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if self.name == "energy_uj":  # as a non-root user reads it since Linux 5.10
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    meter = EnergyMeter.for_trial([], root=root)
+    assert not meter.measuring
+    assert meter.missing() == (f"rapl package-0: {root}/intel-rapl:0/energy_uj: {energy.ROOT_ONLY}; "
+                               f"rapl package-0 dram: {root}/intel-rapl:0:2/energy_uj: {energy.ROOT_ONLY}")
+
+
+def test_no_counters_says_so(tmp_path):
+    meter = EnergyMeter.for_trial([], root=tmp_path)  # no powercap zones, a CPU trial: no NVML either
+    assert meter.missing() == NOT_MEASURED == "no RAPL or NVML counters here"
+    assert meter.figures(8) == {"missing": NOT_MEASURED, "domains": {}, "wraps": 0, "unreadable": {}, "not_read": {}}
+
+
+class FakeNvml:
+    """pynvml's calls bakeoff makes, over GPUs whose counters (mJ) the test sets; ``old`` GPUs lack the counter."""
+
+    def __init__(self, millijoules: dict[int, int], old: tuple[int, ...] = ()) -> None:
+        self.millijoules, self.old, self.started = millijoules, old, False
+
+    def nvmlInit(self):  # noqa: N802 - pynvml's names
+        self.started = True
+
+    def nvmlDeviceGetHandleByIndex(self, index):  # noqa: N802
+        return index
+
+    def nvmlDeviceGetName(self, handle):  # noqa: N802
+        return b"Tesla P100" if handle in self.old else "NVIDIA H100 80GB HBM3"
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):  # noqa: N802
+        if handle in self.old:
+            raise RuntimeError("Not Supported")
+        return self.millijoules[handle]
+
+
+def test_nvml_reads_the_trials_gpus_through_cuda_visible_devices():
+    nvml = FakeNvml({2: 10_000, 3: 20_000})
+    counters, unreadable = nvml_counters([1], nvml, environ={"CUDA_VISIBLE_DEVICES": "2,3"})
+    assert [c.domain for c in counters] == ["nvml gpu 1 (NVIDIA H100 80GB HBM3)"]  # visible 1 is NVML's 3
+    meter = EnergyMeter(counters, unreadable)
+    meter.begin()
+    nvml.millijoules[3] = 27_500
+    assert meter.end(0.1, steady=True) == pytest.approx(7.5)
+    assert nvml.started
+
+
+def test_a_gpu_without_the_counter_is_named():
+    counters, unreadable = nvml_counters([0], FakeNvml({}, old=(0,)), environ={})
+    assert counters == [] and unreadable == {"nvml gpu 0": "no energy counter: Not Supported"}
+
+
+def test_which_counters_a_process_reads(monkeypatch):
+    nvml = FakeNvml({0: 0, 1: 0, 2: 0})
+    real = energy.nvml_counters
+    monkeypatch.setattr(energy, "nvml_counters", lambda gpus, _nvml=None, environ=None: real(gpus, nvml, environ))
+
+    def read(spec: RunSpec, device: str, environ: dict) -> tuple[list[str], dict[str, str]]:
+        meter = energy_meter(spec, {"device": device}, {energy.POWERCAP_ROOT_ENV: "/nonexistent", **environ})
+        return [c.domain.split(" (")[0] for c in meter.counters], meter.not_read
+
+    one = RunSpec(workload="mnist", framework="torch", max_steps=2)
+    assert read(one, "cpu", {}) == ([], {})
+    assert read(one, "cuda:0", {})[0] == ["nvml gpu 0"]  # one process, one GPU
+    mirrored = RunSpec(workload="mnist", framework="tensorflow", parallelism="data_parallel", workers=2, max_steps=2)
+    assert read(mirrored, "/GPU:0", {})[0] == ["nvml gpu 0", "nvml gpu 1"]  # one process over two replicas
+    ddp = RunSpec(workload="mnist", framework="torch", parallelism="data_parallel", workers=2, max_steps=2)
+    assert read(ddp, "cuda:1", {"LOCAL_RANK": "1"}) == (  # a rank: its own GPU; RAPL left to local rank 0
+        ["nvml gpu 1"], {"rapl": "read by local rank 0 of this machine (the packages are shared)"})
+
+
+class Powered(CountingEngine):
+    """Each training step moves the fake package counter by 2 J and DRAM by 0.5 J; evaluation uses none."""
+
+    package: Path
+    dram: Path
+
+    def train_step(self, micro_batches):
+        for path, joules in ((self.package, 2.0), (self.dram, 0.5)):
+            path.write_text(str(int(path.read_text()) + int(joules * 1e6)))
+        return super().train_step(micro_batches)
+
+
+def _trained(root: Path, checkpoint_dir: Path | None = None, **kw) -> TrialResult:
+    spec = RunSpec(workload="text_classifier", framework="torch", **{"batch_size": 8, **kw})
+    engine = Powered(spec, TextClassifierWorkload(), {})
+    engine.package, engine.dram = root / "intel-rapl:0" / "energy_uj", root / "intel-rapl:0:2" / "energy_uj"
+    engine.setup({})
+    result = TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.OK)
+    return train(engine, _data(), result, checkpoint_dir=checkpoint_dir)
+
+
+def test_the_loop_records_energy_per_step_per_example_on_the_curve_and_to_target(tmp_path, monkeypatch):
+    monkeypatch.setenv(energy.POWERCAP_ROOT_ENV, str(powercap(tmp_path)))
+    root = Path(str(tmp_path / "class"))
+    r = _trained(root, max_steps=20, eval_every=4, warmup_steps=2, target=0.75)
+    e = r.energy
+    assert e.missing == "" and e.steady_steps == 17  # 20 steps less the first and 2 warm-up
+    assert e.domains == {"rapl package-0": pytest.approx(34.0), "rapl package-0 dram": pytest.approx(8.5)}
+    assert e.per_step_j == pytest.approx(2.5) and e.per_example_j == pytest.approx(2.5 / 8)
+    assert e.train_j == pytest.approx(50.0)  # every step, the first and the warm-up included
+    assert [p["train_j"] for p in r.curve] == pytest.approx([0.0, 10.0, 20.0, 30.0, 40.0, 50.0])
+    # accuracy 0.5 + 0.1 per 4 steps: 0.7 at step 8, 0.8 at 12; 0.75 crossed half-way, at step 10: 25 J
+    assert r.steps_to_target == pytest.approx(10.0) and e.to_target_j == pytest.approx(25.0)
+
+
+def test_a_resumed_trial_keeps_counting_from_the_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setenv(energy.POWERCAP_ROOT_ENV, str(powercap(tmp_path / "tree")))
+    root = tmp_path / "tree" / "class"
+    ckpt = tmp_path / "ckpt"
+    _trained(root, ckpt, max_steps=8, eval_every=4, checkpoint_every=4, target=0.75)
+    r = _trained(root, ckpt, max_steps=16, eval_every=4, checkpoint_every=4, target=0.75)
+    assert r.training.resumed_at_steps == [8]
+    assert [p["train_j"] for p in r.curve] == pytest.approx([0.0, 10.0, 20.0, 30.0, 40.0])
+    assert r.energy.train_j == pytest.approx(40.0) and r.energy.to_target_j == pytest.approx(25.0)
+
+
+def test_without_counters_the_loop_says_why_and_the_curve_has_no_energy(tmp_path, monkeypatch):
+    monkeypatch.setenv(energy.POWERCAP_ROOT_ENV, str(tmp_path))
+    r = _run(max_steps=8, eval_every=4)
+    assert r.energy.missing == NOT_MEASURED and r.energy.per_example_j is None
+    assert all("train_j" not in p for p in r.curve)
