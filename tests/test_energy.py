@@ -4,14 +4,15 @@ figures from counters a fake engine advances by known joules per step."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from bakeoff.core.result import TrialResult
+from bakeoff.core.result import Energy, TrialResult
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.measure import energy
-from bakeoff.measure.energy import NOT_MEASURED, EnergyMeter, nvml_counters, rapl_counters
+from bakeoff.measure.energy import NOT_MEASURED, EnergyMeter, describe, nvml_counters, rapl_counters
 from bakeoff.trial.loop import energy_meter, train
 from bakeoff.workloads.text_classifier.workload import TextClassifierWorkload
 from test_training_loop import CountingEngine, _data, _run
@@ -196,3 +197,89 @@ def test_without_counters_the_loop_says_why_and_the_curve_has_no_energy(tmp_path
     r = _run(max_steps=8, eval_every=4)
     assert r.energy.missing == NOT_MEASURED and r.energy.per_example_j is None
     assert all("train_j" not in p for p in r.curve)
+
+
+def _measured(per_example_j: float, steps: int = 10, batch: int = 32) -> Energy:
+    joules = per_example_j * batch * steps
+    return Energy(steady_j=joules, steady_s=1.0, steady_steps=steps, per_step_j=joules / steps,
+                  per_example_j=per_example_j, mean_w=joules, train_j=2 * joules, to_target_j=joules,
+                  domains={"rapl package-0": joules})
+
+
+def _with_energy(results: list[TrialResult]) -> list[TrialResult]:
+    """The default bake-off with PyTorch's trials at 2 mJ an example, TensorFlow's on a machine with no counters."""
+    for r in results:
+        if r.status is Status.OK:
+            torch = r.spec["framework"] == "torch"
+            r.energy = _measured(0.002) if torch else Energy(missing=NOT_MEASURED)
+    return results
+
+
+def test_energy_is_a_criterion_off_by_default_and_usable_with_a_weight():
+    from bakeoff.analysis.decide import decide
+    from bakeoff.analysis.stats import summarise_groups
+    from fake_results import default_results
+
+    results = _with_energy(default_results())
+    for r in results:
+        if r.spec["framework"] == "tensorflow" and r.status is Status.OK:
+            r.energy = _measured(0.004)
+    plain = decide(summarise_groups(results))
+    assert "energy" not in plain.weights and "energy" not in plain.excluded
+    weighted = decide(summarise_groups(results), {"energy": 0.2})
+    assert weighted.weights["energy"] == pytest.approx(0.2 / 1.2)
+    assert weighted.head_to_head["energy"].ratio == pytest.approx(0.5)  # 2 mJ against 4 mJ an example
+    assert weighted.head_to_head["energy"].outcome == "better"
+
+
+def test_the_report_has_energy_columns_where_measured_and_says_where_not(tmp_path):
+    from bakeoff.report.render import render_report
+    from fake_results import default_results
+
+    md = render_report(_with_energy(default_results()), tmp_path)["markdown"].read_text()
+    table = md.split("### Configurations\n", 1)[1].split("\n#", 1)[0]
+    header = next(line for line in table.splitlines() if line.startswith("| configuration"))
+    assert "| energy / example | energy to target |" in header
+    rows = {cells[0]: cells for line in table.splitlines()[2:] if line.startswith("|")
+            for cells in [[c.strip() for c in line.strip("|").split(" | ")]]}
+    energy_column = header.strip("|").split(" | ").index("energy / example")
+    assert rows["torch/graph"][energy_column] == "2"  # mJ
+    assert rows["tensorflow/graph"][energy_column].startswith("—")
+    assert ("tensorflow/eager, tensorflow/graph: energy: not measured — no RAPL or NVML counters here." in table)
+
+
+def test_with_no_counters_anywhere_the_report_says_so_in_one_line():
+    from bakeoff.analysis.stats import summarise_groups
+    from bakeoff.report.render import _energy_note
+    from fake_results import default_results
+
+    results = default_results()
+    for r in results:
+        r.energy = Energy(missing=NOT_MEASURED)
+    assert _energy_note(summarise_groups(results)) == "energy: not measured — no RAPL or NVML counters here."
+
+
+def test_a_trial_describes_its_energy_in_one_line():
+    record = dataclasses.replace(_measured(0.002), wraps=1, mean_w=64.0,
+                                 unreadable={"rapl package-0 dram": f"energy_uj: {energy.ROOT_ONLY}"})
+    assert describe(record) == (
+        "energy: 2 mJ per training example, 64 W, 0.64 J to target over 10 steady steps, measured by the counters "
+        "rapl package-0 (RAPL: the whole package, other processes on it included); 1 counter wrap-around added "
+        "back; not read: rapl package-0 dram (energy_uj: permission denied (Linux makes energy_uj readable by root "
+        "only since 2020))")
+    assert describe(None) == "energy: not measured — stored before bakeoff measured energy"
+
+
+def test_a_groups_energy_is_its_ranks_sum_each_counter_once():
+    from bakeoff.run import launchers
+    from test_launchers import _rank, _spec
+
+    spec = _spec()
+    plan = launchers.plan(spec, ["spec.json", "result.json", "", ""], {}, ports=[1], cores=2)
+    ranks = [_rank(0, "aa"), _rank(1, "aa")]
+    ranks[0].energy = _measured(0.003)  # GPU 0 and the machine's RAPL packages
+    ranks[1].energy = dataclasses.replace(_measured(0.002), domains={"nvml gpu 1": 0.64})  # its GPU only
+    merged = launchers.merge(spec, plan, ranks, launchers.GroupOutcome(codes={"torchrun": 0}))
+    assert merged.energy.per_step_j == pytest.approx(0.096 + 0.064)  # 32 examples × (3 + 2) mJ
+    assert merged.energy.per_example_j == pytest.approx(0.005)
+    assert sorted(merged.energy.domains) == ["rank 0 rapl package-0", "rank 1 nvml gpu 1"]

@@ -152,6 +152,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     from bakeoff.cli.console import console
     from bakeoff.core.spec import SpecError
+    from bakeoff.measure.energy import describe
     from bakeoff.results.catalog import Filters, parse_statuses, select, suite_lines, trial_line
     from bakeoff.results.store import Store
 
@@ -166,6 +167,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             for name in ("step_times_s", "losses", "curve"):  # raw samples: counted here, kept in the store
                 detail[name] = f"{len(detail[name])} samples"
             console.print(trial_line(matches[0]), markup=False, soft_wrap=True)
+            console.print(describe(result.energy), markup=False, soft_wrap=True)
             console.print_json(json.dumps(detail, default=str))
             return 0
         rows = select(store, Filters(args.suite, args.workload, args.framework, parse_statuses(args.status)))

@@ -242,3 +242,22 @@ class EnergyMeter:
                 "per_step_j": joules / self.steady_steps,
                 "per_example_j": joules / (self.steady_steps * examples_per_step) if examples_per_step else None,
                 "mean_w": joules / self.steady_s if self.steady_s > 0 else None, "train_j": self.train_j}
+
+
+def describe(record: Any) -> str:
+    """One line on a trial's energy (its :class:`bakeoff.core.result.Energy`, None for a result stored before
+    bakeoff measured energy): ``energy: not measured — <why>``, or the figures and where they came from."""
+    if record is None:
+        return "energy: not measured — stored before bakeoff measured energy"
+    if record.missing:
+        return f"energy: not measured — {record.missing}"
+    per_example = record.per_example_j
+    figures = [f"{per_example * 1e3:.3g} mJ per training example" if per_example is not None else "",
+               f"{record.mean_w:.3g} W" if record.mean_w is not None else "",
+               f"{record.to_target_j:.3g} J to target" if record.to_target_j is not None else ""]
+    where = ", ".join(record.domains)
+    notes = [f"{record.wraps} counter wrap-around{'s' if record.wraps != 1 else ''} added back"] if record.wraps else []
+    notes += [f"not read: {domain} ({why})" for domain, why in {**record.unreadable, **record.not_read}.items()]
+    return (f"energy: {', '.join(f for f in figures if f)} over {record.steady_steps} steady steps, measured by "
+            f"the counters {where}" + (" (RAPL: the whole package, other processes on it included)"
+                                        if "rapl" in where else "") + "".join(f"; {n}" for n in notes))

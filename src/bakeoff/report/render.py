@@ -38,6 +38,7 @@ from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, fmt, short_re
 from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, outcome_text, percent, ratio_text
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError, Status
+from bakeoff.measure import energy
 from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE, size_note
 from bakeoff.measure.environment import OTHER_WORK_SHARE
 from bakeoff.report import card, claims, declared, deployment, plots
@@ -73,7 +74,8 @@ SHORT = {"examples_per_s": "throughput", "tokens_per_s": "tokens/s", "frames_per
          "first_step_s": "first step", "steady_step_s": "step", "time_to_target_s": "to target",
          "steps_to_target": "steps to target", "metric_at_budget": "{metric} at budget", "final_metric": "final",
          "import_s": "import", "build_s": "build", "memory_baseline_bytes": "baseline",
-         "memory_increment_bytes": "training increment", "peak_memory_bytes": "peak"}
+         "memory_increment_bytes": "training increment", "peak_memory_bytes": "peak",
+         "energy_per_example_j": "energy / example", "energy_to_target_j": "energy to target"}
 """Column headers of the configuration and memory tables; what each means, with its unit, is in the legend under
 the table (a quantity without one here is headed by its full title)."""
 
@@ -144,6 +146,7 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
                          "and trials that trained on are compared at an equal budget.")
     if any(q.name == "mfu" for q in columns):
         footnotes.append(_mfu_note(configs))
+    footnotes += [note] if (note := _energy_note(configs)) else []
     if builds:
         footnotes.append("Graph builds: training steps that traced (tf.function) or compiled (torch.compile, "
                          "jax.jit) a graph, each new input shape adding one; \"×3 graphs\": each build made 3 "
@@ -163,6 +166,29 @@ def _graph_break_note(configs: Sequence[ConfigSummary]) -> str | None:
         said += [f"{c.label} at {where}"] if where else []
     return f"Graph breaks, where torch.compile stopped tracing (a run's own record): {'; '.join(said)}." \
         if said else None
+
+
+def _energy_note(configs: Sequence[ConfigSummary]) -> str | None:
+    """Where the energy figures came from, and each configuration without one: ``energy: not measured — why``
+    (:func:`bakeoff.measure.energy.describe`, as its first successful run recorded it)."""
+    missing: dict[str, list[str]] = {}
+    measured = False
+    for c in configs:
+        r = next(iter(c.ok), None)
+        if r is None:
+            continue
+        if r.energy is not None and not r.energy.missing:
+            measured = True
+        else:
+            missing.setdefault(energy.describe(r.energy), []).append(c.label)
+    if not measured:
+        if len(missing) == 1:
+            return f"{next(iter(missing))}."
+        return "; ".join(f"{', '.join(labels)}: {line}" for line, labels in missing.items()) + "." if missing else None
+    return ("Energy: joules read from the machine's cumulative counters at the step clock's points, never estimated "
+            "(RAPL: each CPU package and its DRAM, the whole package, other processes on it included; NVML: the "
+            "trial's GPUs); per example over the steady steps; to target interpolated between evaluations, as time "
+            "to target is" + "".join(f"; {', '.join(labels)}: {line}" for line, labels in missing.items()) + ".")
 
 
 def _mfu_note(configs: Sequence[ConfigSummary]) -> str:
