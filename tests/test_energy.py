@@ -283,3 +283,16 @@ def test_a_groups_energy_is_its_ranks_sum_each_counter_once():
     assert merged.energy.per_step_j == pytest.approx(0.096 + 0.064)  # 32 examples × (3 + 2) mJ
     assert merged.energy.per_example_j == pytest.approx(0.005)
     assert sorted(merged.energy.domains) == ["rank 0 rapl package-0", "rank 1 nvml gpu 1"]
+
+
+def test_mlflow_says_why_energy_is_missing_not_that_the_target_was_missed():
+    from bakeoff.results.mlflow_log import metrics
+    from fake_results import trial
+
+    unmeasured = trial("torch", "eager", time_to_target_s=None)
+    unmeasured.energy = Energy(missing=NOT_MEASURED)
+    assert metrics(unmeasured)[1]["energy_to_target_j"] == NOT_MEASURED
+    never = trial("torch", "eager", time_to_target_s=None)
+    never.energy = dataclasses.replace(_measured(0.002), to_target_j=None)
+    assert metrics(never)[1]["energy_to_target_j"] == f"the target {never.target:g} was not reached"
+    assert metrics(never)[0]["energy_per_example_j"] == 0.002
