@@ -5,14 +5,21 @@ figures from counters a fake engine advances by known joules per step."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from bakeoff.core import registry
 from bakeoff.core.result import Energy, TrialResult
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.measure import energy
 from bakeoff.measure.energy import NOT_MEASURED, EnergyMeter, describe, nvml_counters, rapl_counters
+from bakeoff.results.store import Store
 from bakeoff.trial.loop import energy_meter, train
 from bakeoff.workloads.text_classifier.workload import TextClassifierWorkload
 from test_training_loop import CountingEngine, _data, _run
@@ -296,3 +303,42 @@ def test_mlflow_says_why_energy_is_missing_not_that_the_target_was_missed():
     never.energy = dataclasses.replace(_measured(0.002), to_target_j=None)
     assert metrics(never)[1]["energy_to_target_j"] == f"the target {never.target:g} was not reached"
     assert metrics(never)[0]["energy_per_example_j"] == 0.002
+
+
+@pytest.mark.skipif(not registry.installed("torch"), reason="needs PyTorch")
+def test_a_real_trial_records_energy_from_the_counters_it_is_pointed_at(tmp_path):
+    """``bakeoff run`` in a subprocess, its powercap root a fake tree whose package counter a thread here advances
+    (about 5 W): the trial records it, domain by domain, on its curve, and ``bakeoff show`` says so."""
+    package = zone(tmp_path / "powercap" / "intel-rapl:0", "package-0", 1_000_000)
+    stop = threading.Event()
+
+    def advance() -> None:
+        value = 1_000_000
+        while not stop.is_set():
+            value += 5_000  # µJ a millisecond
+            (package / "energy_uj.tmp").write_text(str(value))
+            os.replace(package / "energy_uj.tmp", package / "energy_uj")  # a reader never sees half a number
+            time.sleep(0.001)
+
+    writer = threading.Thread(target=advance, daemon=True)
+    writer.start()
+    env = {**os.environ, energy.POWERCAP_ROOT_ENV: str(tmp_path / "powercap")}
+    cli = [sys.executable, "-m", "bakeoff.cli"]
+    try:
+        done = subprocess.run([*cli, "run", "--workload", "mnist", "--framework", "torch", "--execution", "eager",
+                               "--max-steps", "5", "--eval-every", "5", "--batch-size", "8", "--no-report", "--store",
+                               "r.sqlite"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        stop.set()
+        writer.join()
+    assert done.returncode == 0, done.stderr
+    with Store(tmp_path / "r.sqlite", readonly=True) as store:
+        [result] = store.results()
+    e = result.energy
+    assert e.missing == "" and list(e.domains) == ["rapl package-0"] and e.steady_steps == 1  # 5 - first - 3 warm-up
+    assert e.train_j > 0 and e.train_j >= e.steady_j >= 0
+    assert [p["train_j"] for p in result.curve] == [0.0, e.train_j]  # step 0 and step 5
+    shown = subprocess.run([*cli, "show", "--store", "r.sqlite", result.key], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert shown.stdout.splitlines()[1].startswith("energy: ") and "measured by the counters rapl package-0" in \
+        shown.stdout.splitlines()[1]
