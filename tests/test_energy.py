@@ -134,13 +134,18 @@ def test_a_gpu_without_the_counter_is_named():
     assert counters == [] and unreadable == {"nvml gpu 0": "no energy counter: Not Supported"}
 
 
-def test_which_counters_a_process_reads(monkeypatch):
+def test_which_counters_a_process_reads(monkeypatch, tmp_path):
     nvml = FakeNvml({0: 0, 1: 0, 2: 0})
     real = energy.nvml_counters
     monkeypatch.setattr(energy, "nvml_counters", lambda gpus, _nvml=None, environ=None: real(gpus, nvml, environ))
 
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for i in range(2):  # a machine with 2 GPUs
+        (dev / f"nvidia{i}").touch()
+
     def read(spec: RunSpec, device: str, environ: dict) -> tuple[list[str], dict[str, str]]:
-        meter = energy_meter(spec, {"device": device}, {energy.POWERCAP_ROOT_ENV: "/nonexistent", **environ})
+        meter = energy_meter(spec, {"device": device}, {energy.POWERCAP_ROOT_ENV: "/nonexistent", **environ}, dev)
         return [c.domain.split(" (")[0] for c in meter.counters], meter.not_read
 
     one = RunSpec(workload="mnist", framework="torch", max_steps=2)
@@ -151,6 +156,11 @@ def test_which_counters_a_process_reads(monkeypatch):
     ddp = RunSpec(workload="mnist", framework="torch", parallelism="data_parallel", workers=2, max_steps=2)
     assert read(ddp, "cuda:1", {"LOCAL_RANK": "1"}) == (  # a rank: its own GPU; RAPL left to local rank 0
         ["nvml gpu 1"], {"rapl": "read by local rank 0 of this machine (the packages are shared)"})
+    workers = RunSpec(workload="mnist", framework="tensorflow", parallelism="multi_worker", workers=3, max_steps=2,
+                      batch_size=48)
+    assert read(workers, "/GPU:0", {"BAKEOFF_LOCAL_RANK": "2"}) == ([], {  # GPU 0 again, round-robin
+        "rapl": "read by local rank 0 of this machine (the packages are shared)",
+        "nvml": "GPU 0 is read by local rank 0, whose GPU this rank shares"})
 
 
 class Powered(CountingEngine):

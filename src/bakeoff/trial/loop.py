@@ -33,7 +33,7 @@ from bakeoff.core.spec import Parallelism, RunSpec
 from bakeoff.core.workload import Batch, Dataset, Workload, shard_batch
 from bakeoff.engines.base import Engine, SummaryWriter, weights_digest
 from bakeoff.measure.energy import EnergyMeter
-from bakeoff.measure.environment import LOCAL_RANK_ENV, CpuSharing, local_rank
+from bakeoff.measure.environment import LOCAL_RANK_ENV, CpuSharing, cuda_devices, local_rank
 from bakeoff.measure.memory import MemoryProbe
 
 NO_EVALUATION_ENV = "BAKEOFF_NO_EVALUATION"
@@ -378,21 +378,30 @@ def _on_gpu(environment: Mapping[str, Any]) -> bool:
     return any(m in str(environment.get("device", "")).lower() for m in ("cuda", "gpu"))
 
 
-def energy_meter(spec: RunSpec, environment: Mapping[str, Any],
-                 environ: Mapping[str, str] | None = None) -> EnergyMeter:
+def energy_meter(spec: RunSpec, environment: Mapping[str, Any], environ: Mapping[str, str] | None = None,
+                 dev: Path = Path("/dev")) -> EnergyMeter:
     """The counters this process reads: NVML on the GPUs it trains on (a rank of a group: its own, the GPU its
     local rank takes; one process over several replicas: the first ``workers``; else the first), RAPL on this
-    machine's packages when it is the machine's local rank 0 (the packages are shared: read once per machine)."""
+    machine's packages when it is the machine's local rank 0 (the packages are shared: read once per machine).
+    Ranks that share a GPU round-robin (TensorFlow's multi-worker workers, more than the GPUs) leave its counter to
+    the first of them, so that no counter is read twice."""
     environ = os.environ if environ is None else environ
     gpus: list[int] = []
+    shared = {}
     if _on_gpu(environment):
         if LOCAL_RANK_ENV in environ or "LOCAL_RANK" in environ:
-            gpus = [local_rank(environ)]
+            rank, visible = local_rank(environ), cuda_devices(dev, environ)[0]
+            gpus = [rank % visible if visible else rank]
+            if visible and rank >= visible:
+                gpus, shared = [], {"nvml": f"GPU {rank % visible} is read by local rank {rank % visible}, whose GPU "
+                                            "this rank shares"}
         elif spec.parallelism is Parallelism.DATA_PARALLEL:
             gpus = list(range(spec.workers))
         else:
             gpus = [0]
-    return EnergyMeter.for_trial(gpus, rapl=local_rank(environ) == 0, environ=environ)
+    meter = EnergyMeter.for_trial(gpus, rapl=local_rank(environ) == 0, environ=environ)
+    meter.not_read.update(shared)
+    return meter
 
 
 def energy_figures(meter: EnergyMeter, result: TrialResult, train_j: float | None) -> Energy:
