@@ -193,13 +193,13 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     evaluate = Evaluation(engine, data, result, memory, writer, target, eval_batch_size, evaluate_quality)
     state = _resume(checkpoint_dir, engine, result)
     units: dict[str, list[float]] = state["units"]  # e.g. valid tokens in every step's batch
+    meter = energy_meter(spec, result.environment)  # before the baseline: NVML's start-up is no training memory
     # The baseline is the built model, before any evaluation: what an evaluation leaves held (TensorFlow's oneDNN
     # caches, an allocator's kept pages) counts against training whether it ran at step 0 or mid-run. Taken after
     # the step-0 evaluation it did not, and TensorFlow's training increment at the text classifier's `small` read
     # 370 MiB against 1,180 MiB with no evaluation (JAX: 1,182 against 2,034; PyTorch 1,461 against 1,440): the
     # memory criterion favoured them up to 3x.
     memory.start()
-    meter = energy_meter(spec, result.environment)
     # Energy on the curve from the first step, or not at all: a checkpoint written without it cannot be resumed into
     # a cumulative figure (the energy before the resume is unknown).
     on_curve = meter.measuring and (state["step"] == 0 or "train_j" in state)
