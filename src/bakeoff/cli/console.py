@@ -1,13 +1,30 @@
-"""The CLI's console and live progress for long runs (rich)."""
+"""The CLI's console and live progress for long runs (rich).
+
+What is printed reads the same on a terminal and through a pipe (``bakeoff ... | tee log``, ``> file``). The rule,
+applied here once, by :func:`make_console`, for standard output and standard error alike:
+
+- On a terminal, rich's way: lines wrap at the terminal's width, between words.
+- Off a terminal (a file, a pipe), nothing is wrapped at a fixed 80 columns: a line of free text is one line however
+  long (a path or a command printed is never cut), and a table is as wide as its cells need, so no header is cut
+  short (``COLUMNS``, when set, is the width instead, as rich reads it). Prose that runs to paragraphs (verdicts,
+  the recommendation) is wrapped between words at :data:`PROSE_WIDTH` by :func:`paragraph`, never inside a word,
+  a path, a quoted command or a short parenthesis; a table of prose cells at most :data:`PROSE_TABLE_WIDTH`. No line
+  ends in blanks.
+"""
 
 from __future__ import annotations
 
 import io
+import os
+import re
+import sys
+import textwrap
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
@@ -24,24 +41,120 @@ if TYPE_CHECKING:
     from bakeoff.report.templates import Table
     from bakeoff.results.store import Store
 
-console = Console(stderr=False, highlight=False)
-errors = Console(stderr=True, highlight=False)  # messages beside machine-readable output on stdout
+PROSE_WIDTH = 100
+"""Off a terminal, the width prose is wrapped at (between words; a narrower ``COLUMNS`` wins)."""
+
+PROSE_TABLE_WIDTH = 160
+"""Off a terminal without ``COLUMNS``, the width of a table whose cells are prose (``bakeoff claims``): as wide as its
+cells need up to this, its cells wrapped between words beyond."""
+
+UNBOUNDED = 100_000
+"""Off a terminal without ``COLUMNS``, the console's width: wide enough that rich never wraps a line nor narrows a
+table."""
+
+_NBSP = "\u00a0"
+_KEPT_WHOLE = re.compile(r"`[^`\n]{1,80}`|\([^()\n]{1,40}\)")
+"""What :func:`paragraph` never breaks: a quoted command (``bakeoff run --retry-busy``) and a short parenthesis
+(a ratio's interval, ``(0.51x, 95% CI 0.48–0.55x)``)."""
+
+
+class _Unpadded:
+    """The standard stream (looked up at each write, so a test's capture is honoured) with the blanks that would
+    end a line dropped when it is not a terminal: rich pads a table's cells and wrapped text to its width."""
+
+    def __init__(self, stream: Callable[[], io.TextIOBase]) -> None:
+        self._stream = stream
+        self._blanks = ""  # blanks at the end of the last write: dropped if a newline follows, written otherwise
+
+    def write(self, text: str) -> int:
+        stream = self._stream()
+        if stream.isatty():
+            return stream.write(text)
+        text, self._blanks = self._blanks + text, ""
+        body = text.rstrip(" ")
+        self._blanks = text[len(body):]
+        stream.write(re.sub(r" +\n", "\n", body))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream().flush()
+
+    def isatty(self) -> bool:
+        return self._stream().isatty()
+
+    def fileno(self) -> int:
+        return self._stream().fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self._stream(), "encoding", None) or "utf-8"
+
+
+def make_console(stderr: bool = False) -> Console:
+    """The console on standard output (or error), by the module's rule: rich's own on a terminal; off one, no
+    wrapping of free text and tables at their natural width (``COLUMNS`` when set), and no trailing blanks."""
+    shown = Console(file=_Unpadded(lambda: sys.stderr if stderr else sys.stdout), highlight=False)
+    if not shown.is_terminal:
+        shown.soft_wrap = True  # a line is never cut by rich; paragraph() wraps prose between words
+        if not os.environ.get("COLUMNS", "").strip().isdigit():
+            shown.width = UNBOUNDED
+    return shown
+
+
+console = make_console()
+errors = make_console(stderr=True)  # messages beside machine-readable output on stdout
+
+
+def paragraph(markup: str, shown: Console | None = None) -> None:
+    """Print prose (rich markup): on a terminal wrapped by rich at its width; off one, wrapped between words at
+    :data:`PROSE_WIDTH` (or a narrower console) with continuation lines indented by two, never inside a word, a
+    path, a quoted command or a short parenthesis (what a reader copies or reads as one figure), its markup dropped."""
+    shown = shown or console
+    if shown.is_terminal:
+        shown.print(markup, soft_wrap=False)
+        return
+    plain = _KEPT_WHOLE.sub(lambda m: m.group(0).replace(" ", _NBSP), Text.from_markup(markup).plain)
+    indent = " " * (len(plain) - len(plain.lstrip(" ")) + 2)
+    lines = textwrap.wrap(plain, min(PROSE_WIDTH, shown.width), subsequent_indent=indent, break_long_words=False,
+                          break_on_hyphens=False)
+    shown.out("\n".join(line.replace(_NBSP, " ") for line in lines), highlight=False)
+
+
+def table_width(shown: Console, table: RenderableType) -> int:
+    """The width ``table`` needs to show every cell unwrapped, at most the console's."""
+    return min(shown.width, Measurement.get(shown, shown.options.update(max_width=UNBOUNDED), table).maximum)
 
 _STYLE = {"ok": "green", "failed": "red", "timeout": "red", "out_of_memory": "red", "unsupported": "yellow"}
 _OUTCOME = {"better": "green", "worse": "red", "equal": "cyan", "unsettled": "yellow", "leader": "bold"}
 """A card cell's colour by its outcome (:data:`bakeoff.analysis.bootstrap.OUTCOMES`, or the leader's own value)."""
 
 
-def rich_table(table: Table) -> RichTable:
-    """A report's table for the terminal: the same header, cells and notes (as its caption)."""
+def print_table(table: Table) -> None:
+    """A report's table (:class:`bakeoff.report.templates.Table`): the same header and cells, no word of them cut
+    (:func:`whole_words`); its notes under it, as its caption on a terminal, printed by :func:`paragraph` off one."""
     from rich.table import Table as RichTable
 
-    out = RichTable(caption=escape("\n".join(table.notes)) or None, caption_justify="left")
+    terminal = console.is_terminal
+    notes = escape("\n".join(table.notes))
+    out = RichTable(caption=notes if terminal and notes else None, caption_justify="left")
     for header, align in zip(table.header, table.alignment(), strict=True):
         out.add_column(escape(header), justify="left" if align == "l" else "right")
     for row in table.rows:
         out.add_row(*(escape(cell) for cell in row))
-    return out
+    console.print(whole_words(out))
+    if not terminal:
+        for note in table.notes:
+            paragraph(escape(note))
+
+
+def whole_words(table: RichTable) -> RichTable:
+    """``table`` with each column at least as wide as the longest word of its header and cells, so that a narrow
+    console wraps a cell between words and never cuts a header short (``strat…``); returns it."""
+    for column in table.columns:
+        texts = [column.header, *column.cells]
+        words = [w for t in texts if isinstance(t, str) for w in Text.from_markup(t).plain.split()]
+        column.min_width = max([column.min_width or 0, *map(len, words)])
+    return table
 
 
 def print_card(card: Card) -> None:
@@ -49,7 +162,8 @@ def print_card(card: Card) -> None:
 
     On a terminal, compact: a table per workload titled with its leader and verdict, each ratio over its interval
     (fits 80 columns). Into a file or a pipe, the report's columns with each row on one line, as wide as it needs
-    (what a log or ``grep`` reads): no cell is wrapped between a ratio and its interval.
+    (what a log or ``grep`` reads): no cell is wrapped between a ratio and its interval; the recommendation and
+    what decides it are printed by :func:`paragraph`.
     """
     from rich import box
     from rich.table import Table
@@ -86,11 +200,11 @@ def print_card(card: Card) -> None:
                        width=Measurement.get(console, console.options.update(max_width=10_000), every).maximum)
         wide.print(every)
         console.out(wide.file.getvalue().rstrip("\n"), highlight=False)
-    console.print(f"[bold]recommendation[/]: {escape(card.recommendation)}", soft_wrap=not terminal)
-    console.print(f"[bold]what decides it[/]: {escape(card.decides)}", soft_wrap=not terminal)
+    paragraph(f"[bold]recommendation[/]: {escape(card.recommendation)}")
+    paragraph(f"[bold]what decides it[/]: {escape(card.decides)}")
     for line in card.legend:  # the one legend line a reader of the console cannot do without
         if line.startswith(BUSY_MARK):
-            console.print(escape(line), soft_wrap=not terminal)
+            paragraph(escape(line))
 
 
 def _stacked(text: str) -> str:
