@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 import fake_results as fr
+from bakeoff.core import registry
+from bakeoff.core.result import TrialResult
+from bakeoff.core.spec import RunSpec, Status
 
 PLAN = ("plan", "--params", "100e9", "--devices", "8", "--memory", "80GB", "--batch", "64")
 DEEP = "a_folder_with_a_long_name/" * 5  # a path well past 80 columns
@@ -98,3 +101,51 @@ def test_dry_run_keeps_the_store_path_and_each_trial_on_one_line(folder):
     assert lines[0] == f"quick: 24 trials from bakeoff/suites/quick.toml; store {store}"
     trials = [line for line in lines if re.match(r" +\d+  ", line)]
     assert len(trials) == 24 and all(re.search(r"seed \d+  key [0-9a-f]{16}", line) for line in trials)
+
+
+# --- a run's progress: the heartbeat of a long trial, the ETA once a compile time is known ------------------------
+
+@pytest.mark.skipif(not registry.installed("torch"), reason="needs torch")
+def test_a_long_trial_prints_a_heartbeat_with_its_step_through_a_pipe(tmp_path):
+    """A real trial of 3 s on the training clock (however fast the machine), its heartbeat every second (30 by
+    default) and its log's progress line every half second (10 by default)."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"BAKEOFF_HEARTBEAT_S": "1",
+                                                                     "BAKEOFF_PROGRESS_S": "0.5"}
+    done = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", "--workload", "mnist", "--framework", "torch",
+                           "--execution", "eager", "--max-seconds", "3", "--eval-every", "100000", "--store",
+                           "r.sqlite", "--no-report"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    beats = [line for line in done.stdout.splitlines() if line.startswith("  … still running: ")]
+    said = r"  … still running: mnist/tiny torch/eager seed 0, \d+ s, (no training step done yet|step (\d+)(/\d+)?)"
+    assert beats and all(re.fullmatch(said, line) for line in beats), done.stdout
+    steps = [int(m.group(2)) for line in beats if (m := re.fullmatch(said, line)) and m.group(2)]
+    assert steps and steps == sorted(steps), beats
+    assert done.stdout.index(beats[-1]) < done.stdout.index("mnist/tiny torch/eager seed 0: ok")
+
+
+def test_the_eta_counts_a_first_trials_compile_only_for_trials_that_compile():
+    """The claims run that prompted it: a first trial (PyTorch graph) compiling for 70 s of its 100 took every
+    other trial for 100 s long. Hand-counted: its steady part is 100 - (70.5 - 0.5) = 30 s."""
+    from bakeoff.cli.console import RunProgress, console
+
+    def spec(framework: str, execution: str, preset: str = "tiny") -> RunSpec:
+        return RunSpec(workload="mnist", preset=preset, framework=framework, execution=execution, max_steps=2)
+
+    def ok(s: RunSpec, wall_s: float, first_step_s: float) -> TrialResult:
+        return TrialResult(spec=s.to_dict(), key=s.key(), status=Status.OK, wall_s=wall_s, first_step_s=first_step_s,
+                           steady_step_s=0.5, throughput={"examples_per_s": 64.0})
+
+    torch_graph, tf_graph = spec("torch", "graph"), spec("tensorflow", "graph")
+    eager = [spec("jax", "eager"), spec("torch", "eager"), spec("tensorflow", "eager")]
+    later = spec("torch", "graph", "paper")  # a configuration not run yet, in a mode that compiled
+    with console.capture(), RunProgress(6) as progress:
+        for s in (torch_graph, tf_graph, *eager, later):
+            progress("queued", s, None)
+        progress("start", torch_graph, None)
+        progress("done", torch_graph, ok(torch_graph, 100.0, 70.5))
+        # TensorFlow's graph: 30 s and a compile not known yet; each eager trial 30 s; PyTorch's graph 30 + 70 s
+        assert progress.eta_text() == "at least 3 min 40 s left"  # not 5 × 100 s
+        progress("start", tf_graph, None)
+        progress("done", tf_graph, ok(tf_graph, 32.0, 2.5))  # a compile of 2 s: its steady part 30 s as well
+        assert progress.eta_text() == "about 3 min 10 s left"  # 3 × 30 + (30 + 70)

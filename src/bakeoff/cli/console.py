@@ -19,6 +19,7 @@ import os
 import re
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
 
 PROSE_WIDTH = 100
 """Off a terminal, the width prose is wrapped at (between words; a narrower ``COLUMNS`` wins)."""
+
+HEARTBEAT_S = float(os.environ.get("BAKEOFF_HEARTBEAT_S") or 30)
+"""Seconds without a printed line after which a run says what still runs (:class:`RunProgress`)."""
 
 PROSE_TABLE_WIDTH = 160
 """Off a terminal without ``COLUMNS``, the width of a table whose cells are prose (``bakeoff claims``): as wide as its
@@ -267,10 +271,16 @@ class RunProgress:
 
     Each finished trial's line ends with the run's place and, when it can be estimated, the time left: the
     expected wall time of every trial still to run (:class:`bakeoff.plan.preview.Durations`: stored results of the same
-    configuration in ``store``, else the trials finished in this run), less what the running ones have already
-    taken. Several may run at once (an executor that spreads them over a cluster): the estimate is then the work
-    left, summed, an upper bound on the wall time. At the end of a run it prints where the store's TensorBoard runs
-    are.
+    configuration in ``store``, else the trials finished in this run, their compile time counted apart: only for
+    trials of a framework and mode that compile), less what the running ones have already taken; "at least" when a
+    trial still to run has no estimate or a compile time not known yet. Several may run at once (an executor that
+    spreads them over a cluster): the estimate is then the work left, summed, an upper bound on the wall time. At
+    the end of a run it prints where the store's TensorBoard runs are.
+
+    A heartbeat for long trials: after :data:`HEARTBEAT_S` seconds without a printed line, a line saying what still
+    runs, for how long, and its last training step as its log tells it (:mod:`bakeoff.trial.progress`):
+    ``… still running: mnist/tiny torch/graph seed 0, 45 s, step 120/400``; again every :data:`HEARTBEAT_S`. On a
+    terminal, where the bar shows the time, the step goes into the bar's label instead.
     """
 
     def __init__(self, total: int, store: Store | None = None) -> None:
@@ -278,6 +288,7 @@ class RunProgress:
 
         self._durations = Durations.from_store(store) if store is not None else Durations()
         self._tensorboard = store.artifacts / "tensorboard" if store is not None else None
+        self._logs = store.artifacts / "logs" if store is not None else None  # the runner's: <key>.log
         self._queued: list[RunSpec] = []
         self._running: dict[RunSpec, float] = {}  # the trials running now, each with when it started
         self._done = 0
@@ -285,12 +296,19 @@ class RunProgress:
         self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                   TimeElapsedColumn(), _EtaColumn(self), console=console, transient=True)
         self._task = self._progress.add_task("trials", total=total)
+        self._lock = threading.Lock()  # the heartbeat's thread reads what the runner's callbacks change
+        self._said = time.monotonic()  # when the last line was printed
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeats, name="bakeoff-heartbeat", daemon=True)
 
     def __enter__(self) -> RunProgress:
         self._progress.start()
+        self._beat.start()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._stop.set()
+        self._beat.join()
         self._progress.stop()
         if kind is None and self._tensorboard is not None and self._tensorboard.is_dir():
             console.print(f"TensorBoard: {self._tensorboard}  (tensorboard --logdir {self._tensorboard})")
@@ -305,11 +323,13 @@ class RunProgress:
         left, known = 0.0, True
         for spec in self._queued:
             estimate = self._durations.estimate(spec)
-            known = known and estimate is not None
+            known = known and estimate is not None and self._durations.compile_known(spec)
             left += estimate or 0.0
-        for spec, started in self._running.items():
+        with self._lock:
+            running = list(self._running.items())
+        for spec, started in running:
             estimate = self._durations.estimate(spec)
-            known = known and estimate is not None
+            known = known and estimate is not None and self._durations.compile_known(spec)
             left += max(0.0, (estimate or 0.0) - (time.monotonic() - started))
         return left, known
 
@@ -324,36 +344,77 @@ class RunProgress:
             return "time left unknown"
         return f"{'about' if known else 'at least'} {duration(left)} left"
 
+    def heartbeat(self, now: float | None = None) -> str | None:
+        """What a heartbeat says now, if one is due (:data:`HEARTBEAT_S` since the last line), else None."""
+        from bakeoff.plan.preview import duration
+
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            if not self._running or now - self._said < HEARTBEAT_S:
+                return None
+            self._said = now
+            running = list(self._running.items())
+        return "  … still running: " + "; ".join(f"{spec.title()}, {duration(now - started)}, {self._step(spec)}"
+                                                 for spec, started in running)
+
+    def _step(self, spec: RunSpec) -> str:
+        from bakeoff.trial.progress import last
+
+        got = last(self._logs / f"{spec.key()}.log") if self._logs is not None else None
+        return got.text() if got is not None else "no training step done yet"
+
+    def _heartbeats(self) -> None:
+        while not self._stop.wait(1.0):
+            if console.is_terminal:  # the bar shows the time: the step goes into its label
+                with self._lock:
+                    first = next(iter(self._running), None)
+                if first is not None:
+                    self._describe_running(f", {self._step(first)}")
+            elif (line := self.heartbeat()) is not None:
+                console.print(escape(line), soft_wrap=True, highlight=False)
+
     def __call__(self, event: str, spec: RunSpec, result: TrialResult | None) -> None:
+        with self._lock:
+            self._said = time.monotonic()
+        self._event(event, spec, result)
+
+    def _event(self, event: str, spec: RunSpec, result: TrialResult | None) -> None:
+        from bakeoff.plan.preview import compile_seconds
+
         name = spec.title()
         if event == "queued":
             self._queued.append(spec)
         elif event == "start":
             if spec in self._queued:
                 self._queued.remove(spec)
-            self._running[spec] = time.monotonic()
+            with self._lock:
+                self._running[spec] = time.monotonic()
             self._describe_running()
         elif event == "skip":
             self._progress.advance(self._task)
             console.print(f"  [dim]skip {name} (already in the store)[/]")
         elif event == "done" and result is not None:
-            self._running.pop(spec, None)
+            with self._lock:
+                self._running.pop(spec, None)
             self._describe_running()
             self._done += 1
-            if result.wall_s is not None:
-                self._durations.learn(spec, result.wall_s)
+            if result.wall_s is not None:  # a trial that failed may have stopped early: its compile time not known
+                self._durations.learn(spec, result.wall_s, compile_seconds(result) if result.status.value == "ok"
+                                      else None)
             self._progress.advance(self._task)
             left = self.eta_text()
             planned = self._done + len(self._queued) + len(self._running)  # the others running at once (executors)
             place = escape(f"[{self._done} run of {planned}{'; ' + left if left else ''}]")
             console.print(f"  {name}: {describe(result)}  [dim]{place}[/]", soft_wrap=True)
 
-    def _describe_running(self) -> None:
-        """The bar's label: the trial running, or the first of those running and how many more run beside it."""
-        specs = list(self._running)
+    def _describe_running(self, step: str = "") -> None:
+        """The bar's label: the trial running (and its ``step``), or the first of those running and how many more
+        run beside it."""
+        with self._lock:
+            specs = list(self._running)
         if not specs:
             return
         first = specs[0]
         name = first.title()
         more = f" and {len(specs) - 1} more" if len(specs) > 1 else ""
-        self._progress.update(self._task, description=f"running {name}{more}")
+        self._progress.update(self._task, description=f"running {name}{step}{more}")
