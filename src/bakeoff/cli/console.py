@@ -152,8 +152,12 @@ def print_table(table: Table) -> None:
 
 
 def whole_words(table: RichTable) -> RichTable:
-    """``table`` with each column at least as wide as the longest word of its header and cells, so that a narrow
-    console wraps a cell between words and never cuts a header short (``strat…``); returns it."""
+    """Off a terminal, ``table`` with each column at least as wide as the longest word of its header and cells, so
+    that a narrow ``COLUMNS`` wraps a cell between words and never cuts a header short (``strat…``): a line wider
+    than ``COLUMNS`` is printed whole. On a terminal, which would cut off the columns past its width, ``table`` as
+    it is: rich narrows its columns to fit. Returns ``table``."""
+    if console.is_terminal:
+        return table
     for column in table.columns:
         texts = [column.header, *column.cells]
         words = [w for t in texts if isinstance(t, str) for w in Text.from_markup(t).plain.split()]
