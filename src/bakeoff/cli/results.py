@@ -43,13 +43,15 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def say_report(written: Written) -> None:
-    """Each section's verdict (and scaling sentence), the decision card, then where the report is. On a terminal a
-    verdict wraps at its width, between words; into a file or a pipe each verdict is one line, never cut at 80
-    columns between a ratio and its interval (what a log or ``grep`` reads). A path is never wrapped."""
-    from bakeoff.cli.console import console, print_card
+    """Each section's verdict (and scaling sentence), the decision card, then where the report is. A verdict is
+    prose (:func:`bakeoff.cli.console.paragraph`): on a terminal it wraps at its width, into a file or a pipe at 100
+    columns; between words either way, never between a ratio and its interval. A path is never wrapped."""
+    from rich.markup import escape
+
+    from bakeoff.cli.console import console, paragraph, print_card
 
     for heading, text in written.headlines():
-        console.print(f"[bold]{heading}[/]: {text}", soft_wrap=not console.is_terminal)
+        paragraph(f"[bold]{heading}[/]: {escape(text)}")
     print_card(written.card())
     console.print(f"report: {written.paths['html']}  (Markdown: {written.paths['markdown']})", soft_wrap=True)
 

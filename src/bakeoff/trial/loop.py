@@ -35,6 +35,7 @@ from bakeoff.engines.base import Engine, SummaryWriter, weights_digest
 from bakeoff.measure.energy import EnergyMeter
 from bakeoff.measure.environment import LOCAL_RANK_ENV, CpuSharing, cuda_devices, local_rank
 from bakeoff.measure.memory import MemoryProbe
+from bakeoff.trial.progress import Reporter
 
 NO_EVALUATION_ENV = "BAKEOFF_NO_EVALUATION"
 """Set by the runner for a trial that measures only training (a batch-size probe): :func:`train` evaluates never."""
@@ -184,6 +185,7 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     result.training.target_rule, result.training.target_source = resolved.rule, resolved.source
     result.target, result.metric_name, result.higher_is_better = target, workload.metric_name, workload.higher_is_better
     budget = Budget.of(spec, data)
+    progress = Reporter(budget.max_steps)  # a line in the trial's log now and then: the parent's heartbeat reads it
     accum = spec.grad_accum
     writer = _writer(engine, tensorboard_dir, result)
     shard = engine.data_shard()
@@ -246,6 +248,7 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
             step, train_s = state["step"], state["train_s"]
             result.step_times_s.append(elapsed)
             result.losses.append(loss)
+            progress.step(step)
             if writer is not None:
                 writer.scalar("train/loss", loss, step)
                 writer.scalar("train/examples_per_s", result.examples_per_step / elapsed, step)
