@@ -12,6 +12,7 @@ Nothing here imports a framework.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -298,8 +299,10 @@ class TrialResult:
             else:
                 setattr(self, name, value if isinstance(value, section) else section(**value))
 
-    @property
+    @functools.cached_property
     def run_spec(self) -> RunSpec:
+        """The spec as a :class:`RunSpec`, parsed once (a result's spec is never changed in place; a replaced
+        result, ``dataclasses.replace``, parses its own)."""
         return RunSpec.from_dict(self.spec)
 
 
