@@ -1,0 +1,55 @@
+"""Faults named for what they are (issue #50, item 5): a full disk is a full disk, not a damaged store; two runs on
+one store never run one trial at once; a JSON-lines file with other keys is one error naming the keys it has; a
+killed run leaves nothing in the temporary folder, a resumed one nothing in its logs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bakeoff.data import DataError
+from bakeoff.data.text import load_text_dataset
+
+
+def bakeoff(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bakeoff.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+# --- a JSON-lines file whose objects have other keys ---------------------------------------------------------------
+
+def test_a_jsonl_file_with_other_keys_is_one_error_naming_the_keys_found(tmp_path):
+    """Before: the same bad-row error for each of its 400 lines, then, with the suggested skip_bad_rows=true, 'no
+    JSON objects' (there were 400)."""
+    data = tmp_path / "reviews.jsonl"
+    data.write_text("".join(json.dumps({"review": f"a review, number {i}", "stars": i % 5}) + "\n" for i in range(400)))
+    run = ("run", "--workload", "text_classifier", "--framework", "torch", "--max-steps", "1", "--no-report",
+           "--store", str(tmp_path / "r.sqlite"), "--data", f"train={data}")
+    said = (f"{data}: the text key 'text' and the label key 'label' are in none of its 400 JSON objects; keys "
+            "found: 'review' (in 400 of them), 'stars' (in 400 of them). Name the keys to read with --data "
+            "text_column=KEY --data label_column=KEY")
+    for skip in ((), ("--data", "skip_bad_rows=true")):
+        done = bakeoff(*run, *skip, cwd=tmp_path)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert said in done.stderr and done.stderr.count(str(data)) == 1, done.stderr
+        assert "line " not in done.stderr and "no JSON objects" not in done.stderr
+    assert not (tmp_path / "r.sqlite").exists()
+    with pytest.raises(DataError) as one_key:
+        load_text_dataset({"train": str(data), "text_column": "review"})
+    assert str(one_key.value) == (f"{data}: the label key 'label' is in none of its 400 JSON objects; keys found: "
+                                  "'review' (in 400 of them), 'stars' (in 400 of them). Name the key to read with "
+                                  "--data label_column=KEY")
+    assert len(load_text_dataset({"train": str(data), "text_column": "review", "label_column": "stars"}).classes) == 5
+
+
+def test_skip_bad_rows_that_leaves_no_row_says_every_row_was_bad(tmp_path):
+    data = tmp_path / "reviews.jsonl"
+    data.write_text("".join(json.dumps({"text": " ", "label": i % 2}) + "\n" for i in range(30)))
+    with pytest.raises(DataError) as caught:
+        load_text_dataset({"train": str(data), "skip_bad_rows": "true"})
+    assert str(caught.value) == (f"{data}: no usable rows: all 30 are bad and skip_bad_rows left them all out "
+                                 "(the first, line 1: empty text in column 'text')")
