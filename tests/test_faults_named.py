@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
+import fake_results
 from bakeoff.data import DataError
 from bakeoff.data.text import load_text_dataset
+from bakeoff.results.store import Store
+from test_faults import MNIST_RUN, fill, small_disk
 
 
 def bakeoff(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -53,3 +56,32 @@ def test_skip_bad_rows_that_leaves_no_row_says_every_row_was_bad(tmp_path):
         load_text_dataset({"train": str(data), "skip_bad_rows": "true"})
     assert str(caught.value) == (f"{data}: no usable rows: all 30 are bad and skip_bad_rows left them all out "
                                  "(the first, line 1: empty text in column 'text')")
+
+
+# --- a full disk ---------------------------------------------------------------------------------------------------
+
+def test_a_full_disk_is_named_and_the_store_left_untouched(tmp_path):
+    """Before: 'not a bakeoff results store (disk I/O error): a damaged or other file. Keep it aside and start a new
+    store' — and after freeing space the store read fine. (SQLite reports its WAL index not growing as an I/O
+    error.)"""
+    with small_disk(tmp_path / "disk", "2m") as disk:
+        store = disk / "r.sqlite"
+        with Store(store) as s:
+            s.put(fake_results.trial("torch", "eager"), "quick")
+        fill(disk)
+        before = sorted(p.name for p in disk.iterdir()), store.read_bytes()
+        for command in (("report", "--out", str(tmp_path / "report")), MNIST_RUN):
+            done = bakeoff(*command, "--store", str(store), cwd=tmp_path)
+            assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+            assert (f"cannot open the store {store}: no space left on {disk} (0.0 MB free), free 5 MB or more there "
+                    "and run the same command again (SQLite: disk I/O error). The store is untouched"
+                    in done.stderr), done.stderr
+            assert "damaged" not in done.stderr
+            assert (sorted(p.name for p in disk.iterdir()), store.read_bytes()) == before  # not even a -wal left
+        new = bakeoff(*MNIST_RUN, "--store", str(disk / "new.sqlite"), cwd=tmp_path)
+        assert new.returncode == 2 and f"cannot open the store {disk / 'new.sqlite'}: no space left on {disk}" in \
+            new.stderr and "No store was created" in new.stderr, new.stderr
+        assert sorted(p.name for p in disk.iterdir()) == before[0]
+        (disk / "filler").unlink()
+        shown = bakeoff("show", "--store", str(store), cwd=tmp_path)
+        assert shown.returncode == 0 and "1 trials (1 ok)" in shown.stdout, shown.stdout + shown.stderr

@@ -203,8 +203,9 @@ def _unstored(result: TrialResult, store: Store, log_dir: Path, exc: Exception) 
         sys.stderr.write(text + "\n")
         where = "printed above (JSON), as it could not be written either"
     spec = result.run_spec
+    why = exc.why if isinstance(exc, StoreWriteError) else str(exc)
     return StoreWriteError(f"could not store {spec.title()} in "
-                           f"{store.path} ({exc.__cause__ or exc}); its result ({result.status.value}) is {where}. "
+                           f"{store.path}: {why}; its result ({result.status.value}) is {where}. "
                            "Make room (or fix the store), then run the same command again: it resumes with what "
                            "is missing")
 
