@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import fake_results
+from bakeoff.core import registry
+from bakeoff.core.spec import Status
 from bakeoff.data import DataError
 from bakeoff.data.text import load_text_dataset
 from bakeoff.results.store import Store
@@ -85,3 +88,32 @@ def test_a_full_disk_is_named_and_the_store_left_untouched(tmp_path):
         (disk / "filler").unlink()
         shown = bakeoff("show", "--store", str(store), cwd=tmp_path)
         assert shown.returncode == 0 and "1 trials (1 ok)" in shown.stdout, shown.stdout + shown.stderr
+
+
+@pytest.mark.skipif(not registry.installed("torch"), reason="needs torch")
+def test_a_result_that_cannot_be_written_anywhere_leaves_no_part_file_and_the_resume_stores_it(tmp_path):
+    """Before: a 0-byte ``unstored-*.part`` stayed in the logs after the resumed run succeeded. The store and its
+    logs share one small disk, filled once the trial has started: neither can take the result."""
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        store, logs = disk / "r.sqlite", disk / "r" / "logs"
+        with (tmp_path / "out.txt").open("w") as sink:
+            run = subprocess.Popen([sys.executable, "-m", "bakeoff.cli", *MNIST_RUN, "--store", str(store)],
+                                   cwd=tmp_path, stdout=sink, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while not list(logs.glob("*.log")) and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.05)
+        fill(disk)
+        _, stderr = run.communicate(timeout=300)
+        assert run.returncode == 2, stderr
+        printed, said = stderr.splitlines()  # the result (JSON), whose reason may quote the trial's traceback
+        assert json.loads(printed)["spec"]["workload"] == "mnist"
+        assert said.startswith(f"bakeoff run: error: could not store mnist/tiny torch/eager seed 0 in {store}: no "
+                               f"space left on {disk} (0.0 MB free), free 5 MB or more there"), said
+        assert "is printed above (JSON), as it could not be written either" in said
+        assert [p.name for p in logs.iterdir() if p.name.startswith("unstored-")] == []  # no empty .part
+        (disk / "filler").unlink()
+        again = bakeoff(*MNIST_RUN, "--store", str(store), cwd=tmp_path)
+        assert again.returncode == 0 and "ran 1 trials" in again.stdout, again.stdout + again.stderr
+        assert [p.name for p in logs.iterdir() if p.name.startswith("unstored-")] == []
+        with Store(store) as s:
+            assert [r.status for r in s.results()] == [Status.OK]

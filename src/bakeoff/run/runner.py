@@ -25,10 +25,12 @@ One trial's process group is :func:`bakeoff.run.executors.local.run_one`'s.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
@@ -194,12 +196,14 @@ def _unstored(result: TrialResult, store: Store, log_dir: Path, exc: Exception) 
     whole on standard error when even that cannot be written, so the trial is not lost."""
     text = json.dumps(result.to_dict())
     path = log_dir / UNSTORED.format(key=result.key)
+    temporary = path.with_suffix(".part")
     try:
-        temporary = path.with_suffix(".part")
         temporary.write_text(text)
         temporary.replace(path)
         where = f"kept in {path}; the next `bakeoff run` of this suite stores it"
     except OSError:
+        with contextlib.suppress(OSError):  # a full disk leaves it empty or cut short: nothing to keep
+            temporary.unlink()
         sys.stderr.write(text + "\n")
         where = "printed above (JSON), as it could not be written either"
     spec = result.run_spec
@@ -212,7 +216,12 @@ def _unstored(result: TrialResult, store: Store, log_dir: Path, exc: Exception) 
 
 def _store_unstored(store: Store, log_dir: Path, suites: Mapping[str, str]) -> None:
     """Store the results an earlier run kept in ``log_dir`` because the store could not take them (for the trials
-    of this run, under this run's suite), then delete them."""
+    of this run, under this run's suite), then delete them; and delete what an earlier bakeoff left of a result
+    it could not write whole (``unstored-*.part`` older than a minute: one being written now is another run's)."""
+    for part in log_dir.glob(UNSTORED.format(key="*").removesuffix(".json") + ".part"):
+        with contextlib.suppress(OSError):
+            if time.time() - part.stat().st_mtime > 60:
+                part.unlink()
     for path in sorted(log_dir.glob(UNSTORED.format(key="*"))):
         try:
             result = TrialResult.from_dict(json.loads(path.read_text()))
