@@ -5,6 +5,7 @@ killed run leaves nothing in the temporary folder, a resumed one nothing in its 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -117,3 +118,31 @@ def test_a_result_that_cannot_be_written_anywhere_leaves_no_part_file_and_the_re
         assert [p.name for p in logs.iterdir() if p.name.startswith("unstored-")] == []
         with Store(store) as s:
             assert [r.status for r in s.results()] == [Status.OK]
+
+
+# --- a killed run ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not registry.installed("torch"), reason="needs torch")
+def test_killing_bakeoff_run_leaves_no_trial_folder_in_the_temporary_folder(tmp_path):
+    """Before: `kill -9` of `bakeoff run` (which the kernel's tether turns into the trial's death too) left its
+    ``bakeoff-trial-*`` folder in the temporary folder for good."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    run = subprocess.Popen([sys.executable, "-m", "bakeoff.cli", "run", "--workload", "mnist", "--framework", "torch",
+                            "--execution", "eager", "--max-steps", "100000", "--eval-every", "100000", "--store",
+                            "r.sqlite", "--no-report"], cwd=tmp_path, env={**os.environ, "TMPDIR": str(temporary)},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((tmp_path / "r" / "logs").glob("*.log")) and time.monotonic() < deadline:
+            assert run.poll() is None, "the run ended before its trial started"
+            time.sleep(0.1)
+        [folder] = temporary.glob("bakeoff-trial-*")
+        assert (folder / "spec.json").is_file()  # the trial's own folder, in use
+    finally:
+        run.kill()
+        run.wait()
+    deadline = time.monotonic() + 15
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(temporary.iterdir()) == [], list(temporary.rglob("*"))[:5]

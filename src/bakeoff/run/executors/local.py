@@ -19,7 +19,6 @@ import logging
 import os
 import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -32,7 +31,7 @@ from bakeoff.measure.environment import usable_cores
 from bakeoff.results.model_dir import KEEP_MODEL_ENV
 from bakeoff.run import launchers
 from bakeoff.run.executors.base import Done, Executor, Placement, Started, TrialJob, executor_record
-from bakeoff.run.process import OomKills, read_oom_kills
+from bakeoff.run.process import OomKills, read_oom_kills, temporary_folder
 from bakeoff.trial.loop import NO_EVALUATION_ENV
 from bakeoff.trial.profile import PROFILE_ENV, PROFILE_STEPS_ENV
 from bakeoff.trial.profile import Request as ProfileRequest
@@ -192,7 +191,7 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
     if hosts is not None and len(set(hosts)) > 1:
         shared = log_dir.parent / "tmp"
         shared.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="bakeoff-trial-", dir=shared) as tmp:
+    with temporary_folder("bakeoff-trial-", shared) as tmp:  # removed even when bakeoff is killed
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(spec.to_json())
         started, oom_before = time.perf_counter(), read_oom_kills()
