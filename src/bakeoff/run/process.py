@@ -303,9 +303,11 @@ def read_oom_kills() -> OomKills:
     return OomKills(None, "no cgroup OOM-kill counter is readable (memory.events or memory.oom_control)")
 
 
-_JANITOR = 'cat >/dev/null; for _ in 1 2 3 4 5; do rm -rf -- "$1" 2>/dev/null; [ -e "$1" ] || exit 0; sleep 1; done'
+_JANITOR = ('cat >/dev/null; for _ in 1 2 3 4 5; do rm -rf -- "$BAKEOFF_TEMPORARY" 2>/dev/null; '
+            '[ -e "$BAKEOFF_TEMPORARY" ] || exit 0; sleep 1; done')
 """The janitor of :func:`temporary_folder`: waits for the end of its standard input, then removes the folder (again,
-a few times, while a dying trial process may still be writing into it)."""
+a few times, while a dying trial process may still be writing into it), named in its environment, not its command
+line: a search for the processes of a trial by its folder finds the trial's alone."""
 
 
 @contextlib.contextmanager
@@ -325,9 +327,11 @@ def temporary_folder(prefix: str, parent: Path | None = None) -> Iterator[str]:
     try:
         with tempfile.TemporaryDirectory(prefix=prefix, dir=parent) as folder:
             with contextlib.suppress(OSError):
-                janitor = subprocess.Popen(["/bin/sh", "-c", _JANITOR, "bakeoff-janitor", folder], stdin=read,
+                janitor = subprocess.Popen(["/bin/sh", "-c", _JANITOR, "bakeoff-janitor"], stdin=read,
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                           start_new_session=True)
+                                           start_new_session=True,
+                                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                                "BAKEOFF_TEMPORARY": folder})
             os.close(read)
             read = -1
             yield folder
