@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -146,3 +147,80 @@ def test_killing_bakeoff_run_leaves_no_trial_folder_in_the_temporary_folder(tmp_
     while folder.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert list(temporary.iterdir()) == [], list(temporary.rglob("*"))[:5]
+
+
+# --- two runs on one store ----------------------------------------------------------------------------------------
+
+GATE = """
+import os
+gate = os.environ.get("BAKEOFF_TEST_GATE")
+if gate:
+    import bakeoff.trial.loop as loop
+    real_train = loop.train
+
+    def train(engine, data, result, *args, **kwargs):
+        # Each trial says it is training, then waits for the test to open the gate.
+        import pathlib, time
+        pathlib.Path(f"{gate}.seed{engine.spec.seed}.pid{os.getppid()}").touch()
+        while not pathlib.Path(gate).exists():
+            time.sleep(0.05)
+        return real_train(engine, data, result, *args, **kwargs)
+
+    loop.train = train
+"""
+
+
+def wait_until(condition, what: str, runs: list[subprocess.Popen], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert all(run.poll() is None for run in runs), f"a run ended while waiting for {what}"
+        time.sleep(0.1)
+
+
+@pytest.mark.skipif(not registry.installed("torch"), reason="needs torch")
+def test_two_concurrent_runs_on_one_store_never_run_one_trial_twice(tmp_path):
+    """Before: two `bakeoff run --concurrent` on one store both ran every trial, and the store silently kept the
+    second's figures (printed 1,012 ex/s, stored 493). Here the first run's seed 0 and the second's seed 1 are held
+    training until both runs have met the other's claim."""
+    (tmp_path / "sitecustomize.py").write_text(GATE)
+    gate = tmp_path / "gate"
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}",
+           "BAKEOFF_TEST_GATE": str(gate)}
+    command = [sys.executable, "-m", "bakeoff.cli", "run", "--workload", "mnist", "--framework", "torch", "--execution",
+               "eager", "--max-steps", "5", "--eval-every", "5", "--no-report", "--repeats", "2", "--concurrent",
+               "--store", str(tmp_path / "r.sqlite")]  # 5 steps: 2 timed after the 3 of warm-up
+    outs = [tmp_path / "first.txt", tmp_path / "second.txt"]
+    runs: list[subprocess.Popen] = []
+    try:
+        with outs[0].open("w") as sink:
+            runs.append(subprocess.Popen(command, cwd=tmp_path, env=env, stdout=sink, stderr=subprocess.STDOUT))
+        wait_until(lambda: list(tmp_path.glob("gate.seed0.*")), "the first run's seed 0 to train", runs)
+        with outs[1].open("w") as sink:
+            runs.append(subprocess.Popen(command, cwd=tmp_path, env=env, stdout=sink, stderr=subprocess.STDOUT))
+        wait_until(lambda: list(tmp_path.glob(f"gate.seed*.pid{runs[1].pid}")), "the second run to train", runs)
+        gate.touch()
+        for run in runs:
+            assert run.wait(300) == 0, "\n".join(out.read_text() for out in outs)
+    finally:
+        for run in runs:
+            run.kill()
+    first, second = (" ".join(out.read_text().split()) for out in outs)  # as one line: the console wraps
+    first_pid, second_pid = (run.pid for run in runs)
+    assert [p.name for p in sorted(tmp_path.glob("gate.seed*"))] == [f"gate.seed0.pid{first_pid}",
+                                                                     f"gate.seed1.pid{second_pid}"]  # each ran once
+    assert (f"mnist/tiny torch/eager seed 0 is being run by another bakeoff run on this store (pid {first_pid} on "
+            in second) and "running the others first" in second
+    # whichever run finished first waited for the other's trial: the first for seed 1, or the second for seed 0
+    assert (f"waiting for mnist/tiny torch/eager seed 1, which another bakeoff run on this store is running (pid "
+            f"{second_pid} on" in first) or (f"waiting for mnist/tiny torch/eager seed 0, which another bakeoff run on "
+                                            f"this store is running (pid {first_pid} on" in second)
+    kept = "stored by another bakeoff run on this store since this one started; its result is kept, not measured again"
+    assert f"mnist/tiny torch/eager seed 1: {kept}" in first and f"mnist/tiny torch/eager seed 0: {kept}" in second
+    assert "ran 1 trials, skipped 1 already in the store" in first and "ran 1 trials, skipped 1" in second
+    with Store(tmp_path / "r.sqlite") as store:
+        stored = {r.run_spec.seed: r.throughput["examples_per_s"] for r in store.results()}
+    printed = {int(seed): figure for text in (first, second)
+               for seed, figure in re.findall(r"torch/eager seed (\d): ok ([\d,]+) ex/s", text)}
+    assert len(printed) == 2 and printed == {seed: f"{eps:,.0f}" for seed, eps in stored.items()}  # as printed
+    assert not list((tmp_path / "r" / "claims").iterdir())  # every claim let go

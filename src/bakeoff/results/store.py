@@ -14,8 +14,9 @@ Each trial is written in one transaction, so an interrupted run never leaves hal
 
 Journal: write-ahead (WAL) on a local disk; on a network file system (NFS, SMB, Lustre, GPFS, ...: the results
 folder of a cluster) the rollback journal instead, since WAL's shared-memory index only works among processes of
-one machine, as SQLite documents (https://www.sqlite.org/wal.html). bakeoff writes a store from one process only,
-the submitting ``bakeoff run`` whatever executor runs the trials, so no two machines write one store at once.
+one machine, as SQLite documents (https://www.sqlite.org/wal.html). A ``bakeoff run`` writes its store from one
+process, whatever executor runs the trials; two runs on one store (``--concurrent``) each write their own trials,
+never the same one at once (:mod:`bakeoff.results.trial_claims`).
 
 A store's files besides the database (trial logs, checkpoints, TensorBoard events) live in the folder named after
 it, :func:`artifacts_dir`: ``results/bakeoff.sqlite`` keeps them under ``results/bakeoff/``, so two stores in one
@@ -412,6 +413,14 @@ class Store:
         except sqlite3.OperationalError:  # a store written before they were kept, opened read-only
             return []
         return [{"fingerprint": json.loads(f), "result": json.loads(r), "measured_at": m} for f, r, m in rows]
+
+    def stamps(self, key: str | None = None) -> dict[str, str]:
+        """What tells one stored result of a trial from another, by spec key (of every trial, or of ``key``): when it
+        was stored and its length. A stamp that changed during a run is another run's result, stored meanwhile."""
+        query, args = "SELECT key, finished_at || ' ' || length(result) FROM trials", ()
+        if key is not None:
+            query, args = query + " WHERE key = ?", (key,)
+        return dict(self._db.execute(query, args).fetchall())
 
     def statuses(self) -> dict[str, Status]:
         """Status of every recorded trial, by spec key."""
