@@ -224,3 +224,26 @@ def test_two_concurrent_runs_on_one_store_never_run_one_trial_twice(tmp_path):
                for seed, figure in re.findall(r"torch/eager seed (\d): ok ([\d,]+) ex/s", text)}
     assert len(printed) == 2 and printed == {seed: f"{eps:,.0f}" for seed, eps in stored.items()}  # as printed
     assert not list((tmp_path / "r" / "claims").iterdir())  # every claim let go
+
+
+def test_a_claim_is_refused_while_its_holder_lives_and_free_once_it_is_killed(tmp_path):
+    """The kernel frees a dead run's claims, however it died: no stale claim to clear by hand."""
+    from bakeoff.results.trial_claims import Claims
+
+    folder = tmp_path / "r" / "claims"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+                               "from bakeoff.results.trial_claims import Claims\n"
+                               f"Claims(Path({str(folder)!r})).take('k1', 'mnist/tiny torch/eager seed 0')\n"
+                               "print('held', flush=True)\ntime.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        claims = Claims(folder)
+        said = claims.take("k1", "the same trial")
+        assert said is not None and said.startswith(f"pid {holder.pid} on "), said
+        assert claims.take("k2", "another trial") is None  # claims are per trial
+    finally:
+        holder.kill()
+        holder.wait()
+    assert claims.take("k1", "the same trial") is None  # at once: the kernel let the killed holder's lock go
+    claims.release_all()
+    assert list(folder.iterdir()) == []
