@@ -16,7 +16,7 @@ import pytest
 
 import fake_results
 from bakeoff.core import registry
-from bakeoff.core.spec import Status
+from bakeoff.core.spec import RunSpec, Status
 from bakeoff.data import DataError
 from bakeoff.data.text import load_text_dataset
 from bakeoff.results.store import Store
@@ -247,3 +247,37 @@ def test_a_claim_is_refused_while_its_holder_lives_and_free_once_it_is_killed(tm
     assert claims.take("k1", "the same trial") is None  # at once: the kernel let the killed holder's lock go
     claims.release_all()
     assert list(folder.iterdir()) == []
+
+
+def test_an_executor_running_several_trials_leaves_a_trial_another_run_holds_and_never_waits_on_it(tmp_path):
+    """A cluster's executor takes every job before any result is stored: had it waited for the other run's trial
+    while holding its own, two such runs on one store could each wait on the other for good."""
+    from bakeoff.core.identity import identify
+    from bakeoff.run import runner
+    from test_executors import LastFirst
+
+    specs = [RunSpec(workload="mnist", framework="torch", seed=seed, max_steps=2) for seed in (0, 1)]
+    held = identify(specs)[0].key()
+    holder = subprocess.Popen([sys.executable, "-c", "import time\nfrom pathlib import Path\n"
+                               "from bakeoff.results.trial_claims import Claims\n"
+                               f"Claims(Path({str(tmp_path / 'r' / 'claims')!r})).take({held!r}, 'seed 0')\n"
+                               "print('held', flush=True)\ntime.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    said: list[str] = []
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        executor = LastFirst()
+        with Store(tmp_path / "r.sqlite") as store:
+            summary = runner.run(specs, store, "s", executor=executor, say=said.append)
+            stored = [r.run_spec.seed for r in store.results()]
+    finally:
+        holder.kill()
+        holder.wait()
+    assert [job.spec.seed for job in executor.submitted] == [1] and stored == [1]
+    assert [r.run_spec.seed for r in summary.ran] == [1] and summary.skipped == []
+    assert said[0].startswith(f"mnist/tiny torch/eager seed 0 is being run by another bakeoff run on this store "
+                              f"(pid {holder.pid} on ")
+    assert said[1].startswith("mnist/tiny torch/eager seed 0 is still being run by another bakeoff run on this "
+                              f"store (pid {holder.pid} on ")
+    assert said[1].endswith("left to it, not run here: its result is stored by that run")
+    # this run's claim let go, its file with it; the killed holder's file stays, free for whoever comes next
+    assert [p.name for p in (tmp_path / "r" / "claims").iterdir()] == [f"{held}.lock"]

@@ -59,6 +59,11 @@ class Claims:
         self._held[key] = fd
         return None
 
+    @property
+    def holding(self) -> bool:
+        """Whether this process holds any trial now."""
+        return bool(self._held)
+
     def release(self, key: str) -> None:
         """Let trial ``key`` go (its file removed first, while still held: no one else is inside it)."""
         fd = self._held.pop(key, None)

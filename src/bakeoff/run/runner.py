@@ -129,9 +129,10 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
     evaluate the test split (their results measure training alone; ``training.evaluation`` says so).
 
     Another run on the same store (``--concurrent``, another machine) never runs a trial at once with this one
-    (:mod:`bakeoff.results.trial_claims`): a trial it is running is left for after the others, then waited for; a
-    trial it stored since this run started is taken from the store, skipped, not measured again. ``say`` is told
-    of each (what a user would want to read).
+    (:mod:`bakeoff.results.trial_claims`): a trial it is running is left for after the others, then waited for
+    (left to it, where this run's executor has trials of its own still running then: the two could wait on each
+    other); a trial it stored since this run started is taken from the store, skipped, not measured again. ``say``
+    is told of each (what a user would want to read).
     """
     if not validated:
         validate(specs, here=executor is None or not executor.remote)
@@ -291,6 +292,12 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
             yield from claimed_job(position, spec)
         for position, spec, _ in later:
             holder = claims.take(spec.key(), spec.title())
+            if holder is not None and claims.holding:  # trials of this run in flight (an executor running several)
+                # their results are stored only once this generator yields: waiting here could wait on a run that
+                # waits on this one
+                say(f"{spec.title()} is still being run by another bakeoff run on this store ({holder}); left to it, "
+                    "not run here: its result is stored by that run")
+                continue
             if holder is not None:
                 say(f"waiting for {spec.title()}, which another bakeoff run on this store is running ({holder})")
                 claims.take(spec.key(), spec.title(), wait=True)
