@@ -6,7 +6,6 @@ runs, with every session its descendants open (torchrun starts each rank in a se
 torchrun's group alone leaves the ranks training): a :class:`Family`. Whatever ends the block, every process of
 the family is killed (an exception: SIGTERM, then SIGKILL after :data:`KILL_GRACE_S`, before it propagates).
 :func:`hold` keeps a signal from interrupting a result while it is written; it is raised after.
-:func:`temporary_folder` is a trial's temporary folder, removed even when bakeoff is killed.
 
 The deadline and memory cap of a trial are :func:`bakeoff.run.launchers.run_group`'s; :func:`read_oom_kills`
 reads the kernel's OOM-kill counter of this process's memory cgroup, the evidence that a SIGKILL was the kernel's.
@@ -19,7 +18,6 @@ import dataclasses
 import os
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -301,46 +299,6 @@ def read_oom_kills() -> OomKills:
         except (OSError, ValueError):
             continue
     return OomKills(None, "no cgroup OOM-kill counter is readable (memory.events or memory.oom_control)")
-
-
-_JANITOR = ('cat >/dev/null; for _ in 1 2 3 4 5; do rm -rf -- "$BAKEOFF_TEMPORARY" 2>/dev/null; '
-            '[ -e "$BAKEOFF_TEMPORARY" ] || exit 0; sleep 1; done')
-"""The janitor of :func:`temporary_folder`: waits for the end of its standard input, then removes the folder (again,
-a few times, while a dying trial process may still be writing into it), named in its environment, not its command
-line: a search for the processes of a trial by its folder finds the trial's alone."""
-
-
-@contextlib.contextmanager
-def temporary_folder(prefix: str, parent: Path | None = None) -> Iterator[str]:
-    """A temporary folder, as :class:`tempfile.TemporaryDirectory` makes it (in ``parent``, by default the
-    system's), removed however this process ends:
-    when it is killed (``kill -9``, an out-of-memory kill) and runs no clean-up of its own, a janitor removes it.
-
-    The janitor is a shell of its own session (a Ctrl-C meant for bakeoff leaves it be) reading a pipe whose only
-    writer is this process: the kernel closes it when this process dies, however it dies, and the janitor, reading
-    its end, removes the folder. (Not the trial's death signal: the trial is killed with bakeoff, and sweeping
-    dead runs' folders at the next start would leave them until a next run that may never come.) Where no shell
-    can be started, the folder is only removed by this process.
-    """
-    read, write = os.pipe()  # neither end is inherited by the trial processes (PEP 446)
-    janitor = None
-    try:
-        with tempfile.TemporaryDirectory(prefix=prefix, dir=parent) as folder:
-            with contextlib.suppress(OSError):
-                janitor = subprocess.Popen(["/bin/sh", "-c", _JANITOR, "bakeoff-janitor"], stdin=read,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                           start_new_session=True,
-                                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                                                "BAKEOFF_TEMPORARY": folder})
-            os.close(read)
-            read = -1
-            yield folder
-    finally:
-        if read >= 0:
-            os.close(read)
-        os.close(write)  # the folder is gone: the janitor finds nothing to remove, and ends
-        if janitor is not None:
-            janitor.wait()
 
 
 def hold() -> contextlib.AbstractContextManager[None]:

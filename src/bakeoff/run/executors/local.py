@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from bakeoff.core import frameworks, registry
+from bakeoff.core.files import temporary_folder
 from bakeoff.core.result import Distributed, TrialResult
 from bakeoff.core.spec import Parallelism, RunSpec, Status
 from bakeoff.measure import ceiling
@@ -31,7 +32,7 @@ from bakeoff.measure.environment import usable_cores
 from bakeoff.results.model_dir import KEEP_MODEL_ENV
 from bakeoff.run import launchers
 from bakeoff.run.executors.base import Done, Executor, Placement, Started, TrialJob, executor_record
-from bakeoff.run.process import OomKills, read_oom_kills, temporary_folder
+from bakeoff.run.process import OomKills, read_oom_kills
 from bakeoff.trial.loop import NO_EVALUATION_ENV
 from bakeoff.trial.profile import PROFILE_ENV, PROFILE_STEPS_ENV
 from bakeoff.trial.profile import Request as ProfileRequest
