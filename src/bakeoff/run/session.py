@@ -110,7 +110,7 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
                            annotations=annotations, validated=True, order_seed=order_seed, retry_busy=retry_busy,
                            profile_steps=profile_steps, executor=executor, evaluate=evaluate)
             if suite.adaptive is None:
-                summary = runner.run(specs, store, suite.name, **options)
+                summary = runner.run(specs, store, suite.name, say=say, **options)
             else:
                 from bakeoff.run import adaptive
 
