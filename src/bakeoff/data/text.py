@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bakeoff.data import DataError
+from bakeoff.data import DataError, parse_flag
 
 OPTION_DEFAULTS: dict[str, str | None] = {
     "train": None,
@@ -125,7 +125,7 @@ def load_text_dataset(options: Mapping[str, str]) -> TextData:
             f"(a .csv or .jsonl file); give no options at all for the shipped fine-foods reviews"
         )
     columns = (opts["text_column"], opts["label_column"])
-    skip = _parse_flag("skip_bad_rows", opts["skip_bad_rows"])
+    skip = parse_flag("skip_bad_rows", opts["skip_bad_rows"])
     train = _read_file(Path(opts["train"]), *columns, skip)
     if opts["test"] is not None:
         if "test_fraction" in options or "split_seed" in options:
@@ -190,13 +190,6 @@ def _parse_fraction(value: str) -> float:
     if not 0.0 < fraction < 1.0:  # also rejects NaN
         raise DataError(f"test_fraction must be a number strictly between 0 and 1, got {value!r}")
     return fraction
-
-
-def _parse_flag(name: str, value: str) -> bool:
-    flags = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-    if value.strip().lower() not in flags:
-        raise DataError(f"{name} must be true or false, got {value!r}")
-    return flags[value.strip().lower()]
 
 
 def _parse_seed(value: str) -> int:
