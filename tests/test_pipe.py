@@ -159,3 +159,5 @@ def test_the_eta_counts_a_first_trials_compile_only_for_trials_that_compile():
         progress("start", tf_graph, None)
         progress("done", tf_graph, ok(tf_graph, 32.0, 2.5))  # a compile of 2 s: its steady part 30 s as well
         assert progress.eta_text() == "about 3 min 10 s left"  # 3 × 30 + (30 + 70)
+        progress("skip", later, None)  # stored meanwhile by another run on the store: no time left for it
+        assert progress.eta_text() == "about 1 min 30 s left"  # 3 × 30

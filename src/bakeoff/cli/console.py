@@ -396,6 +396,8 @@ class RunProgress:
                 self._running[spec] = time.monotonic()
             self._describe_running()
         elif event == "skip":
+            if spec in self._queued:  # queued, then stored by another run on the store meanwhile: no time left for it
+                self._queued.remove(spec)
             self._progress.advance(self._task)
             console.print(f"  [dim]skip {name} (already in the store)[/]")
         elif event == "done" and result is not None:
