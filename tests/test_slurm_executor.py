@@ -114,19 +114,30 @@ def test_the_executor_argument_names_a_partition_and_workers_per_node():
             parsed(bad)
 
 
-def test_inside_a_multi_node_job_members_on_other_nodes_start_as_job_steps(monkeypatch):
+def test_inside_a_multi_node_job_each_other_node_is_one_job_step_holding_the_cpus_the_job_has_there(tmp_path):
     from bakeoff.run import launchers
+    from bakeoff.run.executors import node
 
-    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "3")
-    spec = RunSpec(workload="mnist", framework="torch", parallelism="multi_worker", workers=2, max_steps=2)
-    plan = launchers.plan(spec, ["a"], {"A": "1"}, ports=[29500], cores=2, hosts=["n1", "n2"])
-    here, there = (slurm.job_step("n1", member) for member in plan.members)
-    assert here == plan.members[0]  # on this node: started as it is
-    assert there.command[:7] == ["srun", "--nodes=1", "--ntasks=1", "--nodelist=n2", "--cpus-per-task=3",
+    # K=2 workers on each of two nodes: one unit per node, the second node's one srun step
+    spec = RunSpec(workload="mnist", framework="torch", parallelism="multi_worker", workers=4, max_steps=2)
+    plan = launchers.plan(spec, ["a"], {"A": "1"}, ports=[29500], cores=2, hosts=["n1", "n1", "n2", "n2"])
+    units, _ = node.fold(plan.members, [tmp_path / f"{i}.log" for i in range(4)], tmp_path, tmp_path, "k", False)
+    cpus = slurm.cpus_per_node(["n1", "n2"], "3,5")  # this node's count is not the other's
+    here, there = (slurm.job_step("n1", cpus, unit) for unit in units)
+    assert here == units[0]  # on this node: started as it is
+    assert there.command[:7] == ["srun", "--nodes=1", "--ntasks=1", "--nodelist=n2", "--cpus-per-task=5",
                                  "--kill-on-bad-exit=1", "--quiet"]
-    assert there.command[7:] == plan.members[1].command and there.name == "node 1 on n2"
-    assert there.env["A"] == "1" and "--master-addr" in there.command  # rendezvous at the first node, n1
-    assert there.command[there.command.index("--master-addr") + 1] == "n1"
+    assert there.command[7:] == units[1].command and there.name == "host 1 on n2"
+    assert there.env["A"] == "1"
+    ranks_there = json.loads(Path(units[1].command[-1]).read_text())["members"]
+    command = ranks_there[0]["command"]
+    assert command[command.index("--master-addr") + 1] == "n1"  # rendezvous at the first node
+    assert [m["name"] for m in ranks_there] == ["node 2", "node 3"]
+
+
+def test_the_cpus_a_job_has_on_each_node_are_read_from_slurms_compressed_list():
+    assert slurm.cpus_per_node(["a", "b", "c", "d"], "2(x3),1") == {"a": "2", "b": "2", "c": "2", "d": "1"}
+    assert slurm.cpus_per_node(["a", "b"], "8(x2)") == {"a": "8", "b": "8"}
 
 
 def test_the_script_runs_the_job_file_on_the_node_and_the_time_limit_has_a_margin(tmp_path):
@@ -406,9 +417,11 @@ def real_slurm():
     subprocess.run([str(ROOT / "scripts" / "slurm-local"), "stop"], capture_output=True, timeout=60)
 
 
-def _bakeoff(tmp_path: Path, *flags: str) -> subprocess.Popen:
+def _bakeoff(tmp_path: Path, *flags: str, threads: bool = True) -> subprocess.Popen:
+    """``bakeoff run`` of the tiny MNIST on the CPU, one thread a process unless not ``threads`` (then each node's
+    cores, shared by its workers: two workers on a node of one CPU)."""
     command = [sys.executable, "-m", "bakeoff.cli", "run", "--workload", "mnist", "--preset", "tiny", "--execution",
-               "eager", "--device", "cpu", "--threads", "1", "--executor", "slurm", "--store",
+               "eager", "--device", "cpu", *(("--threads", "1") if threads else ()), "--executor", "slurm", "--store",
                str(tmp_path / "s.sqlite"), "--no-report", "--concurrent", *flags]
     return subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -491,32 +504,37 @@ def test_scancel_is_recorded_and_ctrl_c_cancels_every_job_leaving_no_process(tmp
     assert [r.key for r in Store(tmp_path / "s.sqlite", readonly=True).results()] == [cancelled.key]
 
 
-def test_a_multi_worker_trial_spans_two_nodes_and_a_cancelled_one_leaves_no_rank(tmp_path, real_slurm):
+def test_a_multi_worker_trial_spans_two_nodes_two_workers_on_each_and_a_cancelled_one_leaves_no_rank(
+        tmp_path, real_slurm):
+    """workers-per-node=2: each node's two workers started by one job step (#51: a step per worker asked for the
+    node's every CPU twice, and the second waited for ever)."""
     from bakeoff.results.store import Store
 
     nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()
     if len(nodes) < 2:
         pytest.skip(f"this Slurm has one node ({nodes}): BAKEOFF_SLURM_NODES=2 scripts/slurm-local makes two")
-    flags = ("--framework", "torch", "--parallelism", "multi_worker", "--workers", "2", "--executor",
-             "slurm=,workers-per-node=1")
-    run = _bakeoff(tmp_path, *flags, "--max-steps", "3")
+    flags = ("--framework", "torch", "--parallelism", "multi_worker", "--workers", "4", "--executor",
+             "slurm,workers-per-node=2")  # the form without a partition, as the README writes it
+    run = _bakeoff(tmp_path, *flags, "--max-steps", "3", threads=False)
     out, _ = run.communicate(timeout=600)
     assert run.returncode == 0, out
     (result,) = Store(tmp_path / "s.sqlite", readonly=True).results()
     assert result.status is Status.OK, result.reason
-    assert len(result.extras["hosts"]) == 2 and len(set(result.extras["hosts"])) == 2
-    assert result.distributed.launcher == "torchrun_nodes" and len(result.distributed.ranks) == 2
-    assert Path(result.extras["log"]).with_name(Path(result.extras["log"]).stem + ".node1on"
-                                               + result.extras["hosts"][1] + ".log").exists()
+    first, second = result.extras["hosts"][0], result.extras["hosts"][2]
+    assert result.extras["hosts"] == [first, first, second, second] and first != second
+    assert result.distributed.launcher == "torchrun_nodes" and len(result.distributed.ranks) == 4
+    log = Path(result.extras["log"])
+    assert "node 2 on cpus" in log.with_name(log.stem + ".host1.log").read_text()  # the second node's unit
 
-    run = _bakeoff(tmp_path, *flags, "--max-steps", "100000", "--seed", "1")  # synchronous ranks: no --max-seconds
+    run = _bakeoff(tmp_path, *flags, "--max-steps", "100000", "--seed", "1", threads=False)  # no --max-seconds
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # until both ranks train, one on each node
-        ranks = [line for line in _processes_of(tmp_path, but=run.pid) if "-m bakeoff.trial " in line]
-        if len(ranks) >= 2:
+    while time.monotonic() < deadline:  # until the four ranks train, two on each node
+        ranks = [line for line in _processes_of(tmp_path, but=run.pid) if "-m bakeoff.trial " in line
+                 and "torch.distributed.run" not in line]
+        if len(ranks) >= 4:
             break
         time.sleep(0.5)
-    assert len(ranks) >= 2, ranks
+    assert len(ranks) >= 4, ranks
     (job_id,) = _our_jobs(tmp_path)
     subprocess.run(["scancel", job_id], check=True)
     out, _ = run.communicate(timeout=150)

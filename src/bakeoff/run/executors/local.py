@@ -31,6 +31,7 @@ from bakeoff.measure import ceiling
 from bakeoff.measure.environment import usable_cores
 from bakeoff.results.model_dir import KEEP_MODEL_ENV
 from bakeoff.run import launchers
+from bakeoff.run.executors import node
 from bakeoff.run.executors.base import Done, Executor, Placement, Started, TrialJob, executor_record
 from bakeoff.run.process import OomKills, read_oom_kills
 from bakeoff.trial.loop import NO_EVALUATION_ENV
@@ -199,15 +200,18 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         args = [str(spec_path), str(result_path), str(checkpoint_dir or ""), str(tensorboard_dir or "")]
         group = launchers.plan(spec, args, _trial_env(spec, tmp, keep_dir, probe_ceiling, profile, evaluate),
                                hosts=hosts)
-        if place is not None:  # members on other nodes start there (a Slurm job step), the rest here
+        logs = rank_logs = _log_paths(log_dir, spec, group)
+        if shared is not None:  # one unit per node starts its members there (a Slurm job step, a Ray task)
+            group.members, logs = node.fold(group.members, rank_logs, Path(tmp), log_dir, spec.key(),
+                                            fixed_threads=spec.threads is not None)
+        if place is not None:  # units on other nodes start there, the first node's here
             group.members = [place(member) for member in group.members]
-        logs = _log_paths(log_dir, spec, group)
         names = [m.name for m in group.members]
         what = spec.title()
         outcome = launchers.run_group(group, logs, timeout_s, memory_cap, what)
         if outcome.killed:
             status = Status.TIMEOUT if outcome.killed.startswith("no result") else Status.OUT_OF_MEMORY
-            failed = _failure(spec, status, f"{outcome.killed} (log: {logs[0]})")
+            failed = _failure(spec, status, f"{outcome.killed} (log: {rank_logs[0]})")
             failed.extras["timeout_s"] = timeout_s  # a later run with a longer timeout runs it again (to_run)
             return failed, False
         results = launchers.rank_results(result_path, group.ranks)
@@ -215,7 +219,7 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         if results[0] is not None and not outcome.first_failure:
             result = launchers.merge(spec, group, results, outcome) if spec.parallelism is not Parallelism.NONE \
                 else results[0]
-            result.extras["log"] = str(logs[0])
+            result.extras["log"] = str(rank_logs[0])
             if tensorboard_dir is not None:
                 result.extras["tensorboard"] = str(tensorboard_dir)
             if result.status is Status.OK and checkpoint_dir is not None:
@@ -244,5 +248,5 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         result = _failure(spec, Status.FAILED, f"{who} exited with code {code} and wrote no result: {tail}")
     if launcher.group:
         result.distributed = Distributed(launcher=group.launcher, first_failure=who, exit_codes=outcome.codes,
-                                         logs=[str(p) for p in logs])
+                                         logs=[str(p) for p in dict.fromkeys((*rank_logs, *logs))])
     return result, False

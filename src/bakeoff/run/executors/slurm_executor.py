@@ -252,8 +252,8 @@ class _Submitted:
     over_since: float | None = None  # when Slurm first said it ended (its result file may still be on its way)
 
 
-ACCEPTED = ("slurm=PARTITION[,workers-per-node=K], e.g. slurm=gpu or slurm=gpu,workers-per-node=4 (K a positive "
-            "integer)")
+ACCEPTED = ("slurm=PARTITION[,workers-per-node=K], e.g. slurm=gpu, slurm=gpu,workers-per-node=4 or "
+            "slurm,workers-per-node=4 (the default partition; K a positive integer)")
 """The forms ``--executor slurm=...`` accepts (:func:`bakeoff.run.executors.base.parse_options`)."""
 
 
@@ -426,15 +426,25 @@ def _tail(path: Path, lines: int = 4) -> str:
     return " | ".join(line[:300] for line in last) or f"{path} is empty"
 
 
-def job_step(node: str, member: Member) -> Member:
-    """``member`` started on its host from the batch step on ``node``: here when its host is this node, else as a
-    step of the job on its node (``srun``), which passes it the whole environment, gives it the cores the job has
-    there and which Slurm ends with the job."""
+def cpus_per_node(nodes: list[str], text: str) -> dict[str, str]:
+    """Each of the job's ``nodes`` (in its node list's order) with the CPUs the job has there, from
+    ``SLURM_JOB_CPUS_PER_NODE`` (``2(x3),1``: 2 on each of the first three nodes, 1 on the fourth)."""
+    counts: list[str] = []
+    for part in filter(None, text.split(",")):
+        count, _, times = part.partition("(x")
+        counts += [count] * (int(times.rstrip(")")) if times else 1)
+    return dict(zip(nodes, counts, strict=False))
+
+
+def job_step(node: str, cpus: Mapping[str, str], member: Member) -> Member:
+    """``member`` (a node's unit, :mod:`bakeoff.run.executors.node`) started on its host from the batch step on
+    ``node``: here when its host is this node, else as one step of the job on its node (``srun``), which passes it
+    the whole environment, gives it every CPU the job has there (``cpus``: one step a node, holding all its
+    members) and which Slurm ends with the job."""
     if not member.host or member.host == node:
         return member
-    cpus = os.environ.get("SLURM_CPUS_ON_NODE", "1")
-    step = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={member.host}", f"--cpus-per-task={cpus}",
-            "--kill-on-bad-exit=1", "--quiet", *member.command]
+    step = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={member.host}",
+            f"--cpus-per-task={cpus.get(member.host, '1')}", "--kill-on-bad-exit=1", "--quiet", *member.command]
     return dataclasses.replace(member, name=f"{member.name} on {member.host}", command=step)
 
 
@@ -453,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     if int(os.environ.get("SLURM_JOB_NUM_NODES", "1")) > 1:  # the trial's hosts are the job's nodes
         nodes = _slurm("scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]).split()
         hosts = spread(nodes, job.spec.workers, per_node or 1)
-        place = functools.partial(job_step, os.environ.get("SLURMD_NODENAME", nodes[0]))
+        cpus = cpus_per_node(nodes, os.environ.get("SLURM_JOB_CPUS_PER_NODE", ""))
+        place = functools.partial(job_step, os.environ.get("SLURMD_NODENAME", nodes[0]), cpus)
     try:
         with interruptible():  # scancel's SIGTERM (or Slurm's time limit) kills the trial's group, as Ctrl-C locally
             result = run_here(job, hosts=hosts, place=place)
