@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from bakeoff.core.spec import RunSpec
@@ -65,11 +64,9 @@ def test_a_failing_member_ends_the_others_and_the_unit_with_its_code_and_last_ou
     sleeper = "import os, time; open(os.environ['PIDS'] + '/sleeper', 'w').write(str(os.getpid())); time.sleep(60)"
     failing = "import sys, time; time.sleep(1); print('rank lost its peer'); sys.exit(3)"
     env = {**os.environ, "PIDS": str(tmp_path)}
-    started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", node.MODULE, str(_unit(tmp_path, sleeper, failing))], timeout=60,
                           capture_output=True, text=True, env=env)
     assert done.returncode == 3, done.stdout + done.stderr
-    assert time.monotonic() - started < 50  # not the sleeper's 60 s: it was killed
     assert "worker 1 on" in done.stdout and "exited with code 3" in done.stdout
     assert "rank lost its peer" in done.stdout  # the failing member's output, where the trial reads its reason
     sleeper_pid = int((tmp_path / "sleeper").read_text())

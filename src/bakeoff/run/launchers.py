@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import re
 import socket
 import subprocess
@@ -335,15 +336,18 @@ def run_group(plan: Plan, log_paths: Sequence[Path], timeout_s: float, memory_ca
                 time.sleep(0.05)
 
 
-def rank_results(result_path: Path, ranks: int) -> list[TrialResult | None]:
-    """The results the group's ranks wrote (None for a rank that wrote none)."""
+def rank_results(result_path: Path, ranks: int, grace_s: float = 0.0) -> list[TrialResult | None]:
+    """The results the group's ranks wrote (None for a rank that wrote none), waiting up to ``grace_s`` for those
+    not there yet (a rank on another node, its file on a shared file system)."""
     from bakeoff.trial.main import rank_result_path
 
-    out: list[TrialResult | None] = []
-    for rank in range(ranks):
-        path = rank_result_path(result_path, rank)
-        out.append(TrialResult.from_dict(json.loads(path.read_text())) if path.exists() else None)
-    return out
+    paths = [rank_result_path(result_path, rank) for rank in range(ranks)]
+    deadline = time.monotonic() + grace_s
+    while not all(path.exists() for path in paths) and time.monotonic() < deadline:
+        with contextlib.suppress(OSError):  # listing the folder refreshes an NFS client's view of it
+            os.listdir(result_path.parent)
+        time.sleep(0.5)
+    return [TrialResult.from_dict(json.loads(path.read_text())) if path.exists() else None for path in paths]
 
 
 def _rank_summary(rank: int, result: TrialResult) -> dict:

@@ -179,6 +179,10 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
 
 PORT_ATTEMPTS = 3
 """Starts of a group whose port turns out to be in use (the ports are free when chosen, but not reserved)."""
+RANK_GRACE_S = 60.0
+"""How long a group spread over nodes is given for its ranks' result files to show here once every member exited 0:
+a network file system may show a file written on another node only after its attribute cache expires (NFS: up to
+60 s), as the Slurm executor gives a job's result file."""
 
 
 def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path | None,
@@ -214,9 +218,20 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
             failed = _failure(spec, status, f"{outcome.killed} (log: {rank_logs[0]})")
             failed.extras["timeout_s"] = timeout_s  # a later run with a longer timeout runs it again (to_run)
             return failed, False
-        results = launchers.rank_results(result_path, group.ranks)
+        # A rank on another node wrote its result there: a shared file system may show it here only later.
+        grace = RANK_GRACE_S if shared is not None and not outcome.first_failure else 0.0
+        results = launchers.rank_results(result_path, group.ranks, grace)
         tail = _tail(logs, outcome.first_failure, names)
-        if results[0] is not None and not outcome.first_failure:
+        missing = [rank for rank, res in enumerate(results) if res is None]
+        if missing and not outcome.first_failure and group.ranks > 1:  # every member exited 0: a rank is lost
+            lost = ", ".join(map(str, missing))
+            failed = _failure(spec, Status.FAILED, f"rank{'s' * (len(missing) > 1)} {lost} of {group.ranks} wrote "
+                                                   f"no result{f' within {grace:.0f} s' if grace else ''} although "
+                                                   f"every process exited 0 (logs: {log_dir})")
+            failed.distributed = Distributed(launcher=group.launcher, first_failure=f"rank {missing[0]}",
+                                             exit_codes=outcome.codes, logs=[str(p) for p in (*rank_logs, *logs)])
+            return failed, False
+        if not missing and not outcome.first_failure:
             result = launchers.merge(spec, group, results, outcome) if spec.parallelism is not Parallelism.NONE \
                 else results[0]
             result.extras["log"] = str(rank_logs[0])
