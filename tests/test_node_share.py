@@ -80,3 +80,22 @@ def test_a_member_killed_by_a_signal_takes_its_unit_with_the_same_signal(tmp_pat
                           timeout=60, capture_output=True, text=True)
     assert done.returncode == -signal.SIGKILL, done.stdout + done.stderr
     assert "worker 1 on" in done.stdout and "was killed by SIGKILL" in done.stdout
+
+
+def test_a_node_whose_gpus_are_too_few_for_its_share_refuses_it_before_starting_anything(tmp_path, monkeypatch,
+                                                                                        capsys):
+    from bakeoff.run import launchers as launching
+
+    monkeypatch.setattr(launching, "cuda_build", lambda framework: True)  # the CUDA builds the README names
+    monkeypatch.setattr(launching, "cuda_devices", lambda: (1, ""))  # this node: one GPU
+    spec = RunSpec(workload="mnist", framework="jax", parallelism="multi_worker", workers=4, max_steps=2)
+    (tmp_path / "spec.json").write_text(json.dumps(spec.to_dict()))
+    never = [sys.executable, "-c", f"open({str(tmp_path / 'started')!r}, 'w')"]
+    raw = {"fixed_threads": False, "spec": str(tmp_path / "spec.json"),
+           "members": [{"name": f"process {i}", "command": never, "log": str(tmp_path / f"{i}.log"), "env": {}}
+                       for i in (2, 3)]}
+    assert node.run_share(raw) == node.UNSUPPORTED_EXIT
+    said = capsys.readouterr().out
+    assert said.startswith(node.UNSUPPORTED_SAYS) and "puts 2 ranks on this machine" in said
+    assert "it has 1 visible GPU: use at most workers-per-node=1" in said
+    assert not (tmp_path / "started").exists()

@@ -15,6 +15,7 @@ Which trials run, in which order, and how their results are stored is the runner
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import shutil
@@ -157,7 +158,10 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
     ``hosts`` and ``place``: the machine of each worker and how a member starts on its machine, from an executor
     that spreads a trial over nodes (:func:`run_here`).
     """
-    reason = registry.unsupported(spec) or launchers.unsupported_here(spec)
+    # A trial spread over nodes puts its share of ranks on this one (the first: the most); each node's own share
+    # is checked on that node, by its unit (bakeoff.run.executors.node).
+    here = max(collections.Counter(hosts).values()) if hosts else None
+    reason = registry.unsupported(spec) or launchers.unsupported_here(spec, here=here)
     if reason:
         return _failure(spec, Status.UNSUPPORTED, reason)
     missing = registry.not_installed(spec.framework.value)
@@ -207,7 +211,7 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         logs = rank_logs = _log_paths(log_dir, spec, group)
         if shared is not None:  # one unit per node starts its members there (a Slurm job step, a Ray task)
             group.members, logs = node.fold(group.members, rank_logs, Path(tmp), log_dir, spec.key(),
-                                            fixed_threads=spec.threads is not None)
+                                            fixed_threads=spec.threads is not None, spec_file=spec_path)
         if place is not None:  # units on other nodes start there, the first node's here
             group.members = [place(member) for member in group.members]
         names = [m.name for m in group.members]
@@ -251,7 +255,10 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
     if cause is not None:  # the launcher ended the group for a rank that failed: the rank is the first failure
         rank, code = cause
         who = f"rank {rank} of {spec.workers} ({launcher.program}'s first observed failure)"
-    if code == -signal.SIGKILL:
+    if code == node.UNSUPPORTED_EXIT and node.UNSUPPORTED_SAYS in tail:  # another node's share: refused there
+        said = tail[tail.index(node.UNSUPPORTED_SAYS):].splitlines()[0]
+        result = _failure(spec, Status.UNSUPPORTED, said.removeprefix("bakeoff: "))
+    elif code == -signal.SIGKILL:
         result = _sigkill_failure(spec, oom_before, elapsed, tail)
         result.reason = f"{who} " + result.reason if who != "trial process" else result.reason
     elif code is not None and code < 0:

@@ -40,6 +40,9 @@ log = logging.getLogger("bakeoff.run.executors.node")
 
 MODULE = "bakeoff.run.executors.node"
 THREAD_VARIABLES = ("BAKEOFF_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+UNSUPPORTED_EXIT = 3
+"""The unit's exit code when its node cannot hold its share (too few GPUs for its ranks): nothing was started."""
+UNSUPPORTED_SAYS = "bakeoff: this share of the trial's ranks cannot run on "
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,17 +72,18 @@ def common_env(members: Sequence[Member]) -> dict[str, str]:
 
 
 def fold(members: Sequence[Member], logs: Sequence[Path], folder: Path, log_dir: Path, key: str,
-         fixed_threads: bool) -> tuple[list[Member], list[Path]]:
+         fixed_threads: bool, spec_file: Path | None = None) -> tuple[list[Member], list[Path]]:
     """One member per node in place of the node's members: ``python -m bakeoff.run.executors.node FILE``, FILE
     (in ``folder``, which every node sees) naming each member's command, own environment and log. The unit's name
     is ``host I`` (I the node's index: 0 is where the trial's group starts) and its log ``<key>.hostI.log`` in
-    ``log_dir``. ``fixed_threads``: the trial says its threads; otherwise each node counts its own cores."""
+    ``log_dir``. ``fixed_threads``: the trial says its threads; otherwise each node counts its own cores.
+    ``spec_file``: the trial's spec, for each unit to check its share against its node's GPUs."""
     units, unit_logs = [], []
     for index, share in enumerate(shares(members, logs)):
         env = common_env(share.members)
         node_file = folder / f"host{index}.json"
         node_file.write_text(json.dumps({
-            "fixed_threads": fixed_threads,
+            "fixed_threads": fixed_threads, "spec": str(spec_file) if spec_file else None,
             "members": [{"name": m.name, "command": m.command, "log": str(path),
                          "env": {k: v for k, v in m.env.items() if env.get(k) != v}}
                         for m, path in zip(share.members, share.logs, strict=True)]}))
@@ -118,9 +122,17 @@ def run_share(raw: dict) -> int:
     from bakeoff.run.process import process_groups, read_oom_kills
 
     entries = raw["members"]
+    host = socket.gethostname()
+    if raw.get("spec"):  # this node's share of the ranks, against this node's GPUs
+        from bakeoff.core.spec import RunSpec
+        from bakeoff.run.launchers import unsupported_here
+
+        reason = unsupported_here(RunSpec.from_dict(json.loads(Path(raw["spec"]).read_text())), here=len(entries))
+        if reason:
+            sys.stdout.write(f"{UNSUPPORTED_SAYS}{host}: {reason}\n")
+            return UNSUPPORTED_EXIT
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     parts = cpu_shares(allowed, len(entries)) if allowed else [[] for _ in entries]
-    host = socket.gethostname()
     commands = []
     for entry, cpus in zip(entries, parts, strict=True):
         env = {**os.environ, **entry["env"]}
