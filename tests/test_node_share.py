@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +100,44 @@ def test_a_node_whose_gpus_are_too_few_for_its_share_refuses_it_before_starting_
     assert said.startswith(node.UNSUPPORTED_SAYS) and "puts 2 ranks on this machine" in said
     assert "it has 1 visible GPU: use at most workers-per-node=1" in said
     assert not (tmp_path / "started").exists()
+
+
+def test_the_ranks_network_is_chosen_by_the_route_to_the_other_nodes_unless_the_environment_sets_it():
+    # Linux routes 127.0.0.0/8 over the loopback interface, lo, from 127.0.0.1
+    towards = node.choose_network(["127.0.0.2"], {})
+    assert (towards["interface"], towards["address"], towards["how"]) == ("lo", "127.0.0.1", "the route to 127.0.0.2")
+    assert node.choose_network(["127.0.0.2"], {"NCCL_SOCKET_IFNAME": "ib0"}) == {
+        "interface": "ib0", "how": "set in the environment"}
+    assert node.choose_network(["no-such-node.invalid"], {})["interface"] is None
+
+
+def test_a_unit_gives_its_ranks_the_interface_it_chose_and_records_it(tmp_path):
+    says = "import os; print(os.environ['GLOO_SOCKET_IFNAME'], os.environ['NCCL_SOCKET_IFNAME'])"
+    path = _unit(tmp_path, says)
+    raw = json.loads(path.read_text())
+    path.write_text(json.dumps({**raw, "host": "n2", "peers": ["127.0.0.2"], "record": str(tmp_path / "n.json")}))
+    env = {k: v for k, v in os.environ.items() if k not in node.IFNAME_VARIABLES}
+    done = subprocess.run([sys.executable, "-m", node.MODULE, str(path)], timeout=60, capture_output=True, text=True,
+                          env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "0.log").read_text() == "lo lo\n"
+    assert json.loads((tmp_path / "n.json").read_text())["interface"] == "lo"
+    assert node.networks(tmp_path) == []  # only host<I>.network.json files are the trial's records
+
+
+def test_a_tensorflow_workers_port_taken_on_its_node_says_address_in_use_before_anything_starts(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = {"cluster": {"worker": ["n1:1", f"n2:{port}"]}, "task": {"type": "worker", "index": 1}}
+        raw = {"fixed_threads": False, "members": [
+            {"name": "worker 1", "command": [sys.executable, "-c", f"open({str(tmp_path / 'ran')!r}, 'w')"],
+             "log": str(tmp_path / "1.log"), "env": {"TF_CONFIG": json.dumps(config)}}]}
+        path = tmp_path / "host1.json"
+        path.write_text(json.dumps(raw))
+        done = subprocess.run([sys.executable, "-m", node.MODULE, str(path)], timeout=60, capture_output=True,
+                              text=True)
+    assert done.returncode == 1
+    assert f"worker 1's port {port} on" in done.stdout and "address already in use" in done.stdout
+    assert not (tmp_path / "ran").exists()

@@ -217,6 +217,7 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         names = [m.name for m in group.members]
         what = spec.title()
         outcome = launchers.run_group(group, logs, timeout_s, memory_cap, what)
+        network = node.networks(Path(tmp)) if shared is not None else []
         if outcome.killed:
             status = Status.TIMEOUT if outcome.killed.startswith("no result") else Status.OUT_OF_MEMORY
             failed = _failure(spec, status, f"{outcome.killed} (log: {rank_logs[0]})")
@@ -239,6 +240,8 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
             result = launchers.merge(spec, group, results, outcome) if spec.parallelism is not Parallelism.NONE \
                 else results[0]
             result.extras["log"] = str(rank_logs[0])
+            if network:
+                result.extras["network"] = network
             if tensorboard_dir is not None:
                 result.extras["tensorboard"] = str(tensorboard_dir)
             if result.status is Status.OK and checkpoint_dir is not None:
@@ -268,6 +271,8 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         result = _failure(spec, Status.FAILED, f"{who} exited after {elapsed:.0f} s before the trial ended: {tail}")
     else:
         result = _failure(spec, Status.FAILED, f"{who} exited with code {code} and wrote no result: {tail}")
+    if network:
+        result.extras["network"] = network
     if launcher.group:
         result.distributed = Distributed(launcher=group.launcher, first_failure=who, exit_codes=outcome.codes,
                                          logs=[str(p) for p in dict.fromkeys((*rank_logs, *logs))])

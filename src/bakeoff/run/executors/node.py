@@ -16,7 +16,15 @@ On its node the unit:
   last output is written to this unit's output, and the unit exits as that member did (killed by the same signal,
   or with its code), so the trial's group ends too; SIGTERM or SIGINT (a cancelled step or task, the trial's
   deadline) kills them all;
-- says whether the kernel's out-of-memory killer killed something in its cgroup meanwhile (read on this node).
+- says whether the kernel's out-of-memory killer killed something in its cgroup meanwhile (read on this node);
+- chooses the network its ranks talk over rather than leaving it to each library's guess (gloo resolves the
+  machine's own name, which Debian maps to 127.0.1.1, and would hand its peers a loopback address): the interface
+  that carries this node's traffic to the trial's other nodes, given to the ranks as ``GLOO_SOCKET_IFNAME`` and
+  ``NCCL_SOCKET_IFNAME`` (unless the environment sets either: then both are as given), and recorded in
+  ``<folder>/hostI.network.json``, which the trial puts in ``extras["network"]``; TensorFlow's workers talk
+  gRPC at the addresses of their ``TF_CONFIG`` (NCCL's variable covers its GPU collectives);
+- checks, on this node, that the port each TensorFlow worker here will serve on is free (chosen on the first
+  node): one taken says "address already in use", and the trial starts again on new ports.
 
 Each member writes to its own log under the store's folder (a rank's log is the same file wherever it ran).
 """
@@ -79,11 +87,14 @@ def fold(members: Sequence[Member], logs: Sequence[Path], folder: Path, log_dir:
     ``log_dir``. ``fixed_threads``: the trial says its threads; otherwise each node counts its own cores.
     ``spec_file``: the trial's spec, for each unit to check its share against its node's GPUs."""
     units, unit_logs = [], []
-    for index, share in enumerate(shares(members, logs)):
+    every = shares(members, logs)
+    for index, share in enumerate(every):
         env = common_env(share.members)
         node_file = folder / f"host{index}.json"
         node_file.write_text(json.dumps({
-            "fixed_threads": fixed_threads, "spec": str(spec_file) if spec_file else None,
+            "fixed_threads": fixed_threads, "spec": str(spec_file) if spec_file else None, "host": share.host,
+            "peers": [other.host for other in every if other.host != share.host],
+            "record": str(folder / f"host{index}.network.json"),
             "members": [{"name": m.name, "command": m.command, "log": str(path),
                          "env": {k: v for k, v in m.env.items() if env.get(k) != v}}
                         for m, path in zip(share.members, share.logs, strict=True)]}))
@@ -91,6 +102,82 @@ def fold(members: Sequence[Member], logs: Sequence[Path], folder: Path, log_dir:
                             any(m.writes_result for m in share.members), share.host))
         unit_logs.append(log_dir / f"{key}.host{index}.log")
     return units, unit_logs
+
+
+IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+SIOCGIFADDR = 0x8915  # Linux's ioctl: an interface's IPv4 address
+
+
+def interface_addresses() -> dict[str, str]:
+    """Each network interface of this machine with its IPv4 address (interfaces without one left out)."""
+    import fcntl
+    import struct
+
+    out = {}
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            try:
+                packed = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue
+        out[name] = socket.inet_ntoa(packed[20:24])
+    return out
+
+
+def source_address(peer: str) -> str | None:
+    """This machine's address that traffic to ``peer`` (a name or an address) leaves from, by the routing table
+    (a UDP socket's connect sends nothing); None when ``peer`` does not resolve or is unreachable."""
+    try:
+        address = socket.getaddrinfo(peer, None, socket.AF_INET)[0][4][0]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((address, 9))
+            return sock.getsockname()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def choose_network(peers: Sequence[str], environ: dict[str, str]) -> dict:
+    """The interface this node's ranks talk to ``peers`` (the trial's other nodes) over, and how it was chosen:
+    as the environment sets it, else the one holding the address traffic to the first peer that resolves leaves
+    from."""
+    given = [environ[name] for name in IFNAME_VARIABLES if environ.get(name)]
+    if given:
+        return {"interface": given[0], "how": "set in the environment"}
+    addresses = interface_addresses()
+    for peer in peers:
+        source = source_address(peer)
+        interface = next((name for name, address in addresses.items() if address == source), None)
+        if interface is not None:
+            return {"interface": interface, "address": source, "how": f"the route to {peer}"}
+    return {"interface": None, "how": f"no interface found towards {', '.join(peers) or 'no other node'}: left to "
+                                      "the libraries"}
+
+
+def taken_port(env: dict[str, str]) -> int | None:
+    """The port a TensorFlow worker with this environment serves on (its ``TF_CONFIG``), when it is taken here."""
+    try:
+        config = json.loads(env["TF_CONFIG"])
+        task = config["task"]
+        port = int(config["cluster"][task["type"]][task["index"]].rpartition(":")[2])
+    except (KeyError, ValueError, IndexError, TypeError):
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return port
+    return None
+
+
+def networks(folder: Path) -> list[dict]:
+    """What each node's unit chose for its ranks' network (:func:`choose_network`), first node first."""
+    out = []
+    for path in sorted(folder.glob("host*.network.json"), key=lambda p: int(p.name[4:].partition(".")[0])):
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 def cpu_shares(cpus: Sequence[int], parts: int) -> list[list[int]]:
@@ -131,11 +218,22 @@ def run_share(raw: dict) -> int:
         if reason:
             sys.stdout.write(f"{UNSUPPORTED_SAYS}{host}: {reason}\n")
             return UNSUPPORTED_EXIT
+    network = {"host": raw.get("host", ""), "hostname": host, **choose_network(raw.get("peers", []), dict(os.environ))}
+    if raw.get("record"):
+        Path(raw["record"]).write_text(json.dumps(network))
+    log.info("%s: the ranks talk over %s (%s)", host, network["interface"], network["how"])
+    for entry in entries:  # chosen free on the first node: checked here, where they are bound
+        port = taken_port({**os.environ, **entry["env"]})
+        if port is not None:
+            sys.stdout.write(f"bakeoff: {entry['name']}'s port {port} on {host}: address already in use\n")
+            return 1
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     parts = cpu_shares(allowed, len(entries)) if allowed else [[] for _ in entries]
     commands = []
     for entry, cpus in zip(entries, parts, strict=True):
         env = {**os.environ, **entry["env"]}
+        if network["interface"]:
+            env.update(dict.fromkeys(IFNAME_VARIABLES, network["interface"]))
         if not raw["fixed_threads"] and cpus:
             env.update(dict.fromkeys(THREAD_VARIABLES, str(len(cpus))))
         out = open(entry["log"], "w")  # noqa: SIM115  (closed when the member ends, below)
