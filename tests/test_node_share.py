@@ -141,3 +141,15 @@ def test_a_tensorflow_workers_port_taken_on_its_node_says_address_in_use_before_
     assert done.returncode == 1
     assert f"worker 1's port {port} on" in done.stdout and "address already in use" in done.stdout
     assert not (tmp_path / "ran").exists()
+
+
+def test_compile_caches_are_on_the_nodes_own_temporary_folder_not_the_shared_one(tmp_path):
+    says = "import os; print(os.environ['TORCHINDUCTOR_CACHE_DIR']); print(os.environ['TRITON_CACHE_DIR'])"
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "TMPDIR": str(tmp_path / "node")}
+    (tmp_path / "node").mkdir()
+    done = subprocess.run([sys.executable, "-m", node.MODULE, str(_unit(tmp_path, says))], timeout=60,
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    inductor, triton = (Path(line) for line in (tmp_path / "0.log").read_text().splitlines())
+    assert inductor.parent == triton.parent and inductor.parent.parent == tmp_path / "node"  # the node's TMPDIR
+    assert not inductor.parent.exists()  # removed with the unit

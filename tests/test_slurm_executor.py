@@ -541,6 +541,54 @@ def test_a_multi_worker_trial_spans_two_nodes_two_workers_on_each_and_a_cancelle
     assert run.returncode == 1, out  # a trial that failed: the run's exit code says so
     assert f"Slurm job {job_id} ended CANCELLED" in out
     assert _our_jobs(tmp_path) == [] and _processes_of(tmp_path) == []
+    assert list((tmp_path / "s" / "tmp").glob("bakeoff-trial-*")) == []  # nothing of it on the shared storage
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+
+def test_a_rank_killed_on_the_second_node_fails_its_trial_at_once_naming_it_and_leaves_nothing(tmp_path, real_slurm):
+    """#51: a dying step's rank was no failure; the trial trained on to its deadline."""
+    from bakeoff.results.store import Store
+
+    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()
+    if len(nodes) < 2:
+        pytest.skip(f"this Slurm has one node ({nodes}): BAKEOFF_SLURM_NODES=2 scripts/slurm-local makes two")
+    run = _bakeoff(tmp_path, "--framework", "torch", "--parallelism", "multi_worker", "--workers", "4",
+                   "--executor", "slurm,workers-per-node=2", "--max-steps", "100000", "--timeout", "400",
+                   threads=False)
+    deadline = time.monotonic() + 120
+    victim = None
+    while time.monotonic() < deadline and victim is None:  # rank 3: the second node's second, under its agent
+        agents = {int(p.name) for p in Path("/proc").glob("[0-9]*") if _cmdline(p).count("--node-rank 3 ")
+                  and str(tmp_path) in _cmdline(p) and "torch.distributed.run" in _cmdline(p)}
+        victim = next((int(p.name) for p in Path("/proc").glob("[0-9]*") if "-m bakeoff.trial " in _cmdline(p)
+                       and "torch.distributed.run" not in _cmdline(p) and _safe_parent(p) in agents), None)
+        time.sleep(0.5)
+    assert victim is not None, "rank 3 did not start"
+    time.sleep(2)  # it trains
+    os.kill(victim, signal.SIGKILL)
+    out, _ = run.communicate(timeout=300)
+    (result,) = Store(tmp_path / "s.sqlite", readonly=True).results()
+    assert result.status is Status.FAILED, out  # not a timeout: the group ended when its rank died
+    assert "rank 3" in result.reason and "SIGKILL" in result.reason, result.reason  # torchrun's root cause
+    assert _our_jobs(tmp_path) == [] and _processes_of(tmp_path) == []
+    assert list((tmp_path / "s" / "tmp").glob("bakeoff-trial-*")) == []
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _safe_parent(proc: Path) -> int:
+    try:
+        return _parent(int(proc.name))
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def test_a_trial_past_its_timeout_is_killed_on_its_node_recorded_timeout_and_leaves_no_process(tmp_path, real_slurm):

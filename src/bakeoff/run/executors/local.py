@@ -98,6 +98,20 @@ def _trial_env(spec: RunSpec, tmp: str, keep_dir: Path | None = None, probe_ceil
     return env
 
 
+def shared_prefix(spec: RunSpec) -> str:
+    """How the folder of a trial spread over nodes begins, under ``<store folder>/tmp``: named by its key, so that
+    an executor whose trial was killed before it could remove it (a cancelled job or task) finds it
+    (:func:`remove_shared`)."""
+    return f"bakeoff-trial-{spec.key()}-"
+
+
+def remove_shared(job: TrialJob) -> None:
+    """Remove what a trial of ``job`` spread over nodes left in the store's folder when it was killed (its spec, its
+    nodes' files, its ranks' results): nothing of a finished trial is left there."""
+    for path in (job.log_dir.parent / "tmp").glob(shared_prefix(job.spec) + "*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _failure(spec: RunSpec, status: Status, reason: str) -> TrialResult:
     return TrialResult(spec=spec.to_dict(), key=spec.key(), status=status, reason=reason)
 
@@ -201,7 +215,7 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
     if hosts is not None and len(set(hosts)) > 1:
         shared = log_dir.parent / "tmp"
         shared.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="bakeoff-trial-", dir=shared) as tmp:
+    with tempfile.TemporaryDirectory(prefix=shared_prefix(spec) if shared else "bakeoff-trial-", dir=shared) as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(spec.to_json())
         started, oom_before = time.perf_counter(), read_oom_kills()
@@ -261,6 +275,8 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
     if code == node.UNSUPPORTED_EXIT and node.UNSUPPORTED_SAYS in tail:  # another node's share: refused there
         said = tail[tail.index(node.UNSUPPORTED_SAYS):].splitlines()[0]
         result = _failure(spec, Status.UNSUPPORTED, said.removeprefix("bakeoff: "))
+    elif node.OUT_OF_MEMORY_SAYS in tail and code:  # read on the node of the rank it killed
+        result = _failure(spec, Status.OUT_OF_MEMORY, f"{who}: {tail[-600:]}")
     elif code == -signal.SIGKILL:
         result = _sigkill_failure(spec, oom_before, elapsed, tail)
         result.reason = f"{who} " + result.reason if who != "trial process" else result.reason

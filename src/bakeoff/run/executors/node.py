@@ -38,6 +38,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,6 +51,8 @@ MODULE = "bakeoff.run.executors.node"
 THREAD_VARIABLES = ("BAKEOFF_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 UNSUPPORTED_EXIT = 3
 """The unit's exit code when its node cannot hold its share (too few GPUs for its ranks): nothing was started."""
+OUT_OF_MEMORY_SAYS = "by the kernel's out-of-memory killer"
+"""What a unit says of a member killed while its node's OOM-kill counter rose (read there, not on the first node)."""
 UNSUPPORTED_SAYS = "bakeoff: this share of the trial's ranks cannot run on "
 
 
@@ -266,11 +269,17 @@ def run_share(raw: dict) -> int:
     how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
     after = read_oom_kills()
     if before.count is not None and after.count is not None and after.count > before.count:
-        how += f" (oom_kill in {after.source} on {host} rose from {before.count} to {after.count}: out of memory)"
+        how += (f" ({OUT_OF_MEMORY_SAYS}: oom_kill in {after.source} on {host} rose from {before.count} to "
+                f"{after.count})")
     sys.stdout.write(f"bakeoff: {name} on {host} {how}; the node's other members were killed. Its last output:\n"
                      f"{_tail(Path(path))}\n")
     sys.stdout.flush()
     return code
+
+
+CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+"""Compile caches, which start empty in every trial (:func:`bakeoff.run.executors.local._trial_env`): on a node,
+in its own temporary folder rather than the trial's folder on the shared file system (slow, and shared by nodes)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,7 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     (node_file,) = argv if argv is not None else sys.argv[1:]
     raw = json.loads(Path(node_file).read_text())
     try:
-        with interruptible():
+        with interruptible(), tempfile.TemporaryDirectory(prefix="bakeoff-node-") as caches:
+            for name in CACHE_VARIABLES:
+                os.environ[name] = os.path.join(caches, name.lower())
             code = run_share(raw)
     except Interrupted as exc:
         return exc.exit_code

@@ -74,7 +74,7 @@ from bakeoff.run.executors.base import (
     resources,
     spread,
 )
-from bakeoff.run.executors.local import run_here
+from bakeoff.run.executors.local import remove_shared, run_here
 from bakeoff.run.launchers import Member
 from bakeoff.run.process import Interrupted, hold
 
@@ -392,6 +392,7 @@ class RayExecutor(Executor):
                 where = out["where"]
             except ray.exceptions.RayError as exc:  # the worker died, the task was cancelled or raised
                 result, where = _failure(current.job, _reason(exc)), _read_where(current.where_file)
+                remove_shared(current.job)
             if current.where is None:
                 started(current.job)
             current.where = where or current.where
@@ -464,6 +465,7 @@ def _cancel(flight: dict[Any, _Flight]) -> None:
     for current in flight.values():
         current.where_file.unlink(missing_ok=True)
         _remove_group(current.reserved)
+        remove_shared(current.job)  # the trial's folder on the store's, which its killed task could not remove
     if left:
         log.warning("Ray did not confirm the end of %d cancelled trials within %.0f s: %s", len(left),
                     CANCEL_WAIT_S, ", ".join(flight[ref].job.what for ref in left))

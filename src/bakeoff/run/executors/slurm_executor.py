@@ -65,7 +65,7 @@ from bakeoff.run.executors.base import (
     resources,
     spread,
 )
-from bakeoff.run.executors.local import run_here
+from bakeoff.run.executors.local import remove_shared, run_here
 from bakeoff.run.launchers import Member
 from bakeoff.trial.profile import Request as ProfileRequest
 
@@ -331,6 +331,8 @@ class SlurmExecutor(Executor):
             cut = list(waiting)
             with hold():
                 self.cancel(cut)
+                for sub in waiting.values():
+                    remove_shared(sub.job)
             if isinstance(exc, Interrupted) and exc.stopped is None and cut:
                 exc.stopped = f"the run's {len(cut)} Slurm job(s) still queued or running ({', '.join(cut)}: scancel)"
             raise
@@ -365,6 +367,7 @@ class SlurmExecutor(Executor):
                 continue
             if result is None:
                 final.reason += f"; its output: {_tail(sub.paths.output)}"
+                remove_shared(sub.job)  # a job killed before its trial could remove its folder on the store's
             launched = final.extras.get("started_at")
             final.extras["executor"] = executor_record(
                 self.name, submitted_at=sub.submitted_at,
