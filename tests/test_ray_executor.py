@@ -410,3 +410,4 @@ def test_ctrl_c_of_a_multi_node_trial_leaves_no_rank_on_either_node(ray_cluster,
     assert run.returncode == 130, out + err
     wait_for(lambda: not processes_mentioning(str(tmp_path)), timeout=60, what="every rank on both nodes to end")
     assert stored(tmp_path / "r.sqlite") == []
+    assert list((tmp_path / "r" / "tmp").glob("bakeoff-trial-*")) == []  # its folder on the shared storage too
