@@ -9,8 +9,10 @@ submitit anyway (its local executor, offered for CI, runs no Slurm at all, so it
 
 A multi-node trial (``slurm=PARTITION,workers-per-node=K``: a ``multi_worker`` trial of more than K workers) is
 one job across ``ceil(workers / K)`` nodes: its batch step, on the first node, starts the same process group with
-the job's nodes as the trial's hosts (K workers each, :mod:`bakeoff.run.launchers`), members on the other nodes
-as job steps (``srun``): torchrun agents with their rendezvous on the first node, TensorFlow workers with their
+the job's nodes as the trial's hosts (K workers each, :mod:`bakeoff.run.launchers`), each node's K members one
+unit (:mod:`bakeoff.run.executors.node`), the first node's here and each other node's as one job step (``srun``)
+asking for every CPU the job has on that node (#51: a step per member asked for them K times, and the second
+waited for ever): torchrun agents with their rendezvous on the first node, TensorFlow workers with their
 ``TF_CONFIG``, ``jax.distributed`` processes with the coordinator on the first node. The result is stored under the
 trial's own spec (its key does not depend on where it ran); its hosts are in ``extras["hosts"]``.
 
