@@ -383,6 +383,10 @@ def test_a_multi_worker_trial_spans_both_nodes_two_workers_on_each_through_a_pla
     assert extras["hosts"] == [first, first, second, second] and "127.0.0.2" in (first, second) and first != second
     assert len(set(extras["nodes"])) == 2 and extras["executor"]["node"] == extras["nodes"][0]
     assert extras["executor"]["resources"] == {"num_cpus": 1.0, "num_gpus": 0.0}  # each bundle: its node's one CPU
+    # the ranks' network: met at the first node; each node's interface the one its route to the other leaves from
+    assert extras["network"]["rendezvous"] == first
+    assert [n["host"] for n in extras["network"]["nodes"]] == [first, second]
+    assert {n["how"] for n in extras["network"]["nodes"]} == {f"the route to {second}", f"the route to {first}"}
     log = member_log(tmp_path)
     assert log is not None and f"on Ray node {extras['nodes'][1]} (" in log.read_text()
     wait_for(lambda: not processes_mentioning(str(tmp_path)), timeout=30, what="the trial's processes to end")

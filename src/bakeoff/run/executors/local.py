@@ -231,7 +231,9 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         names = [m.name for m in group.members]
         what = spec.title()
         outcome = launchers.run_group(group, logs, timeout_s, memory_cap, what)
-        network = node.networks(Path(tmp)) if shared is not None else []
+        # where the ranks meet (the first node: torchrun's store, TF's worker 0, JAX's coordinator), and what each
+        # node's unit chose for its ranks' interface
+        network = {"rendezvous": hosts[0], "nodes": node.networks(Path(tmp))} if shared is not None and hosts else {}
         if outcome.killed:
             status = Status.TIMEOUT if outcome.killed.startswith("no result") else Status.OUT_OF_MEMORY
             failed = _failure(spec, status, f"{outcome.killed} (log: {rank_logs[0]})")
