@@ -544,6 +544,29 @@ def test_a_multi_worker_trial_spans_two_nodes_two_workers_on_each_and_a_cancelle
     assert list((tmp_path / "s" / "tmp").glob("bakeoff-trial-*")) == []  # nothing of it on the shared storage
 
 
+@pytest.mark.parametrize("framework", ["tensorflow", "jax"])
+def test_tensorflow_and_jax_workers_run_two_on_each_of_two_nodes_every_rank_read(tmp_path, real_slurm, framework):
+    """The same shape for TF_CONFIG workers and jax.distributed processes (torch's is above)."""
+    from bakeoff.core import registry
+    from bakeoff.results.store import Store
+
+    if not registry.installed(framework):
+        pytest.skip(f"{framework} is not installed")
+    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()
+    if len(nodes) < 2:
+        pytest.skip(f"this Slurm has one node ({nodes}): BAKEOFF_SLURM_NODES=2 scripts/slurm-local makes two")
+    run = _bakeoff(tmp_path, "--framework", framework, "--parallelism", "multi_worker", "--workers", "4",
+                   "--executor", "slurm,workers-per-node=2", "--max-steps", "3", threads=False)
+    out, _ = run.communicate(timeout=600)
+    assert run.returncode == 0, out
+    (result,) = Store(tmp_path / "s.sqlite", readonly=True).results()
+    assert result.status is Status.OK, result.reason
+    first, second = result.extras["hosts"][0], result.extras["hosts"][2]
+    assert result.extras["hosts"] == [first, first, second, second] and first != second
+    assert [rank["rank"] for rank in result.distributed.ranks] == [0, 1, 2, 3]
+    assert _our_jobs(tmp_path) == [] and _processes_of(tmp_path) == []
+
+
 def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
 
