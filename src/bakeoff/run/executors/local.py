@@ -112,6 +112,11 @@ def remove_shared(job: TrialJob) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _says(paths: Sequence[Path], text: str) -> bool:
+    """Whether any of these logs holds ``text``."""
+    return any(path.exists() and text in path.read_text(errors="replace") for path in paths)
+
+
 def _failure(spec: RunSpec, status: Status, reason: str) -> TrialResult:
     return TrialResult(spec=spec.to_dict(), key=spec.key(), status=status, reason=reason)
 
@@ -271,14 +276,22 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
     if launcher.group and any(marker in tail.lower() for marker in launchers.PORT_IN_USE):
         return _failure(spec, Status.FAILED, f"{who}: a port was in use: {tail[-300:]}"), True
     cause = launcher.root_cause(tail)
+    elsewhere = ""  # the failing rank's node, when it is not this one (whose cgroup says nothing of it)
     if cause is not None:  # the launcher ended the group for a rank that failed: the rank is the first failure
         rank, code = cause
         who = f"rank {rank} of {spec.workers} ({launcher.program}'s first observed failure)"
+        if hosts and len(set(hosts)) > 1 and rank < len(hosts) and hosts[rank] != hosts[0]:
+            elsewhere = hosts[rank]
     if code == node.UNSUPPORTED_EXIT and node.UNSUPPORTED_SAYS in tail:  # another node's share: refused there
         said = tail[tail.index(node.UNSUPPORTED_SAYS):].splitlines()[0]
         result = _failure(spec, Status.UNSUPPORTED, said.removeprefix("bakeoff: "))
-    elif node.OUT_OF_MEMORY_SAYS in tail and code:  # read on the node of the rank it killed
-        result = _failure(spec, Status.OUT_OF_MEMORY, f"{who}: {tail[-600:]}")
+    elif code and (node.OUT_OF_MEMORY_SAYS in tail or (elsewhere and _says(logs, node.OUT_OF_MEMORY_SAYS))):
+        said = f"killed {node.OUT_OF_MEMORY_SAYS} on its node (its unit's log says so)"  # read there, by its unit
+        result = _failure(spec, Status.OUT_OF_MEMORY, f"{who}: {said}: {tail[-600:]}")
+    elif code == -signal.SIGKILL and elsewhere:  # its node's unit would have said if the kernel's OOM killer did it
+        result = _failure(spec, Status.FAILED, f"{who} was killed by SIGKILL on {elsewhere} after {elapsed:.0f} s "
+                                               f"(its node's unit, which reads that node's OOM-kill counter, saw "
+                                               f"none): {tail}")
     elif code == -signal.SIGKILL:
         result = _sigkill_failure(spec, oom_before, elapsed, tail)
         result.reason = f"{who} " + result.reason if who != "trial process" else result.reason
