@@ -276,7 +276,9 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
     if launcher.group and any(marker in tail.lower() for marker in launchers.PORT_IN_USE):
         return _failure(spec, Status.FAILED, f"{who}: a port was in use: {tail[-300:]}"), True
     cause = launcher.root_cause(tail)
-    elsewhere = ""  # the failing rank's node, when it is not this one (whose cgroup says nothing of it)
+    # the failing rank's node, when it is not this one (whose cgroup says nothing of it): its unit's, or its own
+    failing = group.members[names.index(first)] if first in names else None
+    elsewhere = failing.host if shared and failing is not None and hosts and failing.host != hosts[0] else ""
     if cause is not None:  # the launcher ended the group for a rank that failed: the rank is the first failure
         rank, code = cause
         who = f"rank {rank} of {spec.workers} ({launcher.program}'s first observed failure)"

@@ -546,7 +546,8 @@ def member_main(argv: list[str]) -> int:
     sys.stdout.flush()
     code = int(out["code"])
     if code < 0:  # killed by a signal there: so this proxy, here
-        signal.signal(-code, signal.SIG_DFL)
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):  # their handlers cannot be changed (nor need to be)
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 
