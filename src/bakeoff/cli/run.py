@@ -106,7 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"executor{' (would run them)' if args.dry_run else ''}: {executor.describe()}",
                       soft_wrap=True)
     if args.dry_run:
-        return _dry_run(suite, args)
+        return _dry_run(suite, args, here=not executor.remote)
 
     def say(line: str) -> None:
         console.print(line, soft_wrap=True)
@@ -159,7 +159,9 @@ def _print_profiles(summary: RunSummary) -> None:
                       f"stored result was reused ({names}{more}): add --fresh to re-run them with the profiler")
 
 
-def _dry_run(suite: Suite, args: argparse.Namespace) -> int:
+def _dry_run(suite: Suite, args: argparse.Namespace, here: bool = True) -> int:
+    """The plan, without running it; ``here``: the trials would run on this machine (not a cluster's nodes, whose
+    GPUs are theirs to check: :func:`bakeoff.run.launchers.unsupported_here` runs on each)."""
     from bakeoff.cli.console import console
     from bakeoff.core import registry
     from bakeoff.plan.preview import duration, plan, total
@@ -174,7 +176,7 @@ def _dry_run(suite: Suite, args: argparse.Namespace) -> int:
         state = (f"run  (stored: {p.stored.value})" if p.runs and p.stored else "run" if p.runs
                  else f"skip (stored: {p.stored.value})" if p.stored else "skip")
         estimate = f"  ~{duration(p.estimate_s)}" if p.estimate_s is not None else ""
-        why = registry.unsupported(spec) or launchers.unsupported_here(spec)  # recorded without starting a process
+        why = registry.unsupported(spec) or (launchers.unsupported_here(spec) if here else "")  # no process starts
         note = f"  (unsupported, no process starts: {why})" if p.runs and why else ""
         console.print(f"{p.position:4d}  {state:<22} {spec.title()}  "
                       f"key {spec.key()}{estimate}{note}", markup=False, soft_wrap=True)
