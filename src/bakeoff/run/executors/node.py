@@ -8,6 +8,8 @@ bundle's CPUs and GPUs); a second step or task asking for the same share waits f
 
 On its node the unit:
 
+- checks its share of the ranks against the node's visible GPUs (one each,
+  :func:`bakeoff.run.launchers.unsupported_here`), before starting anything;
 - gives each member an even share of the CPUs it may run on (its affinity: the Slurm step's or Ray worker's
   cpuset), bound with ``sched_setaffinity``, and, when the trial does not say its threads, as many threads as its
   share has cores, counted here rather than on the first node;
@@ -24,7 +26,8 @@ On its node the unit:
   ``<folder>/hostI.network.json``, which the trial puts in ``extras["network"]``; TensorFlow's workers talk
   gRPC at the addresses of their ``TF_CONFIG`` (NCCL's variable covers its GPU collectives);
 - checks, on this node, that the port each TensorFlow worker here will serve on is free (chosen on the first
-  node): one taken says "address already in use", and the trial starts again on new ports.
+  node): one taken says "address already in use", and the trial starts again on new ports;
+- keeps the members' compile caches in the node's own temporary folder, removed when it ends.
 
 Each member writes to its own log under the store's folder (a rank's log is the same file wherever it ran).
 """
