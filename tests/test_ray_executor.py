@@ -9,9 +9,12 @@ whose Ray worker is killed (``kill -9``) recorded failed with Ray's reason, and 
 outright (``kill -9``): no trial process left. Plus fast checks of what a trial asks the cluster for, of a missing
 Ray and of an address where nothing answers.
 
+A ``multi_worker`` x4 trial two workers on each node, and one interrupted, leaving nothing on either node.
+
 Cost, measured on the team's 2-core machine with other work beside it: about 50 s of wall time and 47 s of CPU,
 every process of the tree counted (Ray's daemons and workers, the trials; sampled every 0.2 s, since the raylet
-reaps its workers without accounting). The cluster starts in about 8 s; the suite's 4 trials are most of the rest.
+reaps its workers without accounting). The cluster starts in about 8 s; the suite's 4 trials are most of the rest
+(that was before the multi-node tests; with them, two workers a node since #51, the file took 122 s of wall time).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ exact ``#SBATCH`` lines (whole node, threads given, GPUs, multi-worker on one no
 executor's argument; what it records from ``squeue``/``sacct`` states (recorded outputs), a result file winning
 over any state; its whole polling loop against a fake ``sbatch``/``squeue``/``scancel`` (started before done,
 each job stored once, a look without an answer deciding nothing, every job cancelled when the run is interrupted);
-the launchers' placement inside a multi-node job (other nodes started with ``srun``); no Slurm module imported by
-``bakeoff --help``.
+the launchers' placement inside a multi-node job (each other node one ``srun`` step, with the CPUs the job has
+there); no Slurm module imported by ``bakeoff --help``.
 
 With a real Slurm: the one that answers ``sinfo``, or else, as root where Debian's ``slurm-wlm`` and ``munge`` are
 installed, two nodes on this machine that the tests start with ``BAKEOFF_SLURM_NODES=2 scripts/slurm-local`` (it
@@ -14,9 +14,11 @@ writes /etc/slurm/slurm.conf and a line of /etc/hosts) and stop after; otherwise
 reason (installing the packages, ~30 s of apt and a system change, is left to whoever runs them — CI does not).
 Through the real CLI: a small suite, every trial ok with its job id, stored once, resumed without a job; a job
 cancelled with ``scancel`` recorded so, no trial process left; Ctrl-C cancelling every job (exit 130, none left in
-``squeue``, no process); a torch ``multi_worker`` x2 trial across two nodes, then one cancelled leaving no rank.
-Measured on 2 shared cores: 80 s of wall time (10 s starting Slurm, 6 s stopping it, the rest mostly waiting on
-the trials), 38 s of CPU in all (trials, daemons, CLIs: a cpuacct cgroup around pytest).
+``squeue``, no process); ``multi_worker`` x4 trials two workers on each of two nodes (torch, TensorFlow, JAX),
+every rank read, then a torch one cancelled, and one whose rank on the second node is killed, leaving nothing.
+Measured on 2 shared cores before the two-per-node tests (#51): 80 s of wall time (10 s starting Slurm, 6 s
+stopping it, the rest mostly waiting on the trials), 38 s of CPU in all (trials, daemons, CLIs: a cpuacct cgroup
+around pytest); with them, 172 s of wall time on a running Slurm (they add about 90 s).
 """
 
 from __future__ import annotations
