@@ -9,8 +9,13 @@ The paths: fp32 trials with TF32 off (as each framework reads it back) and fp16/
 each with the allocator's peak memory; torch.compile, tf.function + XLA and jax.jit on the GPU; data parallel
 over every visible GPU (DDP over NCCL, MirroredStrategy, a JAX mesh) and multi-worker on this machine (one GPU per
 rank); fp16 under MirroredStrategy; deployment to the GPU formats (Torch-TensorRT, ONNX Runtime's CUDA provider,
-AOTInductor), each row's device and parity read from its row; the matmul ceiling. Trials are the MNIST CNN, tiny,
-20 steps: the point is that each path runs, not what it measures.
+AOTInductor), each row's device and parity read from its row; the matmul ceiling; energy from NVML's counter
+(issue #52: read, and plausible — each GPU's joules over the steady steps between its idle power and its board
+limit times their time — in one process and, with 2 GPUs or more, each DDP rank its own GPU); the cluster
+executors' GPU requests on this machine as a one-node cluster, where one is set up (Slurm's ``--gpus-per-node``
+through ``sbatch``, Ray's ``num_gpus`` through a local Ray instance; a path whose tool is missing is skipped, said
+so). Trials are the MNIST CNN, tiny, 20 steps (the energy paths: 2,000, so the counter sees seconds of training):
+the point is that each path runs, not what it measures.
 
 Until a GPU is lent, ``--dry-run`` is what is checked (tests/test_gpu_check.py). Nothing here imports a framework:
 each check is a separate bakeoff process.
@@ -20,8 +25,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,6 +45,13 @@ from bakeoff.measure.environment import cuda_devices  # noqa: E402  (imports no 
 
 TRIAL = ["--workload", "mnist", "--max-steps", "20", "--eval-every", "100", "--batch-size", "64", "--device", "cuda",
          "--no-report", "--fresh", "--timeout", "300"]
+ENERGY_TRIAL = ["--workload", "mnist", "--max-steps", "2000", "--eval-every", "1000", "--batch-size", "512",
+                "--device", "cuda", "--no-report", "--fresh", "--timeout", "300"]
+IDLE_S = 5.0
+"""Seconds each GPU's energy counter is read with nothing running, before the checks: its idle power."""
+POWER_SLACK = (0.8, 1.1)
+"""How far a GPU's mean power over the steady steps may fall below its idle power and rise above its board limit
+before the energy figure is implausible: idle power drifts, and the counter updates in steps, not continuously."""
 DEPLOY = ["--workload", "mnist", "--max-steps", "20", "--device", "cuda", "--calls", "50", "--examples", "64"]
 TORCH_GPU_PACKAGES = ["torch-tensorrt", "onnxruntime-gpu"]  # the deployment formats' GPU runtimes
 
@@ -49,6 +64,8 @@ class Check:
     kind: str  # "trial", "deploy" or "ceiling": what the command writes, and how it is read
     args: tuple[str, ...]  # after ``bakeoff`` (trial, deploy) or ``python -m bakeoff.measure.ceiling``
     fp32: bool = False  # the trial must record TF32 off
+    needs: str = ""  # a tool the path runs through ("sbatch", "ray"): skipped, said so, where it is missing
+    gpus: int = 0  # energy: the GPUs whose NVML counters the trial must have read
 
     def command(self, store: Path) -> list[str]:
         if self.kind == "ceiling":
@@ -85,7 +102,76 @@ def checks(gpus: int) -> list[Check]:
                      ("deploy", "--framework", "tensorflow", "--formats", "tf-onnx", *DEPLOY)))
     for fw in ("torch", "tensorflow", "jax"):
         out.append(Check(f"matmul ceiling: {fw}", "ceiling", (fw,)))
+    out.append(Check("energy: NVML counter, plausible per example", "energy",
+                     ("run", "--framework", "torch", "--execution", "eager", *ENERGY_TRIAL), gpus=1))
+    if gpus >= 2:
+        out.append(Check(f"energy x {gpus}: DDP, each rank its own GPU", "energy",
+                         ("run", "--framework", "torch", "--parallelism", "data_parallel", "--workers", str(gpus),
+                          *_batch(ENERGY_TRIAL, gpus)), gpus=gpus))
+    out.append(Check("Slurm --gpus-per-node=1 (one-node cluster)", "trial",
+                     ("run", "--framework", "torch", "--execution", "eager", "--executor", "slurm", *TRIAL),
+                     needs="sbatch"))
+    out.append(Check("Ray num_gpus=1 (a local Ray instance)", "trial",
+                     ("run", "--framework", "torch", "--execution", "eager", "--executor", "ray", *TRIAL),
+                     needs="ray"))
+    if gpus >= 2:
+        out.append(Check("Slurm --gpus-per-node=2: multi-worker x 2", "trial",
+                         ("run", "--framework", "torch", "--parallelism", "multi_worker", "--workers", "2",
+                          "--executor", "slurm", *TRIAL), needs="sbatch"))
+        out.append(Check("Ray num_gpus=2: multi-worker x 2 (local Ray)", "trial",
+                         ("run", "--framework", "torch", "--parallelism", "multi_worker", "--workers", "2",
+                          "--executor", "ray", *TRIAL), needs="ray"))
     return out
+
+
+def missing_tool(check: Check) -> str:
+    """Why ``check`` cannot run here ('' when it can): its cluster tool is not installed."""
+    if check.needs == "sbatch" and shutil.which("sbatch") is None:
+        return "skipped: no sbatch here (set up Slurm on this machine as a one-node cluster to check it)"
+    if check.needs == "ray" and importlib.util.find_spec("ray") is None:
+        return "skipped: Ray is not installed (pip install 'ray[default]')"
+    return ""
+
+
+def power_bounds(nvml: Any = None, idle_s: float = IDLE_S) -> dict[int, tuple[float, float]]:
+    """Each GPU's idle power (its energy counter over ``idle_s`` seconds with nothing running) and its board power
+    limit as enforced, in watts, by NVML index. ``nvml``: the ``pynvml`` module (nvidia-ml-py)."""
+    if nvml is None:
+        import pynvml as nvml
+    nvml.nvmlInit()
+    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+    before = [nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in handles]
+    started = time.perf_counter()
+    time.sleep(idle_s)
+    seconds = time.perf_counter() - started
+    after = [nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in handles]
+    return {i: ((b - a) / 1e3 / seconds, nvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1e3)
+            for i, (h, a, b) in enumerate(zip(handles, before, after, strict=True))}
+
+
+def judge_energy(check: Check, results: list[dict[str, Any]], bounds: dict[int, tuple[float, float]]) -> str:
+    """'' when every trial read the NVML counter of each GPU it trained on and each GPU's mean power over the steady
+    steps lies between its idle power and its board limit (:data:`POWER_SLACK`), else why not."""
+    for r in results:
+        energy = r.get("energy") or {}
+        if energy.get("missing") or energy.get("steady_s") is None:
+            return f"energy not measured: {energy.get('missing') or 'no energy section'}"
+        gpus = {d: j for d, j in energy.get("domains", {}).items() if "nvml gpu" in d}
+        if len(gpus) != check.gpus:
+            return f"{len(gpus)} NVML counters read, not {check.gpus}: {sorted(energy.get('domains', {}))}"
+        seconds = energy["steady_s"]
+        for domain, joules in gpus.items():
+            index = int(re.search(r"nvml gpu (\d+)", domain).group(1))
+            idle, limit = bounds[index]
+            low, high = idle * POWER_SLACK[0], limit * POWER_SLACK[1]
+            if not low * seconds <= joules <= high * seconds:
+                return (f"{domain}: {joules:.4g} J over {seconds:.3g} s of steady steps is {joules / seconds:.4g} W, "
+                        f"outside {low:.4g}–{high:.4g} W (idle {idle:.4g} W, board limit {limit:.4g} W)")
+        per_example = energy.get("per_example_j")
+        expected = energy["steady_j"] / (energy["steady_steps"] * r["examples_per_step"])
+        if per_example is None or abs(per_example - expected) > 1e-9 * expected:
+            return f"energy per example {per_example} is not the steady joules over the steady examples ({expected})"
+    return ""
 
 
 def _batch(args: list[str], gpus: int) -> list[str]:
@@ -138,7 +224,7 @@ def judge_ceiling(result: dict[str, Any]) -> str:
     return f"missing: {missing}" if missing or not result.get("precisions") else ""
 
 
-def _outcome(check: Check, store: Path) -> str:
+def _outcome(check: Check, store: Path, bounds: dict[int, tuple[float, float]]) -> str:
     if check.kind == "ceiling":
         path = store.with_suffix(".json")
         return judge_ceiling(json.loads(path.read_text())) if path.exists() else "the probe wrote no result"
@@ -149,7 +235,8 @@ def _outcome(check: Check, store: Path) -> str:
     with Store(store) as s:
         if check.kind == "deploy":
             return judge_deploy(s.deployments())
-        return judge_trial(check, [r.to_dict() for r in s.results()])
+        results = [r.to_dict() for r in s.results()]
+        return judge_trial(check, results) or (judge_energy(check, results, bounds) if check.kind == "energy" else "")
 
 
 def install_commands(torch_index: str) -> list[list[str]]:
@@ -161,14 +248,19 @@ def install_commands(torch_index: str) -> list[list[str]]:
             [*pip, "install", *TORCH_GPU_PACKAGES]]
 
 
-def run_all(todo: list[Check], out: Path, say: Callable[[str], None]) -> list[tuple[Check, str, float]]:
+def run_all(todo: list[Check], out: Path, say: Callable[[str], None],
+            bounds: dict[int, tuple[float, float]] | None = None) -> list[tuple[Check, str, float]]:
     rows = []
     for i, check in enumerate(todo):
+        if skipped := missing_tool(check):
+            rows.append((check, skipped, 0.0))
+            say(f"skip  {check.path}  {skipped}")
+            continue
         store = out / f"check{i:02d}.sqlite"
         started = time.perf_counter()
         with (out / f"check{i:02d}.log").open("w") as log:
             code = subprocess.run(check.command(store), stdout=log, stderr=subprocess.STDOUT, cwd=out).returncode
-        why = _outcome(check, store)
+        why = _outcome(check, store, bounds or {})
         if not why and code != 0:
             why = f"exit {code} (log: {out / f'check{i:02d}.log'})"
         rows.append((check, why, time.perf_counter() - started))
@@ -215,13 +307,17 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="bakeoff-gpu-check-"))
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    rows = run_all(checks(gpus), out, say)
-    failed = [r for r in rows if r[1]]
+    bounds = power_bounds()  # before any check: the GPUs idle
+    say("GPU power, idle – board limit: " + ", ".join(f"{i}: {a:.0f}–{b:.0f} W" for i, (a, b) in bounds.items()))
+    rows = run_all(checks(gpus), out, say, bounds)
+    failed = [r for r in rows if r[1] and not r[1].startswith("skipped")]
+    skipped = [r for r in rows if r[1].startswith("skipped")]
     say("\n| path | result | s | error |\n|---|---|---|---|")
     for check, why, seconds in rows:
-        say(f"| {check.path} | {'fail' if why else 'pass'} | {seconds:.0f} | {why.replace('|', '/')} |")
-    say(f"\n{len(rows) - len(failed)} of {len(rows)} paths pass in {time.perf_counter() - started:.0f} s "
-          f"on {visible} GPU(s); stores and logs in {out}")
+        result = "skip" if why.startswith("skipped") else "fail" if why else "pass"
+        say(f"| {check.path} | {result} | {seconds:.0f} | {why.replace('|', '/')} |")
+    say(f"\n{len(rows) - len(failed) - len(skipped)} of {len(rows)} paths pass ({len(skipped)} skipped) in "
+        f"{time.perf_counter() - started:.0f} s on {visible} GPU(s); stores and logs in {out}")
     return 1 if failed else 0
 
 

@@ -332,9 +332,16 @@ def test_the_verdict_names_a_missing_production_or_compiled_mode():
     eager_only = [r for r in results if r.spec["execution"] == "eager"]
     d = decide(summarise_groups(eager_only))
     assert d.caveats == ["TensorFlow ran only in eager mode, not as its users train (graph or xla)",
-                         "PyTorch ran without its compiled mode (graph)"]
+                         "PyTorch ran only in eager mode, one its users train in; its compiled mode (graph) "
+                         "was not tried"]
     full = decide(summarise_groups(default_results()))  # torch eager + graph, TF graph: like with like
     assert full.caveats == []
+    # Keras on PyTorch trains eagerly by default (torch.compile is opt-in there too): not "without" a mode its
+    # users expect, only its compiled mode untried.
+    keras = [*repeats("keras-torch", "eager", [300] * 3, [6.0] * 3, final_metric=[0.8] * 3),
+             *repeats("keras-jax", "graph", [300] * 3, [6.0] * 3, final_metric=[0.8] * 3)]
+    assert decide(summarise_groups(keras)).caveats == [
+        "Keras 3 on PyTorch ran only in eager mode, one its users train in; its compiled mode (graph) was not tried"]
 
 
 def test_a_comparison_under_clearly_different_load_is_flagged():

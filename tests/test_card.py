@@ -152,8 +152,9 @@ def test_the_terminal_card_keeps_each_row_whole_off_a_terminal_and_fits_on_one(m
         else:  # the report's columns, a row a line however wide
             row = next(line for line in lines if "TensorFlow (graph)" in line and "0.67x" in line)
             assert re.search(r"TensorFlow \(graph\) +0% +worse 0\.67x \(0\.60–0\.74x\) +worse 1\.82x", row), row
-            assert f"recommendation: {built.recommendation}" in lines
-            assert f"what decides it: {built.decides}" in lines
+            said = " ".join(line.strip() for line in lines[lines.index(next(line for line in lines
+                                                                           if line.startswith("recommendation"))):])
+            assert f"recommendation: {built.recommendation} what decides it: {built.decides}" in said
 
 
 def test_bakeoff_report_ends_with_the_card_a_given_score_beside_the_measured(tmp_path, capsys):
@@ -176,10 +177,14 @@ def test_bakeoff_report_ends_with_the_card_a_given_score_beside_the_measured(tmp
     assert "★ TensorFlow (graph)" in lines[header + 2] and lines[header + 2].split()[-1] == "5/5"
     assert "better 1.83x (1.76–1.90x)" in lines[header + 3] and lines[header + 3].endswith("worse 1 vs 5")
     # 66% of the joint draws: the verdict says not robust, so the card does not say a bare "wins"
-    assert lines[-3].startswith("recommendation: TensorFlow (not robust: see its verdict): it wins "
-                                "text_classifier/tiny; win probability ")
-    assert lines[-2] == ("what decides it: team familiarity on text_classifier/tiny (5 vs 1, a score given, not "
+    # then the prose, wrapped between words at 100 columns into a pipe, and where the report is
+    start = next(i for i, line in enumerate(lines) if line.startswith("recommendation: "))
+    said = " ".join(line.strip() for line in lines[start:-1])
+    assert said.startswith("recommendation: TensorFlow (not robust: see its verdict): it wins text_classifier/tiny; "
+                           "win probability ")
+    assert said.endswith("what decides it: team familiarity on text_classifier/tiny (5 vs 1, a score given, not "
                          "measured).")
+    assert all(len(line) <= 100 for line in lines[start:-1])
     assert lines[-1].startswith("report: ")
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "team familiarity: a 0..5 score given in the suite, not measured" in md

@@ -318,9 +318,10 @@ def test_target_flag_is_the_trials_target(overridden):
     assert result["target"] == 0.6 and result["training"]["target_rule"] == "set by the user"
 
 
-def test_verdicts_are_whole_lines_when_not_on_a_terminal(monkeypatch):
-    """Into a file or a pipe a verdict is one line (rich would wrap it at 80 columns, between a ratio and its
-    interval); on a terminal it wraps at the terminal's width, between words."""
+def test_verdicts_wrap_between_words_on_a_terminal_and_at_100_columns_off_one(monkeypatch):
+    """Into a file or a pipe a verdict is wrapped at 100 columns between words, never inside its ratio's interval
+    nor a path (rich alone would cut it at 80 columns, or leave it one line of any length); on a terminal it
+    wraps at the terminal's width, between words."""
     import io
     from types import SimpleNamespace
 
@@ -331,17 +332,21 @@ def test_verdicts_are_whole_lines_when_not_on_a_terminal(monkeypatch):
     from bakeoff.report.card import Card
 
     verdict = ("PyTorch eager is faster than TensorFlow graph on steady throughput: 1.23x (95% interval 1.18x to "
-               "1.29x), 3 runs each, a win at the calibrated error rate")
+               "1.29x), 3 runs each, a win at the calibrated error rate; " * 3).rstrip("; ")
     written = SimpleNamespace(headlines=lambda: [("text_classifier/tiny", verdict)],
                               card=lambda: Card([], [], "PyTorch: it wins text_classifier/tiny", "throughput", []),
-                              paths={"html": "reports/" + "deep/" * 12 + "report.html", "markdown": "report.md"})
-    for terminal, whole in ((False, True), (True, False)):
+                              paths={"html": "reports/" + "deep/" * 30 + "report.html", "markdown": "report.md"})
+    for terminal, width in ((False, 100), (True, 80)):
         out = io.StringIO()
-        monkeypatch.setattr(console_module, "console", Console(file=out, width=80, force_terminal=terminal,
+        monkeypatch.setattr(console_module, "console", Console(file=out, width=console_module.UNBOUNDED if not
+                                                               terminal else 80, force_terminal=terminal,
                                                                color_system=None, highlight=False))
         say_report(written)
         lines = out.getvalue().splitlines()
-        assert (f"text_classifier/tiny: {verdict}" in lines) is whole, lines
-        assert all(len(line) <= 80 for line in lines[:-1]) or whole
+        said = lines[:next(i for i, line in enumerate(lines) if line.startswith(("decision", "recommendation")))]
+        assert len(said) > 2 and all(len(line) <= width for line in said), said  # 95 to 100: between words
+        assert max(map(len, said)) > width - 15, said
+        assert " ".join(line.strip() for line in said) == f"text_classifier/tiny: {verdict}"
+        assert "(95% interval 1.18x to 1.29x)" in out.getvalue() or terminal  # the interval never split off a pipe
         assert lines[-1].startswith("report: reports/deep/") and lines[-1].endswith("(Markdown: report.md)")
         assert "1.23x (95% interval" in out.getvalue().replace("\n", " ")

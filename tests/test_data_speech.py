@@ -101,6 +101,27 @@ def test_manifest_errors_name_file_and_line(tmp_path, row, message):
         read_manifest(manifest, 16000)
 
 
+def test_bad_rows_are_left_out_on_request_and_the_source_says_which(tmp_path):
+    _wav(tmp_path / "good.wav")
+    _wav(tmp_path / "fast.wav", rate=44100)
+    rows = "audio,text\ngood.wav,go left\nfast.wav,hello\nmissing.wav,stop\ngood.wav,turn right\n"
+    (tmp_path / "train.csv").write_text(rows)
+    (tmp_path / "test.csv").write_text("audio,text\ngood.wav,stop\n")
+    options = {"train": str(tmp_path / "train.csv"), "test": str(tmp_path / "test.csv")}
+    # Without the option: the first bad row, naming the option; a rate mismatch says how to set the rate.
+    with pytest.raises(DataError, match=r"line 3: .*is 44100 Hz, expected 16000 Hz.*give --data sample_rate=44100"
+                                        r" \(or --data skip_bad_rows=true to leave such rows out\)"):
+        load_speech_dataset(options)
+    data = load_speech_dataset({**options, "skip_bad_rows": "true"})
+    assert data.train.texts == ["go left", "turn right"] and [line for line, _ in data.train.skipped] == [3, 4]
+    assert data.source.endswith(f"; 2 bad rows of {tmp_path / 'train.csv'} left out (skip_bad_rows; lines 3, 4)")
+    (tmp_path / "none.csv").write_text("audio,text\nfast.wav,hello\n")
+    with pytest.raises(DataError, match=r"none.csv: no usable rows \(1 bad, left out; the first: .*44100 Hz"):
+        load_speech_dataset({**options, "train": str(tmp_path / "none.csv"), "skip_bad_rows": "yes"})
+    with pytest.raises(DataError, match="skip_bad_rows must be true or false, got 'maybe'"):
+        load_speech_dataset({**options, "skip_bad_rows": "maybe"})
+
+
 def test_manifests_load_normalised_and_options_are_checked(tmp_path):
     _wav(tmp_path / "a.wav")
     (tmp_path / "train.jsonl").write_text('{"audio": "a.wav", "text": "Go  LEFT", "speaker": "s1"}\n')

@@ -87,9 +87,19 @@ def test_dry_run_lists_stored_and_to_run_with_an_estimate_and_imports_no_framewo
     seed1 = next(p.spec for p in planned if p.spec.framework.value == "torch" and p.spec.seed == 1)
     assert re.search(r"\brun\b.*~12 s$", lines[seed1.key()])  # same configuration, another seed: 12 s expected
     assert "4 trials, 1 already stored, 3 to run; about 12 s from the stored results of the same configurations, " \
-           "2 more trials without an estimate" in again.stdout
+           "2 more trials without an estimate" in " ".join(again.stdout.split())  # prose, wrapped at 100 columns
     retry = bakeoff(*args, "--fresh", cwd=tmp_path)
     assert "run  (stored: ok)" in retry.stdout and "4 to run" in retry.stdout
+
+
+def test_dry_run_checks_the_data_as_a_run_would_and_still_imports_no_framework(tmp_path):
+    # Before: "dry run: 4 trials ... to run" on a file without the columns the run then failed on.
+    (tmp_path / "mini.toml").write_text(SUITE.replace('max_steps = 2', 'max_steps = 2\ndata = {train = "bbc.csv"}'))
+    (tmp_path / "bbc.csv").write_text("article,topic\n" + "".join(f"words {i},sport\n" for i in range(40)))
+    r = in_process(["run", "--suite", "mini.toml", "--store", "r.sqlite", "--dry-run"], tmp_path)
+    assert "LEAKED []" in r.stdout and "EXIT 2" in r.stdout, r.stdout + r.stderr
+    assert "bbc.csv" in r.stderr and "article" in r.stderr and "dry run:" not in r.stdout, r.stderr
+    assert not (tmp_path / "r.sqlite").exists()
 
 
 def test_version_names_the_package_hash_and_imports_no_framework(tmp_path):

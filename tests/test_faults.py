@@ -540,6 +540,8 @@ def test_a_full_disk_while_writing_the_report_leaves_the_old_one_whole(tmp_path)
         again = bakeoff("report", "--store", str(store), "--out", str(out), cwd=tmp_path)
         assert again.returncode == 2 and "Traceback" not in again.stderr, again.stderr
         assert "could not write the report" in again.stderr and "No space left on device" in again.stderr
+        # The command to write it again is the one given, with its store and folder (not the defaults).
+        assert f"make room and run `bakeoff report --store {store} --out {out}`" in again.stderr, again.stderr
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no half-written file, no leftover
 
 
@@ -562,7 +564,8 @@ def test_a_full_disk_while_storing_keeps_the_result_and_the_next_run_stores_it(t
         fill(disk)  # the trial is running: its suite is stored, its result will not be
         _, stderr = run.communicate(timeout=300)
         assert run.returncode == 2 and "Traceback" not in stderr, stderr
-        assert "could not store mnist/tiny torch/eager seed 0" in stderr and "database or disk is full" in stderr
+        assert (f"could not store mnist/tiny torch/eager seed 0 in {store}: no space left on {disk} (0.0 MB free), "
+                "free 5 MB or more there (SQLite: database or disk is full); its result (ok) is kept in") in stderr
         kept = list(roomy.glob("logs/unstored-*.json"))
         assert len(kept) == 1 and f"kept in {disk / 'r' / 'logs' / kept[0].name}" in stderr
         assert json.loads(kept[0].read_text())["status"] == "ok"

@@ -5,6 +5,7 @@ packages import each other, directly or round a longer circle."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import bakeoff
@@ -64,12 +65,28 @@ def test_no_two_packages_import_each_other_round_any_circle():
     assert levels["core"] == 1 and levels["cli"] == max(levels.values())  # contracts at the bottom, the CLI on top
 
 
-ORDER = ("core", "data", "measure", "workloads", "engines", "analysis", "results", "trial", "plan", "report", "run",
-         "deploy", "cli")
-"""The packages from the bottom up, as the README's Layout lists them."""
+ARCHITECTURE = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
 
 
-def test_every_import_points_down_the_readmes_order():
+def _documented_order() -> tuple[str, ...]:
+    """The packages from the bottom up, as docs/architecture.md's "Layers" block lists them."""
+    block = ARCHITECTURE.read_text().split("```layers", 1)[1].split("```", 1)[0]
+    return tuple(block.split())
+
+
+ORDER = _documented_order()
+
+
+def test_the_architecture_documents_names_only_files_that_exist():
+    text = ARCHITECTURE.read_text()
+    named = set(re.findall(r"`((?:src|tests|scripts)/[^`\s<>…]+)`", text))
+    assert len(named) > 20 and "src/bakeoff/core/spec.py" in named
+    assert sorted(p for p in named if not (ARCHITECTURE.parent.parent / p.rstrip("/")).exists()) == []
+    # and every package of the code is in its layers (a new one must be placed there to pass the test below)
+    assert ORDER[0] == "core" and ORDER[-1] == "cli"
+
+
+def test_every_import_points_down_the_documented_order():
     up = sorted(f"{package} -> {imported}" for package, imports in _imports().items() for imported in imports
                 if ORDER.index(imported) > ORDER.index(package))
     assert up == [] and set(_imports()) == {*ORDER, "suites"}  # suites: the shipped TOML files, no code

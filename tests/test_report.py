@@ -350,7 +350,8 @@ def test_a_provisional_verdict_names_the_missing_production_mode(tmp_path):
     verdict = next(line for line in md.splitlines() if line.startswith("**Verdict:**"))
     assert verdict.startswith("**Verdict:** provisional (n = 1 per side): PyTorch (eager) leads")
     assert verdict_body(verdict).endswith("; TensorFlow ran only in eager mode, not as its users train (graph or "
-                                          "xla); PyTorch ran without its compiled mode (graph).")
+                                          "xla); PyTorch ran only in eager mode, one its users train in; its "
+                                          "compiled mode (graph) was not tried.")
     assert "The verdict is not robust: fewer than 3 runs on a side (n = 1 vs 1)." in md
 
 

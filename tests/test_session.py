@@ -82,6 +82,16 @@ def test_production_stands_for_each_frameworks_own_mode():
         adhoc_suite({"workload": "text_classifier", "execution": ["prod"]})
 
 
+def test_a_reports_title_names_the_workload_and_the_data_not_the_adhoc_suite():
+    from bakeoff.plan.suite import adhoc_suite
+
+    # Before: "bakeoff: adhoc-text_classifier", on the BBC topics as on the shipped reviews.
+    given = {"workload": "text_classifier", "data": {"train": "data/bbc_topics.csv", "test": "data/bbc_test.csv"}}
+    assert adhoc_suite(given).title() == "bakeoff: text_classifier on bbc_test.csv, bbc_topics.csv"
+    assert adhoc_suite({"workload": "mnist"}).title() == "bakeoff: mnist"
+    assert parse_suite(SUITE).title() == "bakeoff: session"
+
+
 def test_run_suite_refuses_a_damaged_store_before_writing_anything(tmp_path):
     store = tmp_path / "r.sqlite"
     store.write_bytes(b"not a database")

@@ -369,8 +369,9 @@ def test_no_verdict_cites_a_criterion_on_which_the_two_sides_are_equal():
     d = decide(summarise_groups(close), {"throughput": 1, "time_to_target": 0, "first_step": 0, "memory": 0,
                                          "quality": 1})
     assert d.inconclusive and "0.658" not in d.verdict
-    assert verdict_body(d.verdict).endswith("equal within ±5% on accuracy at 3,200 examples; PyTorch ran without "
-                                            "its compiled mode (graph).")
+    assert verdict_body(d.verdict).endswith("equal within ±5% on accuracy at 3,200 examples; PyTorch ran only in "
+                                            "eager mode, one its users train in; its compiled mode (graph) was not "
+                                            "tried.")
 
 
 @pytest.mark.parametrize("kind", ["verdict", "warning"])

@@ -85,11 +85,15 @@ MEASURED: dict[str, Criterion] = {c.name: c for c in (
     Criterion("quality", "metric_at_budget",
               "the metric after the largest number of training examples every configuration evaluated at "
               "(median; direction from the workload)"),
+    Criterion("energy", "energy_per_example_j",
+              "joules per training example over the steady steps, read from RAPL / NVML counters where the machine "
+              "has them (median; off by default: --weight energy=0.2)"),
 )}
 
 DEFAULT_WEIGHTS: dict[str, float] = {
-    "throughput": 0.3, "time_to_target": 0.3, "first_step": 0.1, "memory": 0.1, "quality": 0.2}
-"""Weights of the measured criteria. Qualitative criteria weigh 0 until the user sets them."""
+    "throughput": 0.3, "time_to_target": 0.3, "first_step": 0.1, "memory": 0.1, "quality": 0.2, "energy": 0.0}
+"""Weights of the measured criteria. Energy weighs 0 until the user sets it (few machines have counters: a default
+weight would leave it out, with a note, of most decisions); qualitative criteria weigh 0 until the user sets them."""
 
 MAX_UNFINISHED = 1 / 3
 """A configuration with more than this share of its runs failed, timed out or out of memory is never robust."""
@@ -372,6 +376,8 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
                 for fw in sorted({s.framework for s in summaries} - set(frameworks))}
 
     measured, excluded = _measured_parts(scored)
+    # a criterion given no weight is not left out of anything (energy, 0 by default, on a machine with no counters)
+    excluded = {c: why for c, why in excluded.items() if given.get(c, 0) > 0}
     active = {c: w for c, w in given.items() if c not in excluded and w > 0}
     total = sum(active.values())
     norm = {c: w / total for c, w in active.items()} if total > 0 else {}

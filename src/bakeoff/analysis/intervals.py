@@ -241,7 +241,16 @@ def _noncentrality(df: float, confidence: float) -> float:
     from scipy.stats import t as student_t
 
     critical = float(student_t.ppf(1 - (1 - confidence) / 2, df))
-    return float(brentq(lambda delta: float(nct.sf(critical, df, delta)) - POWER, 0.0, 100.0, xtol=1e-6))
+
+    def short(delta: float) -> float:
+        return float(nct.sf(critical, df, delta)) - POWER
+
+    # Bracketed from the critical value up (where the power is about one half, short of POWER): half the
+    # evaluations of a search over [0, 100], the same root to xtol.
+    high = critical + 1.0
+    while short(high) < 0:
+        high += high - critical
+    return float(brentq(short, critical, high, xtol=1e-6))
 
 
 def resolution(a_runs: np.ndarray, b_runs: np.ndarray, confidence: float = CONFIDENCE, band: float = TIE_BAND,

@@ -65,6 +65,8 @@ class Quantity:
     why_missing: Callable[[TrialResult], str | None] | None = None
     # censored: trial -> what its value is at least when it never got there (the training it did), None unknown
     bound: Callable[[TrialResult], float | None] | None = None
+    # censored: trial -> whether it measured the quantity at all (energy needs counters); None: every trial does
+    measured: Callable[[TrialResult], bool] | None = None
 
     @property
     def display_unit(self) -> str:
@@ -85,7 +87,8 @@ class Quantity:
             return None
         v = self.get(trial, budget)
         if v is None or (isinstance(v, float) and math.isnan(v)):
-            return math.inf if self.censored and trial.target is not None else None
+            never = self.censored and trial.target is not None and (self.measured is None or self.measured(trial))
+            return math.inf if never else None
         return float(v)
 
     def title(self, metric: str = "metric", target: float | None = None, budget: float | None = None) -> str:
@@ -212,6 +215,19 @@ def _mfu_missing(r: TrialResult) -> str | None:
     return "stored before bakeoff measured MFU" if r.mfu is None else r.mfu.missing or None
 
 
+def _energy(key: str) -> Callable[[TrialResult, float | None], float | None]:
+    """A figure of the result's energy section (:class:`~bakeoff.core.result.Energy`), None when not measured."""
+    return lambda r, _budget: getattr(r.energy, key) if r.energy is not None else None
+
+
+def _energy_missing(r: TrialResult) -> str | None:
+    return "stored before bakeoff measured energy" if r.energy is None else r.energy.missing or None
+
+
+def _energy_measured(r: TrialResult) -> bool:
+    return r.energy is not None and r.energy.train_j is not None
+
+
 def _rate_from_steps(key: str) -> Callable[[TrialResult, np.ndarray], np.ndarray]:
     # Units per step vary (valid tokens, audio frames): the trial's rate scaled by its median step time.
     return lambda r, t: r.throughput[key] * r.steady_step_s / t
@@ -241,6 +257,15 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
     Quantity("metric_at_budget", "", None, lambda r, budget: metric_at(r, budget), "{metric} at {budget} examples"),
     Quantity("final_metric", "", None, _field("final_metric"), "final {metric}"),
     Quantity("best_metric", "", None, _field("best_metric"), "best {metric}", table=None),
+    # Energy from the machine's counters (bakeoff.measure.energy: RAPL packages and DRAM, NVML GPUs), never estimated
+    Quantity("energy_per_example_j", "J", False, _energy("per_example_j"),
+             "energy per training example (steady steps, measured by counters)", shown_unit="mJ", scale=1000,
+             optional=True, why_missing=_energy_missing),
+    Quantity("energy_to_target_j", "J", False, _energy("to_target_j"), "energy to {metric} {target}",
+             optional=True, censored=True, bound=lambda r: r.energy.train_j if r.energy is not None else None,
+             measured=_energy_measured, why_missing=_energy_missing),
+    Quantity("power_w", "W", False, _energy("mean_w"), "mean power over the steady steps (measured by counters)",
+             table=None, optional=True, why_missing=_energy_missing),
     Quantity("import_s", "s", False, _field("import_s"), "framework import"),
     Quantity("build_s", "s", False, _field("build_s"), "model build"),
     Quantity("memory_baseline_bytes", "bytes", False, _field("memory_baseline_bytes"),

@@ -97,7 +97,7 @@ def show(verdicts: list[ClaimVerdict]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from bakeoff.cli.console import console
+    from bakeoff.cli.console import PROSE_TABLE_WIDTH, UNBOUNDED, console, paragraph, whole_words
     from bakeoff.report.claims import figures
 
     table = Table(title="claims, each judged at the scale it names (supported / refuted only when the whole interval "
@@ -114,10 +114,10 @@ def show(verdicts: list[ClaimVerdict]) -> None:
             at = f"\n[dim]at: {escape(f.scale['text'])}[/]" if f.scale.get("text") else ""
             table.add_row(f"{said}[dim]{escape(compares)}[/]{at}", f"[{STYLE.get(f.verdict, '')}]{f.verdict}[/]",
                           escape(figures(claim, f)), escape(f.why))
-    console.print(table)
+    console.print(whole_words(table), width=PROSE_TABLE_WIDTH if console.width >= UNBOUNDED else None)
     for v in verdicts:
         for note in v.notes:
-            console.print(f"{v.claim.name}: {escape(note)}", soft_wrap=True)
+            paragraph(f"{v.claim.name}: {escape(note)}")
     counts: dict[str, int] = {}
     for v in verdicts:
         counts[v.verdict] = counts.get(v.verdict, 0) + 1

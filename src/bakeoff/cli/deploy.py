@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from shlex import quote
 
 from bakeoff.cli.options import DEFAULT_STORE, add_trial_options
 
@@ -164,8 +165,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         results = [r for r in store.results(suite="train") if any(k.endswith(r.key[:12]) for k in keys)]
     workload = results[0].spec["workload"] if results else args.workload  # its name, however it was given
     if results:
-        say_report(write_report(results, args.out or DEFAULT_REPORTS / f"deploy-{workload}", {}, {},
-                                f"bakeoff deploy: {workload}", {r.key: "train" for r in results}, deployments=rows))
+        out = args.out or DEFAULT_REPORTS / f"deploy-{workload}"
+        again = f"bakeoff report --store {quote(str(args.store))} --suite train --out {quote(str(out))}"
+        say_report(write_report(results, out, {}, {}, f"bakeoff deploy: {workload}", {r.key: "train" for r in results},
+                                deployments=rows, again=again))
     ok = len(dirs) == len(_specs(args)) and all(r["status"] in ("ok", "unsupported") for r in rows)
     return 0 if ok else 1
 

@@ -74,7 +74,7 @@ def say(report: ParityReport) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from bakeoff.cli.console import console
+    from bakeoff.cli.console import console, paragraph, whole_words
 
     table = Table(title=f"parity of {report.workload}: each framework against {report.reference}",
                   title_justify="left")
@@ -88,14 +88,14 @@ def say(report: ParityReport) -> None:
                   else "[green]agrees[/]" if row.ok else "[red]DIFFERS[/]")
         margin = "" if row.skipped or row.margin is None else f"{row.margin:.0%}"
         table.add_row(str(row.mode), row.framework, row.check, result, margin, escape(row.skipped) or figure)
-    console.print(table)
+    console.print(whole_words(table))
     near = [row for row in report.rows if row.near]
     if near:
-        console.print("[yellow]near[/]: within 2× of failing — "
-                      + "; ".join(f"{r.framework} {r.mode} {r.check} at {r.margin:.0%} of its tolerance "
-                                  f"({escape(r.worst.item) if r.worst else ''})" for r in near)
-                      + ". They hold, but a small bug (a tanh GELU for an exact one) can hide under such a margin: "
-                        "look at what differs there.", soft_wrap=True)
+        paragraph("[yellow]near[/]: within 2× of failing — "
+                  + "; ".join(f"{r.framework} {r.mode} {r.check} at {r.margin:.0%} of its tolerance "
+                              f"({escape(r.worst.item) if r.worst else ''})" for r in near)
+                  + ". They hold, but a small bug (a tanh GELU for an exact one) can hide under such a margin: "
+                    "look at what differs there.")
     for what, error in report.failed_runs.items():
         console.print(f"[red]probe {escape(what)} failed[/]:\n{escape(error)}", soft_wrap=True)
     first = report.first_failure

@@ -168,18 +168,18 @@ def say(result: Plan) -> None:
     notes and what is left out."""
     from rich.markup import escape
 
-    from bakeoff.cli.console import console, rich_table
+    from bakeoff.cli.console import console, paragraph, print_table
     from bakeoff.report import capacity as tables
 
     console.print(f"plan: {tables.summary(result)}", soft_wrap=True)
     for table in (tables.memory_table(result), tables.step_table(result), tables.calibrated_table(result)):
         if table is not None:
-            console.print(rich_table(table))
-    console.print("what each framework calls, or why there is none:", soft_wrap=True)
+            print_table(table)
+    console.print("what each framework calls, or why there is none:")
     for label, text in tables.apis(result):
-        console.print(f"  {escape(label)}: {escape(text)}", soft_wrap=True)
-    console.print("how each row holds its model states (--recipe chooses one for all):", soft_wrap=True)
+        paragraph(f"  {escape(label)}: {escape(text)}")
+    console.print("how each row holds its model states (--recipe chooses one for all):")
     for label, text in tables.recipes(result):
-        console.print(f"  {escape(label)}: {escape(text)}", soft_wrap=True)
+        paragraph(f"  {escape(label)}: {escape(text)}")
     for label, text in tables.remarks(result):
-        console.print(f"{escape(label)}: {escape(text)}", soft_wrap=True)
+        paragraph(f"{escape(label)}: {escape(text)}")

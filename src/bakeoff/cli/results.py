@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from shlex import quote
 from typing import TYPE_CHECKING
 
 from bakeoff.cli.options import DEFAULT_REPORTS, DEFAULT_STORE, key_values
@@ -42,13 +43,15 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def say_report(written: Written) -> None:
-    """Each section's verdict (and scaling sentence), the decision card, then where the report is. On a terminal a
-    verdict wraps at its width, between words; into a file or a pipe each verdict is one line, never cut at 80
-    columns between a ratio and its interval (what a log or ``grep`` reads). A path is never wrapped."""
-    from bakeoff.cli.console import console, print_card
+    """Each section's verdict (and scaling sentence), the decision card, then where the report is. A verdict is
+    prose (:func:`bakeoff.cli.console.paragraph`): on a terminal it wraps at its width, into a file or a pipe at 100
+    columns; between words either way, never between a ratio and its interval. A path is never wrapped."""
+    from rich.markup import escape
+
+    from bakeoff.cli.console import console, paragraph, print_card
 
     for heading, text in written.headlines():
-        console.print(f"[bold]{heading}[/]: {text}", soft_wrap=not console.is_terminal)
+        paragraph(f"[bold]{heading}[/]: {escape(text)}")
     print_card(written.card())
     console.print(f"report: {written.paths['html']}  (Markdown: {written.paths['markdown']})", soft_wrap=True)
 
@@ -68,11 +71,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.export:
         export(got.results, args.export)
     out = args.out or DEFAULT_REPORTS / (got.suite_name or "all")
+    again = " ".join(["bakeoff report --store", quote(str(args.store)),
+                      *(["--suite", quote(args.suite)] if args.suite else []), "--out", quote(str(out))])
     if args.format == "json":
-        return _report_json(got, out, args, team, plans)
+        return _report_json(got, out, args, team, plans, again)
     say_report(write_report(got.results, out, got.weights, got.qualitative,
                             f"bakeoff: {got.suite_name or 'all trials'}", got.suites, got.deployments, team, plans,
-                            suite_files=got.suite_files))
+                            suite_files=got.suite_files, again=again))
     checks = _fail_if_slower(summarise_groups(got.results), args.fail_if_slower_than)
     for check in checks:
         console.print(check.line(), soft_wrap=True)
@@ -80,7 +85,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _report_json(got: Stored, out: Path, args: argparse.Namespace, team: Team | None,
-                 plans: list[tuple[str, dict]]) -> int:
+                 plans: list[tuple[str, dict]], again: str) -> int:
     import json
 
     from bakeoff.analysis.stats import summarise_groups
@@ -100,7 +105,7 @@ def _report_json(got: Stored, out: Path, args: argparse.Namespace, team: Team | 
 
         data["plans"] = [{"name": name, **result.to_dict()} for name, result in made(plans, got.results)]
     text = json.dumps(data, indent=1, allow_nan=False, ensure_ascii=False)
-    write_all({report_folder(out) / "decision.json": (text + "\n").encode()})
+    write_all({report_folder(out) / "decision.json": (text + "\n").encode()}, f"{again} --format json")
     console.out(text, highlight=False)
     for check in checks:
         errors.print(check.line(), soft_wrap=True)
@@ -149,6 +154,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     from bakeoff.cli.console import console
     from bakeoff.core.spec import SpecError
+    from bakeoff.measure.energy import describe
     from bakeoff.results.catalog import Filters, parse_statuses, select, suite_lines, trial_line
     from bakeoff.results.store import Store
 
@@ -163,6 +169,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             for name in ("step_times_s", "losses", "curve"):  # raw samples: counted here, kept in the store
                 detail[name] = f"{len(detail[name])} samples"
             console.print(trial_line(matches[0]), markup=False, soft_wrap=True)
+            console.print(describe(result.energy), markup=False, soft_wrap=True)
             console.print_json(json.dumps(detail, default=str))
             return 0
         rows = select(store, Filters(args.suite, args.workload, args.framework, parse_statuses(args.status)))

@@ -85,7 +85,9 @@ def suite_of(args: argparse.Namespace) -> Suite:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from bakeoff.cli.console import RunProgress, console
+    from rich.markup import escape
+
+    from bakeoff.cli.console import RunProgress, console, paragraph
     from bakeoff.cli.results import say_report
     from bakeoff.run.executors import parse as parse_executor
     from bakeoff.run.session import run_suite
@@ -115,17 +117,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                         retry_busy=args.retry_busy, concurrent=args.concurrent, order_seed=args.order_seed,
                         profile_steps=args.profile_steps if args.profile else 0,
                         report_dir=None if args.no_report else args.out or DEFAULT_REPORTS / suite.name,
-                        title=f"bakeoff: {suite.name}" + (f" (overridden from the command line: {said})"
-                                                          if said else ""),
+                        title=suite.title() + (f" (overridden from the command line: {said})" if said else ""),
                         say=say, progress=RunProgress, executor=executor, team=team, mlflow_uri=args.mlflow)
     summary = session.summary
     console.print(f"ran {len(summary.ran)} trials, skipped {len(summary.skipped)} already in the store")
     unsettled = session.unsettled
     if unsettled:
         kinds = ", ".join(f"{n} {status.replace('_', ' ')}" for status, n in sorted(unsettled.items()))
-        console.print(f"of the skipped, {sum(unsettled.values())} did not succeed when stored ({kinds}) and were "
-                      "not run again: --retry-failed runs them again (a timed-out trial also runs again under a "
-                      "longer --timeout than it had)", soft_wrap=True)
+        paragraph(f"of the skipped, {sum(unsettled.values())} did not succeed when stored ({kinds}) and were not "
+                  "run again: --retry-failed runs them again (a timed-out trial also runs again under a longer "
+                  "--timeout than it had)")
     if args.profile:
         _print_profiles(summary)
     if session.report is not None:
@@ -136,9 +137,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     # before any process started, with their reasons; the exit code says whether anything else went wrong.
     unsupported = session.unsupported
     if unsupported:
-        console.print(f"{len(unsupported)} trial{'s' if len(unsupported) > 1 else ''} recorded as unsupported "
-                      f"(see the report's 'Trials that did not succeed'), e.g. {unsupported[0].run_spec.label()}: "
-                      f"{unsupported[0].reason}")
+        paragraph(f"{len(unsupported)} trial{'s' if len(unsupported) > 1 else ''} recorded as unsupported (see the "
+                  f"report's 'Trials that did not succeed'), e.g. {unsupported[0].run_spec.label()}: "
+                  f"{escape(unsupported[0].reason)}")
     return session.exit_code
 
 
@@ -159,13 +160,15 @@ def _print_profiles(summary: RunSummary) -> None:
                       f"stored result was reused ({names}{more}): add --fresh to re-run them with the profiler")
 
 
-def _dry_run(suite: Suite, args: argparse.Namespace, here: bool = True) -> int:
+def _dry_run(suite: Suite, args: argparse.Namespace, here: bool) -> int:
     """The plan, without running it; ``here``: the trials would run on this machine (not a cluster's nodes, whose
     GPUs are theirs to check: :func:`bakeoff.run.launchers.unsupported_here` runs on each)."""
-    from bakeoff.cli.console import console
+    from bakeoff.cli.console import console, paragraph
     from bakeoff.core import registry
     from bakeoff.plan.preview import duration, plan, total
-    from bakeoff.run import launchers
+    from bakeoff.run import launchers, runner
+
+    runner.validate(suite.specs, here=here)  # the data loaded and checked as a run would (numpy only): bad data fails
 
     planned = plan(suite.specs, args.store, fresh=args.fresh, retry_failed=args.retry_failed,
                    order_seed=args.order_seed, timeout_s=args.timeout or suite.timeout_s, retry_busy=args.retry_busy)
@@ -190,12 +193,12 @@ def _dry_run(suite: Suite, args: argparse.Namespace, here: bool = True) -> int:
     else:
         when = (f"about {duration(seconds)} from the stored results of the same configurations"
                 + (f", {unknown} more trials without an estimate" if unknown else ""))
-    console.print(f"dry run: {len(planned)} trials, {stored} already stored, {runs} to run; {when}. "
-                  "Nothing was run or written (data files were hashed, not loaded).", soft_wrap=True)
+    paragraph(f"dry run: {len(planned)} trials, {stored} already stored, {runs} to run; {when}. "
+              "Nothing was run or written (the data was loaded and checked, nothing trained).")
     if suite.adaptive is not None:
         first, most = suite.adaptive["first"], suite.adaptive["max"]
-        console.print(f"repeats auto: these are the first {first} runs of each configuration; a section whose "
-                      f"verdict is still unsettled then gets one more run per configuration at a time, up to {most} "
-                      f"(at most {len(planned) * (most - first) // first} more trials, about "
-                      f"{duration(seconds * (most - first) / first)} more).", soft_wrap=True)
+        paragraph(f"repeats auto: these are the first {first} runs of each configuration; a section whose verdict is "
+                  f"still unsettled then gets one more run per configuration at a time, up to {most} (at most "
+                  f"{len(planned) * (most - first) // first} more trials, about "
+                  f"{duration(seconds * (most - first) / first)} more).")
     return 0

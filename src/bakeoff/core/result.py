@@ -12,6 +12,7 @@ Nothing here imports a framework.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -190,9 +191,30 @@ class LossScaling:
     final_scale: float
 
 
+@dataclasses.dataclass
+class Energy:
+    """Energy the training steps used, read from the machine's cumulative counters (:mod:`bakeoff.measure.energy`:
+    RAPL's CPU packages and their DRAM, NVML's GPUs), never estimated; or why there is none (``missing``). A
+    section new in schema 4's lifetime: older results have none, as they measured none."""
+
+    missing: str = ""  # why there is no figure ('' when measured)
+    steady_j: float | None = None  # over the steady steps, every domain
+    steady_s: float | None = None  # those steps' clock
+    steady_steps: int | None = None
+    per_step_j: float | None = None
+    per_example_j: float | None = None
+    mean_w: float | None = None  # steady_j / steady_s
+    train_j: float | None = None  # over every training step (a resumed trial's steps before the resume included)
+    to_target_j: float | None = None  # interpolated between evaluations, as time to target is
+    domains: dict[str, float] = dataclasses.field(default_factory=dict)  # steady joules by counter
+    wraps: int = 0  # counter wrap-arounds added back
+    unreadable: dict[str, str] = dataclasses.field(default_factory=dict)  # counters found, not readable: why
+    not_read: dict[str, str] = dataclasses.field(default_factory=dict)  # left to another process: why
+
+
 SECTIONS = {"training": Training, "batch_search": BatchSearch, "profile": Profile, "distributed": Distributed,
             "mfu": Mfu, "ceiling_probe": CeilingProbe, "order": Order, "adaptive_repeats": AdaptiveRepeats,
-            "loss_scaling": LossScaling}
+            "loss_scaling": LossScaling, "energy": Energy}
 """The typed sections of a result, by field name."""
 
 
@@ -246,6 +268,7 @@ class TrialResult:
     order: Order | None = None  # when run by the runner
     adaptive_repeats: AdaptiveRepeats | None = None  # with --repeats auto
     loss_scaling: LossScaling | None = None  # fp16 trials
+    energy: Energy | None = None  # every trial that trained (its figures, or why there are none)
     extras: dict[str, Any] = dataclasses.field(default_factory=dict)  # free notes, no figures of a section
     schema_version: int = SCHEMA_VERSION
 
@@ -276,8 +299,10 @@ class TrialResult:
             else:
                 setattr(self, name, value if isinstance(value, section) else section(**value))
 
-    @property
+    @functools.cached_property
     def run_spec(self) -> RunSpec:
+        """The spec as a :class:`RunSpec`, parsed once (a result's spec is never changed in place; a replaced
+        result, ``dataclasses.replace``, parses its own)."""
         return RunSpec.from_dict(self.spec)
 
 

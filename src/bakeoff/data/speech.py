@@ -22,10 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bakeoff.data import DataError
+from bakeoff.data import DataError, parse_flag
 from bakeoff.data.ctc import ALPHABET, HOP_S, SUBSAMPLING, WINDOW_S, ctc_frames_needed, frame_count, output_frames
 
 N_MELS = 40
+BAD_ROWS_SHOWN = 5  # a skipped-rows note names this many lines
 
 
 def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int = N_MELS) -> np.ndarray:
@@ -66,6 +67,17 @@ class SpeechSplit:
     texts: list[str]
     speakers: list[str]
     origins: list[str] = field(default_factory=list)  # "manifest.csv, line 3" or "espeak f3/en-us"
+    skipped: list[tuple[int, str]] = field(default_factory=list)  # (line, why) of the bad rows left out
+
+    def skipped_note(self, name: str) -> str:
+        """``"; 2 bad rows of train.csv left out (skip_bad_rows; lines 4, 9)"``, or ``""``."""
+        if not self.skipped:
+            return ""
+        lines = ", ".join(str(line) for line, _ in self.skipped[:BAD_ROWS_SHOWN])
+        more = ", …" if len(self.skipped) > BAD_ROWS_SHOWN else ""
+        many = len(self.skipped) > 1
+        return (f"; {len(self.skipped)} bad row{'s' if many else ''} of {name} left out (skip_bad_rows; "
+                f"line{'s' if many else ''} {lines}{more})")
 
 
 @dataclass
@@ -134,7 +146,7 @@ def embedded_corpus(spec: object | None = None) -> SpeechData:
 
 OPTION_DEFAULTS: dict[str, str | None] = {
     "train": None, "test": None, "audio_column": "audio", "text_column": "text", "speaker_column": "speaker",
-    "sample_rate": "16000", "batching": "pad", "pad_multiple": "1",
+    "sample_rate": "16000", "batching": "pad", "pad_multiple": "1", "skip_bad_rows": "false",
 }
 """Accepted data options of the speech workload (``None``: no default). ``batching`` and ``pad_multiple`` are
 read by the workload's ``batches()``; the others by :func:`load_speech_dataset`."""
@@ -157,11 +169,13 @@ def load_speech_dataset(options: Mapping[str, str]) -> SpeechData:
             path, relative to the manifest's folder) and ``text`` (the transcript; names set by ``audio_column``
             and ``text_column``); an optional ``speaker`` column is kept for the report. Every file must be mono
             at ``sample_rate`` (default 16000): bakeoff does not resample. Transcripts are normalised (lowercase,
-            whitespace collapsed) and must then use only ``a-z``, space and ``'``.
+            whitespace collapsed) and must then use only ``a-z``, space and ``'``. ``skip_bad_rows=true`` leaves
+            out the rows that fail those checks (the data's source line says how many, and which lines).
 
     Raises:
-        DataError: An unknown option, or a manifest row whose audio is missing, unreadable, not mono, at another
-            sample rate, too short for its transcript, or whose transcript is empty or has other characters.
+        DataError: An unknown option, or (without ``skip_bad_rows``) a manifest row whose audio is missing,
+            unreadable, not mono, at another sample rate, too short for its transcript, or whose transcript is
+            empty or has other characters.
     """
     unknown = sorted(set(options) - set(OPTION_DEFAULTS))
     if unknown:
@@ -172,17 +186,18 @@ def load_speech_dataset(options: Mapping[str, str]) -> SpeechData:
     if opts["test"] in SHIPPED_TESTS and not (test_path and test_path.exists()):
         test_path = SHIPPED_TESTS[opts["test"]]
     columns = (opts["audio_column"], opts["text_column"], opts["speaker_column"])
+    skip = parse_flag("skip_bad_rows", opts["skip_bad_rows"])
     if "train" not in options:
         given = sorted(set(options) - {"batching", "pad_multiple", "test", "audio_column", "text_column",
-                                       "speaker_column"})
+                                       "speaker_column", "skip_bad_rows"})
         if given:
             raise DataError(f"speech data option(s) {', '.join(map(repr, given))} need 'train' and 'test' manifests")
         corpus = embedded_corpus()
         if test_path is None:
             return corpus
-        test = read_manifest(test_path, corpus.sample_rate, *columns)
+        test = read_manifest(test_path, corpus.sample_rate, *columns, skip_bad_rows=skip)
         source = (f"eSpeak NG synthetic commands/digits: {len(corpus.train.texts)} train utterances; "
-                  f"test: {opts['test']} ({len(test.texts)} recordings)")
+                  f"test: {opts['test']} ({len(test.texts)} recordings){test.skipped_note(opts['test'])}")
         return SpeechData(corpus.train, test, source, corpus.sample_rate)
     if "test" not in options:
         raise DataError("speech data option 'train' needs 'test' too (a second manifest, ideally of unseen "
@@ -193,8 +208,10 @@ def load_speech_dataset(options: Mapping[str, str]) -> SpeechData:
         rate = 0
     if rate < 8000:
         raise DataError(f"sample_rate must be an integer of at least 8000 (Hz), got {opts['sample_rate']!r}")
-    train, test = read_manifest(Path(opts["train"]), rate, *columns), read_manifest(test_path, rate, *columns)
-    source = f"{opts['train']} ({len(train.texts)} train) / {opts['test']} ({len(test.texts)} test), {rate} Hz"
+    train = read_manifest(Path(opts["train"]), rate, *columns, skip_bad_rows=skip)
+    test = read_manifest(test_path, rate, *columns, skip_bad_rows=skip)
+    source = (f"{opts['train']} ({len(train.texts)} train) / {opts['test']} ({len(test.texts)} test), {rate} Hz"
+              f"{train.skipped_note(opts['train'])}{test.skipped_note(opts['test'])}")
     return SpeechData(train, test, source, rate)
 
 
@@ -212,8 +229,10 @@ def manifest_files(path: Path, audio_column: str = "audio", text_column: str = "
 
 
 def read_manifest(path: Path, sample_rate: int, audio_column: str = "audio", text_column: str = "text",
-                  speaker_column: str = "speaker") -> SpeechSplit:
-    """Read one manifest and every audio file it names, validating each row; see :func:`load_speech_dataset`."""
+                  speaker_column: str = "speaker", skip_bad_rows: bool = False) -> SpeechSplit:
+    """Read one manifest and every audio file it names, validating each row; see :func:`load_speech_dataset`.
+    With ``skip_bad_rows`` a row that fails is left out and kept in the split's ``skipped``; without, the first
+    such row fails naming the option."""
     name = str(path)
     if not path.is_file():
         raise DataError(f"{name}: manifest not found (expected a .csv or .jsonl file)")
@@ -225,34 +244,52 @@ def read_manifest(path: Path, sample_rate: int, audio_column: str = "audio", tex
     except UnicodeDecodeError as exc:
         raise DataError(f"{name}: not valid UTF-8 ({exc.reason} at byte {exc.start}); save it as UTF-8") from None
     rows = _csv_rows(name, text, audio_column, text_column) if suffix == ".csv" else _jsonl_rows(name, text)
+    try:
+        import soundfile  # noqa: F401  (checked once here: not a fault of any row)
+    except ImportError:
+        raise DataError("reading WAV/FLAC needs soundfile: pip install 'bakeoff[speech]'") from None
     split = SpeechSplit([], [], [], [])
     for line, row in rows:
         where = f"{name}, line {line}"
-        audio_field = str(row.get(audio_column) or "").strip()
-        if not audio_field:
-            raise DataError(f"{where}: empty {audio_column!r}; every row needs an audio file")
-        transcript = ALPHABET.normalise(str(row.get(text_column) or ""))
-        if not transcript:
-            raise DataError(f"{where}: empty transcript in {text_column!r}; every row needs text")
-        bad = ALPHABET.unknown(transcript)
-        if bad:
-            raise DataError(f"{where}: transcript has character(s) {''.join(bad)!r} outside the alphabet "
-                            f"(after lowercasing): accepted are a-z, space and apostrophe; spell numbers and "
-                            f"symbols out as words")
-        audio = _read_audio(where, path.parent / audio_field, sample_rate)
-        feats = log_mel(audio, sample_rate)
-        need = ctc_frames_needed(ALPHABET.encode(transcript))
-        if output_frames(len(feats)) < need:
-            raise DataError(f"{where}: audio {audio_field!r} is {len(audio) / sample_rate:.2f} s, too short for its "
-                            f"{len(transcript)}-character transcript (CTC needs {need} encoder frames of "
-                            f"{SUBSAMPLING * HOP_S * 1000:.0f} ms)")
+        try:
+            feats, transcript = _utterance(where, path.parent, row, sample_rate, audio_column, text_column)
+        except DataError as bad:
+            if not skip_bad_rows:
+                raise DataError(f"{bad} (or --data skip_bad_rows=true to leave such rows out)") from None
+            split.skipped.append((line, str(bad)))
+            continue
         split.features.append(feats)
         split.texts.append(transcript)
         split.speakers.append(str(row.get(speaker_column) or ""))
         split.origins.append(where)
     if not split.texts:
-        raise DataError(f"{name}: no rows; expected at least one utterance")
+        first = f" ({len(split.skipped)} bad, left out; the first: {split.skipped[0][1]})" if split.skipped else ""
+        raise DataError(f"{name}: no usable rows{first}; expected at least one utterance")
     return split
+
+
+def _utterance(where: str, folder: Path, row: Mapping, sample_rate: int, audio_column: str,
+               text_column: str) -> tuple[np.ndarray, str]:
+    """One manifest row's log-mel features and normalised transcript; a :class:`DataError` naming its fault."""
+    audio_field = str(row.get(audio_column) or "").strip()
+    if not audio_field:
+        raise DataError(f"{where}: empty {audio_column!r}; every row needs an audio file")
+    transcript = ALPHABET.normalise(str(row.get(text_column) or ""))
+    if not transcript:
+        raise DataError(f"{where}: empty transcript in {text_column!r}; every row needs text")
+    bad = ALPHABET.unknown(transcript)
+    if bad:
+        raise DataError(f"{where}: transcript has character(s) {''.join(bad)!r} outside the alphabet "
+                        f"(after lowercasing): accepted are a-z, space and apostrophe; spell numbers and "
+                        f"symbols out as words")
+    audio = _read_audio(where, folder / audio_field, sample_rate)
+    feats = log_mel(audio, sample_rate)
+    need = ctc_frames_needed(ALPHABET.encode(transcript))
+    if output_frames(len(feats)) < need:
+        raise DataError(f"{where}: audio {audio_field!r} is {len(audio) / sample_rate:.2f} s, too short for its "
+                        f"{len(transcript)}-character transcript (CTC needs {need} encoder frames of "
+                        f"{SUBSAMPLING * HOP_S * 1000:.0f} ms)")
+    return feats, transcript
 
 
 def _read_audio(where: str, path: Path, sample_rate: int) -> np.ndarray:
@@ -260,17 +297,16 @@ def _read_audio(where: str, path: Path, sample_rate: int) -> np.ndarray:
         raise DataError(f"{where}: audio file {str(path)!r} is not .wav or .flac")
     if not path.is_file():
         raise DataError(f"{where}: audio file {str(path)!r} not found")
-    try:
-        import soundfile
-    except ImportError:
-        raise DataError("reading WAV/FLAC needs soundfile: pip install 'bakeoff[speech]'") from None
+    import soundfile
+
     try:
         audio, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
     except (soundfile.LibsndfileError, RuntimeError) as exc:
         raise DataError(f"{where}: cannot read audio file {str(path)!r} ({exc})") from None
     if rate != sample_rate:
         raise DataError(f"{where}: audio file {str(path)!r} is {rate} Hz, expected {sample_rate} Hz; bakeoff does "
-                        f"not resample: convert it (e.g. sox in.wav -r {sample_rate} out.wav) or set sample_rate")
+                        f"not resample: convert it (e.g. sox in.wav -r {sample_rate} out.wav), or, if every file is "
+                        f"at {rate} Hz, give --data sample_rate={rate}")
     if audio.shape[1] != 1:
         raise DataError(f"{where}: audio file {str(path)!r} has {audio.shape[1]} channels; expected mono")
     if frame_count(len(audio), sample_rate) == 0:

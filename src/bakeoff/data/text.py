@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bakeoff.data import DataError
+from bakeoff.data import DataError, parse_flag
 
 OPTION_DEFAULTS: dict[str, str | None] = {
     "train": None,
@@ -125,7 +125,7 @@ def load_text_dataset(options: Mapping[str, str]) -> TextData:
             f"(a .csv or .jsonl file); give no options at all for the shipped fine-foods reviews"
         )
     columns = (opts["text_column"], opts["label_column"])
-    skip = _parse_flag("skip_bad_rows", opts["skip_bad_rows"])
+    skip = parse_flag("skip_bad_rows", opts["skip_bad_rows"])
     train = _read_file(Path(opts["train"]), *columns, skip)
     if opts["test"] is not None:
         if "test_fraction" in options or "split_seed" in options:
@@ -192,13 +192,6 @@ def _parse_fraction(value: str) -> float:
     return fraction
 
 
-def _parse_flag(name: str, value: str) -> bool:
-    flags = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-    if value.strip().lower() not in flags:
-        raise DataError(f"{name} must be true or false, got {value!r}")
-    return flags[value.strip().lower()]
-
-
 def _parse_seed(value: str) -> int:
     try:
         seed = int(value)
@@ -246,10 +239,12 @@ def _parse(name: str, raw: bytes, suffixes: str, text_column: str, label_column:
             raise DataError(f"{name}: not a valid gzip file ({exc})") from None
     delimiter = _DELIMITERS[suffixes.removesuffix(".gz")]
     lines = _decode_lines(name, raw)
+    columns = {"text": text_column, "label": label_column}
     if delimiter is None:
-        records = _json_records(name, lines)
+        records: Iterable[tuple[int, dict]] = list(_json_records(name, lines))
+        _check_keys(name, records, columns)
     else:
-        records = _csv_records(name, lines, delimiter, {"text": text_column, "label": label_column})
+        records = _csv_records(name, lines, delimiter, columns)
     rows = _Rows(name, [], [], [])
     for line, record in records:
         try:
@@ -273,11 +268,29 @@ def _parse(name: str, raw: bytes, suffixes: str, text_column: str, label_column:
         raise DataError(f"{name}: {len(rows.skipped)} bad row{'s' if len(rows.skipped) > 1 else ''}, which "
                         f"training cannot use:{shown}{more}\nFix them, or add --data skip_bad_rows=true to leave "
                         "them out (the report's data line says how many were left out)")
+    if not rows.texts and rows.skipped:  # skip_bad_rows left every row out
+        line, why = rows.skipped[0]
+        raise DataError(f"{name}: no usable rows: all {len(rows.skipped)} are bad and skip_bad_rows left them all "
+                        f"out (the first, line {line}: {why})")
     if not rows.texts:
         kind = "no JSON objects" if delimiter is None else "no data rows after the header"
-        left = f", {len(rows.skipped)} bad rows left out" if rows.skipped else ""
-        raise DataError(f"{name}: no rows ({kind}{left}); expected at least one row with text and label")
+        raise DataError(f"{name}: no rows ({kind}); expected at least one row with text and label")
     return rows
+
+
+def _check_keys(name: str, records: Sequence[tuple[int, dict]], columns: dict[str, str]) -> None:
+    """A JSON-lines file none of whose objects has the text or label key: one error naming the keys it has (not
+    one bad row per line, which ``skip_bad_rows`` would then leave out to nothing)."""
+    missing = {what: column for what, column in columns.items() if not any(column in r for _, r in records)}
+    if not missing or not records:
+        return
+    found = Counter(key for _, record in records for key in record)
+    keys = ", ".join(f"{key!r} (in {count} of them)" for key, count in found.items()) or "none, every object is {}"
+    wanted = " and ".join(f"the {what} key {column!r}" for what, column in missing.items())
+    options = " ".join(f"--data {what}_column=KEY" for what in missing)
+    raise DataError(f"{name}: {wanted} {'are' if len(missing) > 1 else 'is'} in none of its {len(records)} JSON "
+                    f"objects; keys found: {keys}. Name "
+                    f"the key{'s' if len(missing) > 1 else ''} to read with {options}")
 
 
 def _decode_lines(name: str, raw: bytes) -> list[str]:

@@ -19,13 +19,13 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from bakeoff.core import formats
 from bakeoff.core import frameworks as records
+from bakeoff.core.files import temporary_folder
 from bakeoff.core.spec import RunSpec, SpecError
 from bakeoff.measure.environment import usable_cores
 from bakeoff.results import model_dir
@@ -117,7 +117,7 @@ def run_process(module: str, request: dict[str, Any], timeout_s: float, env: dic
                 log_path: Path) -> dict[str, Any]:
     """``python -m module REQUEST RESULT`` in a fresh process group; its result, or a failure / timeout row with
     the log's tail when it wrote none. The whole group is killed on timeout."""
-    with tempfile.TemporaryDirectory(prefix="bakeoff-deploy-") as tmp:
+    with temporary_folder("bakeoff-deploy-") as tmp:
         req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
         req.write_text(json.dumps(request))
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -164,7 +164,7 @@ def evaluate(directory: Path, timeout_s: float = 900.0, batch: int = 256) -> dic
     """The kept model's metric on its whole test split, computed again from its native file in a fresh process
     of its framework: ``{"status", "metric", "metric_name", "examples", "trained_metric"}`` (or the reason)."""
     manifest = model_dir.read(directory)
-    with tempfile.TemporaryDirectory(prefix="bakeoff-evaluate-") as tmp:
+    with temporary_folder("bakeoff-evaluate-") as tmp:
         request = {"model_dir": str(directory), "format": "reference", "out": tmp, "examples": 10**12,
                    "batch": batch}
         env = _env(records.get(manifest.framework).loads, usable_cores())

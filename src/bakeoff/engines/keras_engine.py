@@ -139,7 +139,9 @@ class KerasEngine(Engine):
             self._count_traces()
         self.compiled = "eager (run_eagerly=True)" if eager else COMPILED_PATH[self.backend, spec.execution]
         if self.backend == "torch" and spec.execution is Execution.GRAPH:
-            _lift_recompile_limits()
+            from bakeoff.engines.torch_engine import compile_settings
+
+            self._graph_breaks = compile_settings()
         # Compiled like the step on jax and tensorflow (the probes check what the compiled code computes); eager
         # on torch (Keras compiles torch's step, not a gradient function).
         self._gradient_fn = _GRADIENTS[self.backend](self.impl, spec.execution)
@@ -301,7 +303,8 @@ class KerasEngine(Engine):
             from torch._dynamo.utils import counters
 
             return {"dynamo_frames_compiled": int(counters["stats"]["unique_graphs"]),
-                    "dynamo_graph_breaks": int(sum(counters["graph_break"].values()))}
+                    "dynamo_graph_breaks": int(sum(counters["graph_break"].values())),
+                    "dynamo_graph_breaks_at": self._graph_breaks.sites()}
         return {"train_step_traces": self._traces}
 
 
@@ -315,14 +318,6 @@ def _labels_key(impl: Any) -> str:
     """The batch entry a model's loss reads as labels (Keras' y): ``labels``, unless the model names another (a
     Keras function's declaration may)."""
     return getattr(impl, "labels_key", "labels")
-
-
-def _lift_recompile_limits() -> None:
-    """As the torch engine does: no frame silently falls back to eager after Dynamo's 8th recompilation."""
-    import torch._dynamo as dynamo
-
-    dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 100_000)
-    dynamo.config.accumulated_recompile_limit = max(dynamo.config.accumulated_recompile_limit, 100_000)
 
 
 def _pin_device_and_threads(backend: str, device: Device, threads: int) -> str:

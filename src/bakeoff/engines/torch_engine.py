@@ -14,6 +14,7 @@ all-reduces still overlap the backward pass.
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -156,8 +157,6 @@ class TorchEngine(Engine):
             # Inductor 2.13 on the speech model (ValueRangeError on a stride-2 convolution's symbolic length
             # feeding dropout); the remedy measured instead is fewer shapes: bucketing and ``pad_multiple``.
             # The recompile limit is lifted so that no shape silently falls back to eager after the 8th.
-            import torch._dynamo as dynamo
-
             if self.device.type == "cpu":
                 # Dropout's random numbers from PyTorch's own kernel rather than Inductor's generated CPU code,
                 # which took 1.2-1.4 s of a 2.9-3.05 s text_classifier/small step (bench/reference_efficiency.py:
@@ -165,9 +164,7 @@ class TorchEngine(Engine):
                 import torch._inductor.config as inductor_config
 
                 inductor_config.fallback_random = True
-            dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 100_000)
-            dynamo.config.accumulated_recompile_limit = max(
-                dynamo.config.accumulated_recompile_limit, 100_000)
+            self._graph_breaks = compile_settings()
             self._forward = torch.compile(forward, dynamic=False)
             # The update compiles once: its inputs (parameters, gradients, Adam state) never change shape.
             self._update = torch.compile(self._apply_gradients, dynamic=False)
@@ -322,7 +319,42 @@ class TorchEngine(Engine):
         from torch._dynamo.utils import counters
 
         return {**out, "dynamo_frames_compiled": int(counters["stats"]["unique_graphs"]),
-                "dynamo_graph_breaks": int(sum(counters["graph_break"].values()))}
+                "dynamo_graph_breaks": int(sum(counters["graph_break"].values())),
+                "dynamo_graph_breaks_at": self._graph_breaks.sites()}
+
+
+class GraphBreaks:
+    """Where ``torch.compile`` broke the graph, as Dynamo's graph-break log says it ("Graph break in user code at
+    FILE:LINE", then the reason): each site with its reason's first line and how often. A filter on that log keeps
+    the records and drops them, so the trial's stderr gets none of the stack traces."""
+
+    LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], int] = {}
+        torch._logging.set_logs(graph_breaks=True)
+        logging.getLogger(self.LOGGER).addFilter(self._keep)
+
+    def _keep(self, record: logging.LogRecord) -> bool:
+        lines = [line.strip() for line in record.getMessage().splitlines()]
+        at = lines[0].removeprefix("Graph break in user code at ") if lines else "?"
+        reason = next((line for line in lines[1:] if line and not line.startswith("Graph Break Reason")), "")
+        self._seen[at, reason] = self._seen.get((at, reason), 0) + 1
+        return False
+
+    def sites(self) -> list[dict[str, Any]]:
+        """``[{"at": "/…/torch_model.py:70", "reason": "…", "count": 2}]``, in the order first met."""
+        return [{"at": at, "reason": reason, "count": n} for (at, reason), n in self._seen.items()]
+
+
+def compile_settings() -> GraphBreaks:
+    """What every ``torch.compile`` of a trial runs under (this engine's and Keras' on PyTorch): no frame silently
+    falls back to eager after Dynamo's 8th recompilation; the graph breaks recorded where they happen."""
+    import torch._dynamo as dynamo
+
+    dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 100_000)
+    dynamo.config.accumulated_recompile_limit = max(dynamo.config.accumulated_recompile_limit, 100_000)
+    return GraphBreaks()
 
 
 def skipped(scale_before: float, scaler: torch.amp.GradScaler) -> bool:

@@ -38,7 +38,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,7 +45,7 @@ from typing import Any
 
 from bakeoff.core import frameworks as records
 from bakeoff.core import registry
-from bakeoff.core.files import write_json
+from bakeoff.core.files import temporary_folder, write_json
 from bakeoff.core.result import CeilingProbe, Mfu, TrialResult
 from bakeoff.core.spec import Parallelism, RunSpec, Status
 from bakeoff.measure.environment import cpu_model, usable_cores
@@ -121,7 +120,7 @@ def measure(framework: str, n: int = SIZE, threads: int = 0, timeout_s: float = 
             device: str = "auto") -> dict[str, Any]:
     """:func:`probe` in a fresh process on ``device`` (as a trial's ``--device``); ``{"status": "ok", ...}`` or the
     failure with its reason."""
-    with tempfile.TemporaryDirectory(prefix="bakeoff-ceiling-") as tmp:
+    with temporary_folder("bakeoff-ceiling-") as tmp:
         out = Path(tmp) / "ceiling.json"
         env = {**os.environ, **records.get(framework).env}
         if threads:

@@ -33,7 +33,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -41,7 +40,7 @@ from typing import Any
 
 from bakeoff.core import frameworks as records
 from bakeoff.core import registry
-from bakeoff.core.files import write_json
+from bakeoff.core.files import temporary_folder, write_json
 from bakeoff.measure import ceiling
 from bakeoff.measure.environment import usable_cores
 
@@ -157,7 +156,7 @@ def rates(framework: str, precision: str, shapes: Iterable[Key], threads: int = 
 def _measure(framework: str, precision: str, shapes: list[Key], threads: int, device: str,
              timeout_s: float) -> dict[Key, list[float]]:
     """The child process: each shape's samples, or nothing (logged) when it failed."""
-    with tempfile.TemporaryDirectory(prefix="bakeoff-gemm-") as tmp:
+    with temporary_folder("bakeoff-gemm-") as tmp:
         given, out = Path(tmp) / "shapes.json", Path(tmp) / "rates.json"
         given.write_text(json.dumps(shapes))
         env = {**os.environ, **records.get(framework).env, "OMP_NUM_THREADS": str(threads),

@@ -8,7 +8,11 @@ store is read without decoding samples, and no data set is loaded.
 Estimates (:class:`Durations`): the median ``wall_s`` (the trial's whole process) of the successful stored trials
 of the same configuration — every spec field but seed, repeat and the bakeoff and framework versions — else of the
 same (workload, preset, label); during a run, else of the trials of that configuration finished in this run, else
-of every trial finished in this run.
+a trial's steady part plus its compile: the median of this run's trials' wall times less their compile time
+(:func:`compile_seconds`), plus the compile time of this run's trials of the same framework and execution mode. A
+first trial that compiles for a minute is not taken as the length of every other: an eager trial adds no compile
+time, and one of a framework and mode not seen yet adds an unknown one (:meth:`Durations.compile_known`: the
+estimate is then a lower bound).
 """
 
 from __future__ import annotations
@@ -17,12 +21,15 @@ import dataclasses
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff.core.identity import configuration
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.plan.order import measure_again, order, to_run
 from bakeoff.results.store import Store
+
+if TYPE_CHECKING:
+    from bakeoff.core.result import TrialResult
 
 
 def _label(spec: Mapping[str, Any] | RunSpec) -> tuple[str, str, str]:
@@ -40,6 +47,8 @@ class Durations:
             self._by_config.setdefault(configuration(spec), []).append(wall_s)
             self._by_label.setdefault(_label(spec), []).append(wall_s)
         self._run: dict[str, list[float]] = {}
+        self._steady: list[float] = []  # this run's trials' wall times less their compile time
+        self._compile: dict[tuple[str, str], list[float]] = {}  # (framework, execution) -> this run's compile times
 
     @classmethod
     def from_store(cls, store: Store) -> Durations:
@@ -52,9 +61,12 @@ class Durations:
         times = self._by_config.get(configuration(spec.to_dict())) or self._by_label.get(_label(spec))
         return statistics.median(times) if times else None
 
-    def learn(self, spec: RunSpec, wall_s: float) -> None:
-        """Record a trial finished in this run."""
+    def learn(self, spec: RunSpec, wall_s: float, compile_s: float | None = None) -> None:
+        """Record a trial finished in this run, and how much of its wall time was compiling (None: not known)."""
         self._run.setdefault(configuration(spec.to_dict()), []).append(wall_s)
+        self._steady.append(max(0.0, wall_s - (compile_s or 0.0)))
+        if compile_s is not None:
+            self._compile.setdefault(_mode(spec), []).append(compile_s)
 
     def estimate(self, spec: RunSpec) -> float | None:
         """Expected wall seconds of ``spec``; ``None`` when nothing stored or run so far says."""
@@ -62,8 +74,30 @@ class Durations:
             return stored
         if times := self._run.get(configuration(spec.to_dict())):
             return statistics.median(times)
-        every = [t for times in self._run.values() for t in times]
-        return statistics.median(every) if every else None
+        if not self._steady:
+            return None
+        compiles = self._compile.get(_mode(spec))
+        return statistics.median(self._steady) + (statistics.median(compiles) if compiles else 0.0)
+
+    def compile_known(self, spec: RunSpec) -> bool:
+        """Whether :meth:`estimate` of ``spec`` counts its compile time: stored or run before, an eager trial (no
+        compile), or one of a framework and execution mode this run has compiled; otherwise it is a lower bound."""
+        return (spec.execution.value == "eager" or _mode(spec) in self._compile or self.stored(spec) is not None
+                or configuration(spec.to_dict()) in self._run)
+
+
+def _mode(spec: RunSpec) -> tuple[str, str]:
+    return spec.framework.value, spec.execution.value
+
+
+def compile_seconds(result: TrialResult) -> float | None:
+    """What a finished trial spent compiling: the time its graph-building steps took beyond a steady step (first
+    step included), else its first step's excess over a steady step; None when it did not measure both."""
+    if result.training.graph_build_s is not None:
+        return result.training.graph_build_s
+    if result.first_step_s is None or result.steady_step_s is None:
+        return None
+    return max(0.0, result.first_step_s - result.steady_step_s)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -128,6 +128,13 @@ class Suite:
     # empty for a suite run as written and for ad-hoc trials (whose flags are the suite).
     overrides: dict[str, str] = dataclasses.field(default_factory=dict)
 
+    def title(self) -> str:
+        """The report's heading: the suite, or an ad-hoc run's workload, and the data its trials read when a data
+        option names any (``"bakeoff: text_classifier on bbc_topics.csv"``), so a report says what it is about."""
+        files = sorted({Path(value).name for spec in self.specs for _, value in spec.data})
+        on = f" on {', '.join(files)}" if files else ""
+        return f"bakeoff: {self.name.removeprefix('adhoc-')}{on}"
+
 
 def shipped_suites() -> list[str]:
     return sorted(p.name[:-5] for p in resources.files("bakeoff.suites").iterdir() if p.name.endswith(".toml"))

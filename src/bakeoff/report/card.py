@@ -27,7 +27,7 @@ from bakeoff.measure.environment import OTHER_WORK_SHARE
 from bakeoff.report.templates import Block, Heading, Para, Section, Table
 
 SHORT = {"throughput": "throughput", "time_to_target": "time to target", "first_step": "first step",
-         "memory": "memory", "quality": "quality"}
+         "memory": "memory", "quality": "quality", "energy": "energy"}
 """Column headers of the measured criteria; their units are in the legend."""
 
 LEADER = "★"
@@ -282,7 +282,8 @@ def _legend(decisions: Sequence[Decision], summaries: Sequence[ConfigSummary], c
                              f"reached, {what}" if len(metrics) > 1 else f"quality: {next(iter(metrics))} at the "
                              "largest training budget every configuration reached")
             else:
-                unit = q.display_unit + (" of training increment" if c == "memory" else "")
+                unit = q.display_unit + {"memory": " of training increment", "energy": " per training example, "
+                                         "measured by RAPL / NVML counters"}.get(c, "")
                 units.append(f"{SHORT[c]}: {unit}")
         else:
             units.append(f"{c.replace('_', ' ')}: a 0..5 score given in the suite, not measured"

@@ -38,6 +38,7 @@ from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, fmt, short_re
 from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, outcome_text, percent, ratio_text
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError, Status
+from bakeoff.measure import energy
 from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE, size_note
 from bakeoff.measure.environment import OTHER_WORK_SHARE
 from bakeoff.report import card, claims, declared, deployment, plots
@@ -73,7 +74,8 @@ SHORT = {"examples_per_s": "throughput", "tokens_per_s": "tokens/s", "frames_per
          "first_step_s": "first step", "steady_step_s": "step", "time_to_target_s": "to target",
          "steps_to_target": "steps to target", "metric_at_budget": "{metric} at budget", "final_metric": "final",
          "import_s": "import", "build_s": "build", "memory_baseline_bytes": "baseline",
-         "memory_increment_bytes": "training increment", "peak_memory_bytes": "peak"}
+         "memory_increment_bytes": "training increment", "peak_memory_bytes": "peak",
+         "energy_per_example_j": "energy / example", "energy_to_target_j": "energy to target"}
 """Column headers of the configuration and memory tables; what each means, with its unit, is in the legend under
 the table (a quantity without one here is headed by its full title)."""
 
@@ -144,12 +146,49 @@ def _comparison_table(configs: Sequence[ConfigSummary]) -> Table:
                          "and trials that trained on are compared at an equal budget.")
     if any(q.name == "mfu" for q in columns):
         footnotes.append(_mfu_note(configs))
+    footnotes += [note] if (note := _energy_note(configs)) else []
     if builds:
         footnotes.append("Graph builds: training steps that traced (tf.function) or compiled (torch.compile, "
                          "jax.jit) a graph, each new input shape adding one; \"×3 graphs\": each build made 3 "
                          "graphs, the pieces between graph breaks; their extra seconds are what those steps took "
                          "beyond a steady step, the first step included.")
+        footnotes += [note] if (note := _graph_break_note(configs)) else []
     return Table(header, rows, footnotes)
+
+
+def _graph_break_note(configs: Sequence[ConfigSummary]) -> str | None:
+    """Where torch.compile broke each configuration's graph, as its first successful run recorded it."""
+    said = []
+    for c in configs:
+        sites = next((r.extras["dynamo_graph_breaks_at"] for r in c.ok if r.extras.get("dynamo_graph_breaks_at")), [])
+        where = ", ".join(f"{Path(str(s.get('at'))).name}{f' ({reason})' if (reason := s.get('reason')) else ''}"
+                          f"{f' ×{n}' if (n := s.get('count', 1)) > 1 else ''}" for s in sites)
+        said += [f"{c.label} at {where}"] if where else []
+    return f"Graph breaks, where torch.compile stopped tracing (a run's own record): {'; '.join(said)}." \
+        if said else None
+
+
+def _energy_note(configs: Sequence[ConfigSummary]) -> str | None:
+    """Where the energy figures came from, and each configuration without one: ``energy: not measured — why``
+    (:func:`bakeoff.measure.energy.describe`, as its first successful run recorded it)."""
+    missing: dict[str, list[str]] = {}
+    measured = False
+    for c in configs:
+        r = next(iter(c.ok), None)
+        if r is None:
+            continue
+        if r.energy is not None and not r.energy.missing:
+            measured = True
+        else:
+            missing.setdefault(energy.describe(r.energy), []).append(c.label)
+    if not measured:
+        if len(missing) == 1:
+            return f"{next(iter(missing))}."
+        return "; ".join(f"{', '.join(labels)}: {line}" for line, labels in missing.items()) + "." if missing else None
+    return ("Energy: joules read from the machine's cumulative counters at the step clock's points, never estimated "
+            "(RAPL: each CPU package and its DRAM, the whole package, other processes on it included; NVML: the "
+            "trial's GPUs); per example over the steady steps; to target interpolated between evaluations, as time "
+            "to target is" + "".join(f"; {', '.join(labels)}: {line}" for line, labels in missing.items()) + ".")
 
 
 def _mfu_note(configs: Sequence[ConfigSummary]) -> str:
@@ -594,7 +633,8 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
                   decisions: Mapping[tuple[str, str], Decision] | None = None,
                   deployments: Sequence[Mapping[str, Any]] = (),
                   declared_section: Sequence[Block] = (), plan_section: Sequence[Block] = (),
-                  covers: str = "", suite_files: Mapping[str, str] | None = None) -> dict[str, Path]:
+                  covers: str = "", suite_files: Mapping[str, str] | None = None,
+                  again: str = "bakeoff report") -> dict[str, Path]:
     """Write ``report.md``, ``report.html``, ``throughput.png`` and ``quality_vs_time.png`` into ``out_dir``.
 
     Args:
@@ -613,6 +653,8 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
         plan_section: the "Capacity plan" section (:func:`bakeoff.report.capacity.blocks`), before Claims.
         covers: what the results are, when they are more than one command's (the report's first sentence).
         suite_files: suite name -> the file it was read from, as the store recorded it (the "Reproduce" line).
+        again: the command that writes this report again, for the error when the disk is full (the store and
+            folder the user gave, not the defaults).
 
     Returns:
         ``{"markdown", "html", "throughput", "quality_vs_time"}`` (and ``"scaling"`` when distributed trials
@@ -648,7 +690,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
     contents = {"markdown": to_markdown(title, blocks).encode(), "html": to_html(title, blocks).encode()}
     for name, image in images.items():
         paths[name], contents[name] = out_dir / image.filename, image.png
-    write_all({paths[name]: data for name, data in contents.items()})
+    write_all({paths[name]: data for name, data in contents.items()}, again)
     return paths
 
 
@@ -665,9 +707,10 @@ def report_folder(out_dir: Path | str) -> Path:
     return out_dir
 
 
-def write_all(files: dict[Path, bytes]) -> None:
+def write_all(files: dict[Path, bytes], again: str = "bakeoff report") -> None:
     """Write every file or none: each to a temporary beside it first, then all renamed into place, so a full disk
-    leaves the previous report as it was, not half of a new one."""
+    leaves the previous report as it was, not half of a new one; the error names ``again``, the command that
+    writes them again."""
     written: list[tuple[Path, Path]] = []
     try:
         for path, data in files.items():
@@ -679,6 +722,6 @@ def write_all(files: dict[Path, bytes]) -> None:
             temporary.unlink(missing_ok=True)
         folder = next(iter(files)).parent
         raise SpecError(f"could not write the report in {folder} ({exc.strerror or exc}); nothing in it was "
-                        "replaced: make room and run `bakeoff report` again") from None
+                        f"replaced: make room and run `{again}`") from None
     for temporary, path in written:
         temporary.replace(path)

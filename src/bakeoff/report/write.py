@@ -84,18 +84,20 @@ def write_report(results: Sequence[TrialResult], out: Path, weights: Mapping[str
                  qualitative: Mapping[str, Any] | None, title: str, suites: Mapping[str, str] | None = None,
                  deployments: Sequence[Mapping[str, Any]] = (), team: Team | None = None,
                  plans: Sequence[tuple[str, Mapping[str, Any]]] = (), covers: str = "",
-                 suite_files: Mapping[str, str] | None = None) -> Written:
+                 suite_files: Mapping[str, str] | None = None, again: str = "bakeoff report") -> Written:
     """Decide each section of ``results`` and write the report into ``out`` (Markdown, HTML, plots); with a
     ``team`` file, its declared criteria in the decision and in their own section; with ``plans``
     (:func:`bakeoff.plan.capacity.load_plans`), a "Capacity plan" section calibrated by ``results``; ``covers``:
-    what the results are, when more than one command's (its first sentence)."""
+    what the results are, when more than one command's (its first sentence); ``again``: the command that writes
+    it again (named when the disk is full)."""
     summaries = summarise_groups(results)
     decided = decisions(summaries, weights, qualitative, deployments, team)
     frameworks = {key: sorted({s.framework for s in summaries if (s.workload, s.preset) == key}) for key in decided}
     paths = render_report(results, out, weights=weights or None, qualitative=qualitative or None, title=title,
                           suites=suites, decisions=decided, deployments=deployments,
                           declared_section=declared.blocks(team, decided, frameworks, deployments),
-                          plan_section=capacity.blocks(plans, results), covers=covers, suite_files=suite_files)
+                          plan_section=capacity.blocks(plans, results), covers=covers, suite_files=suite_files,
+                          again=again)
     return Written(paths, decided, summaries)
 
 

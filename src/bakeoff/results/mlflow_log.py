@@ -215,7 +215,8 @@ def metrics(result: TrialResult) -> tuple[dict[str, float], dict[str, str]]:
         value = q.get(result, None)
         if value is not None and math.isfinite(value):
             values[q.name] = float(value)
-        elif q.censored and result.target is not None and result.status is Status.OK:
+        elif (q.censored and result.target is not None and result.status is Status.OK
+              and (q.measured is None or q.measured(result))):
             missing[q.name] = f"the target {result.target:g} was not reached"
         elif q.why_missing is not None and (why := q.why_missing(result)):
             missing[q.name] = why

@@ -14,8 +14,9 @@ Each trial is written in one transaction, so an interrupted run never leaves hal
 
 Journal: write-ahead (WAL) on a local disk; on a network file system (NFS, SMB, Lustre, GPFS, ...: the results
 folder of a cluster) the rollback journal instead, since WAL's shared-memory index only works among processes of
-one machine, as SQLite documents (https://www.sqlite.org/wal.html). bakeoff writes a store from one process only,
-the submitting ``bakeoff run`` whatever executor runs the trials, so no two machines write one store at once.
+one machine, as SQLite documents (https://www.sqlite.org/wal.html). A ``bakeoff run`` writes its store from one
+process, whatever executor runs the trials; two runs on one store (``--concurrent``) each write their own trials,
+never the same one at once (:mod:`bakeoff.results.trial_claims`).
 
 A store's files besides the database (trial logs, checkpoints, TensorBoard events) live in the folder named after
 it, :func:`artifacts_dir`: ``results/bakeoff.sqlite`` keeps them under ``results/bakeoff/``, so two stores in one
@@ -28,6 +29,7 @@ import contextlib
 import csv
 import dataclasses
 import json
+import os
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
@@ -147,8 +149,49 @@ FROM trials"""
 
 
 class StoreWriteError(SpecError):
-    """The store refused a write (``database or disk is full``, a read-only file): an exit-2 message, not a
-    traceback; what could not be stored is kept elsewhere by the caller."""
+    """The store refused a write (a full disk, a read-only file): an exit-2 message, not a traceback; what could
+    not be stored is kept elsewhere by the caller. ``why``: the cause alone ("no space left on /data (0.0 MB free),
+    free 5 MB or more there (SQLite: database or disk is full)", "attempt to write a readonly database")."""
+
+    def __init__(self, message: str, why: str = "") -> None:
+        super().__init__(message)
+        self.why = why or message
+
+
+SPACE_NEEDED_MB = 5
+"""What a store's writes may need on its disk before SQLite can make room again: its journal grows until a
+checkpoint, at 1,000 pages (4 MiB at SQLite's default page), beside WAL's 32 KiB index and a trial's rows."""
+
+FULL_BELOW = 2**20
+"""Free bytes under which an I/O error of SQLite's is a full disk: its largest single write, the WAL index's first
+32 KiB, fits in far less (SQLite reports a full disk as ``disk I/O error`` when it cannot grow that index)."""
+
+
+def mount_point(path: Path) -> Path:
+    """The mount point of the file system holding ``path`` (the nearest existing folder above it, if it is not)."""
+    path = path.resolve()
+    while not path.exists():
+        path = path.parent
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def no_space(path: Path, exc: sqlite3.Error) -> str | None:
+    """"no space left on MOUNT (F MB free), free N MB or more there" when SQLite's error ``exc`` on the store at
+    ``path`` is its disk being full (``SQLITE_FULL``, or an I/O error with under :data:`FULL_BELOW` bytes free
+    there); None otherwise."""
+    name = getattr(exc, "sqlite_errorname", "")
+    if not (name == "SQLITE_FULL" or name.startswith("SQLITE_IOERR")):
+        return None
+    try:
+        disk = os.statvfs(path.parent if path.parent.exists() else mount_point(path))
+    except OSError:
+        return None
+    free = disk.f_bavail * disk.f_frsize
+    if name != "SQLITE_FULL" and free >= FULL_BELOW:
+        return None
+    return f"no space left on {mount_point(path)} ({free / 1e6:.1f} MB free), free {SPACE_NEEDED_MB} MB or more there"
 
 
 class Store:
@@ -159,6 +202,9 @@ class Store:
         if self.path.is_dir():
             raise SpecError(f"--store {self.path} is a folder; a store is one file: name one, e.g. "
                             f"--store {self.path / 'bakeoff.sqlite'}")
+        # the files a failed open may create: removed again when a full disk stops it (nothing else wrote them)
+        fresh = [p for p in (self.path, *(self.path.with_name(self.path.name + s) for s in ("-wal", "-shm")))
+                 if not p.exists()]
         if readonly:
             if not self.path.is_file():
                 raise SpecError(f"no results store at {self.path}")
@@ -181,6 +227,14 @@ class Store:
                     self._db.execute("INSERT INTO meta VALUES ('store_version', ?)", (str(STORE_VERSION),))
         except sqlite3.DatabaseError as exc:
             self._db.close()
+            full = no_space(self.path, exc)
+            if full:
+                for made in fresh:  # empty, or a WAL index SQLite could not grow: nothing of the store is in them
+                    if made.exists() and (made.stat().st_size == 0 or made.name.endswith("-shm")):
+                        made.unlink()
+                kept = "No store was created" if self.path in fresh else "The store is untouched"
+                raise SpecError(f"cannot open the store {self.path}: {full} and run the same command again "
+                                f"(SQLite: {exc}). {kept}") from None
             raise SpecError(f"{self.path} is not a bakeoff results store ({exc}): a damaged or other file. Keep it "
                             "aside and start a new store with --store, or restore a copy") from None
         if row is not None and int(row[0]) != STORE_VERSION:
@@ -196,7 +250,9 @@ class Store:
             with self._db:
                 yield
         except sqlite3.OperationalError as exc:
-            raise StoreWriteError(f"could not write to the store {self.path} ({exc})") from exc
+            full = no_space(self.path, exc)
+            why = f"{full} (SQLite: {exc})" if full else str(exc)
+            raise StoreWriteError(f"could not write to the store {self.path}: {why}", why) from exc
 
     @property
     def artifacts(self) -> Path:
@@ -357,6 +413,14 @@ class Store:
         except sqlite3.OperationalError:  # a store written before they were kept, opened read-only
             return []
         return [{"fingerprint": json.loads(f), "result": json.loads(r), "measured_at": m} for f, r, m in rows]
+
+    def stamps(self, key: str | None = None) -> dict[str, str]:
+        """What tells one stored result of a trial from another, by spec key (of every trial, or of ``key``): when it
+        was stored and its length. A stamp that changed during a run is another run's result, stored meanwhile."""
+        query, args = "SELECT key, finished_at || ' ' || length(result) FROM trials", ()
+        if key is not None:
+            query, args = query + " WHERE key = ?", (key,)
+        return dict(self._db.execute(query, args).fetchall())
 
     def statuses(self) -> dict[str, Status]:
         """Status of every recorded trial, by spec key."""

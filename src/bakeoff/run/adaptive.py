@@ -54,7 +54,7 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, first: int, most: in
     :func:`bakeoff.run.runner.run`'s. The summary covers every look."""
     plan = record(first, most)
     notes = {spec.key(): {**(annotations or {}).get(spec.key(), {}), **plan} for spec in specs}
-    summary = runner.run(specs, store, suite, annotations=notes, **options)
+    summary = runner.run(specs, store, suite, annotations=notes, say=say, **options)
     total = runner.RunSummary(ran=list(summary.ran), skipped=list(summary.skipped), specs=list(summary.specs))
     for repeat in range(first, most):
         results = store.results(suite=suite, keys=[s.key() for s in total.specs])
@@ -70,7 +70,7 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, first: int, most: in
                 for s in configurations.values()]
         if grow is not None:
             grow(len(more))
-        step = runner.run(more, store, suite, annotations={s.key(): plan for s in more}, **options)
+        step = runner.run(more, store, suite, annotations={s.key(): plan for s in more}, say=say, **options)
         total.ran += step.ran
         total.skipped += step.skipped
         total.specs += step.specs

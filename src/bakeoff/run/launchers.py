@@ -48,7 +48,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bakeoff.core import frameworks, registry
-from bakeoff.core.result import Distributed, TrialResult
+from bakeoff.core.result import Distributed, Energy, TrialResult
 from bakeoff.core.spec import Device, Parallelism, RunSpec, Status
 from bakeoff.measure.environment import LOCAL_RANK_ENV, cuda_build, cuda_devices, usable_cores
 from bakeoff.run.process import proc_status, process_groups, processes
@@ -382,6 +382,37 @@ def _group_sharing(base: TrialResult, results: Sequence[TrialResult | None]) -> 
                                        "other_share": other / sharing.get("cores", 1)}
 
 
+def _group_energy(base: TrialResult, results: Sequence[TrialResult | None]) -> None:
+    """The group's energy: the sum of its ranks' (:func:`bakeoff.trial.loop.energy_meter`: each rank reads its own
+    GPUs, and only each machine's local rank 0 reads RAPL, so no counter is read twice). Per example over the
+    global batch. Missing, with why, when a rank that should have measured did not."""
+    records = [r.energy for r in results if r is not None]
+    if len(records) < 2 or any(e is None for e in records):
+        return
+    measured = [e for e in records if not e.missing]
+    gaps = [f"rank {i}: {e.missing}" for i, e in enumerate(records) if e.missing and e.unreadable]
+    if not measured or gaps:
+        if measured:
+            base.energy = Energy(missing="not every rank's counters were read: " + "; ".join(gaps))
+        return
+
+    def total(key: str) -> float | None:
+        values = [getattr(e, key) for e in measured]
+        return None if any(v is None for v in values) else float(sum(values))
+
+    steps = max(e.steady_steps or 0 for e in measured)
+    joules = total("steady_j")
+    base.energy = Energy(
+        steady_j=joules, steady_s=max(e.steady_s or 0.0 for e in measured), steady_steps=steps,
+        per_step_j=total("per_step_j"),
+        per_example_j=total("per_step_j") / base.examples_per_step if base.examples_per_step and
+        total("per_step_j") is not None else None,
+        mean_w=total("mean_w"), train_j=total("train_j"), to_target_j=total("to_target_j"),
+        domains={f"rank {i} {d}": j for i, e in enumerate(records) for d, j in e.domains.items()},
+        wraps=sum(e.wraps for e in records),
+        unreadable={f"rank {i} {d}": w for i, e in enumerate(records) for d, w in e.unreadable.items()})
+
+
 IMBALANCE = 0.10
 """Ranks of a synchronous group whose steady steps differ by more than this (slowest over fastest - 1) are flagged."""
 
@@ -433,6 +464,7 @@ def merge(spec: RunSpec, plan: Plan, results: Sequence[TrialResult | None], outc
     if spec.parallelism.synchronous:
         _slowest_rank(base, results, dist)
     _group_sharing(base, results)
+    _group_energy(base, results)
     base.distributed = dist
     for rank, res in enumerate(results):
         if res is not None and res.status is not Status.OK and base.status is Status.OK:

@@ -14,7 +14,6 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 
 from bakeoff.analysis import parity as checks
 from bakeoff.core import discover, registry
+from bakeoff.core.files import temporary_folder
 from bakeoff.core.frameworks import FRAMEWORKS
 from bakeoff.core.spec import RunSpec, SpecError
 from bakeoff.measure.environment import usable_cores
@@ -229,7 +229,7 @@ def check_parity(workload: str, frameworks: Sequence[str] | None = None, executi
             implement the workload or the mode, named with the accepted values; before any process starts.
     """
     names, modes = plan(workload, frameworks, executions, precisions, preset, config, data)
-    with tempfile.TemporaryDirectory(prefix="bakeoff-parity-") as tmp:
+    with temporary_folder("bakeoff-parity-") as tmp:
         def run(job: tuple[str, Mode]) -> tuple[tuple[str, Mode], dict[str, np.ndarray] | str]:
             framework, mode = job
             out = Path(tmp) / f"{framework}-{mode.execution}-{mode.precision}.npz"

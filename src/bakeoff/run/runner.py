@@ -25,10 +25,12 @@ One trial's process group is :func:`bakeoff.run.executors.local.run_one`'s.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
@@ -41,6 +43,7 @@ from bakeoff.measure.environment import cuda_devices
 from bakeoff.plan.order import busy, measure_again, order, to_run
 from bakeoff.results import model_dir
 from bakeoff.results.store import Store, StoreWriteError
+from bakeoff.results.trial_claims import Claims
 from bakeoff.run.executors.base import Executor, TrialJob
 from bakeoff.run.executors.local import LocalExecutor, safe_name
 from bakeoff.run.process import hold as hold_signals
@@ -108,7 +111,7 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
         progress: Progress | None = None, annotations: dict[str, dict] | None = None,
         validated: bool = False, order_seed: int = 0, keep_models: Path | None = None,
         profile_steps: int = 0, retry_busy: bool = False, executor: Executor | None = None,
-        evaluate: bool = True) -> RunSummary:
+        evaluate: bool = True, say: Callable[[str], None] = log.info) -> RunSummary:
     """Run every spec not already recorded (or recorded but measured again:
     :func:`bakeoff.plan.order.measure_again`), in :func:`bakeoff.plan.order.order`, storing each result as it
     finishes.
@@ -124,6 +127,12 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
     ``executor`` executes the trials (:mod:`bakeoff.run.executors.base`; default: here, one after another); this
     process stores every result, whichever executor ran it. Without ``evaluate``, the trials that run never
     evaluate the test split (their results measure training alone; ``training.evaluation`` says so).
+
+    Another run on the same store (``--concurrent``, another machine) never runs a trial at once with this one
+    (:mod:`bakeoff.results.trial_claims`): a trial it is running is left for after the others, then waited for
+    (left to it, where this run's executor has trials of its own still running then: the two could wait on each
+    other); a trial it stored since this run started is taken from the store, skipped, not measured again. ``say``
+    is told of each (what a user would want to read).
     """
     if not validated:
         validate(specs, here=executor is None or not executor.remote)
@@ -134,7 +143,7 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
     with interruptible():
         summary = _run(order(identified, order_seed), store, suite, timeout_s, fresh, retry_failed,
                        log_dir or store.artifacts / "logs", progress, annotations, order_seed, keep_models,
-                       profile_steps, retry_busy, executor, evaluate)
+                       profile_steps, retry_busy, executor, evaluate, say)
     summary.specs = identified
     return summary
 
@@ -194,24 +203,32 @@ def _unstored(result: TrialResult, store: Store, log_dir: Path, exc: Exception) 
     whole on standard error when even that cannot be written, so the trial is not lost."""
     text = json.dumps(result.to_dict())
     path = log_dir / UNSTORED.format(key=result.key)
+    temporary = path.with_suffix(".part")
     try:
-        temporary = path.with_suffix(".part")
         temporary.write_text(text)
         temporary.replace(path)
         where = f"kept in {path}; the next `bakeoff run` of this suite stores it"
     except OSError:
+        with contextlib.suppress(OSError):  # a full disk leaves it empty or cut short: nothing to keep
+            temporary.unlink()
         sys.stderr.write(text + "\n")
         where = "printed above (JSON), as it could not be written either"
     spec = result.run_spec
+    why = exc.why if isinstance(exc, StoreWriteError) else str(exc)
     return StoreWriteError(f"could not store {spec.title()} in "
-                           f"{store.path} ({exc.__cause__ or exc}); its result ({result.status.value}) is {where}. "
+                           f"{store.path}: {why}; its result ({result.status.value}) is {where}. "
                            "Make room (or fix the store), then run the same command again: it resumes with what "
                            "is missing")
 
 
 def _store_unstored(store: Store, log_dir: Path, suites: Mapping[str, str]) -> None:
     """Store the results an earlier run kept in ``log_dir`` because the store could not take them (for the trials
-    of this run, under this run's suite), then delete them."""
+    of this run, under this run's suite), then delete them; and delete what an earlier bakeoff left of a result
+    it could not write whole (``unstored-*.part`` older than a minute: one being written now is another run's)."""
+    for part in log_dir.glob(UNSTORED.format(key="*").removesuffix(".json") + ".part"):
+        with contextlib.suppress(OSError):
+            if time.time() - part.stat().st_mtime > 60:
+                part.unlink()
     for path in sorted(log_dir.glob(UNSTORED.format(key="*"))):
         try:
             result = TrialResult.from_dict(json.loads(path.read_text()))
@@ -232,9 +249,11 @@ def _claim(folder: Path, spec: RunSpec) -> None:
 def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh: bool, retry_failed: bool,
          log_dir: Path, progress: Progress | None, annotations: dict[str, dict], order_seed: int,
          keep_models: Path | None = None, profile_steps: int = 0, retry_busy: bool = False,
-         executor: Executor | None = None, evaluate: bool = True) -> RunSummary:
+         executor: Executor | None = None, evaluate: bool = True,
+         say: Callable[[str], None] = log.info) -> RunSummary:
     _store_unstored(store, log_dir, {spec.key(): suite for spec in specs})
     recorded, again = store.statuses(), measure_again(store, timeout_s, retry_busy)
+    stamps, claims = store.stamps(), Claims(store.artifacts / "claims")
     # a busy trial measured again keeps the quieter measurement, the other beside it (--fresh replaces as ever)
     quieter = busy(store) if retry_busy and not fresh else set()
 
@@ -250,33 +269,66 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
             progress("queued", spec, None)
     needs: dict[str, tuple[ceiling.Need, dict | None]] = {}
 
+    def skip(spec: RunSpec) -> None:
+        summary.skipped.append(spec)
+        if progress:
+            progress("skip", spec, None)
+
     def jobs() -> Iterator[TrialJob]:
         """The trials to run, in order, made as the executor asks for them (the local one asks for the next only
-        when the last is stored, so a ceiling it probed is kept and not probed again)."""
+        when the last is stored, so a ceiling it probed is kept and not probed again); those another run on this
+        store is running, after the others, once it lets them go."""
+        later: list[tuple[int, RunSpec, str]] = []  # (position, spec, who held it)
         for position, spec in enumerate(specs, 1):
             if not runs(spec):
-                summary.skipped.append(spec)
-                if progress:
-                    progress("skip", spec, None)
+                skip(spec)
                 continue
-            _claim(tensorboard[spec.key()], spec)
-            keep_dir = keep_models / model_dir.directory_name(spec) if keep_models is not None else None
-            profile = ProfileRequest(profiles[spec.key()], profile_steps) if profile_steps else None
-            if profile is not None:
-                _claim(profile.directory, spec)
-            wanted = ceiling.need(spec)
-            kept = store.ceiling(wanted.key) if wanted.key else None
-            needs[spec.key()] = wanted, kept
-            job = TrialJob(spec, position, timeout_s, log_dir, store.artifacts / "checkpoints" / spec.key(),
-                           tensorboard[spec.key()], keep_dir=keep_dir, probe_ceiling=bool(wanted.key) and kept is None,
-                           profile=profile, evaluate=evaluate)
-            reason = registry.unsupported(spec)
-            if reason:  # no process starts, on any executor: recorded here (a cluster has nothing to run for it)
-                started(job)
-                done(job, TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.UNSUPPORTED,
-                                      reason=reason))
+            holder = claims.take(spec.key(), spec.title())
+            if holder is not None:
+                say(f"{spec.title()} is being run by another bakeoff run on this store ({holder}); running the "
+                    "others first")
+                later.append((position, spec, holder))
                 continue
-            yield job
+            yield from claimed_job(position, spec)
+        for position, spec, _ in later:
+            holder = claims.take(spec.key(), spec.title())
+            if holder is not None and claims.holding:  # trials of this run in flight (an executor running several)
+                # their results are stored only once this generator yields: waiting here could wait on a run that
+                # waits on this one
+                say(f"{spec.title()} is still being run by another bakeoff run on this store ({holder}); left to it, "
+                    "not run here: its result is stored by that run")
+                continue
+            if holder is not None:
+                say(f"waiting for {spec.title()}, which another bakeoff run on this store is running ({holder})")
+                claims.take(spec.key(), spec.title(), wait=True)
+            yield from claimed_job(position, spec)
+
+    def claimed_job(position: int, spec: RunSpec) -> Iterator[TrialJob]:
+        """The trial's job, once this run holds its claim; none when another run stored it since this one began."""
+        if store.stamps(spec.key()).get(spec.key()) != stamps.get(spec.key()):
+            claims.release(spec.key())
+            say(f"{spec.title()}: stored by another bakeoff run on this store since this one started; its result "
+                "is kept, not measured again")
+            skip(spec)
+            return
+        _claim(tensorboard[spec.key()], spec)
+        keep_dir = keep_models / model_dir.directory_name(spec) if keep_models is not None else None
+        profile = ProfileRequest(profiles[spec.key()], profile_steps) if profile_steps else None
+        if profile is not None:
+            _claim(profile.directory, spec)
+        wanted = ceiling.need(spec)
+        kept = store.ceiling(wanted.key) if wanted.key else None
+        needs[spec.key()] = wanted, kept
+        job = TrialJob(spec, position, timeout_s, log_dir, store.artifacts / "checkpoints" / spec.key(),
+                       tensorboard[spec.key()], keep_dir=keep_dir, probe_ceiling=bool(wanted.key) and kept is None,
+                       profile=profile, evaluate=evaluate)
+        reason = registry.unsupported(spec)
+        if reason:  # no process starts, on any executor: recorded here (a cluster has nothing to run for it)
+            started(job)
+            done(job, TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.UNSUPPORTED,
+                                  reason=reason))
+            return
+        yield job
 
     def started(job: TrialJob) -> None:
         if progress:
@@ -297,10 +349,14 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
                     store.put(result, suite)
         except StoreWriteError as exc:  # a full disk, a store gone read-only: keep the result, stop the run
             raise _unstored(result, store, log_dir, exc) from None
+        claims.release(spec.key())
         summary.ran.append(result)
         log.info("%s %s: %s %s", spec.label(), spec.key(), result.status.value, result.reason)
         if progress:
             progress("done", spec, result)
 
-    (executor or LocalExecutor()).run(jobs(), started, done)
+    try:
+        (executor or LocalExecutor()).run(jobs(), started, done)
+    finally:
+        claims.release_all()  # an interrupted run lets its trials go (so would its death)
     return summary

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
+from shlex import quote
 from typing import TYPE_CHECKING
 
 from bakeoff.analysis.stats import data_set
@@ -109,7 +110,7 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
                            annotations=annotations, validated=True, order_seed=order_seed, retry_busy=retry_busy,
                            profile_steps=profile_steps, executor=executor, evaluate=evaluate)
             if suite.adaptive is None:
-                summary = runner.run(specs, store, suite.name, **options)
+                summary = runner.run(specs, store, suite.name, say=say, **options)
             else:
                 from bakeoff.run import adaptive
 
@@ -132,8 +133,9 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
                 f"and data (`bakeoff report --store {store_path}` for "
                 "every trial in it)." if earlier else "")
         written = write_report(reported, report_dir, suite.weights, suite.qualitative,
-                               title or f"bakeoff: {suite.name}", suites, deployments, team, covers=said,
-                               suite_files=files)
+                               title or suite.title(), suites, deployments, team, covers=said,
+                               suite_files=files,
+                               again=f"bakeoff report --store {quote(str(store_path))} --out {quote(str(report_dir))}")
     logged = tracker.log(results, suite.name, written.paths if written else None) if tracker else None
     return Session(summary, results, written, logged)
 

@@ -9,6 +9,8 @@ the same way for all of them, so no framework is measured differently from anoth
   best and final metric, time and steps to target (interpolated between evaluations);
 * :class:`MemoryPhases` — the memory baseline, training's own peak (evaluation paused out of it), the trial's peak;
 * :func:`steady_statistics` — the steady steps' time, throughput and units, and what building graphs cost;
+* energy (:class:`bakeoff.measure.energy.EnergyMeter`) — the counters read at the step clock's points: per steady
+  step and example, and cumulative on the quality curve (``train_j``), hence energy to target;
 * checkpoints (:func:`_save_state`, :func:`_resume`) — the engine and the loop's state, resumed bit for bit.
 """
 
@@ -26,12 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.core.result import Distributed, TrialResult
-from bakeoff.core.spec import RunSpec
+from bakeoff.core.result import Distributed, Energy, TrialResult
+from bakeoff.core.spec import Parallelism, RunSpec
 from bakeoff.core.workload import Batch, Dataset, Workload, shard_batch
 from bakeoff.engines.base import Engine, SummaryWriter, weights_digest
-from bakeoff.measure.environment import CpuSharing
+from bakeoff.measure.energy import EnergyMeter
+from bakeoff.measure.environment import LOCAL_RANK_ENV, CpuSharing, cuda_devices, local_rank
 from bakeoff.measure.memory import MemoryProbe
+from bakeoff.trial.progress import Reporter
 
 NO_EVALUATION_ENV = "BAKEOFF_NO_EVALUATION"
 """Set by the runner for a trial that measures only training (a batch-size probe): :func:`train` evaluates never."""
@@ -76,8 +80,9 @@ class Evaluation:
         self.engine, self.data, self.result, self.memory, self.writer = engine, data, result, memory, writer
         self.target, self.batch_size, self.enabled = target, batch_size, enabled
 
-    def __call__(self, step: int, train_s: float) -> bool:
-        """Evaluate now; True when this evaluation is the first to reach the target."""
+    def __call__(self, step: int, train_s: float, train_j: float | None = None) -> bool:
+        """Evaluate now (``train_j``: the training energy so far, where measured); True when this evaluation is the
+        first to reach the target."""
         if not self.enabled:
             return False
         workload, result = self.engine.workload, self.result
@@ -86,7 +91,8 @@ class Evaluation:
         value = values[workload.metric_name]
         others = {k: v for k, v in values.items() if k != workload.metric_name}
         previous = result.curve[-1] if result.curve else None
-        result.curve.append({"step": step, "train_s": train_s, "metric": value, **others})
+        energy = {} if train_j is None else {"train_j": train_j}
+        result.curve.append({"step": step, "train_s": train_s, **energy, "metric": value, **others})
         if self.writer is not None:
             for name, v in values.items():
                 self.writer.scalar(f"eval/{name}", v, step)
@@ -179,6 +185,7 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     result.training.target_rule, result.training.target_source = resolved.rule, resolved.source
     result.target, result.metric_name, result.higher_is_better = target, workload.metric_name, workload.higher_is_better
     budget = Budget.of(spec, data)
+    progress = Reporter(budget.max_steps)  # a line in the trial's log now and then: the parent's heartbeat reads it
     accum = spec.grad_accum
     writer = _writer(engine, tensorboard_dir, result)
     shard = engine.data_shard()
@@ -188,14 +195,21 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     evaluate = Evaluation(engine, data, result, memory, writer, target, eval_batch_size, evaluate_quality)
     state = _resume(checkpoint_dir, engine, result)
     units: dict[str, list[float]] = state["units"]  # e.g. valid tokens in every step's batch
+    meter = energy_meter(spec, result.environment)  # before the baseline: NVML's start-up is no training memory
     # The baseline is the built model, before any evaluation: what an evaluation leaves held (TensorFlow's oneDNN
     # caches, an allocator's kept pages) counts against training whether it ran at step 0 or mid-run. Taken after
     # the step-0 evaluation it did not, and TensorFlow's training increment at the text classifier's `small` read
     # 370 MiB against 1,180 MiB with no evaluation (JAX: 1,182 against 2,034; PyTorch 1,461 against 1,440): the
     # memory criterion favoured them up to 3x.
     memory.start()
+    # Energy on the curve from the first step, or not at all: a checkpoint written without it cannot be resumed into
+    # a cumulative figure (the energy before the resume is unknown).
+    on_curve = meter.measuring and (state["step"] == 0 or "train_j" in state)
+    if on_curve:
+        state.setdefault("train_j", 0.0)
     if state["step"] == 0:
-        evaluate(0, 0.0)  # where the curve starts: time to target interpolates from it if the first evaluation hits
+        # where the curve starts: time to target interpolates from it if the first evaluation hits
+        evaluate(0, 0.0, 0.0 if on_curve else None)
     sharing, first_steady = CpuSharing(), 1 + spec.warmup_steps  # who else used our cores in the steady steps
     done = state["step"] >= budget.max_steps
     while not done:
@@ -216,9 +230,11 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
             steady_step = state["step"] >= first_steady
             if steady_step:
                 sharing.begin()
+            meter.begin()  # the counters, read outside the clock as close to it as can be
             start = time.perf_counter()
             loss = engine.train_step(local)
             elapsed = time.perf_counter() - start
+            joules = meter.end(elapsed, steady_step)
             if steady_step:
                 sharing.end()
             if engine.graph_builds() > builds:  # this step traced / compiled a graph (a new shape, say)
@@ -227,9 +243,12 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
             state["step"] += 1
             state["consumed"] = index + 1
             state["train_s"] += elapsed
+            if on_curve and joules is not None:
+                state["train_j"] += joules
             step, train_s = state["step"], state["train_s"]
             result.step_times_s.append(elapsed)
             result.losses.append(loss)
+            progress.step(step)
             if writer is not None:
                 writer.scalar("train/loss", loss, step)
                 writer.scalar("train/examples_per_s", result.examples_per_step / elapsed, step)
@@ -237,7 +256,7 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
                 raise FloatingPointError(f"training diverged: loss is {loss} at step {step}")
             stop = budget.spent(step, train_s)
             if step % spec.eval_every == 0 or stop:
-                hit = evaluate(step, train_s)
+                hit = evaluate(step, train_s, state["train_j"] if on_curve else None)
                 stop = stop or (hit and spec.stop_at_target)
             if checkpoint_dir is not None and spec.checkpoint_every and step % spec.checkpoint_every == 0:
                 _save_state(checkpoint_dir, engine, state, result)
@@ -259,6 +278,7 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     result.first_step_s = result.step_times_s[0] if result.step_times_s else None
     result.environment["cpu_sharing"] = sharing.figures()  # a resumed trial: its steps since the resume
     steady_statistics(result, units, first_steady, bool(figures.get("asynchronous")), engine.graph_builds())
+    result.energy = energy_figures(meter, result, state.get("train_j") if on_curve else None)
     result.training.epochs = state["step"] / budget.steps_per_epoch
     if writer is not None:
         for name, value in result.throughput.items():
@@ -330,14 +350,71 @@ def _units(workload: Workload, micro_batches: Sequence[Batch]) -> dict[str, floa
     return totals
 
 
-def _crossing(before: Mapping[str, float] | None, after: Mapping[str, float], target: float) -> tuple[float, float]:
-    """Training seconds and steps at which the metric crossed ``target``, interpolated linearly between the
-    evaluation ``before`` (short of the target) and ``after`` (the first to reach it)."""
+def _crossing(before: Mapping[str, float] | None, after: Mapping[str, float], target: float,
+              clock: str = "train_s") -> tuple[float, float]:
+    """Training seconds (or the ``clock`` named: ``train_j``, joules) and steps at which the metric crossed
+    ``target``, interpolated linearly between the evaluation ``before`` (short of the target) and ``after`` (the
+    first to reach it)."""
     if before is None or before["metric"] == after["metric"]:
-        return after["train_s"], after["step"]
+        return after[clock], after["step"]
     frac = min(1.0, max(0.0, (target - before["metric"]) / (after["metric"] - before["metric"])))
-    return (before["train_s"] + frac * (after["train_s"] - before["train_s"]),
+    return (before[clock] + frac * (after[clock] - before[clock]),
             before["step"] + frac * (after["step"] - before["step"]))
+
+
+def energy_to_target(curve: Sequence[Mapping[str, float]], target: float | None,
+                     higher_is_better: bool) -> float | None:
+    """Training joules at which the curve first reached ``target`` (after step 0), interpolated from the evaluation
+    before as time to target is (:func:`_crossing`); None when it never did or a point has no energy."""
+    if target is None:
+        return None
+    for i, point in enumerate(curve):
+        if point["step"] > 0 and _reached(point["metric"], target, higher_is_better):
+            before = curve[i - 1] if i > 0 else None
+            if "train_j" not in point or (before is not None and "train_j" not in before):
+                return None
+            return _crossing(before, point, target, "train_j")[0]
+    return None
+
+
+def _on_gpu(environment: Mapping[str, Any]) -> bool:
+    return any(m in str(environment.get("device", "")).lower() for m in ("cuda", "gpu"))
+
+
+def energy_meter(spec: RunSpec, environment: Mapping[str, Any], environ: Mapping[str, str] | None = None,
+                 dev: Path = Path("/dev")) -> EnergyMeter:
+    """The counters this process reads: NVML on the GPUs it trains on (a rank of a group: its own, the GPU its
+    local rank takes; one process over several replicas: the first ``workers``; else the first), RAPL on this
+    machine's packages when it is the machine's local rank 0 (the packages are shared: read once per machine).
+    Ranks that share a GPU round-robin (TensorFlow's multi-worker workers, more than the GPUs) leave its counter to
+    the first of them, so that no counter is read twice."""
+    environ = os.environ if environ is None else environ
+    gpus: list[int] = []
+    shared = {}
+    if _on_gpu(environment):
+        if LOCAL_RANK_ENV in environ or "LOCAL_RANK" in environ:
+            rank, visible = local_rank(environ), cuda_devices(dev, environ)[0]
+            gpus = [rank % visible if visible else rank]
+            if visible and rank >= visible:
+                gpus, shared = [], {"nvml": f"GPU {rank % visible} is read by local rank {rank % visible}, whose GPU "
+                                            "this rank shares"}
+        elif spec.parallelism is Parallelism.DATA_PARALLEL:
+            gpus = list(range(spec.workers))
+        else:
+            gpus = [0]
+    meter = EnergyMeter.for_trial(gpus, rapl=local_rank(environ) == 0, environ=environ)
+    meter.not_read.update(shared)
+    return meter
+
+
+def energy_figures(meter: EnergyMeter, result: TrialResult, train_j: float | None) -> Energy:
+    """The result's energy section from the meter: the steady steps' figures, the training energy over every step
+    (``train_j``, resumes included; None where not on the curve) and energy to target."""
+    figures = meter.figures(result.examples_per_step)
+    if figures.get("missing") == "" or "train_j" in figures:
+        figures["train_j"] = train_j
+        figures["to_target_j"] = energy_to_target(result.curve, result.target, result.higher_is_better)
+    return Energy(**figures)
 
 
 _RESUMABLE = ("step_times_s", "losses", "curve", "examples_per_step", "best_metric", "final_metric",

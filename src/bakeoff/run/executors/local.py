@@ -20,12 +20,12 @@ import logging
 import os
 import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from bakeoff.core import frameworks, registry
+from bakeoff.core.files import temporary_folder
 from bakeoff.core.result import Distributed, TrialResult
 from bakeoff.core.spec import Parallelism, RunSpec, Status
 from bakeoff.measure import ceiling
@@ -220,7 +220,8 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
     if hosts is not None and len(set(hosts)) > 1:
         shared = log_dir.parent / "tmp"
         shared.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=shared_prefix(spec) if shared else "bakeoff-trial-", dir=shared) as tmp:
+    # removed even when bakeoff is killed; across nodes named by its key, for an executor to remove (remove_shared)
+    with temporary_folder(shared_prefix(spec) if shared else "bakeoff-trial-", shared) as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(spec.to_json())
         started, oom_before = time.perf_counter(), read_oom_kills()
