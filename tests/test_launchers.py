@@ -339,6 +339,26 @@ def test_local_ranks_count_the_workers_of_each_machine(monkeypatch) -> None:
     assert launchers.unsupported_here(spec, 3) == ""
 
 
+def test_a_trial_over_two_8_gpu_nodes_is_checked_against_each_nodes_share_not_all_its_ranks(tmp_path, monkeypatch):
+    """#51: 16 workers over two nodes of 8 GPUs, 8 a node, were refused as '16 ranks on this machine'."""
+    monkeypatch.setattr(launchers, "cuda_build", lambda framework: True)  # the CUDA builds the README names
+    eight = _gpus(tmp_path, 8)
+    spec = _spec("torch", "multi_worker", workers=16)
+    assert "puts 16 ranks on this machine" in launchers.unsupported_here(spec, eight)  # all on one machine: no
+    assert launchers.unsupported_here(spec, eight, here=8) == ""  # its share of one node: yes
+    refused = launchers.unsupported_here(spec, eight, here=9)
+    assert "puts 9 ranks on this machine" in refused and "use at most workers-per-node=8" in refused
+
+    def started(*_args, **_kwargs):
+        raise AssertionError("a process group was started")
+
+    monkeypatch.setattr(launchers, "run_group", started)
+    monkeypatch.setattr(launchers, "cuda_devices", lambda: (eight, ""))
+    hosts = ["n1"] * 9 + ["n2"] * 7  # the first node's share decides here, before anything starts
+    result = local.run_one(spec, 30, tmp_path, hosts=hosts)
+    assert result.status is Status.UNSUPPORTED and "puts 9 ranks on this machine" in result.reason
+
+
 def test_more_replicas_than_gpus_are_refused_before_any_process_starts(tmp_path, monkeypatch) -> None:
     def started(*_args, **_kwargs):
         raise AssertionError("a process group was started")

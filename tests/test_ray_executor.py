@@ -9,9 +9,12 @@ whose Ray worker is killed (``kill -9``) recorded failed with Ray's reason, and 
 outright (``kill -9``): no trial process left. Plus fast checks of what a trial asks the cluster for, of a missing
 Ray and of an address where nothing answers.
 
+A ``multi_worker`` x4 trial two workers on each node, and one interrupted, leaving nothing on either node.
+
 Cost, measured on the team's 2-core machine with other work beside it: about 50 s of wall time and 47 s of CPU,
 every process of the tree counted (Ray's daemons and workers, the trials; sampled every 0.2 s, since the raylet
-reaps its workers without accounting). The cluster starts in about 8 s; the suite's 4 trials are most of the rest.
+reaps its workers without accounting). The cluster starts in about 8 s; the suite's 4 trials are most of the rest
+(that was before the multi-node tests; with them, two workers a node since #51, the file took 122 s of wall time).
 """
 
 from __future__ import annotations
@@ -122,10 +125,19 @@ def test_without_ray_the_executor_names_the_extra_to_install(monkeypatch):
         parse("ray=auto")
 
 
+def test_options_may_follow_the_executors_name_after_a_comma_as_the_readme_writes_them():
+    pytest.importorskip("ray")
+    from bakeoff.run.executors import parse
+
+    executor = parse("ray,workers-per-node=2")  # was "unknown executor" (#51); ray= and a comma: the same
+    assert (executor.address, executor.workers_per_node) == ("", 2)
+    assert (parse("ray=,workers-per-node=2").workers_per_node, parse("ray").workers_per_node) == (2, None)
+
+
 def test_a_bad_executor_argument_lists_ray_among_the_accepted():
     from bakeoff.run.executors import parse
 
-    accepted = r"unknown executor; accepted: local: .*; ray\[=ADDRESS\[,workers-per-node=K\]\]: each trial a Ray"
+    accepted = r"unknown executor; accepted: local: .*; ray\[=ADDRESS\]\[,workers-per-node=K\]: each trial a Ray"
     with pytest.raises(SpecError, match=accepted):
         parse("dask")
 
@@ -348,28 +360,36 @@ def test_a_run_killed_outright_leaves_no_trial_process_on_the_cluster(ray_cluste
 
 
 MULTI = ("--workload", "mnist", "--framework", "torch", "--execution", "eager", "--parallelism", "multi_worker",
-         "--workers", "2", "--threads", "1")
+         "--workers", "4")  # two on each node of one CPU (no --threads: each node's, whole, shared by its two)
 
 
 def member_log(folder: Path) -> Path | None:
-    """The log of the trial's member on the other node (its proxy's: ``<key>.node1on<its address>.log``)."""
-    return next(iter(folder.rglob("*.node1on*.log")), None)
+    """The log of the trial's unit on the other node (its proxy's: ``<key>.host1.log``)."""
+    return next(iter(folder.rglob("*.host1.log")), None)
 
 
 @CLUSTER
-def test_a_multi_worker_trial_spans_both_nodes_through_a_placement_group(ray_cluster, tmp_path):
-    """workers-per-node=1: one worker on each node, the second started there by its proxy, in the trial's bundle."""
+def test_a_multi_worker_trial_spans_both_nodes_two_workers_on_each_through_a_placement_group(ray_cluster, tmp_path):
+    """workers-per-node=2: two workers on each node, the second node's two started there by one proxy, as one task
+    in the trial's bundle (#51: one task per worker asked for the bundle twice and never started)."""
     run = ray_cluster.bakeoff(*MULTI, "--max-steps", "3", "--store", str(tmp_path / "r.sqlite"),  # paths name it
-                              options=",workers-per-node=1", cwd=tmp_path)
+                              options=",workers-per-node=2", cwd=tmp_path)
     out, err = run.communicate(timeout=600)
     assert run.returncode == 0, out + err
     [(_, label, _, status, reason, text)] = stored(tmp_path / "r.sqlite")
-    assert (label, status) == ("torch/eager/multi_workerx2", "ok"), reason
-    extras = json.loads(text)["extras"]
-    # One worker on each node, whichever holds the first bundle (the head's address is this machine's, not loopback)
-    assert len(set(extras["hosts"])) == 2 and "127.0.0.2" in extras["hosts"]
+    assert (label, status) == ("torch/eager/multi_workerx4", "ok"), reason
+    result = json.loads(text)
+    extras = result["extras"]
+    assert len(result["distributed"]["ranks"]) == 4  # every rank's result read
+    # Two workers on each node, whichever holds the first bundle (the head's address is this machine's, not loopback)
+    first, second = extras["hosts"][0], extras["hosts"][2]
+    assert extras["hosts"] == [first, first, second, second] and "127.0.0.2" in (first, second) and first != second
     assert len(set(extras["nodes"])) == 2 and extras["executor"]["node"] == extras["nodes"][0]
-    assert extras["executor"]["resources"] == {"num_cpus": 1.0, "num_gpus": 0.0}  # each bundle: 1 worker x 1 thread
+    assert extras["executor"]["resources"] == {"num_cpus": 1.0, "num_gpus": 0.0}  # each bundle: its node's one CPU
+    # the ranks' network: met at the first node; each node's interface the one its route to the other leaves from
+    assert extras["network"]["rendezvous"] == first
+    assert [n["host"] for n in extras["network"]["nodes"]] == [first, second]
+    assert {n["how"] for n in extras["network"]["nodes"]} == {f"the route to {second}", f"the route to {first}"}
     log = member_log(tmp_path)
     assert log is not None and f"on Ray node {extras['nodes'][1]} (" in log.read_text()
     wait_for(lambda: not processes_mentioning(str(tmp_path)), timeout=30, what="the trial's processes to end")
@@ -380,14 +400,15 @@ def test_ctrl_c_of_a_multi_node_trial_leaves_no_rank_on_either_node(ray_cluster,
     """The run's Ctrl-C cancels the trial's task: its proxy dies with its worker, Ray then ends the proxy's task on
     the second node, and the member there dies with that task's worker."""
     run = ray_cluster.bakeoff(*MULTI, "--max-steps", "100000", "--no-stop-at-target", "--timeout", "400",
-                              "--store", str(tmp_path / "r.sqlite"), options=",workers-per-node=1", cwd=tmp_path)
+                              "--store", str(tmp_path / "r.sqlite"), options=",workers-per-node=2", cwd=tmp_path)
     try:
         wait_for(lambda: (log := member_log(tmp_path)) is not None and "on Ray node" in log.read_text(),
                  what="the member on the second node to start")
         there = int(re.search(r", worker (\d+)", member_log(tmp_path).read_text())[1])
         wait_for(lambda: [p for p in processes_mentioning(str(tmp_path)) if parent(p) == there],
-                 what="the second node's worker to run its member")  # its torchrun agent
-        wait_for(lambda: len(processes_mentioning(str(tmp_path))) >= 5, what="2 agents, 2 ranks and the proxy")
+                 what="the second node's worker to run its unit")  # which starts its two torchrun agents
+        wait_for(lambda: len(processes_mentioning(str(tmp_path))) >= 11,
+                 what="4 agents, 4 ranks, 2 units and the proxy")
         time.sleep(3)  # the ranks train
         os.kill(run.pid, signal.SIGINT)
         out, err = run.communicate(timeout=120)
@@ -396,3 +417,4 @@ def test_ctrl_c_of_a_multi_node_trial_leaves_no_rank_on_either_node(ray_cluster,
     assert run.returncode == 130, out + err
     wait_for(lambda: not processes_mentioning(str(tmp_path)), timeout=60, what="every rank on both nodes to end")
     assert stored(tmp_path / "r.sqlite") == []
+    assert list((tmp_path / "r" / "tmp").glob("bakeoff-trial-*")) == []  # its folder on the shared storage too

@@ -52,6 +52,13 @@ def test_efficiency_is_throughput_over_n_times_the_one_replica_run() -> None:
     assert by_workers[2].strategy == "DDP"
 
 
+def test_one_run_a_side_gives_an_efficiency_without_an_interval() -> None:
+    """#51: a 95% interval was printed from one run of each configuration (its steps' spread, not the runs')."""
+    results = [*_distributed(_torch([500]), "data_parallel", 1), *_distributed(_torch([800]), "data_parallel", 2)]
+    rows = {r.workers: r for r in scaling_rows(summarise_groups(results))}
+    assert rows[2].efficiency == pytest.approx(800 / (2 * 500)) and rows[2].efficiency_interval is None
+
+
 def test_without_a_one_replica_run_the_single_device_run_is_the_baseline() -> None:
     results = [*_distributed(_torch([700, 700, 700]), "data_parallel", 2), *_torch([500, 500, 500])]
     (row,) = scaling_rows(summarise_groups(results))

@@ -5,7 +5,8 @@ precision, global batch, accumulation, budget, data) with one replica: the same 
 that ran (the strategy's own overhead is then in both), else the single-device trial (``parallelism = none``).
 
 * **scaling efficiency** = throughput(N) / (N × throughput(baseline)), medians over repeats, with a 95% bootstrap
-  interval from the two configurations' replicates. The global batch is the same at every N (each replica takes
+  interval from the two configurations' replicates (at two runs a side at least: none from one run's steps). The
+  global batch is the same at every N (each replica takes
   ``batch / N``), so this is strong scaling: 1.0 is linear speed-up.
 * **all-reduce alone / step** = one optimizer step's gradient synchronisation, timed alone after training, over
   the steady step, by one method in every framework (:mod:`bakeoff.measure.sync`: the step's reductions, gradients
@@ -119,7 +120,7 @@ def _efficiency(c: ConfigSummary, base: ConfigSummary, workers: int
     if v is None or not b:
         return None, None
     value = v / (workers * b)
-    if c.n_ok and base.n_ok:
+    if c.n_ok >= 2 and base.n_ok >= 2:  # one run a side: its steps' spread is no interval over runs
         reps = c.replicates("examples_per_s") / (workers * base.replicates("examples_per_s"))
         return value, percentile_interval(reps[np.isfinite(reps)])
     return value, None

@@ -161,6 +161,8 @@ def _print_profiles(summary: RunSummary) -> None:
 
 
 def _dry_run(suite: Suite, args: argparse.Namespace, here: bool) -> int:
+    """The plan, without running it; ``here``: the trials would run on this machine (not a cluster's nodes, whose
+    GPUs are theirs to check: :func:`bakeoff.run.launchers.unsupported_here` runs on each)."""
     from bakeoff.cli.console import console, paragraph
     from bakeoff.core import registry
     from bakeoff.plan.preview import duration, plan, total
@@ -177,7 +179,7 @@ def _dry_run(suite: Suite, args: argparse.Namespace, here: bool) -> int:
         state = (f"run  (stored: {p.stored.value})" if p.runs and p.stored else "run" if p.runs
                  else f"skip (stored: {p.stored.value})" if p.stored else "skip")
         estimate = f"  ~{duration(p.estimate_s)}" if p.estimate_s is not None else ""
-        why = registry.unsupported(spec) or launchers.unsupported_here(spec)  # recorded without starting a process
+        why = registry.unsupported(spec) or (launchers.unsupported_here(spec) if here else "")  # no process starts
         note = f"  (unsupported, no process starts: {why})" if p.runs and why else ""
         console.print(f"{p.position:4d}  {state:<22} {spec.title()}  "
                       f"key {spec.key()}{estimate}{note}", markup=False, soft_wrap=True)

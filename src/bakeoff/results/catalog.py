@@ -71,6 +71,14 @@ def _figure(value: float | None, fmt: str) -> str:
     return "" if value is None else fmt.format(value)
 
 
+def reason_line(reason: str) -> str:
+    """A failure's reason in one line: its last line that says something (a traceback's exception), not a rule
+    of ``=`` that torchrun closes its report with nor a launcher's exit note (``srun: error: ...``)."""
+    lines = [line.strip() for line in reason.strip().splitlines()
+             if any(c.isalnum() for c in line) and not line.startswith("srun: ")]
+    return (lines[-1] if lines else "")[:100]
+
+
 def trial_line(row: TrialRow) -> str:
     """``key  suite  workload/preset  label  seed N  status  figures  date`` (figures: ex/s, time to target, final
     metric, wall time; a failure's reason instead)."""
@@ -83,8 +91,7 @@ def trial_line(row: TrialRow) -> str:
             figures.append(f"resumed at step {', '.join(str(s) for s in resumed)}")
         what = ", ".join(f for f in figures if f)
     else:
-        lines = [line.strip() for line in row.reason.strip().splitlines() if line.strip()]
-        what = (lines[-1] if lines else "")[:100]
+        what = reason_line(row.reason)
     seed = f"seed {row.seed}" + (f" repeat {row.repeat}" if row.repeat != row.seed else "")
     return (f"{row.key}  {row.suite}  {row.workload}/{row.preset}  {row.label}  {seed}  "
             f"{row.status.value}  {what}  {row.finished_at:%Y-%m-%d %H:%M}")

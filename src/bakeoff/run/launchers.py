@@ -26,7 +26,7 @@ ranks numbers them itself (``LOCAL_RANK``); a member that is one rank (one torch
 (:func:`bakeoff.measure.environment.local_rank` reads it), since torchrun says ``LOCAL_RANK=0`` to
 each one-process agent. Every GPU stays visible to every rank, so NCCL can still reach its peers directly. A group
 that would put more such ranks on this machine than it has visible GPUs is refused before any process starts
-(:func:`unsupported_here`).
+(:func:`unsupported_here`; a trial spread over nodes, each node's share of its ranks, checked on that node).
 
 Threads: on one host, the cores are shared out among the processes that compute (``BAKEOFF_THREADS``, read by
 :func:`bakeoff.engines.base.threads_for`), so N replicas on N cores do not oversubscribe them; more replicas than
@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import re
 import socket
 import subprocess
@@ -252,24 +253,27 @@ def local_ranks(hosts: Sequence[str]) -> list[int]:
     return out
 
 
-def unsupported_here(spec: RunSpec, gpus: int | None = None) -> str:
+def unsupported_here(spec: RunSpec, gpus: int | None = None, here: int | None = None) -> str:
     """Why ``spec``'s ranks cannot each have a GPU of their own on this machine ('' when they can, or when they
     train on the CPU), decided before any process starts. ``gpus``: the NVIDIA GPUs a trial here could see
-    (default: :func:`bakeoff.measure.environment.cuda_devices`). Only launchers whose ranks take one GPU each
-    (``gpu_per_rank``) are checked."""
+    (default: :func:`bakeoff.measure.environment.cuda_devices`); ``here``: the trial's ranks on this machine
+    (default: all of them; a trial spread over nodes, its share of this node: each node checks its own). Only
+    launchers whose ranks take one GPU each (``gpu_per_rank``) are checked."""
     launcher = LAUNCHERS[registry.launcher(spec)]
     if not launcher.gpu_per_rank or spec.device is Device.CPU:
         return ""
     if spec.device is Device.AUTO and not cuda_build(spec.framework.value):
         return ""  # a CPU build trains on the CPU whatever GPUs the machine has
     gpus = cuda_devices()[0] if gpus is None else gpus
-    here = spec.workers
+    here = spec.workers if here is None else here
     if gpus == 0 or here <= gpus:  # no GPU: the ranks train on the CPU (device cuda is refused by validate())
         return ""
     strategy = frameworks.get(spec.framework.value).strategies.get(spec.parallelism, spec.parallelism.value)
+    advice = (f"use at most {gpus} workers here" if here == spec.workers else
+              f"use at most workers-per-node={gpus}")
     return (f"{spec.parallelism.value} over {spec.workers} replicas ({strategy}) puts {here} ranks on this machine, "
             f"one GPU each (NCCL refuses two ranks on one GPU), and it has {gpus} visible GPU"
-            f"{'s' * (gpus != 1)}: use at most {gpus} workers here, or --device cpu")
+            f"{'s' * (gpus != 1)}: {advice}, or --device cpu")
 
 
 @dataclasses.dataclass
@@ -335,15 +339,18 @@ def run_group(plan: Plan, log_paths: Sequence[Path], timeout_s: float, memory_ca
                 time.sleep(0.05)
 
 
-def rank_results(result_path: Path, ranks: int) -> list[TrialResult | None]:
-    """The results the group's ranks wrote (None for a rank that wrote none)."""
+def rank_results(result_path: Path, ranks: int, grace_s: float = 0.0) -> list[TrialResult | None]:
+    """The results the group's ranks wrote (None for a rank that wrote none), waiting up to ``grace_s`` for those
+    not there yet (a rank on another node, its file on a shared file system)."""
     from bakeoff.trial.main import rank_result_path
 
-    out: list[TrialResult | None] = []
-    for rank in range(ranks):
-        path = rank_result_path(result_path, rank)
-        out.append(TrialResult.from_dict(json.loads(path.read_text())) if path.exists() else None)
-    return out
+    paths = [rank_result_path(result_path, rank) for rank in range(ranks)]
+    deadline = time.monotonic() + grace_s
+    while not all(path.exists() for path in paths) and time.monotonic() < deadline:
+        with contextlib.suppress(OSError):  # listing the folder refreshes an NFS client's view of it
+            os.listdir(result_path.parent)
+        time.sleep(0.5)
+    return [TrialResult.from_dict(json.loads(path.read_text())) if path.exists() else None for path in paths]
 
 
 def _rank_summary(rank: int, result: TrialResult) -> dict:

@@ -20,6 +20,7 @@ class ExecutorRecord:
     name: str
     implementation: str
     argument: str = ""  # what NAME=ARGUMENT means ('' when it takes none)
+    options: str = ""  # what may follow it, or the name alone, after a comma: NAME[=ARGUMENT][,OPTIONS]
     help: str = ""
 
 
@@ -27,12 +28,12 @@ EXECUTORS: dict[str, ExecutorRecord] = {record.name: record for record in (
     ExecutorRecord("local", "bakeoff.run.executors.local:LocalExecutor",
                    help="each trial on this machine, one after another (the default)"),
     ExecutorRecord("ray", "bakeoff.run.executors.ray_executor:RayExecutor",
-                   argument="ADDRESS[,workers-per-node=K]",
+                   argument="ADDRESS", options="workers-per-node=K",
                    help="each trial a Ray task, several at once: a Ray instance on this machine for the run, or the "
                         "cluster at ADDRESS (auto, HOST:6379, ray://HOST:10001); a multi_worker trial of more than "
                         "K workers spans nodes, K on each (a placement group); needs pip install 'bakeoff[ray]'"),
     ExecutorRecord("slurm", "bakeoff.run.executors.slurm_executor:SlurmExecutor",
-                   argument="PARTITION[,workers-per-node=K]",
+                   argument="PARTITION", options="workers-per-node=K",
                    help="each trial a Slurm job (sbatch), on PARTITION or the cluster's default one; a "
                         "multi_worker trial of more than K workers spans nodes, K on each; the store's folder must "
                         "be on a file system the nodes share, at the same path"),
@@ -41,12 +42,17 @@ EXECUTORS: dict[str, ExecutorRecord] = {record.name: record for record in (
 
 def describe() -> str:
     """The accepted forms, one per executor, for ``--help`` and errors."""
-    return "; ".join(f"{r.name}{f'[={r.argument}]' if r.argument else ''}: {r.help}" for r in EXECUTORS.values())
+    return "; ".join(f"{r.name}{f'[={r.argument}]' if r.argument else ''}{f'[,{r.options}]' if r.options else ''}: "
+                     f"{r.help}" for r in EXECUTORS.values())
 
 
 def parse(text: str) -> Executor:
-    """The executor ``text`` names: ``local``, or ``NAME=ARGUMENT`` for one that takes an argument."""
+    """The executor ``text`` names: ``local``, or ``NAME=ARGUMENT`` for one that takes an argument; an argument of
+    options alone may follow the name after a comma (``slurm,workers-per-node=2``: the default partition)."""
     name, _, argument = text.strip().partition("=")
+    if "," in name:  # NAME,OPTION=VALUE: the comma came before any "="
+        name, _, rest = text.strip().partition(",")
+        argument = "," + rest
     record = EXECUTORS.get(name.strip().lower())
     if record is None:
         raise SpecError(f"--executor {text!r}: unknown executor; accepted: {describe()}")

@@ -15,6 +15,7 @@ Which trials run, in which order, and how their results are stored is the runner
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import shutil
@@ -31,6 +32,7 @@ from bakeoff.measure import ceiling
 from bakeoff.measure.environment import usable_cores
 from bakeoff.results.model_dir import KEEP_MODEL_ENV
 from bakeoff.run import launchers
+from bakeoff.run.executors import node
 from bakeoff.run.executors.base import Done, Executor, Placement, Started, TrialJob, executor_record
 from bakeoff.run.process import OomKills, read_oom_kills
 from bakeoff.trial.loop import NO_EVALUATION_ENV
@@ -96,6 +98,25 @@ def _trial_env(spec: RunSpec, tmp: str, keep_dir: Path | None = None, probe_ceil
     return env
 
 
+def shared_prefix(spec: RunSpec) -> str:
+    """How the folder of a trial spread over nodes begins, under ``<store folder>/tmp``: named by its key, so that
+    an executor whose trial was killed before it could remove it (a cancelled job or task) finds it
+    (:func:`remove_shared`)."""
+    return f"bakeoff-trial-{spec.key()}-"
+
+
+def remove_shared(job: TrialJob) -> None:
+    """Remove what a trial of ``job`` spread over nodes left in the store's folder when it was killed (its spec, its
+    nodes' files, its ranks' results): nothing of a finished trial is left there."""
+    for path in (job.log_dir.parent / "tmp").glob(shared_prefix(job.spec) + "*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _says(paths: Sequence[Path], text: str) -> bool:
+    """Whether any of these logs holds ``text``."""
+    return any(path.exists() and text in path.read_text(errors="replace") for path in paths)
+
+
 def _failure(spec: RunSpec, status: Status, reason: str) -> TrialResult:
     return TrialResult(spec=spec.to_dict(), key=spec.key(), status=status, reason=reason)
 
@@ -156,7 +177,10 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
     ``hosts`` and ``place``: the machine of each worker and how a member starts on its machine, from an executor
     that spreads a trial over nodes (:func:`run_here`).
     """
-    reason = registry.unsupported(spec) or launchers.unsupported_here(spec)
+    # A trial spread over nodes puts its share of ranks on this one (the first: the most); each node's own share
+    # is checked on that node, by its unit (bakeoff.run.executors.node).
+    here = max(collections.Counter(hosts).values()) if hosts else None
+    reason = registry.unsupported(spec) or launchers.unsupported_here(spec, here=here)
     if reason:
         return _failure(spec, Status.UNSUPPORTED, reason)
     missing = registry.not_installed(spec.framework.value)
@@ -178,6 +202,10 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
 
 PORT_ATTEMPTS = 3
 """Starts of a group whose port turns out to be in use (the ports are free when chosen, but not reserved)."""
+RANK_GRACE_S = 60.0
+"""How long a group spread over nodes is given for its ranks' result files to show here once every member exited 0:
+a network file system may show a file written on another node only after its attribute cache expires (NFS: up to
+60 s), as the Slurm executor gives a job's result file."""
 
 
 def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path | None,
@@ -192,30 +220,50 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
     if hosts is not None and len(set(hosts)) > 1:
         shared = log_dir.parent / "tmp"
         shared.mkdir(parents=True, exist_ok=True)
-    with temporary_folder("bakeoff-trial-", shared) as tmp:  # removed even when bakeoff is killed
+    # removed even when bakeoff is killed; across nodes named by its key, for an executor to remove (remove_shared)
+    with temporary_folder(shared_prefix(spec) if shared else "bakeoff-trial-", shared) as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(spec.to_json())
         started, oom_before = time.perf_counter(), read_oom_kills()
         args = [str(spec_path), str(result_path), str(checkpoint_dir or ""), str(tensorboard_dir or "")]
         group = launchers.plan(spec, args, _trial_env(spec, tmp, keep_dir, probe_ceiling, profile, evaluate),
                                hosts=hosts)
-        if place is not None:  # members on other nodes start there (a Slurm job step), the rest here
+        logs = rank_logs = _log_paths(log_dir, spec, group)
+        if shared is not None:  # one unit per node starts its members there (a Slurm job step, a Ray task)
+            group.members, logs = node.fold(group.members, rank_logs, Path(tmp), log_dir, spec.key(),
+                                            fixed_threads=spec.threads is not None, spec_file=spec_path)
+        if place is not None:  # units on other nodes start there, the first node's here
             group.members = [place(member) for member in group.members]
-        logs = _log_paths(log_dir, spec, group)
         names = [m.name for m in group.members]
         what = spec.title()
         outcome = launchers.run_group(group, logs, timeout_s, memory_cap, what)
+        # where the ranks meet (the first node: torchrun's store, TF's worker 0, JAX's coordinator), and what each
+        # node's unit chose for its ranks' interface
+        network = {"rendezvous": hosts[0], "nodes": node.networks(Path(tmp))} if shared is not None and hosts else {}
         if outcome.killed:
             status = Status.TIMEOUT if outcome.killed.startswith("no result") else Status.OUT_OF_MEMORY
-            failed = _failure(spec, status, f"{outcome.killed} (log: {logs[0]})")
+            failed = _failure(spec, status, f"{outcome.killed} (log: {rank_logs[0]})")
             failed.extras["timeout_s"] = timeout_s  # a later run with a longer timeout runs it again (to_run)
             return failed, False
-        results = launchers.rank_results(result_path, group.ranks)
+        # A rank on another node wrote its result there: a shared file system may show it here only later.
+        grace = RANK_GRACE_S if shared is not None and not outcome.first_failure else 0.0
+        results = launchers.rank_results(result_path, group.ranks, grace)
         tail = _tail(logs, outcome.first_failure, names)
-        if results[0] is not None and not outcome.first_failure:
+        missing = [rank for rank, res in enumerate(results) if res is None]
+        if missing and not outcome.first_failure and group.ranks > 1:  # every member exited 0: a rank is lost
+            lost = ", ".join(map(str, missing))
+            failed = _failure(spec, Status.FAILED, f"rank{'s' * (len(missing) > 1)} {lost} of {group.ranks} wrote "
+                                                   f"no result{f' within {grace:.0f} s' if grace else ''} although "
+                                                   f"every process exited 0 (logs: {log_dir})")
+            failed.distributed = Distributed(launcher=group.launcher, first_failure=f"rank {missing[0]}",
+                                             exit_codes=outcome.codes, logs=[str(p) for p in (*rank_logs, *logs)])
+            return failed, False
+        if not missing and not outcome.first_failure:
             result = launchers.merge(spec, group, results, outcome) if spec.parallelism is not Parallelism.NONE \
                 else results[0]
-            result.extras["log"] = str(logs[0])
+            result.extras["log"] = str(rank_logs[0])
+            if network:
+                result.extras["network"] = network
             if tensorboard_dir is not None:
                 result.extras["tensorboard"] = str(tensorboard_dir)
             if result.status is Status.OK and checkpoint_dir is not None:
@@ -229,10 +277,25 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
     if launcher.group and any(marker in tail.lower() for marker in launchers.PORT_IN_USE):
         return _failure(spec, Status.FAILED, f"{who}: a port was in use: {tail[-300:]}"), True
     cause = launcher.root_cause(tail)
+    # the failing rank's node, when it is not this one (whose cgroup says nothing of it): its unit's, or its own
+    failing = group.members[names.index(first)] if first in names else None
+    elsewhere = failing.host if shared and failing is not None and hosts and failing.host != hosts[0] else ""
     if cause is not None:  # the launcher ended the group for a rank that failed: the rank is the first failure
         rank, code = cause
         who = f"rank {rank} of {spec.workers} ({launcher.program}'s first observed failure)"
-    if code == -signal.SIGKILL:
+        if hosts and len(set(hosts)) > 1 and rank < len(hosts) and hosts[rank] != hosts[0]:
+            elsewhere = hosts[rank]
+    if code == node.UNSUPPORTED_EXIT and node.UNSUPPORTED_SAYS in tail:  # another node's share: refused there
+        said = tail[tail.index(node.UNSUPPORTED_SAYS):].splitlines()[0]
+        result = _failure(spec, Status.UNSUPPORTED, said.removeprefix("bakeoff: "))
+    elif code and (node.OUT_OF_MEMORY_SAYS in tail or (elsewhere and _says(logs, node.OUT_OF_MEMORY_SAYS))):
+        said = f"killed {node.OUT_OF_MEMORY_SAYS} on its node (its unit's log says so)"  # read there, by its unit
+        result = _failure(spec, Status.OUT_OF_MEMORY, f"{who}: {said}: {tail[-600:]}")
+    elif code == -signal.SIGKILL and elsewhere:  # its node's unit would have said if the kernel's OOM killer did it
+        result = _failure(spec, Status.FAILED, f"{who} was killed by SIGKILL on {elsewhere} after {elapsed:.0f} s "
+                                               f"(its node's unit, which reads that node's OOM-kill counter, saw "
+                                               f"none): {tail}")
+    elif code == -signal.SIGKILL:
         result = _sigkill_failure(spec, oom_before, elapsed, tail)
         result.reason = f"{who} " + result.reason if who != "trial process" else result.reason
     elif code is not None and code < 0:
@@ -242,7 +305,9 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         result = _failure(spec, Status.FAILED, f"{who} exited after {elapsed:.0f} s before the trial ended: {tail}")
     else:
         result = _failure(spec, Status.FAILED, f"{who} exited with code {code} and wrote no result: {tail}")
+    if network:
+        result.extras["network"] = network
     if launcher.group:
         result.distributed = Distributed(launcher=group.launcher, first_failure=who, exit_codes=outcome.codes,
-                                         logs=[str(p) for p in logs])
+                                         logs=[str(p) for p in dict.fromkeys((*rank_logs, *logs))])
     return result, False

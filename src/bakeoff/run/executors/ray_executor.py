@@ -11,10 +11,12 @@ A multi-node trial (``ray=ADDRESS,workers-per-node=K``: a ``multi_worker`` trial
 placement group of ``ceil(workers / K)`` bundles, one per node (``STRICT_SPREAD``), each what K workers need; its
 task runs on the first bundle and starts the process group with each bundle's node address as its workers' hosts
 (:mod:`bakeoff.run.launchers`: torchrun's rendezvous, TF_CONFIG's worker 0 and JAX's coordinator on the first
-node). A member whose host is another node is started there by a small proxy process (``python -m
-bakeoff.run.executors.ray_executor member ...``, a member of the group here like any other) that runs it as a Ray
-task in that node's bundle, writing to the member's log, and ends with it: killed with the group, it takes its Ray
-connection with it, so Ray ends the remote task, whose member is tethered to its worker. The placement group is
+node). Each node's K workers are one unit (:mod:`bakeoff.run.executors.node`), so that one task holds the node's
+bundle whole (#51: a task per worker asked for the bundle K times, and the second never started). The unit of
+another node is started there by a small proxy process (``python -m bakeoff.run.executors.ray_executor member
+...``, a member of the group here like any other) that runs it as a Ray task in that node's bundle, writing to the
+unit's log, and ends with it: killed with the group, it takes its Ray connection with it, so Ray ends the remote
+task, whose unit is tethered to its worker (and the unit's ranks to the unit). The placement group is
 removed when the trial ends. The trial's hosts and nodes are in ``extras["hosts"]`` and ``extras["nodes"]``.
 
 A task (:func:`_trial`) runs :func:`~bakeoff.run.executors.local.run_here` on its node: the local executor's
@@ -74,7 +76,7 @@ from bakeoff.run.executors.base import (
     resources,
     spread,
 )
-from bakeoff.run.executors.local import run_here
+from bakeoff.run.executors.local import remove_shared, run_here
 from bakeoff.run.launchers import Member
 from bakeoff.run.process import Interrupted, hold
 
@@ -221,8 +223,9 @@ class _Proxy:
 
 
 def _proxied(here: str, proxy: _Proxy, member: Member) -> Member:
-    """``member`` started on its host from the trial's task on ``here``: as it is when its host is this node, else
-    through a proxy (:func:`member_main`) that runs it as a Ray task in its host's bundle."""
+    """``member`` (a node's unit, :mod:`bakeoff.run.executors.node`) started on its host from the trial's task on
+    ``here``: as it is when its host is this node, else through a proxy (:func:`member_main`) that runs it as a Ray
+    task holding its host's bundle whole."""
     if not member.host or member.host == here:
         return member
     asked = proxy.group.asked
@@ -392,6 +395,7 @@ class RayExecutor(Executor):
                 where = out["where"]
             except ray.exceptions.RayError as exc:  # the worker died, the task was cancelled or raised
                 result, where = _failure(current.job, _reason(exc)), _read_where(current.where_file)
+                remove_shared(current.job)
             if current.where is None:
                 started(current.job)
             current.where = where or current.where
@@ -464,6 +468,7 @@ def _cancel(flight: dict[Any, _Flight]) -> None:
     for current in flight.values():
         current.where_file.unlink(missing_ok=True)
         _remove_group(current.reserved)
+        remove_shared(current.job)  # the trial's folder on the store's, which its killed task could not remove
     if left:
         log.warning("Ray did not confirm the end of %d cancelled trials within %.0f s: %s", len(left),
                     CANCEL_WAIT_S, ", ".join(flight[ref].job.what for ref in left))
@@ -541,7 +546,8 @@ def member_main(argv: list[str]) -> int:
     sys.stdout.flush()
     code = int(out["code"])
     if code < 0:  # killed by a signal there: so this proxy, here
-        signal.signal(-code, signal.SIG_DFL)
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):  # their handlers cannot be changed (nor need to be)
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 

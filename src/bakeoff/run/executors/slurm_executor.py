@@ -9,8 +9,10 @@ submitit anyway (its local executor, offered for CI, runs no Slurm at all, so it
 
 A multi-node trial (``slurm=PARTITION,workers-per-node=K``: a ``multi_worker`` trial of more than K workers) is
 one job across ``ceil(workers / K)`` nodes: its batch step, on the first node, starts the same process group with
-the job's nodes as the trial's hosts (K workers each, :mod:`bakeoff.run.launchers`), members on the other nodes
-as job steps (``srun``): torchrun agents with their rendezvous on the first node, TensorFlow workers with their
+the job's nodes as the trial's hosts (K workers each, :mod:`bakeoff.run.launchers`), each node's K members one
+unit (:mod:`bakeoff.run.executors.node`), the first node's here and each other node's as one job step (``srun``)
+asking for every CPU the job has on that node (#51: a step per member asked for them K times, and the second
+waited for ever): torchrun agents with their rendezvous on the first node, TensorFlow workers with their
 ``TF_CONFIG``, ``jax.distributed`` processes with the coordinator on the first node. The result is stored under the
 trial's own spec (its key does not depend on where it ran); its hosts are in ``extras["hosts"]``.
 
@@ -65,7 +67,7 @@ from bakeoff.run.executors.base import (
     resources,
     spread,
 )
-from bakeoff.run.executors.local import run_here
+from bakeoff.run.executors.local import remove_shared, run_here
 from bakeoff.run.launchers import Member
 from bakeoff.trial.profile import Request as ProfileRequest
 
@@ -252,8 +254,8 @@ class _Submitted:
     over_since: float | None = None  # when Slurm first said it ended (its result file may still be on its way)
 
 
-ACCEPTED = ("slurm=PARTITION[,workers-per-node=K], e.g. slurm=gpu or slurm=gpu,workers-per-node=4 (K a positive "
-            "integer)")
+ACCEPTED = ("slurm=PARTITION[,workers-per-node=K], e.g. slurm=gpu, slurm=gpu,workers-per-node=4 or "
+            "slurm,workers-per-node=4 (the default partition; K a positive integer)")
 """The forms ``--executor slurm=...`` accepts (:func:`bakeoff.run.executors.base.parse_options`)."""
 
 
@@ -331,6 +333,8 @@ class SlurmExecutor(Executor):
             cut = list(waiting)
             with hold():
                 self.cancel(cut)
+                for sub in waiting.values():
+                    remove_shared(sub.job)
             if isinstance(exc, Interrupted) and exc.stopped is None and cut:
                 exc.stopped = f"the run's {len(cut)} Slurm job(s) still queued or running ({', '.join(cut)}: scancel)"
             raise
@@ -365,6 +369,7 @@ class SlurmExecutor(Executor):
                 continue
             if result is None:
                 final.reason += f"; its output: {_tail(sub.paths.output)}"
+                remove_shared(sub.job)  # a job killed before its trial could remove its folder on the store's
             launched = final.extras.get("started_at")
             final.extras["executor"] = executor_record(
                 self.name, submitted_at=sub.submitted_at,
@@ -426,15 +431,25 @@ def _tail(path: Path, lines: int = 4) -> str:
     return " | ".join(line[:300] for line in last) or f"{path} is empty"
 
 
-def job_step(node: str, member: Member) -> Member:
-    """``member`` started on its host from the batch step on ``node``: here when its host is this node, else as a
-    step of the job on its node (``srun``), which passes it the whole environment, gives it the cores the job has
-    there and which Slurm ends with the job."""
+def cpus_per_node(nodes: list[str], text: str) -> dict[str, str]:
+    """Each of the job's ``nodes`` (in its node list's order) with the CPUs the job has there, from
+    ``SLURM_JOB_CPUS_PER_NODE`` (``2(x3),1``: 2 on each of the first three nodes, 1 on the fourth)."""
+    counts: list[str] = []
+    for part in filter(None, text.split(",")):
+        count, _, times = part.partition("(x")
+        counts += [count] * (int(times.rstrip(")")) if times else 1)
+    return dict(zip(nodes, counts, strict=False))
+
+
+def job_step(node: str, cpus: Mapping[str, str], member: Member) -> Member:
+    """``member`` (a node's unit, :mod:`bakeoff.run.executors.node`) started on its host from the batch step on
+    ``node``: here when its host is this node, else as one step of the job on its node (``srun``), which passes it
+    the whole environment, gives it every CPU the job has there (``cpus``: one step a node, holding all its
+    members) and which Slurm ends with the job."""
     if not member.host or member.host == node:
         return member
-    cpus = os.environ.get("SLURM_CPUS_ON_NODE", "1")
-    step = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={member.host}", f"--cpus-per-task={cpus}",
-            "--kill-on-bad-exit=1", "--quiet", *member.command]
+    step = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={member.host}",
+            f"--cpus-per-task={cpus.get(member.host, '1')}", "--kill-on-bad-exit=1", "--quiet", *member.command]
     return dataclasses.replace(member, name=f"{member.name} on {member.host}", command=step)
 
 
@@ -453,7 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     if int(os.environ.get("SLURM_JOB_NUM_NODES", "1")) > 1:  # the trial's hosts are the job's nodes
         nodes = _slurm("scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]).split()
         hosts = spread(nodes, job.spec.workers, per_node or 1)
-        place = functools.partial(job_step, os.environ.get("SLURMD_NODENAME", nodes[0]))
+        cpus = cpus_per_node(nodes, os.environ.get("SLURM_JOB_CPUS_PER_NODE", ""))
+        place = functools.partial(job_step, os.environ.get("SLURMD_NODENAME", nodes[0]), cpus)
     try:
         with interruptible():  # scancel's SIGTERM (or Slurm's time limit) kills the trial's group, as Ctrl-C locally
             result = run_here(job, hosts=hosts, place=place)
