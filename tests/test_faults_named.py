@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -147,6 +148,52 @@ def test_killing_bakeoff_run_leaves_no_trial_folder_in_the_temporary_folder(tmp_
     while folder.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert list(temporary.iterdir()) == [], list(temporary.rglob("*"))[:5]
+
+
+def test_a_folder_is_removed_when_its_owner_is_killed_though_a_job_steps_end_signals_its_janitor_too(tmp_path):
+    """A Slurm step's end (scancel, a timeout) sends SIGTERM to every process of the step, then SIGKILL: a node's
+    compile caches (``bakeoff-node-*``) were left on each node. The janitor outlives the signal, then its owner."""
+    owner = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom bakeoff.core.files import temporary_folder\n"
+        f"with temporary_folder('bakeoff-node-', {str(tmp_path)!r}) as f:\n"
+        "    print(f, flush=True)\n    time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)
+    folder = Path(owner.stdout.readline().strip())
+    assert folder.is_dir() and folder.parent == tmp_path
+    janitors = [p for p in Path("/proc").glob("[0-9]*") if _environ(p).get("BAKEOFF_TEMPORARY") == str(folder)]
+    assert janitors  # the shell, and the `cat` reading the pipe
+    for janitor in janitors:
+        os.kill(int(janitor.name), signal.SIGTERM)  # the step's SIGTERM reaches the janitor first
+    owner.kill()  # then its owner dies as a SIGKILL ends it
+    owner.wait()
+    deadline = time.monotonic() + 15
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not folder.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_whose_janitor_died_with_its_owner_is_swept_by_the_next_unit_on_the_node(tmp_path):
+    """A Slurm step's end SIGKILLs the janitor too (it is of the step): the next unit on the node sweeps what its dead
+    owner left, and never a live process's folder, nor one whose name holds no process id."""
+    from bakeoff.core.files import owned_prefix, sweep_orphans
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a process id no process holds now
+    orphan = tmp_path / f"bakeoff-node-{dead.pid}-abc123"
+    (orphan / "triton").mkdir(parents=True)
+    live = tmp_path / f"{owned_prefix('bakeoff-node-')}def456"  # this test's own process: alive
+    live.mkdir()
+    unowned = tmp_path / "bakeoff-node-xyz789"  # a name from before the owner was named in it
+    unowned.mkdir()
+    assert sweep_orphans("bakeoff-node-", tmp_path) == [orphan]
+    assert not orphan.exists() and live.is_dir() and unowned.is_dir()
+
+
+def _environ(process: Path) -> dict[str, str]:
+    try:
+        raw = (process / "environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
 
 
 # --- two runs on one store ----------------------------------------------------------------------------------------

@@ -21,11 +21,14 @@ def write_json(path: Path, data: Any, **dumps: Any) -> None:
     os.replace(tmp, path)
 
 
-_JANITOR = ('cat >/dev/null; for _ in 1 2 3 4 5; do rm -rf -- "$BAKEOFF_TEMPORARY" 2>/dev/null; '
+_JANITOR = ("trap '' TERM INT HUP; cat >/dev/null; "
+            'for _ in 1 2 3 4 5; do rm -rf -- "$BAKEOFF_TEMPORARY" 2>/dev/null; '
             '[ -e "$BAKEOFF_TEMPORARY" ] || exit 0; sleep 1; done')
 """The janitor of :func:`temporary_folder`: waits for the end of its standard input, then removes the folder (again,
 a few times, while a dying trial process may still be writing into it), named in its environment, not its command
-line: a search for the processes of a trial by its folder finds the trial's alone."""
+line: a search for the processes of a trial by its folder finds the trial's alone. It ignores the signals that end
+a job step or a terminal (``scancel`` sends SIGTERM to every process of the step, this one included), so that it
+outlives its owner by the moment it takes to remove the folder, and no longer: its input ends with the owner."""
 
 
 @contextlib.contextmanager
@@ -59,3 +62,26 @@ def temporary_folder(prefix: str, parent: Path | None = None) -> Iterator[str]:
         os.close(write)  # the folder is gone: the janitor finds nothing to remove, and ends
         if janitor is not None:
             janitor.wait()
+
+
+def owned_prefix(prefix: str) -> str:
+    """``prefix`` with this process's id: the folders :func:`sweep_orphans` can tell the owner of."""
+    return f"{prefix}{os.getpid()}-"
+
+
+def sweep_orphans(prefix: str, parent: Path | None = None) -> list[Path]:
+    """Remove the folders ``prefix<PID>-*`` in ``parent`` (the system's temporary folder by default) whose process
+    ``PID`` is gone: what a janitor could not remove because it was killed with its owner (a Slurm step's end
+    kills every process of the step, the janitor's session included). Folders of live processes, and folders whose
+    name holds no process id, are left. Returns those removed."""
+    import shutil
+
+    parent = Path(parent or tempfile.gettempdir())
+    removed = []
+    for folder in parent.glob(f"{prefix}*-*"):
+        pid = folder.name.removeprefix(prefix).split("-", 1)[0]
+        if not pid.isdigit() or Path(f"/proc/{pid}").exists() or not folder.is_dir():
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from bakeoff.core import frameworks, registry
-from bakeoff.core.files import temporary_folder
+from bakeoff.core.files import sweep_orphans, temporary_folder
 from bakeoff.core.result import Distributed, TrialResult
 from bakeoff.core.spec import Parallelism, RunSpec, Status
 from bakeoff.measure import ceiling
@@ -237,6 +237,8 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         names = [m.name for m in group.members]
         what = spec.title()
         outcome = launchers.run_group(group, logs, timeout_s, memory_cap, what)
+        if shared is not None:  # this node's units' compile caches, if a job step's end killed their janitors too
+            sweep_orphans(node.NODE_FOLDER)
         # where the ranks meet (the first node: torchrun's store, TF's worker 0, JAX's coordinator), and what each
         # node's unit chose for its ranks' interface
         network = {"rendezvous": hosts[0], "nodes": node.networks(Path(tmp))} if shared is not None and hosts else {}

@@ -41,14 +41,17 @@ import os
 import signal
 import socket
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from bakeoff.core.files import owned_prefix, sweep_orphans, temporary_folder
 from bakeoff.run.launchers import Member
 
 log = logging.getLogger("bakeoff.run.executors.node")
+
+NODE_FOLDER = "bakeoff-node-"
+"""The prefix of a unit's folder of compile caches in its node's temporary folder (then its process id)."""
 
 MODULE = "bakeoff.run.executors.node"
 THREAD_VARIABLES = ("BAKEOFF_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -294,7 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     (node_file,) = argv if argv is not None else sys.argv[1:]
     raw = json.loads(Path(node_file).read_text())
     try:
-        with interruptible(), tempfile.TemporaryDirectory(prefix="bakeoff-node-") as caches:
+        # The compile caches on this node, removed however the unit ends (a killed rank, a timeout, Ctrl-C); those of
+        # a unit whose janitor a job step's end killed too (scancel) are removed by the next unit on this node.
+        sweep_orphans(NODE_FOLDER)
+        with interruptible(), temporary_folder(owned_prefix(NODE_FOLDER)) as caches:
             for name in CACHE_VARIABLES:
                 os.environ[name] = os.path.join(caches, name.lower())
             code = run_share(raw)
