@@ -67,16 +67,6 @@ def test_report_wraps_verdicts_between_words_and_keeps_card_rows_and_paths_whole
     assert lines[-1] == f"report: {DEEP}report/report.html  (Markdown: {DEEP}report/report.md)"
 
 
-def test_a_width_given_by_columns_keeps_the_card_within_it_words_whole(folder):
-    # Off a terminal the card is a row a line (for grep), 199 columns here; COLUMNS asks for the compact card.
-    lines = piped("report", "--out", "narrow", cwd=folder, columns=80)
-    card = lines[next(i for i, line in enumerate(lines) if line.startswith("text_classifier/tiny: ")):]
-    assert card[0] == "text_classifier/tiny: PyTorch (graph) wins"
-    assert all(len(line) <= 80 for line in card) and "…" not in "\n".join(card)
-    row = next(i for i, line in enumerate(card) if line.lstrip().startswith("TensorFlow"))
-    assert "worse" in card[row] and "0.55x" in card[row + 1] and re.search(r"0\.5\d–0\.5\d", card[row + 2])
-
-
 @pytest.mark.parametrize("columns", [None, 80])
 def test_plan_shows_its_tables_headers_whole(folder, columns):
     lines = piped(*PLAN, cwd=folder, columns=columns)

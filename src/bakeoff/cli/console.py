@@ -169,10 +169,9 @@ def print_card(card: Card) -> None:
     """The decision card (:mod:`bakeoff.report.card`), then the recommendation and what decides it.
 
     On a terminal, compact: a table per workload titled with its leader and verdict, each ratio over its interval
-    (fits 80 columns); so too into a file or a pipe when ``COLUMNS`` sets a width. Otherwise, into a file or a
-    pipe, the report's columns with each row on one line, as wide as it needs (what a log or ``grep`` reads): no
-    cell is wrapped between a ratio and its interval. The recommendation and what decides it are printed by
-    :func:`paragraph`.
+    (fits 80 columns). Into a file or a pipe, the report's columns with each row on one line, as wide as it needs
+    (what a log or ``grep`` reads): no cell is wrapped between a ratio and its interval; the recommendation and
+    what decides it are printed by :func:`paragraph`.
     """
     from rich import box
     from rich.table import Table
@@ -191,7 +190,7 @@ def print_card(card: Card) -> None:
             out.add_row(*row)
         return out
 
-    terminal = console.is_terminal or os.environ.get("COLUMNS", "").strip().isdigit()  # compact: a width to keep
+    terminal = console.is_terminal
     if terminal:
         for section in dict.fromkeys(r.section for r in card.rows):
             rows = [r for r in card.rows if r.section == section]
