@@ -168,10 +168,9 @@ def whole_words(table: RichTable) -> RichTable:
 def print_card(card: Card) -> None:
     """The decision card (:mod:`bakeoff.report.card`), then the recommendation and what decides it.
 
-    On a terminal, compact: a table per workload titled with its leader and verdict, each ratio over its interval
-    (fits 80 columns). Into a file or a pipe, the report's columns with each row on one line, as wide as it needs
-    (what a log or ``grep`` reads): no cell is wrapped between a ratio and its interval; the recommendation and
-    what decides it are printed by :func:`paragraph`.
+    A table per workload titled with its leader and verdict, each ratio over its interval, words whole: about 80
+    columns for five criteria, on a terminal and into a file or a pipe alike (the report's one wide table, a row a
+    line, was 199–237 columns there); the recommendation and what decides it are printed by :func:`paragraph`.
     """
     from rich import box
     from rich.table import Table
@@ -185,29 +184,19 @@ def print_card(card: Card) -> None:
         for i, name in enumerate(header):
             words = [w for t in [name, *(row[i].plain for row in rows)] for w in t.split()]
             out.add_column(name, justify="right" if i >= len(header) - len(card.criteria) else "left",
-                           no_wrap=not terminal, overflow="fold", min_width=max(map(len, words), default=1))
+                           overflow="fold", min_width=max(map(len, words), default=1))
         for row in rows:
             out.add_row(*row)
         return out
 
-    terminal = console.is_terminal
-    if terminal:
-        for section in dict.fromkeys(r.section for r in card.rows):
-            rows = [r for r in card.rows if r.section == section]
-            leader = next((r for r in rows if r.leader), None)
-            cells = [[Text((f"{LEADER} " if r.leader else "") + r.framework.replace(" (", "\n("),
-                           style=_OUTCOME["leader"] if r.leader else ""), Text(r.win_probability),
-                      *(Text(_stacked(c.text), style=_OUTCOME.get(c.outcome, "")) for c in r.cells)] for r in rows]
-            header = [h.replace(" ", "\n", 1) for h in ["framework", "win prob.", *card.header[4:]]]
-            console.print(table(header, cells,
-                                f"{section}: {leader.framework} {leader.standing}" if leader else section))
-    else:
-        every = table(card.header, [[Text(c.text, style=_OUTCOME.get(c.outcome, "")) for c in cells]
-                                    for cells in card.cells()], "decision")
-        wide = Console(file=io.StringIO(), color_system=None,
-                       width=Measurement.get(console, console.options.update(max_width=10_000), every).maximum)
-        wide.print(every)
-        console.out(wide.file.getvalue().rstrip("\n"), highlight=False)
+    for section in dict.fromkeys(r.section for r in card.rows):
+        rows = [r for r in card.rows if r.section == section]
+        leader = next((r for r in rows if r.leader), None)
+        cells = [[Text((f"{LEADER} " if r.leader else "") + r.framework.replace(" (", "\n("),
+                       style=_OUTCOME["leader"] if r.leader else ""), Text(r.win_probability),
+                  *(Text(_stacked(c.text), style=_OUTCOME.get(c.outcome, "")) for c in r.cells)] for r in rows]
+        header = [h.replace(" ", "\n", 1) for h in ["framework", "win prob.", *card.header[4:]]]
+        console.print(table(header, cells, f"{section}: {leader.framework} {leader.standing}" if leader else section))
     paragraph(f"[bold]recommendation[/]: {escape(card.recommendation)}")
     paragraph(f"[bold]what decides it[/]: {escape(card.decides)}")
     for line in card.legend:  # the one legend line a reader of the console cannot do without
