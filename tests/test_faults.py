@@ -528,6 +528,21 @@ def fill(disk: Path) -> None:
             f.flush()
 
 
+def fill_once_training(disk: Path, store: Path, logs: Path, cwd: Path) -> str:
+    """Run the tiny MNIST trial into ``store``, fill ``disk`` once its trial has started (a log in ``logs``), and
+    return the run's standard error once it ends with exit 2 (its output goes to ``cwd/out.txt``)."""
+    with (cwd / "out.txt").open("w") as sink:
+        run = subprocess.Popen([sys.executable, "-m", "bakeoff.cli", *MNIST_RUN, "--store", str(store)],
+                               cwd=cwd, stdout=sink, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(logs.glob("*.log")) and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.05)
+    fill(disk)  # the trial is running: its suite is stored, its result will not be
+    _, stderr = run.communicate(timeout=300)
+    assert run.returncode == 2, stderr
+    return stderr
+
+
 def test_a_full_disk_while_writing_the_report_leaves_the_old_one_whole(tmp_path):
     store = tmp_path / "r.sqlite"
     _stored_trial(store)
@@ -555,15 +570,8 @@ def test_a_full_disk_while_storing_keeps_the_result_and_the_next_run_stores_it(t
         store, roomy = disk / "r.sqlite", tmp_path / "artifacts"
         roomy.mkdir()
         (disk / "r").symlink_to(roomy)  # the store's folder of logs, checkpoints and events
-        with (tmp_path / "out.txt").open("w") as sink:
-            run = subprocess.Popen([sys.executable, "-m", "bakeoff.cli", *MNIST_RUN, "--store", str(store)],
-                                   cwd=tmp_path, stdout=sink, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 120
-        while not list(roomy.glob("logs/*.log")) and time.monotonic() < deadline and run.poll() is None:
-            time.sleep(0.05)
-        fill(disk)  # the trial is running: its suite is stored, its result will not be
-        _, stderr = run.communicate(timeout=300)
-        assert run.returncode == 2 and "Traceback" not in stderr, stderr
+        stderr = fill_once_training(disk, store, roomy / "logs", tmp_path)
+        assert "Traceback" not in stderr, stderr
         assert (f"could not store mnist/tiny torch/eager seed 0 in {store}: no space left on {disk} (0.0 MB free), "
                 "free 5 MB or more there (SQLite: database or disk is full); its result (ok) is kept in") in stderr
         kept = list(roomy.glob("logs/unstored-*.json"))

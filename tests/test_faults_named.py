@@ -21,7 +21,7 @@ from bakeoff.core.spec import RunSpec, Status
 from bakeoff.data import DataError
 from bakeoff.data.text import load_text_dataset
 from bakeoff.results.store import Store
-from test_faults import MNIST_RUN, fill, small_disk
+from test_faults import MNIST_RUN, fill, fill_once_training, small_disk
 
 
 def bakeoff(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -99,15 +99,7 @@ def test_a_result_that_cannot_be_written_anywhere_leaves_no_part_file_and_the_re
     logs share one small disk, filled once the trial has started: neither can take the result."""
     with small_disk(tmp_path / "disk", "4m") as disk:
         store, logs = disk / "r.sqlite", disk / "r" / "logs"
-        with (tmp_path / "out.txt").open("w") as sink:
-            run = subprocess.Popen([sys.executable, "-m", "bakeoff.cli", *MNIST_RUN, "--store", str(store)],
-                                   cwd=tmp_path, stdout=sink, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 120
-        while not list(logs.glob("*.log")) and time.monotonic() < deadline and run.poll() is None:
-            time.sleep(0.05)
-        fill(disk)
-        _, stderr = run.communicate(timeout=300)
-        assert run.returncode == 2, stderr
+        stderr = fill_once_training(disk, store, logs, tmp_path)
         printed, said = stderr.splitlines()  # the result (JSON), whose reason may quote the trial's traceback
         assert json.loads(printed)["spec"]["workload"] == "mnist"
         assert said.startswith(f"bakeoff run: error: could not store mnist/tiny torch/eager seed 0 in {store}: no "

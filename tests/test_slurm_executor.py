@@ -419,6 +419,24 @@ def real_slurm():
     subprocess.run([str(ROOT / "scripts" / "slurm-local"), "stop"], capture_output=True, timeout=60)
 
 
+def _two_nodes() -> None:
+    """Skip unless this Slurm has two nodes."""
+    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()
+    if len(nodes) < 2:
+        pytest.skip(f"this Slurm has one node ({nodes}): BAKEOFF_SLURM_NODES=2 scripts/slurm-local makes two")
+
+
+def _two_on_each_of_two_nodes(tmp_path: Path) -> TrialResult:
+    """The store's one result: ok, its four ranks two on each of two nodes."""
+    from bakeoff.results.store import Store
+
+    (result,) = Store(tmp_path / "s.sqlite", readonly=True).results()
+    assert result.status is Status.OK, result.reason
+    first, second = result.extras["hosts"][0], result.extras["hosts"][2]
+    assert result.extras["hosts"] == [first, first, second, second] and first != second
+    return result
+
+
 def _bakeoff(tmp_path: Path, *flags: str, threads: bool = True) -> subprocess.Popen:
     """``bakeoff run`` of the tiny MNIST on the CPU, one thread a process unless not ``threads`` (then each node's
     cores, shared by its workers: two workers on a node of one CPU)."""
@@ -510,20 +528,14 @@ def test_a_multi_worker_trial_spans_two_nodes_two_workers_on_each_and_a_cancelle
         tmp_path, real_slurm):
     """workers-per-node=2: each node's two workers started by one job step (#51: a step per worker asked for the
     node's every CPU twice, and the second waited for ever)."""
-    from bakeoff.results.store import Store
 
-    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()
-    if len(nodes) < 2:
-        pytest.skip(f"this Slurm has one node ({nodes}): BAKEOFF_SLURM_NODES=2 scripts/slurm-local makes two")
+    _two_nodes()
     flags = ("--framework", "torch", "--parallelism", "multi_worker", "--workers", "4", "--executor",
              "slurm,workers-per-node=2")  # the form without a partition, as the README writes it
     run = _bakeoff(tmp_path, *flags, "--max-steps", "3", threads=False)
     out, _ = run.communicate(timeout=600)
     assert run.returncode == 0, out
-    (result,) = Store(tmp_path / "s.sqlite", readonly=True).results()
-    assert result.status is Status.OK, result.reason
-    first, second = result.extras["hosts"][0], result.extras["hosts"][2]
-    assert result.extras["hosts"] == [first, first, second, second] and first != second
+    result = _two_on_each_of_two_nodes(tmp_path)
     assert result.distributed.launcher == "torchrun_nodes" and len(result.distributed.ranks) == 4
     log = Path(result.extras["log"])
     assert "node 2 on cpus" in log.with_name(log.stem + ".host1.log").read_text()  # the second node's unit
@@ -550,21 +562,15 @@ def test_a_multi_worker_trial_spans_two_nodes_two_workers_on_each_and_a_cancelle
 def test_tensorflow_and_jax_workers_run_two_on_each_of_two_nodes_every_rank_read(tmp_path, real_slurm, framework):
     """The same shape for TF_CONFIG workers and jax.distributed processes (torch's is above)."""
     from bakeoff.core import registry
-    from bakeoff.results.store import Store
 
     if not registry.installed(framework):
         pytest.skip(f"{framework} is not installed")
-    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()
-    if len(nodes) < 2:
-        pytest.skip(f"this Slurm has one node ({nodes}): BAKEOFF_SLURM_NODES=2 scripts/slurm-local makes two")
+    _two_nodes()
     run = _bakeoff(tmp_path, "--framework", framework, "--parallelism", "multi_worker", "--workers", "4",
                    "--executor", "slurm,workers-per-node=2", "--max-steps", "3", threads=False)
     out, _ = run.communicate(timeout=600)
     assert run.returncode == 0, out
-    (result,) = Store(tmp_path / "s.sqlite", readonly=True).results()
-    assert result.status is Status.OK, result.reason
-    first, second = result.extras["hosts"][0], result.extras["hosts"][2]
-    assert result.extras["hosts"] == [first, first, second, second] and first != second
+    result = _two_on_each_of_two_nodes(tmp_path)
     assert [rank["rank"] for rank in result.distributed.ranks] == [0, 1, 2, 3]
     assert _our_jobs(tmp_path) == [] and _processes_of(tmp_path) == []
 
@@ -577,9 +583,7 @@ def test_a_rank_killed_on_the_second_node_fails_its_trial_at_once_naming_it_and_
     """#51: a dying step's rank was no failure; the trial trained on to its deadline."""
     from bakeoff.results.store import Store
 
-    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()
-    if len(nodes) < 2:
-        pytest.skip(f"this Slurm has one node ({nodes}): BAKEOFF_SLURM_NODES=2 scripts/slurm-local makes two")
+    _two_nodes()
     run = _bakeoff(tmp_path, "--framework", "torch", "--parallelism", "multi_worker", "--workers", "4",
                    "--executor", "slurm,workers-per-node=2", "--max-steps", "100000", "--timeout", "400",
                    threads=False)
