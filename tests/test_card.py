@@ -154,11 +154,16 @@ def test_the_card_fits_80_columns_on_a_terminal_and_off_one_with_every_word_whol
         assert f"recommendation: {built.recommendation} what decides it: {built.decides}" in said
 
 
-def test_bakeoff_report_ends_with_the_card_a_given_score_beside_the_measured(tmp_path, capsys):
+def test_bakeoff_report_ends_with_the_card_a_given_score_beside_the_measured(tmp_path, capsys, monkeypatch):
     """``bakeoff report`` on a stored suite with a qualitative criterion: its scores are a column of the card (given,
     not measured, as the legend says), and the output ends with the card, then where the report is."""
+    from bakeoff.cli import console as console_module
     from bakeoff.cli import main as cli
     from bakeoff.results.store import Store
+
+    # the console as a pipe gets it when no COLUMNS is set (CI's environment sets one): the card at its own width
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(console_module, "console", console_module.make_console())
 
     with Store(tmp_path / "r.sqlite") as store:
         for result in default_results():
