@@ -80,8 +80,19 @@ def sweep_orphans(prefix: str, parent: Path | None = None) -> list[Path]:
     removed = []
     for folder in parent.glob(f"{prefix}*-*"):
         pid = folder.name.removeprefix(prefix).split("-", 1)[0]
-        if not pid.isdigit() or Path(f"/proc/{pid}").exists() or not folder.is_dir():
+        if not pid.isdigit() or _alive(int(pid)) or not folder.is_dir():
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (on any POSIX system, not only where ``/proc`` is)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
