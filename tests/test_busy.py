@@ -221,7 +221,7 @@ def test_a_failed_retry_keeps_the_busy_measurement(tmp_path):
 def test_a_claim_judged_on_busy_runs_is_marked_and_counts_them():
     """Claims have no robust tier: a supported claim stays supported, but its verdict cell carries §, its why names
     the busy runs with `bakeoff claims --retry-busy`, and its JSON counts them per side."""
-    from bakeoff.plan.claims import parse_claims
+    from bakeoff.predict.claims import parse_claims
     from bakeoff.report import claims as judged
     from bakeoff.report.templates import to_markdown
     from test_claims import BUILD, runs

@@ -17,8 +17,8 @@ import pytest
 from bakeoff.cli.main import main
 from bakeoff.core.result import Distributed, Mfu, Training
 from bakeoff.core.spec import SpecError
-from bakeoff.plan.capacity import measured_mfu
-from bakeoff.plan.claims import load_claims, parse_claims
+from bakeoff.predict.capacity import measured_mfu
+from bakeoff.predict.claims import load_claims, parse_claims
 from bakeoff.report import claims as judged
 from bakeoff.report.render import render_report
 from bakeoff.report.templates import to_markdown
@@ -520,7 +520,7 @@ def test_a_claim_about_training_time_alone_stores_trials_that_never_evaluated(tm
 
 
 def test_the_shipped_file_is_package_data():
-    assert Path(judged.__file__).parent.parent.joinpath("plan", "claims.toml").is_file()
+    assert Path(judged.__file__).parent.parent.joinpath("predict", "claims.toml").is_file()
 
 
 def test_an_unsettled_claim_says_how_many_runs_would_settle_it():

@@ -20,8 +20,8 @@ ratio the claim predicts, the trials that test it and the hardware they need. ba
 lacks (as `bakeoff run` does: stored trials are reused, an interrupted run resumes) and says of each claim
 supported, refuted or unsettled *at the scale each row names* (workload, preset, parameters, FLOPs per example,
 batch, devices), with the figures, their intervals and why; "needs 8 GPUs" (and
-the capacity plan's answer) for what this machine cannot test. The shipped claims are bakeoff/plan/claims.toml; its
-format is the docstring of bakeoff/plan/claims.py.
+the capacity plan's answer) for what this machine cannot test. The shipped claims are bakeoff/predict/claims.toml; its
+format is the docstring of bakeoff/predict/claims.py.
 
 examples:
   bakeoff claims                                  # the shipped claims: run what is missing, then judge
@@ -52,7 +52,7 @@ def cmd_claims(args: argparse.Namespace) -> int:
     from bakeoff.cli.console import RunProgress, console, errors
     from bakeoff.core.spec import SpecError
     from bakeoff.measure.environment import cuda_devices, usable_cores
-    from bakeoff.plan.claims import SHIPPED, load_claims
+    from bakeoff.predict.claims import SHIPPED, load_claims
     from bakeoff.run.claims import check, validate
 
     if args.timeout is not None and not args.timeout > 0:

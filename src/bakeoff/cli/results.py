@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from bakeoff.cli.options import DEFAULT_REPORTS, DEFAULT_STORE, key_values
 
 if TYPE_CHECKING:
-    from bakeoff.plan.team import Team
+    from bakeoff.predict.team import Team
     from bakeoff.report.write import Stored, Written
 
 
@@ -59,8 +59,8 @@ def say_report(written: Written) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from bakeoff.analysis.stats import summarise_groups
     from bakeoff.cli.console import console
-    from bakeoff.plan.capacity import load_plans
-    from bakeoff.plan.team import load
+    from bakeoff.predict.capacity import load_plans
+    from bakeoff.predict.team import load
     from bakeoff.report.write import stored, write_report
     from bakeoff.results.store import export
 

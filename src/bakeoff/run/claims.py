@@ -13,9 +13,9 @@ from bakeoff.core.identity import identify
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError
 from bakeoff.measure.environment import cuda_devices
-from bakeoff.plan.capacity import measured_mfu
-from bakeoff.plan.claims import Claim, all_specs
 from bakeoff.plan.suite import Suite
+from bakeoff.predict.capacity import measured_mfu
+from bakeoff.predict.claims import Claim, all_specs
 from bakeoff.report.claims import ClaimVerdict, judge
 from bakeoff.results.store import Store
 from bakeoff.run import runner
