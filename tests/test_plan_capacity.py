@@ -376,7 +376,7 @@ def test_a_calibrated_step_far_beyond_the_measured_sizes_says_so():
 
 
 def test_a_plan_every_framework_of_which_is_calibrated_does_not_ask_for_flops():
-    from bakeoff.report.capacity import remarks
+    from bakeoff.report.capacity_tables import remarks
 
     trials = [r for framework in ("torch", "tensorflow", "jax") for r in sized_trials(framework, noise=0.0)]
     shape = capacity.shape_from({"preset": "paper"})

@@ -38,7 +38,7 @@ import pytest
 
 from bakeoff.core import registry
 from bakeoff.core.spec import RunSpec, SpecError
-from bakeoff.run.executors.base import TrialJob, parse_options
+from bakeoff.run.executors.executor import TrialJob, parse_options
 
 RAY = shutil.which("ray", path=str(Path(sys.executable).parent))
 CLUSTER = pytest.mark.skipif(RAY is None or not registry.installed("torch") or not registry.installed("jax"),

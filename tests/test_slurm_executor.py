@@ -38,7 +38,7 @@ from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec, SpecError, Status
 from bakeoff.run.executors import parse
 from bakeoff.run.executors import slurm_executor as slurm
-from bakeoff.run.executors.base import TrialJob, parse_options, resources
+from bakeoff.run.executors.executor import TrialJob, parse_options, resources
 from bakeoff.run.process import Interrupted
 
 ROOT = Path(__file__).resolve().parent.parent

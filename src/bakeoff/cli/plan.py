@@ -163,13 +163,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def say(result: Plan) -> None:
-    """The plan as the report shows it (:mod:`bakeoff.report.capacity`): memory per device by strategy and who offers
-    it; step time and time to the budget per framework (their MFUs differ); calibrated figures; then the APIs, the
-    notes and what is left out."""
+    """The plan as the report shows it (:mod:`bakeoff.report.capacity_tables`): memory per device by strategy and who
+    offers it; step time and time to the budget per framework (their MFUs differ); calibrated figures; then the APIs,
+    the notes and what is left out."""
     from rich.markup import escape
 
     from bakeoff.cli.console import console, paragraph, print_table
-    from bakeoff.report import capacity as tables
+    from bakeoff.report import capacity_tables as tables
 
     console.print(f"plan: {tables.summary(result)}", soft_wrap=True)
     for table in (tables.memory_table(result), tables.step_table(result), tables.calibrated_table(result)):

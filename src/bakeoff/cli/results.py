@@ -101,7 +101,7 @@ def _report_json(got: Stored, out: Path, args: argparse.Namespace, team: Team | 
     data = decisions_json(decided, summaries, store=str(args.store), suite=got.suite_name, bakeoff=bakeoff_version())
     data["checks"] = [{**vars(c), "failed": c.failed} for c in checks]
     if plans:
-        from bakeoff.report.capacity import made
+        from bakeoff.report.capacity_tables import made
 
         data["plans"] = [{"name": name, **result.to_dict()} for name, result in made(plans, got.results)]
     text = json.dumps(data, indent=1, allow_nan=False, ensure_ascii=False)

@@ -20,7 +20,7 @@ from bakeoff.analysis.stats import ConfigSummary, sections, summarise_groups
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError
 from bakeoff.predict.team import Team, check_against
-from bakeoff.report import capacity, declared, deployment
+from bakeoff.report import capacity_tables, declared, deployment
 from bakeoff.report import card as decision_card
 from bakeoff.report.render import render_report
 
@@ -96,7 +96,7 @@ def write_report(results: Sequence[TrialResult], out: Path, weights: Mapping[str
     paths = render_report(results, out, weights=weights or None, qualitative=qualitative or None, title=title,
                           suites=suites, decisions=decided, deployments=deployments,
                           declared_section=declared.blocks(team, decided, frameworks, deployments),
-                          plan_section=capacity.blocks(plans, results), covers=covers, suite_files=suite_files,
+                          plan_section=capacity_tables.blocks(plans, results), covers=covers, suite_files=suite_files,
                           again=again)
     return Written(paths, decided, summaries)
 

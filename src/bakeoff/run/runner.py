@@ -44,7 +44,7 @@ from bakeoff.plan.order import busy, measure_again, order, to_run
 from bakeoff.results import model_dir
 from bakeoff.results.store import Store, StoreWriteError
 from bakeoff.results.trial_claims import Claims
-from bakeoff.run.executors.base import Executor, TrialJob
+from bakeoff.run.executors.executor import Executor, TrialJob
 from bakeoff.run.executors.local import LocalExecutor, safe_name
 from bakeoff.run.process import hold as hold_signals
 from bakeoff.run.process import interruptible
@@ -124,7 +124,7 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
     :func:`bakeoff.results.model_dir.directory_name`. With ``profile_steps``, each trial that runs and succeeds
     then profiles that many steps (:mod:`bakeoff.trial.profile`) into its folder of the store's ``profiles``
     (named as its TensorBoard run is: :func:`tensorboard_runs`); a trial reused from the store is not profiled.
-    ``executor`` executes the trials (:mod:`bakeoff.run.executors.base`; default: here, one after another); this
+    ``executor`` executes the trials (:mod:`bakeoff.run.executors.executor`; default: here, one after another); this
     process stores every result, whichever executor ran it. Without ``evaluate``, the trials that run never
     evaluate the test split (their results measure training alone; ``training.evaluation`` says so).
 

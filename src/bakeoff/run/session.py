@@ -28,7 +28,7 @@ from bakeoff.predict.team import FAMILIARITY, Team
 from bakeoff.report.write import Written, write_report
 from bakeoff.results.store import Store, artifacts_dir
 from bakeoff.run import machine, process, runner
-from bakeoff.run.executors.base import Executor
+from bakeoff.run.executors.executor import Executor
 
 if TYPE_CHECKING:
     from bakeoff.results.mlflow_log import Logged

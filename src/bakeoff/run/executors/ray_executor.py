@@ -28,7 +28,7 @@ trial has started, and where, even if its worker dies; then it returns the resul
 one: the run only ever asks Ray for a result Ray says is ready, so no Ray call here waits longer than
 :data:`POLL_S` and a Ctrl-C is seen within it; a streaming generator's ``next`` may wait without a bound.)
 
-- Resources (:func:`bakeoff.run.executors.base.resources`): ``num_cpus`` its threads × processes; a trial that
+- Resources (:func:`bakeoff.run.executors.executor.resources`): ``num_cpus`` its threads × processes; a trial that
   does not say its threads uses every core it sees, so it asks for as many CPUs as the cluster's largest node has
   (it runs alone on such a node; on a cluster of unequal nodes it runs only on the largest). Whole GPUs, one per
   replica: required by ``--device cuda``; with ``--device auto`` asked for only when the cluster has GPUs. A trial
@@ -64,7 +64,7 @@ from typing import Any
 
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError, Status
-from bakeoff.run.executors.base import (
+from bakeoff.run.executors.executor import (
     Done,
     Executor,
     Placement,
@@ -123,7 +123,7 @@ class Cluster:
 
     def ask(self, job: TrialJob, workers_per_node: int | None = None) -> tuple[dict[str, float], int, str | None]:
         """The Ray resources ``job``'s trial asks for on each of its nodes, how many nodes it spans
-        (:func:`~bakeoff.run.executors.base.nodes_for`), and why the cluster cannot hold it (None when it can)."""
+        (:func:`~bakeoff.run.executors.executor.nodes_for`), and why the cluster cannot hold it (None when it can)."""
         need = resources(job.spec)
         nodes = nodes_for(job.spec, workers_per_node)
         if nodes > 1:  # each node runs workers_per_node of the workers (the last node may run fewer)

@@ -55,7 +55,7 @@ from pathlib import Path
 
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec, SpecError, Status
-from bakeoff.run.executors.base import (
+from bakeoff.run.executors.executor import (
     Done,
     Executor,
     Resources,
@@ -256,7 +256,7 @@ class _Submitted:
 
 ACCEPTED = ("slurm=PARTITION[,workers-per-node=K], e.g. slurm=gpu, slurm=gpu,workers-per-node=4 or "
             "slurm,workers-per-node=4 (the default partition; K a positive integer)")
-"""The forms ``--executor slurm=...`` accepts (:func:`bakeoff.run.executors.base.parse_options`)."""
+"""The forms ``--executor slurm=...`` accepts (:func:`bakeoff.run.executors.executor.parse_options`)."""
 
 
 class SlurmExecutor(Executor):

@@ -1,6 +1,6 @@
 """Claims judged on stored results (``bakeoff claims``), and the report's "Claims" section.
 
-A ratio claim (:mod:`bakeoff.predict.claims`) is judged per comparison with the comparison every verdict rests on
+A ratio claim (:mod:`bakeoff.predict.hypotheses`) is judged per comparison with the comparison every verdict rests on
 (:func:`bakeoff.analysis.decide.head_to_head`: a Welch interval on the log values of one figure per run, at 95%, or
 wider after adaptive repeats' looks), against the claim's threshold instead of the tie band:
 
@@ -39,7 +39,7 @@ from bakeoff.analysis.stats import ConfigSummary, distinct_labels, summarise_gro
 from bakeoff.analysis.verdict import MIN_RUNS, interval_text, ratio_text
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec, SpecError, Status
-from bakeoff.predict.claims import Claim, Comparison, capacity_plan, configuration, load_claims
+from bakeoff.predict.hypotheses import Claim, Comparison, capacity_plan, configuration, load_claims
 from bakeoff.report import deployment as deployed
 from bakeoff.report.templates import Block, Heading, Para, Table
 
