@@ -88,6 +88,30 @@ def test_store_keeps_results_and_every_raw_sample(tmp_path):
     assert rows == [("torch/eager", "ok"), ("tensorflow/eager", "failed")]
 
 
+def test_a_retired_mode_is_refused_with_why():
+    with pytest.raises(SpecError, match=r"unknown parallelism 'horovod' \(bakeoff never had a horovodrun launcher.*"
+                                        r"accepted: none, data_parallel, multi_worker, parameter_server$"):
+        spec(parallelism="horovod", workers=2)
+
+
+def test_a_stored_trial_of_a_retired_mode_is_read_past_with_why(tmp_path, caplog):
+    kept, retired = spec(seed=1), spec(seed=2, parallelism="data_parallel", workers=2)
+    with Store(tmp_path / "r.sqlite") as store:
+        store.put(_result(kept), "s1")
+        store.put(_result(retired, Status.UNSUPPORTED), "s1")
+    # as an older bakeoff stored it: a horovod trial, recorded unsupported (written by hand, not by this bakeoff)
+    db = sqlite3.connect(tmp_path / "r.sqlite")
+    raw = json.loads(db.execute("SELECT result FROM trials WHERE key = ?", (retired.key(),)).fetchone()[0])
+    raw["spec"]["parallelism"] = "horovod"
+    db.execute("UPDATE trials SET result = ? WHERE key = ?", (json.dumps(raw), retired.key()))
+    db.commit()
+    db.close()
+    with Store(tmp_path / "r.sqlite", readonly=True) as store:
+        assert [r.key for r in store.results()] == [kept.key()]
+    assert "1 stored trial(s) of a retired mode read past, horovod: bakeoff never had a horovodrun" in caplog.text
+    assert f"{retired.key()} (parallelism 'horovod', unsupported)" in caplog.text
+
+
 def test_store_refuses_other_versions(tmp_path):
     path = tmp_path / "r.sqlite"
     Store(path).close()

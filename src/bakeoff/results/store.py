@@ -29,6 +29,7 @@ import contextlib
 import csv
 import dataclasses
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.core.result import SCHEMA_VERSION, Training, TrialResult, migrate
-from bakeoff.core.spec import SpecError, Status
+from bakeoff.core.spec import RETIRED_VALUES, SpecError, Status
 
 STORE_VERSION = 1
 
@@ -454,11 +455,18 @@ class Store:
             query, args = query + " WHERE suite = ?", [suite]
         rows = [json.loads(r[0]) for r in self._db.execute(query + " ORDER BY finished_at, rowid", args)]
         wanted = set(keys) if keys is not None else None
-        out = []
+        out, retired = [], []
         for raw in rows:
             if wanted is not None and raw.get("key") not in wanted:
                 continue
+            if (value := raw.get("spec", {}).get("parallelism")) in RETIRED_VALUES:
+                retired.append(f"{raw.get('key')} (parallelism {value!r}, {raw.get('status')})")
+                continue
             out.append(TrialResult.from_dict(raw))
+        if retired:
+            logging.getLogger(__name__).warning(
+                "%s: %d stored trial(s) of a retired mode read past, %s: %s", self.path, len(retired),
+                "; ".join(f"{v}: {why}" for v, why in RETIRED_VALUES.items()), ", ".join(retired))
         return out
 
     def suites(self) -> list[str]:
