@@ -143,7 +143,7 @@ MOUNTINFO = """\
 def test_the_file_system_of_a_path_is_its_longest_mount_point() -> None:
     from pathlib import Path
 
-    from bakeoff.results.store import file_system
+    from bakeoff.results.disk import file_system
 
     assert file_system(Path("/shared/results/bakeoff.sqlite"), MOUNTINFO) == "nfs4"
     assert file_system(Path("/shared/local disk/bakeoff.sqlite"), MOUNTINFO) == "ext4"
@@ -153,11 +153,11 @@ def test_the_file_system_of_a_path_is_its_longest_mount_point() -> None:
 
 def test_a_store_on_a_network_file_system_keeps_a_rollback_journal_not_wal(tmp_path, monkeypatch) -> None:
     """SQLite's WAL shares its index through memory of one machine: on NFS a store must not use it."""
-    from bakeoff.results import store as store_module
+    from bakeoff.results import disk
 
     with Store(tmp_path / "local.sqlite") as local:
         assert local._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    monkeypatch.setattr(store_module, "file_system", lambda path: "nfs4")
+    monkeypatch.setattr(disk, "file_system", lambda path: "nfs4")
     with Store(tmp_path / "shared.sqlite") as shared:
         assert shared._db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
     with Store(tmp_path / "local.sqlite") as moved:  # a store copied onto NFS leaves WAL when opened there
