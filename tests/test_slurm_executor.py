@@ -38,7 +38,7 @@ from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec, SpecError, Status
 from bakeoff.run.executors import parse, slurm_job
 from bakeoff.run.executors import slurm_executor as slurm
-from bakeoff.run.executors.executor import TrialJob, parse_options, resources
+from bakeoff.run.executors.executor import TrialJob, nodes_for, parse_options, resources
 from bakeoff.run.process import Interrupted
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,8 +99,8 @@ def test_a_multi_node_trial_is_one_job_a_task_per_node_each_asking_for_its_worke
                          "#SBATCH --chdir=/w"]
     assert slurm.spread(["a", "b"], 4, 2) == ["a", "a", "b", "b"]
     assert slurm.spread(["a", "b", "c"], 3, 1) == ["a", "b", "c"]
-    assert [slurm.nodes_for(job.spec, k) for k in (4, 3, 1, None)] == [1, 2, 4, 1]
-    assert slurm.nodes_for(_job(tmp_path, parallelism="data_parallel", workers=4).spec, 1) == 1
+    assert [nodes_for(job.spec, k) for k in (4, 3, 1, None)] == [1, 2, 4, 1]
+    assert nodes_for(_job(tmp_path, parallelism="data_parallel", workers=4).spec, 1) == 1
 
 
 def test_the_executor_argument_names_a_partition_and_workers_per_node():
