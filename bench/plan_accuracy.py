@@ -4,8 +4,8 @@ sizes between them), batch 32, each framework in its production mode, each trial
 runner, no evaluation), in three configurations: one device fp32, one device bf16, and data parallel over 2
 replicas fp32.
 
-Every prediction goes through the plan itself (:func:`bakeoff.plan.capacity.plan`, with the calibration
-:func:`~bakeoff.plan.capacity.calibrate` fits), and every one-device size is predicted from a calibration fitted to
+Every prediction goes through the plan itself (:func:`bakeoff.predict.capacity.plan`, with the calibration
+:func:`~bakeoff.predict.capacity.calibrate` fits), and every one-device size is predicted from a calibration fitted to
 the framework's *other* sizes only (leave one out): "calibrated by measured trials", tested on a trial the
 calibration did not see. Columns:
 
@@ -60,7 +60,7 @@ from bakeoff.core.identity import identify
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec
 from bakeoff.measure import gemm_rates
-from bakeoff.plan import capacity
+from bakeoff.predict import capacity
 from bakeoff.plan.suite import load_suite
 from bakeoff.run.executors import local
 

@@ -67,8 +67,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
 @pytest.fixture(scope="session")
 def parity_probes(tmp_path_factory: pytest.TempPathFactory) -> Probes:
-    """The ``bakeoff.trial.parity`` probes, each (workload, framework, mode) run once per test session and compared by
-    every file that needs it: test_parity.py's PyTorch and TensorFlow probes are test_parity_jax.py's references."""
+    """The ``bakeoff.trial.parity_probe`` probes, each (workload, framework, mode) run once per test session and
+    compared by every file that needs it: test_parity.py's PyTorch and TensorFlow probes are test_parity_jax.py's
+    references."""
     return Probes(tmp_path_factory.mktemp("parity"), parity_command)
 
 

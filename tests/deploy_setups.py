@@ -23,7 +23,7 @@ class Setup:
     """One workload's model in one framework, with its test inputs (``config``: preset overrides that shrink it)."""
 
     def __init__(self, framework: str, workload: str, root: Path, config: tuple = ()) -> None:
-        from bakeoff.trial.parity import perturbed
+        from bakeoff.trial.parity_probe import perturbed
 
         self.adapter = importlib.import_module(formats.adapter_module(framework))
         self.workload = workload

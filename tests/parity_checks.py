@@ -1,12 +1,12 @@
 """The cross-framework parity checks and their tolerances, shared by test_parity.py and test_parity_speech_ctc.py.
 
-A probe (``bakeoff.trial.parity``) is one framework in one execution mode and precision, in its own process. The tests
-compare every PyTorch probe with every TensorFlow probe of the same precision — so compiled modes
+A probe (``bakeoff.trial.parity_probe``) is one framework in one execution mode and precision, in its own process. The
+tests compare every PyTorch probe with every TensorFlow probe of the same precision — so compiled modes
 (``torch.compile``, ``tf.function``, XLA) are checked against the other framework's eager and compiled modes —
 and each probe with itself (gradient accumulation) and with the initial weights (training moved them).
 
-The checks and their tolerances are the product's (:mod:`bakeoff.analysis.parity`, which documents them and what
-was measured against them; ``bakeoff parity`` runs the same ones): each ``check_*`` here asserts that a check found
+The checks and their tolerances are the product's (:mod:`bakeoff.analysis.parity_tolerances`, which documents them and
+what was measured against them; ``bakeoff parity`` runs the same ones): each ``check_*`` here asserts that a check found
 nothing, its message the first disagreement. What stays here is the tests' harness (modes, pairs, probes) and the
 shipped workloads' own sanity checks (outputs that vary, every tensor trained).
 """
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bakeoff.analysis import parity
-from bakeoff.analysis.parity import Finding, first_failure, unflatten, zero_gradients
+from bakeoff.analysis import parity_tolerances as parity
+from bakeoff.analysis.parity_tolerances import Finding, first_failure, unflatten, zero_gradients
 from bakeoff.measure.environment import usable_cores
-from bakeoff.run import parity as command
+from bakeoff.run import parity_session as command
 
 BF16_U = parity.BF16_U
 
@@ -49,11 +49,11 @@ def pairs(modes: tuple[Mode, ...]) -> list[tuple[Mode, Mode]]:
 
 
 STEPS = command.STEPS
-"""Training steps of a ``bakeoff.trial.parity`` probe (each also accumulates over as many micro-batches)."""
+"""Training steps of a ``bakeoff.trial.parity_probe`` probe (each also accumulates over as many micro-batches)."""
 
 
 def parity_command(workload: str, mode: Mode, out: Path) -> list[str]:
-    """The ``python -m bakeoff.trial.parity`` probe of ``workload`` in ``mode``, writing its arrays to ``out``:
+    """The ``python -m bakeoff.trial.parity_probe`` probe of ``workload`` in ``mode``, writing its arrays to ``out``:
     ``bakeoff parity``'s own."""
     return command.probe_command(workload, mode.framework, command.Mode(mode.execution, mode.precision), out)
 

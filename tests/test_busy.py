@@ -17,7 +17,7 @@ from bakeoff.report import card
 from bakeoff.results.ci import decision_dict
 from bakeoff.results.store import Store
 from bakeoff.run import runner
-from bakeoff.run.executors.base import Done, Executor, Started, TrialJob
+from bakeoff.run.executors.executor import Done, Executor, Started, TrialJob
 from fake_results import default_results
 
 COMPARED = ("torch/graph", "tensorflow/graph")  # the default bake-off's leader and runner-up
@@ -221,8 +221,8 @@ def test_a_failed_retry_keeps_the_busy_measurement(tmp_path):
 def test_a_claim_judged_on_busy_runs_is_marked_and_counts_them():
     """Claims have no robust tier: a supported claim stays supported, but its verdict cell carries §, its why names
     the busy runs with `bakeoff claims --retry-busy`, and its JSON counts them per side."""
-    from bakeoff.plan.claims import parse_claims
-    from bakeoff.report import claims as judged
+    from bakeoff.predict.hypotheses import parse_claims
+    from bakeoff.report import claim_verdicts as judged
     from bakeoff.report.templates import to_markdown
     from test_claims import BUILD, runs
 

@@ -17,9 +17,9 @@ import pytest
 from bakeoff.cli.main import main
 from bakeoff.core.result import Distributed, Mfu, Training
 from bakeoff.core.spec import SpecError
-from bakeoff.plan.capacity import measured_mfu
-from bakeoff.plan.claims import load_claims, parse_claims
-from bakeoff.report import claims as judged
+from bakeoff.predict.capacity import measured_mfu
+from bakeoff.predict.hypotheses import load_claims, parse_claims
+from bakeoff.report import claim_verdicts as judged
 from bakeoff.report.render import render_report
 from bakeoff.report.templates import to_markdown
 from fake_results import BATCH, STEPS, default_results, failed, respec, trial
@@ -430,7 +430,7 @@ def test_results_match_a_claims_configuration_whatever_their_seed_and_versions()
 
 def test_no_run_judges_what_the_store_holds_whichever_version_stored_it_and_writes_nothing(tmp_path):
     from bakeoff.results.store import Store
-    from bakeoff.run.claims import check
+    from bakeoff.run.claim_check import check
 
     path = tmp_path / "store.sqlite"
     with Store(path) as store:  # fake_results' trials carry another bakeoff version's content keys
@@ -448,7 +448,7 @@ def test_no_run_judges_what_the_store_holds_whichever_version_stored_it_and_writ
 def test_trials_of_a_claim_about_training_time_alone_never_evaluate(tmp_path, monkeypatch):
     """graph_build's trials (evaluate = false: a pass over the paper preset's test split takes many minutes here)
     run in a suite of their own whose trials skip evaluation; the others evaluate as every trial does."""
-    from bakeoff.run import claims as running
+    from bakeoff.run import claim_check as running
 
     asked = []
     monkeypatch.setattr(running, "run_suite", lambda suite, *_, evaluate, **__: asked.append(
@@ -507,7 +507,7 @@ def test_a_claim_about_training_time_alone_stores_trials_that_never_evaluated(tm
     evaluate = false: no quality curve, and the result says why."""
     pytest.importorskip("torch")
     from bakeoff.results.store import Store
-    from bakeoff.run.claims import check
+    from bakeoff.run.claim_check import check
 
     text = CHEAP.replace("[[claim]]", "[[claim]]\nevaluate = false\nrepeats = 1").replace("max_steps = 40",
                                                                                            "max_steps = 5")
@@ -520,7 +520,7 @@ def test_a_claim_about_training_time_alone_stores_trials_that_never_evaluated(tm
 
 
 def test_the_shipped_file_is_package_data():
-    assert Path(judged.__file__).parent.parent.joinpath("plan", "claims.toml").is_file()
+    assert Path(judged.__file__).parent.parent.joinpath("predict", "claims.toml").is_file()
 
 
 def test_an_unsettled_claim_says_how_many_runs_would_settle_it():

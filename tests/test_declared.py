@@ -17,7 +17,7 @@ from bakeoff.analysis import verdict
 from bakeoff.analysis.stats import summarise_groups
 from bakeoff.core import formats
 from bakeoff.core.spec import SpecError
-from bakeoff.plan import team as team_file
+from bakeoff.predict import team as team_file
 from bakeoff.report import declared
 from bakeoff.report.write import decisions, stored, write_report
 from fake_results import default_results, readme_command, store_as_readme

@@ -1,4 +1,4 @@
-"""The executor contract (:mod:`bakeoff.run.executors.base`): whatever executes the trials, and in whatever order
+"""The executor contract (:mod:`bakeoff.run.executors.executor`): whatever executes the trials, and in whatever order
 they finish, the runner (:mod:`bakeoff.run.runner`) stores each result once, in this process, with its planned place
 in the run; a resumed run skips them; ``--executor`` names an executor or exits 2 naming the accepted ones. No
 framework: the trials' results are made here (a fraction of a second in all)."""
@@ -14,7 +14,7 @@ from bakeoff.core.spec import RunSpec, SpecError, Status
 from bakeoff.results.store import Store
 from bakeoff.run import runner
 from bakeoff.run.executors import local, parse
-from bakeoff.run.executors.base import Done, Executor, Started, TrialJob, resources
+from bakeoff.run.executors.executor import Done, Executor, Started, TrialJob, resources
 from bakeoff.run.executors.local import LocalExecutor
 
 

@@ -2,9 +2,9 @@
 native PyTorch and TensorFlow models compute, and trains alike, with the tolerances of tests/parity_checks.py.
 
 Each probe is one framework in one process with its ``KERAS_BACKEND`` set explicitly: the native ones are
-``python -m bakeoff.trial.parity``; a Keras one is this file run as a script (``python tests/test_keras_backends.py
-WORKLOAD FRAMEWORK EXECUTION OUT.npz``), which runs the same ``bakeoff.trial.parity.probe`` and adds an exact-resume
-check and the frameworks its process loaded.
+``python -m bakeoff.trial.parity_probe``; a Keras one is this file run as a script (``python
+tests/test_keras_backends.py WORKLOAD FRAMEWORK EXECUTION OUT.npz``), which runs the same
+``bakeoff.trial.parity_probe.probe`` and adds an exact-resume check and the frameworks its process loaded.
 
 Modes probed, to keep the file near 2 minutes on 2 cores: each backend in Keras' compiled mode where it is cheap
 (jax.jit; tf.function) and eagerly on torch (Keras' torch default; torch.compile of Keras' step costs minutes on 2
@@ -57,7 +57,7 @@ def _command(workload: str, mode: Mode, out: Path) -> list[str]:
 
 class KerasProbes:
     """The Keras probes (this file as a script), and the native eager ones from the session's parity probes
-    (``python -m bakeoff.trial.parity``, the same STEPS: run once for this file and tests/test_parity.py)."""
+    (``python -m bakeoff.trial.parity_probe``, the same STEPS: run once for this file and tests/test_parity.py)."""
 
     def __init__(self, keras: Probes, native: Probes) -> None:
         self.keras, self.native = keras, native
@@ -194,7 +194,7 @@ def _resume_losses(workload_name: str, framework: str, execution: str, tmp: Path
 def _probe(workload: str, framework: str, execution: str, out: Path) -> None:
     import tempfile
 
-    from bakeoff.trial import parity
+    from bakeoff.trial import parity_probe as parity
 
     arrays = parity.probe(workload, framework, steps=STEPS, execution=execution, accum_steps=STEPS)
     if workload == "mnist":

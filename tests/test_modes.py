@@ -7,7 +7,7 @@ import pytest
 from bakeoff.core import registry
 from bakeoff.core.spec import RunSpec, SpecError
 from bakeoff.measure.environment import usable_cores
-from bakeoff.plan import capacity
+from bakeoff.predict import capacity
 from bakeoff.results.store import Store
 from bakeoff.run import runner
 

@@ -3,9 +3,9 @@ alike, in the modes trials are timed in.
 
 One declarative harness: each workload row names its exact parameter count, output shape and the probes it runs
 beyond eager fp32 (compiled modes, bf16); the checks and their tolerances are tests/parity_checks.py's, the same
-for every workload. Each probe is one framework in one mode, in its own process (`python -m bakeoff.trial.parity`),
-through the real engine and model code, dropout off. speech_ctc has its own file (tests/test_parity_speech_ctc.py:
-its micro-batches are padded to different lengths and CTC is checked on its own).
+for every workload. Each probe is one framework in one mode, in its own process (`python -m
+bakeoff.trial.parity_probe`), through the real engine and model code, dropout off. speech_ctc has its own file
+(tests/test_parity_speech_ctc.py: its micro-batches are padded to different lengths and CTC is checked on its own).
 
 Which compiled checks run where, to keep CI time modest (each torch.compile costs ~30 s on 2 cores): tf.function
 for every workload; torch.compile and XLA for the text classifier and MNIST; bf16 eagerly for the text classifier

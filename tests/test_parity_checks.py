@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bakeoff.analysis.parity import flatten, per_tensor_errors, unflatten
+from bakeoff.analysis.parity_tolerances import flatten, per_tensor_errors, unflatten
 from parity_checks import BF16_U, check_gradients, check_losses, check_moved, check_weights
 
 
@@ -34,7 +34,7 @@ def test_a_small_tensor_wrong_fails_though_the_largest_entries_agree():
 
 
 def test_a_zero_gradient_is_known_by_measurement_or_declaration_never_by_a_name():
-    from bakeoff.analysis import parity
+    from bakeoff.analysis import parity_tolerances as parity
 
     # Keras names an attention's key bias its own way: noise on both sides, it is zero as measured, whatever its
     # name (a hard-coded "attn.k.bias" never matched it, and parity called the unmodified Keras example different)
@@ -54,7 +54,7 @@ def test_a_zero_gradient_is_known_by_measurement_or_declaration_never_by_a_name(
 
 
 def test_the_trained_weights_of_a_zero_gradient_are_not_compared_and_the_finding_says_why():
-    from bakeoff.analysis import parity
+    from bakeoff.analysis import parity_tolerances as parity
 
     init = {"w": np.ones(4), "key/bias": np.zeros(4)}
     a = {"w": init["w"] + 1e-3, "key/bias": np.full(4, 1e-3)}  # Adam moved the noise by a full step, each its own way
@@ -68,8 +68,8 @@ def test_the_trained_weights_of_a_zero_gradient_are_not_compared_and_the_finding
 
 
 def test_a_check_within_2x_of_failing_is_flagged_near():
-    from bakeoff.analysis.parity import Finding
-    from bakeoff.run.parity import CheckRow, Mode, ParityReport
+    from bakeoff.analysis.parity_tolerances import Finding
+    from bakeoff.run.parity_session import CheckRow, Mode, ParityReport
 
     mode = Mode("eager", "fp32")
     row = CheckRow(mode, "jax", "gradients", (Finding("gradients", "ffn.kernel", 0, 0, 6.9e-5, 1e-4, "", True),
@@ -113,7 +113,12 @@ def test_bf16_losses_held_to_u_at_first_and_8u_after():
 
 
 def test_running_statistics_are_weights_but_neither_parameters_nor_gradients():
-    from bakeoff.analysis.parity import compare_gradients, compare_parameters, compare_weights, running_statistic
+    from bakeoff.analysis.parity_tolerances import (
+        compare_gradients,
+        compare_parameters,
+        compare_weights,
+        running_statistic,
+    )
 
     assert running_statistic("stem.bn.moving_variance") and running_statistic("batch_normalization/moving_mean")
     assert not running_statistic("bn.gamma") and not running_statistic("moving_mean_head.kernel")
@@ -137,7 +142,7 @@ def test_running_statistics_are_weights_but_neither_parameters_nor_gradients():
 
 
 def test_dropout_left_on_in_evaluation_fails_the_evaluation_check():
-    from bakeoff.analysis.parity import compare_evaluation
+    from bakeoff.analysis.parity_tolerances import compare_evaluation
 
     outputs = np.random.default_rng(0).uniform(0, 1, 64).astype(np.float32)
     probe = {"outputs": outputs, "eval_dropout": np.array(0.2), "outputs_dropout": outputs.copy(),

@@ -134,7 +134,7 @@ def test_a_probe_past_its_timeout_is_reported_and_leaves_no_process(monkeypatch)
     import sys
     import uuid
 
-    from bakeoff.run import parity
+    from bakeoff.run import parity_session as parity
 
     marker = f"bakeoff-hung-probe-{uuid.uuid4().hex}"
     hung = ("import subprocess, sys, time; "
@@ -153,9 +153,9 @@ def test_json_writes_null_for_what_has_no_finite_value(monkeypatch, capsys):
     says null for each (bakeoff parity --help says so), and stays JSON."""
     import numpy as np
 
-    from bakeoff.analysis import parity as checks
+    from bakeoff.analysis import parity_tolerances as checks
     from bakeoff.cli.main import main
-    from bakeoff.run import parity
+    from bakeoff.run import parity_session as parity
 
     mode = parity.Mode("eager", "fp32")
     canonical = {"out.kernel": np.ones((3, 2), np.float32), "out.bias": np.zeros(2, np.float32)}
@@ -206,7 +206,7 @@ def test_probes_from_a_thread_pool_leave_the_signal_gate_balanced(monkeypatch):
     """bakeoff parity starts and ends its probes' process groups from a thread pool, and each start and end moves
     the signal gate's count of holders: a lost update would leave it at 1 or -1, and every later Ctrl-C held for
     good instead of interrupting."""
-    from bakeoff.run import parity
+    from bakeoff.run import parity_session as parity
 
     gate = RacingGate()
     monkeypatch.setattr(process, "_GATE", gate)
@@ -225,7 +225,7 @@ def test_parity_proves_the_model_the_users_data_builds(tmp_path):
     rows = ["body,stars"] + [f"word{i % 7} snack {i} taste{i % 5},{i % 5 + 1}" for i in range(300)]
     (tmp_path / "five.csv").write_text("\n".join(rows) + "\n")
     data = ("--data", "train=five.csv", "--data", "text_column=body", "--data", "label_column=stars")
-    from bakeoff.run.parity import Mode, probe_command
+    from bakeoff.run.parity_session import Mode, probe_command
 
     command = probe_command("text_classifier", "torch", Mode("eager", "fp32"), tmp_path / "p.npz",
                             data=(("train", "five.csv"), ("text_column", "body"), ("label_column", "stars")))

@@ -10,7 +10,7 @@ weights 1.1e-3 (the token embedding against PyTorch, as PyTorch against TensorFl
 accumulation within JAX: gradients 7e-7, losses 2e-7. bf16, u = 2⁻⁸: JAX's jitted step against PyTorch's
 autocast on the text classifier, outputs 1.1u of the largest output, first loss 0.07u, later losses 1.7u (the
 checks allow parity_checks.py's 8u, 1u and 8u). Each probe is one framework in one mode, in its own process
-(``python -m bakeoff.trial.parity``), through the real engine, dropout off.
+(``python -m bakeoff.trial.parity_probe``), through the real engine, dropout off.
 """
 
 from __future__ import annotations

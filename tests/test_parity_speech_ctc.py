@@ -2,8 +2,8 @@
 
 Each probe is one framework in one mode, in its own process: this file run as a script is the probe (``python
 THIS_FILE FRAMEWORK EXECUTION PRECISION OUT.npz``), through the real engine and model code, dropout off:
-``bakeoff.trial.parity.probe`` plus what speech needs, the padded-frame check and CTC on its own. The cross-framework
-checks and tolerances are tests/parity_checks.py's; the modes compared: eager in both frameworks and
+``bakeoff.trial.parity_probe.probe`` plus what speech needs, the padded-frame check and CTC on its own. The
+cross-framework checks and tolerances are tests/parity_checks.py's; the modes compared: eager in both frameworks and
 TensorFlow's tf.function (its production mode), fp32. The probes are the session's ``speech_probes``
 (tests/conftest.py): the eager ones are also test_parity_speech_ctc_jax.py's references, run once for both files.
 """
@@ -69,7 +69,7 @@ def _tight(engine, workload, test: dict[str, np.ndarray]) -> dict[str, np.ndarra
 
 
 def probe(framework: str, execution: str = "eager", precision: str = "fp32") -> dict[str, np.ndarray]:
-    from bakeoff.trial.parity import probe as common_probe
+    from bakeoff.trial.parity_probe import probe as common_probe
 
     out = common_probe("speech_ctc", framework, steps=STEPS, batch_size=16, execution=execution,
                        precision=precision, examples=32, accum_steps=ACCUM_STEPS, data=DATA, extra=_tight)

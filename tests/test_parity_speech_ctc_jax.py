@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.slow,
 
 
 def _train_batches() -> list[dict[str, np.ndarray]]:
-    """The probe's training batches (bakeoff.trial.parity.probe: batch 16, seed 0, epoch 0), framework-free."""
+    """The probe's training batches (bakeoff.trial.parity_probe.probe: batch 16, seed 0, epoch 0), framework-free."""
     from bakeoff.core.spec import RunSpec
 
     wl = registry.workload("speech_ctc")

@@ -1,4 +1,4 @@
-"""The capacity plan (bakeoff.plan.capacity, `bakeoff plan`): its formulas give the published figures they cite, each
+"""The capacity plan (bakeoff.predict.capacity, `bakeoff plan`): its formulas give the published figures they cite, each
 strategy shards what it says, the answer to "100B with MirroredStrategy on 8 × 80 GB" is bytes per device, and an
 impossible plan is refused (exit 2) naming the field. Pure arithmetic: no framework is imported."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bakeoff.plan import capacity
-from bakeoff.plan.capacity import Machine, PlanError, Shape, layer_activations, parse_size, plan
+from bakeoff.predict import capacity
+from bakeoff.predict.capacity import Machine, PlanError, Shape, layer_activations, parse_size, plan
 from fake_results import readme_command, store_as_readme
 
 SRC = Path(capacity.__file__).resolve().parents[2]
@@ -160,7 +160,7 @@ def test_fp32_holds_16_bytes_a_parameter_and_each_strategy_shards_what_it_says()
 
 
 def test_each_frameworks_strategy_holds_its_states_as_its_mixed_precision_api_does():
-    """Bytes a parameter counted from each API's documentation (bakeoff.plan.recipes): autocast, Keras'
+    """Bytes a parameter counted from each API's documentation (bakeoff.predict.recipes): autocast, Keras'
     mixed_bfloat16 and Flax's fp32 parameters cast to bf16 keep fp32 weights and gradients and the bf16 casts for
     the backward (4 + 2, 4, 8); FSDP2's MixedPrecisionPolicy keeps fp32 parameters, gradients and Adam state sharded
     and gathers bf16 parameters a layer at a time (two: computing, prefetched); FSDP's SHARD_GRAD_OP keeps the
@@ -376,7 +376,7 @@ def test_a_calibrated_step_far_beyond_the_measured_sizes_says_so():
 
 
 def test_a_plan_every_framework_of_which_is_calibrated_does_not_ask_for_flops():
-    from bakeoff.report.capacity import remarks
+    from bakeoff.report.capacity_tables import remarks
 
     trials = [r for framework in ("torch", "tensorflow", "jax") for r in sized_trials(framework, noise=0.0)]
     shape = capacity.shape_from({"preset": "paper"})

@@ -38,7 +38,7 @@ import pytest
 
 from bakeoff.core import registry
 from bakeoff.core.spec import RunSpec, SpecError
-from bakeoff.run.executors.base import TrialJob, parse_options
+from bakeoff.run.executors.executor import TrialJob, parse_options
 
 RAY = shutil.which("ray", path=str(Path(sys.executable).parent))
 CLUSTER = pytest.mark.skipif(RAY is None or not registry.installed("torch") or not registry.installed("jax"),
@@ -69,7 +69,8 @@ def test_a_trial_asks_for_its_threads_or_a_whole_node_and_gpus_only_where_there_
 
 def test_a_multi_worker_trial_of_more_than_k_workers_asks_for_one_bundle_a_node_and_that_many_nodes():
     pytest.importorskip("ray")
-    from bakeoff.run.executors.ray_executor import Cluster, Group
+    from bakeoff.run.executors.ray_executor import Cluster
+    from bakeoff.run.executors.ray_node import Group
 
     cluster = Cluster(address="a", each=((4, 1), (4, 1), (4, 0)))
     four = job(parallelism="multi_worker", workers=4, threads=1, device="cpu")
@@ -86,7 +87,7 @@ def test_a_multi_worker_trial_of_more_than_k_workers_asks_for_one_bundle_a_node_
 
 def test_a_member_on_another_node_starts_through_a_proxy_in_its_bundle_and_the_rest_as_they_are():
     pytest.importorskip("ray")
-    from bakeoff.run.executors.ray_executor import Group, _proxied, _Proxy
+    from bakeoff.run.executors.ray_node import Group, _proxied, _Proxy
     from bakeoff.run.launchers import Member
 
     proxy = _Proxy("10.0.0.1:6379", Group("g1", 2, 1, {"num_cpus": 1.0, "num_gpus": 0.0}),

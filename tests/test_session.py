@@ -10,7 +10,7 @@ import pytest
 from bakeoff.core.spec import SpecError, Status
 from bakeoff.data import DataError
 from bakeoff.plan.suite import parse_suite
-from bakeoff.plan.team import load
+from bakeoff.predict.team import load
 from bakeoff.run.session import run_suite
 
 SUITE = """

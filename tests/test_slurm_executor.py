@@ -36,9 +36,9 @@ import pytest
 
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec, SpecError, Status
-from bakeoff.run.executors import parse
+from bakeoff.run.executors import parse, slurm_job
 from bakeoff.run.executors import slurm_executor as slurm
-from bakeoff.run.executors.base import TrialJob, parse_options, resources
+from bakeoff.run.executors.executor import TrialJob, nodes_for, parse_options, resources
 from bakeoff.run.process import Interrupted
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,8 +50,8 @@ def _job(tmp_path: Path, **spec: object) -> TrialJob:
 
 
 def _script(tmp_path: Path, job: TrialJob, cluster_gpus: bool = False, partition: str = "") -> list[str]:
-    paths = slurm.Paths.of(tmp_path / "slurm", job.spec.key())
-    text = slurm.job_script(job, paths, resources(job.spec), partition, cluster_gpus, workdir=Path("/work/dir"),
+    paths = slurm_job.Paths.of(tmp_path / "slurm", job.spec.key())
+    text = slurm_job.job_script(job, paths, resources(job.spec), partition, cluster_gpus, workdir=Path("/work/dir"),
                             python="/venv/bin/python")
     return [line for line in text.splitlines() if line.startswith("#SBATCH")]
 
@@ -91,16 +91,16 @@ def test_a_multi_worker_trial_is_one_task_holding_every_rank_and_its_cores(tmp_p
 
 def test_a_multi_node_trial_is_one_job_a_task_per_node_each_asking_for_its_workers(tmp_path):
     job = _job(tmp_path, parallelism="multi_worker", workers=4, threads=3, device="cuda")
-    paths = slurm.Paths.of(tmp_path / "slurm", job.spec.key())
-    text = slurm.job_script(job, paths, resources(job.spec), workdir=Path("/w"), workers_per_node=2)
+    paths = slurm_job.Paths.of(tmp_path / "slurm", job.spec.key())
+    text = slurm_job.job_script(job, paths, resources(job.spec), workdir=Path("/w"), workers_per_node=2)
     lines = [line for line in text.splitlines() if line.startswith("#SBATCH")]
     assert lines[2:] == ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --time=12",
                          "#SBATCH --no-requeue", "#SBATCH --cpus-per-task=6", "#SBATCH --gpus-per-node=2",
                          "#SBATCH --chdir=/w"]
     assert slurm.spread(["a", "b"], 4, 2) == ["a", "a", "b", "b"]
     assert slurm.spread(["a", "b", "c"], 3, 1) == ["a", "b", "c"]
-    assert [slurm.nodes_for(job.spec, k) for k in (4, 3, 1, None)] == [1, 2, 4, 1]
-    assert slurm.nodes_for(_job(tmp_path, parallelism="data_parallel", workers=4).spec, 1) == 1
+    assert [nodes_for(job.spec, k) for k in (4, 3, 1, None)] == [1, 2, 4, 1]
+    assert nodes_for(_job(tmp_path, parallelism="data_parallel", workers=4).spec, 1) == 1
 
 
 def test_the_executor_argument_names_a_partition_and_workers_per_node():
@@ -144,10 +144,10 @@ def test_the_cpus_a_job_has_on_each_node_are_read_from_slurms_compressed_list():
 
 def test_the_script_runs_the_job_file_on_the_node_and_the_time_limit_has_a_margin(tmp_path):
     job = _job(tmp_path, device="cpu")
-    paths = slurm.Paths.of(tmp_path, job.spec.key())
-    last = slurm.job_script(job, paths, resources(job.spec), python="/venv/bin/python").splitlines()[-1]
+    paths = slurm_job.Paths.of(tmp_path, job.spec.key())
+    last = slurm_job.job_script(job, paths, resources(job.spec), python="/venv/bin/python").splitlines()[-1]
     assert last == f"exec /venv/bin/python -m bakeoff.run.executors.slurm_executor {paths.job}"
-    assert slurm.time_limit(1) == "3" and slurm.time_limit(900) == "17"
+    assert slurm_job.time_limit(1) == "3" and slurm_job.time_limit(900) == "17"
 
 
 def test_a_job_file_round_trips_to_the_same_trial(tmp_path):
@@ -155,7 +155,7 @@ def test_a_job_file_round_trips_to_the_same_trial(tmp_path):
 
     job = TrialJob(RunSpec(workload="mnist", framework="jax", max_steps=3, seed=4), 2, 90.0, tmp_path / "logs",
                    tmp_path / "ck", None, keep_dir=tmp_path / "keep", profile=Request(tmp_path / "prof", 3))
-    again = slurm.job_from_dict(json.loads(json.dumps(slurm.job_to_dict(job))))
+    again = slurm_job.job_from_dict(json.loads(json.dumps(slurm_job.job_to_dict(job))))
     assert again == job and again.spec.key() == job.spec.key()
 
 
@@ -235,10 +235,10 @@ class FakeSlurm:
         """The job ran on its node and wrote its result, as the entry point does."""
         raw = json.loads(self.scripts[job_id].with_suffix("").with_suffix(".job.json").read_text())
         assert raw.pop("workers_per_node") is None
-        job = slurm.job_from_dict(raw)
+        job = slurm_job.job_from_dict(raw)
         result = TrialResult(spec=job.spec.to_dict(), key=job.spec.key(), status=status)
         result.extras["started_at"] = time.time()
-        slurm.Paths.of(self.scripts[job_id].parent, job.spec.key()).result.write_text(json.dumps(result.to_dict()))
+        slurm_job.Paths.of(self.scripts[job_id].parent, job.spec.key()).result.write_text(json.dumps(result.to_dict()))
         self.states[job_id] = "COMPLETED"
 
 

@@ -88,6 +88,30 @@ def test_store_keeps_results_and_every_raw_sample(tmp_path):
     assert rows == [("torch/eager", "ok"), ("tensorflow/eager", "failed")]
 
 
+def test_a_retired_mode_is_refused_with_why():
+    with pytest.raises(SpecError, match=r"unknown parallelism 'horovod' \(bakeoff never had a horovodrun launcher.*"
+                                        r"accepted: none, data_parallel, multi_worker, parameter_server$"):
+        spec(parallelism="horovod", workers=2)
+
+
+def test_a_stored_trial_of_a_retired_mode_is_read_past_with_why(tmp_path, caplog):
+    kept, retired = spec(seed=1), spec(seed=2, parallelism="data_parallel", workers=2)
+    with Store(tmp_path / "r.sqlite") as store:
+        store.put(_result(kept), "s1")
+        store.put(_result(retired, Status.UNSUPPORTED), "s1")
+    # as an older bakeoff stored it: a horovod trial, recorded unsupported (written by hand, not by this bakeoff)
+    db = sqlite3.connect(tmp_path / "r.sqlite")
+    raw = json.loads(db.execute("SELECT result FROM trials WHERE key = ?", (retired.key(),)).fetchone()[0])
+    raw["spec"]["parallelism"] = "horovod"
+    db.execute("UPDATE trials SET result = ? WHERE key = ?", (json.dumps(raw), retired.key()))
+    db.commit()
+    db.close()
+    with Store(tmp_path / "r.sqlite", readonly=True) as store:
+        assert [r.key for r in store.results()] == [kept.key()]
+    assert "1 stored trial(s) of a retired mode read past, horovod: bakeoff never had a horovodrun" in caplog.text
+    assert f"{retired.key()} (parallelism 'horovod', unsupported)" in caplog.text
+
+
 def test_store_refuses_other_versions(tmp_path):
     path = tmp_path / "r.sqlite"
     Store(path).close()
@@ -119,7 +143,7 @@ MOUNTINFO = """\
 def test_the_file_system_of_a_path_is_its_longest_mount_point() -> None:
     from pathlib import Path
 
-    from bakeoff.results.store import file_system
+    from bakeoff.results.disk import file_system
 
     assert file_system(Path("/shared/results/bakeoff.sqlite"), MOUNTINFO) == "nfs4"
     assert file_system(Path("/shared/local disk/bakeoff.sqlite"), MOUNTINFO) == "ext4"
@@ -129,11 +153,11 @@ def test_the_file_system_of_a_path_is_its_longest_mount_point() -> None:
 
 def test_a_store_on_a_network_file_system_keeps_a_rollback_journal_not_wal(tmp_path, monkeypatch) -> None:
     """SQLite's WAL shares its index through memory of one machine: on NFS a store must not use it."""
-    from bakeoff.results import store as store_module
+    from bakeoff.results import disk
 
     with Store(tmp_path / "local.sqlite") as local:
         assert local._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    monkeypatch.setattr(store_module, "file_system", lambda path: "nfs4")
+    monkeypatch.setattr(disk, "file_system", lambda path: "nfs4")
     with Store(tmp_path / "shared.sqlite") as shared:
         assert shared._db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
     with Store(tmp_path / "local.sqlite") as moved:  # a store copied onto NFS leaves WAL when opened there

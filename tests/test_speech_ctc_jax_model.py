@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not registry.installed("jax"), reason="needs jax
 @pytest.fixture(scope="module")
 def setup():
     from bakeoff.core.spec import RunSpec
-    from bakeoff.trial.parity import perturbed
+    from bakeoff.trial.parity_probe import perturbed
     from bakeoff.workloads.speech_ctc.jax_model import SpeechCTC
 
     wl = registry.workload("speech_ctc")

@@ -15,7 +15,8 @@ from bakeoff.core import registry
 from bakeoff.core.result import BatchSearch
 from bakeoff.core.spec import RunSpec
 from bakeoff.report.render import render_report
-from bakeoff.report.what_ran import reproduce_commands, what_ran_blocks
+from bakeoff.report.reproduce import reproduce_commands
+from bakeoff.report.what_ran import what_ran_blocks
 from fake_results import TRAIN_ROWS, respec, trial, verdict_body
 
 TRAIN_A, TRAIN_B = "1a2b3c4d5e6f7a8b", "9f8e7d6c5b4a3921"

@@ -204,7 +204,7 @@ DEPLOY_PREFIX = "deploy_"
 beside the qualitative scores."""
 
 DECLARED = {"deploy_targets": "your needed targets, 5 = every one met"}
-"""Criteria a team file declares (:mod:`bakeoff.plan.team`) whose figures a verdict would otherwise misname:
+"""Criteria a team file declares (:mod:`bakeoff.predict.team`) whose figures a verdict would otherwise misname:
 ``deploy_targets`` is not a measured deployment figure (a team file's ``team_familiarity`` is "your score", as a
 suite's bare one is)."""
 

@@ -1,5 +1,6 @@
-"""``bakeoff claims``: the flags into :func:`bakeoff.run.claims.check`, and each claim's verdict as a table (or JSON).
-Exit 0 when the claims were judged (whatever the verdicts), 2 on a bad claims file or flag, before any trial runs."""
+"""``bakeoff claims``: the flags into :func:`bakeoff.run.claim_check.check`, and each claim's verdict as a table (or
+JSON). Exit 0 when the claims were judged (whatever the verdicts), 2 on a bad claims file or flag, before any trial
+runs."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING
 from bakeoff.cli.options import DEFAULT_STORE
 
 if TYPE_CHECKING:
-    from bakeoff.report.claims import ClaimVerdict
+    from bakeoff.report.claim_verdicts import ClaimVerdict
 
 HELP = """\
 The claims told about frameworks ("TensorFlow's graph takes 15 minutes to build, PyTorch's 5", "static graphs run
@@ -20,8 +21,8 @@ ratio the claim predicts, the trials that test it and the hardware they need. ba
 lacks (as `bakeoff run` does: stored trials are reused, an interrupted run resumes) and says of each claim
 supported, refuted or unsettled *at the scale each row names* (workload, preset, parameters, FLOPs per example,
 batch, devices), with the figures, their intervals and why; "needs 8 GPUs" (and
-the capacity plan's answer) for what this machine cannot test. The shipped claims are bakeoff/plan/claims.toml; its
-format is the docstring of bakeoff/plan/claims.py.
+the capacity plan's answer) for what this machine cannot test. The shipped claims are bakeoff/predict/claims.toml; its
+format is the docstring of bakeoff/predict/hypotheses.py.
 
 examples:
   bakeoff claims                                  # the shipped claims: run what is missing, then judge
@@ -52,8 +53,8 @@ def cmd_claims(args: argparse.Namespace) -> int:
     from bakeoff.cli.console import RunProgress, console, errors
     from bakeoff.core.spec import SpecError
     from bakeoff.measure.environment import cuda_devices, usable_cores
-    from bakeoff.plan.claims import SHIPPED, load_claims
-    from bakeoff.run.claims import check, validate
+    from bakeoff.predict.hypotheses import SHIPPED, load_claims
+    from bakeoff.run.claim_check import check, validate
 
     if args.timeout is not None and not args.timeout > 0:
         raise SpecError(f"--timeout {args.timeout:g}: seconds per trial must be above 0")
@@ -98,7 +99,7 @@ def show(verdicts: list[ClaimVerdict]) -> None:
     from rich.table import Table
 
     from bakeoff.cli.console import PROSE_TABLE_WIDTH, UNBOUNDED, console, paragraph, whole_words
-    from bakeoff.report.claims import figures
+    from bakeoff.report.claim_verdicts import figures
 
     table = Table(title="claims, each judged at the scale it names (supported / refuted only when the whole interval "
                         "clears the threshold)", title_justify="left", show_lines=True)

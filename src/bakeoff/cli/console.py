@@ -25,9 +25,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from rich.console import Console, RenderableType
+from rich.console import Console
 from rich.markup import escape
-from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
@@ -123,10 +122,6 @@ def paragraph(markup: str, shown: Console | None = None) -> None:
                           break_on_hyphens=False)
     shown.out("\n".join(line.replace(_NBSP, " ") for line in lines), highlight=False)
 
-
-def table_width(shown: Console, table: RenderableType) -> int:
-    """The width ``table`` needs to show every cell unwrapped, at most the console's."""
-    return min(shown.width, Measurement.get(shown, shown.options.update(max_width=UNBOUNDED), table).maximum)
 
 _STYLE = {"ok": "green", "failed": "red", "timeout": "red", "out_of_memory": "red", "unsupported": "yellow"}
 _OUTCOME = {"better": "green", "worse": "red", "equal": "cyan", "unsettled": "yellow", "leader": "bold"}

@@ -58,7 +58,7 @@ def add_trial_options(parser: argparse.ArgumentParser, rules: str = "") -> None:
     grid.add_argument("--parallelism", type=comma_list,
                       help="comma-separated: none, data_parallel (one machine, N replicas: DDP / MirroredStrategy), "
                            "multi_worker (N worker processes: torchrun / MultiWorkerMirroredStrategy), "
-                           "parameter_server (TensorFlow), horovod [none]")
+                           "parameter_server (TensorFlow) [none]")
     grid.add_argument("--workers", type=comma_list,
                       help="comma-separated replica / worker counts, e.g. 1,2; --batch-size is the global batch, split "
                            "evenly over them [1]")

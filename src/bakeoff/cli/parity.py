@@ -1,4 +1,4 @@
-"""``bakeoff parity``: the flags into :func:`bakeoff.run.parity.check_parity`, and what it found, as a table (or
+"""``bakeoff parity``: the flags into :func:`bakeoff.run.parity_session.check_parity`, and what it found, as a table (or
 JSON). Exit 0 when every framework agrees with the reference, 1 at the first disagreement, 2 on bad input."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from bakeoff.cli.options import comma_list, key_values
 
 if TYPE_CHECKING:
-    from bakeoff.run.parity import ParityReport
+    from bakeoff.run.parity_session import ParityReport
 
 HELP = """\
 Checks, each framework against the first named (the reference), in every mode named: parameters (count, canonical
@@ -56,7 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_parity(args: argparse.Namespace) -> int:
-    from bakeoff.run.parity import check_parity
+    from bakeoff.run.parity_session import check_parity
 
     report = check_parity(args.workload, args.framework, args.execution, args.precision, args.preset,
                           tuple(key_values(args.config, "--set").items()),

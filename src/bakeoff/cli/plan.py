@@ -1,5 +1,5 @@
-"""``bakeoff plan``: the flags into :func:`bakeoff.plan.capacity.plan`, and the plan as a table (or JSON). Exit 0 when
-a plan was made (whether or not anything fits), 2 on an impossible one."""
+"""``bakeoff plan``: the flags into :func:`bakeoff.predict.capacity.plan`, and the plan as a table (or JSON). Exit 0
+when a plan was made (whether or not anything fits), 2 on an impossible one."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 from bakeoff.cli.options import key_values, positive_int
 
 if TYPE_CHECKING:
-    from bakeoff.plan.capacity import Calibration, Plan
+    from bakeoff.predict.capacity import Calibration, Plan
 
 HELP = """\
 Memory per device, communication and step time of a Transformer under each framework's own strategies (data
 parallel; ZeRO-1/2/3 and FSDP; tensor and pipeline parallel; parameter servers), for a size this machine cannot try.
 Memory is split into weights, gradients, optimizer state (Adam) and activations, from stated formulas (ZeRO for the
-model states, Korthikanti et al. 2022 for activations; `bakeoff.plan.capacity` names each). Compute time is the
+model states, Korthikanti et al. 2022 for activations; `bakeoff.predict.capacity` names each). Compute time is the
 step's FLOPs (6·P·tokens plus attention's 12·s²·h a sequence a layer) at the MFU bakeoff measured for each
 framework on the same kind of device (--device-kind, gpu unless stated: the trials in --store run on one), or the one
 given with --mfu, over --flops; a CPU's MFU is never applied to a GPU's peak. --flops with no such MFU for any
@@ -49,7 +49,7 @@ examples:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from bakeoff.plan.recipes import RECIPES
+    from bakeoff.predict.recipes import RECIPES
 
     plan = sub.add_parser("plan", help="will a model fit, and how long will it take, under each framework's "
                                        "strategies", description=HELP,
@@ -97,8 +97,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _stored(args: argparse.Namespace) -> tuple[dict[str, dict[str, tuple[float, str]]], list[Calibration],
                                               dict[tuple[str, str], dict] | None]:
     """The store's measured MFU per framework and kind of device, its calibrations
-    (:func:`bakeoff.plan.capacity.calibrate`) and, for a plan on this machine, its GEMM rates by shape."""
-    from bakeoff.plan.capacity import PlanError, calibrate, measured_mfu
+    (:func:`bakeoff.predict.capacity.calibrate`) and, for a plan on this machine, its GEMM rates by shape."""
+    from bakeoff.predict.capacity import PlanError, calibrate, measured_mfu
 
     if not args.store:
         return {}, [], None
@@ -116,9 +116,9 @@ def _stored(args: argparse.Namespace) -> tuple[dict[str, dict[str, tuple[float, 
 
 
 def _rates(args: argparse.Namespace, results: list, calibrations: list[Calibration]) -> dict[tuple[str, str], dict]:
-    """This machine's GEMM rates by shape for the calibrations fitted on it (:func:`bakeoff.plan.capacity.
+    """This machine's GEMM rates by shape for the calibrations fitted on it (:func:`bakeoff.predict.capacity.
     gemm_rates_for`: measured once in a child process per framework and precision, then kept)."""
-    from bakeoff.plan.capacity import gemm_rates_for, shape_from
+    from bakeoff.predict.capacity import gemm_rates_for, shape_from
 
     return gemm_rates_for(results, calibrations, shape_from(fields(args)), args.batch / args.devices,
                                args.recompute)
@@ -126,7 +126,7 @@ def _rates(args: argparse.Namespace, results: list, calibrations: list[Calibrati
 
 def _mfu(args: argparse.Namespace) -> dict[str, tuple[float, str]]:
     """The MFUs stated with --mfu (for the plan's devices, whatever their kind)."""
-    from bakeoff.plan.capacity import PlanError
+    from bakeoff.predict.capacity import PlanError
 
     out: dict[str, tuple[float, str]] = {}
     stated = key_values([item for text in args.mfu for item in text.split(",") if item.strip()], "--mfu")
@@ -142,7 +142,7 @@ def _mfu(args: argparse.Namespace) -> dict[str, tuple[float, str]]:
 
 
 def fields(args: argparse.Namespace) -> dict[str, object]:
-    """The flags as a plan's fields (:data:`bakeoff.plan.capacity.FIELDS`), those given only."""
+    """The flags as a plan's fields (:data:`bakeoff.predict.capacity.FIELDS`), those given only."""
     names = ("preset", "params", "layers", "width", "heads", "ffn", "seq", "vocab", "batch", "precision", "recompute",
              "microbatches", "tokens", "devices", "memory", "flops", "bandwidth", "parameter_servers", "recipe",
              "device_kind")
@@ -151,7 +151,7 @@ def fields(args: argparse.Namespace) -> dict[str, object]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from bakeoff.plan.capacity import plan_from
+    from bakeoff.predict.capacity import plan_from
 
     measured, calibrations, rates = _stored(args)
     result = plan_from(fields(args), _mfu(args), calibrations, measured=measured, rates=rates, require_mfu=True)
@@ -163,13 +163,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def say(result: Plan) -> None:
-    """The plan as the report shows it (:mod:`bakeoff.report.capacity`): memory per device by strategy and who offers
-    it; step time and time to the budget per framework (their MFUs differ); calibrated figures; then the APIs, the
-    notes and what is left out."""
+    """The plan as the report shows it (:mod:`bakeoff.report.capacity_tables`): memory per device by strategy and who
+    offers it; step time and time to the budget per framework (their MFUs differ); calibrated figures; then the APIs,
+    the notes and what is left out."""
     from rich.markup import escape
 
     from bakeoff.cli.console import console, paragraph, print_table
-    from bakeoff.report import capacity as tables
+    from bakeoff.report import capacity_tables as tables
 
     console.print(f"plan: {tables.summary(result)}", soft_wrap=True)
     for table in (tables.memory_table(result), tables.step_table(result), tables.calibrated_table(result)):

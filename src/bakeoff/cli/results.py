@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from bakeoff.cli.options import DEFAULT_REPORTS, DEFAULT_STORE, key_values
 
 if TYPE_CHECKING:
-    from bakeoff.plan.team import Team
+    from bakeoff.predict.team import Team
     from bakeoff.report.write import Stored, Written
 
 
@@ -59,8 +59,8 @@ def say_report(written: Written) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from bakeoff.analysis.stats import summarise_groups
     from bakeoff.cli.console import console
-    from bakeoff.plan.capacity import load_plans
-    from bakeoff.plan.team import load
+    from bakeoff.predict.capacity import load_plans
+    from bakeoff.predict.team import load
     from bakeoff.report.write import stored, write_report
     from bakeoff.results.store import export
 
@@ -101,7 +101,7 @@ def _report_json(got: Stored, out: Path, args: argparse.Namespace, team: Team | 
     data = decisions_json(decided, summaries, store=str(args.store), suite=got.suite_name, bakeoff=bakeoff_version())
     data["checks"] = [{**vars(c), "failed": c.failed} for c in checks]
     if plans:
-        from bakeoff.report.capacity import made
+        from bakeoff.report.capacity_tables import made
 
         data["plans"] = [{"name": name, **result.to_dict()} for name, result in made(plans, got.results)]
     text = json.dumps(data, indent=1, allow_nan=False, ensure_ascii=False)

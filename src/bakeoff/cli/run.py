@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction, epilog: str) -> None:
                           "scripts/slurm-local starts a single-machine Slurm)")
     run.add_argument("--survey", type=Path, metavar="TEAM.toml",
                      help="a team file: the team's proficiency per framework and the deployment targets the project "
-                          "needs, each with its source and date (format: the docstring of bakeoff/plan/team.py; "
+                          "needs, each with its source and date (format: the docstring of bakeoff/predict/team.py; "
                           "examples/team.toml); the report shows them as declared and the decision weighs them")
     run.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
                      help="log every trial as an MLflow run (parameters: the spec; metrics: what it measured) and "
@@ -95,7 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     suite = suite_of(args)
     team = None
     if args.survey is not None:  # bad input fails here, before anything runs
-        from bakeoff.plan.team import check_against, load
+        from bakeoff.predict.team import check_against, load
 
         team = load(args.survey)
         check_against(team, suite.qualitative, suite.name)

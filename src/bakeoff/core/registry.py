@@ -34,11 +34,6 @@ def unsupported(spec: RunSpec) -> str:
     if spec.precision not in info.precisions:
         return (f"{name} has no {spec.precision.value} precision in bakeoff; accepted: "
                 f"{', '.join(p.value for p in info.precisions)}")
-    if spec.parallelism is Parallelism.HOROVOD:
-        if importlib.util.find_spec("horovod") is None:
-            return ("Horovod is not installed; its last release (0.28.1) does not build against TensorFlow 2.21 or "
-                    "PyTorch 2.13 here")
-        return "Horovod is installed, but bakeoff has no horovodrun launcher yet"
     if spec.parallelism in info.missing_strategies:
         return info.missing_strategies[spec.parallelism]
     if spec.parallelism not in info.launchers:

@@ -22,6 +22,12 @@ class SpecError(ValueError):
     """A spec, suite or option that cannot be run; the message names the bad value and the accepted ones."""
 
 
+RETIRED_VALUES = {"horovod": "bakeoff never had a horovodrun launcher, so every horovod trial was recorded "
+                             "unsupported, with nothing measured; the mode was removed (#53)"}
+"""Values an older bakeoff accepted that this one refuses, each with why (a stored trial of one is read past:
+:meth:`bakeoff.results.store.Store.results`)."""
+
+
 class _Choice(enum.StrEnum):
     @classmethod
     def parse(cls, value: str | enum.Enum, what: str) -> Any:
@@ -31,7 +37,8 @@ class _Choice(enum.StrEnum):
             return cls(str(value))
         except ValueError:
             accepted = ", ".join(m.value for m in cls)
-            raise SpecError(f"unknown {what} {value!r}; accepted: {accepted}") from None
+            retired = f" ({RETIRED_VALUES[str(value)]})" if str(value) in RETIRED_VALUES else ""
+            raise SpecError(f"unknown {what} {value!r}{retired}; accepted: {accepted}") from None
 
 
 class Framework(_Choice):
@@ -62,12 +69,11 @@ class Parallelism(_Choice):
     DATA_PARALLEL = "data_parallel"  # one machine, N replicas: DDP under torchrun, MirroredStrategy
     MULTI_WORKER = "multi_worker"  # N worker processes (hosts): torchrun rendezvous, MultiWorkerMirroredStrategy
     PARAMETER_SERVER = "parameter_server"  # TF ParameterServerStrategy: chief, workers, parameter servers
-    HOROVOD = "horovod"
 
     @property
     def synchronous(self) -> bool:
         """Whether every replica takes a shard of each global batch and all apply the same update."""
-        return self in (Parallelism.DATA_PARALLEL, Parallelism.MULTI_WORKER, Parallelism.HOROVOD)
+        return self in (Parallelism.DATA_PARALLEL, Parallelism.MULTI_WORKER)
 
 
 class Status(_Choice):
@@ -154,8 +160,8 @@ class RunSpec:
             if int(getattr(self, name)) < 1:
                 raise SpecError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if self.parallelism is Parallelism.NONE and self.workers != 1:
-            raise SpecError(f"workers = {self.workers} needs a parallelism (data_parallel, multi_worker, "
-                            "parameter_server or horovod); without one a trial has 1 worker")
+            raise SpecError(f"workers = {self.workers} needs a parallelism (data_parallel, multi_worker "
+                            "or parameter_server); without one a trial has 1 worker")
         if self.parallelism.synchronous and self.batch_size % self.workers:
             raise SpecError(f"batch_size {self.batch_size} is the global batch and must divide evenly over "
                             f"{self.workers} replicas: use a multiple of {self.workers}")

@@ -175,7 +175,8 @@ class Workload(ABC):
     code_files: ClassVar[tuple[str, ...]] = ()
     # Canonical tensors (names, or their endings) whose gradient is zero in theory: ``bakeoff parity`` holds their
     # gradients to being rounding noise and does not compare their trained weights (Adam moves them by noise).
-    # Tensors measured so are treated alike without being named (:func:`bakeoff.analysis.parity.zero_gradients`).
+    # Tensors measured so are treated alike without being named
+    # (:func:`bakeoff.analysis.parity_tolerances.zero_gradients`).
     zero_gradient: ClassVar[tuple[str, ...]] = ()
 
     def check_preset(self, preset: str) -> None:

@@ -9,20 +9,17 @@ Everything here is numpy and the standard library, so every framework trains on 
 
 from __future__ import annotations
 
-import csv
-import gzip
-import io
-import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from bakeoff.data import DataError, parse_flag
+from bakeoff.data.text_files import Rows, parse_rows, read_file
 
 OPTION_DEFAULTS: dict[str, str | None] = {
     "train": None,
@@ -35,7 +32,6 @@ OPTION_DEFAULTS: dict[str, str | None] = {
 }
 """Accepted keys of :func:`load_text_dataset`'s options and their defaults (``None``: no default)."""
 
-_DELIMITERS = {".csv": ",", ".tsv": "\t", ".jsonl": None, ".ndjson": None}  # None: JSON lines
 _SHIPPED = "fine_foods"
 _SHIPPED_SOURCE = "Amazon fine-food reviews (modeldata::small_fine_foods)"
 
@@ -59,39 +55,6 @@ class TextData:
     test_labels: np.ndarray
     classes: list[str]
     source: str
-
-
-@dataclass
-class _Rows:
-    """Texts and string labels read from one file, with the line each row starts on (for messages)."""
-
-    name: str
-    texts: list[str]
-    labels: list[str]
-    lines: list[int]
-    skipped: list[tuple[int, str]] = field(default_factory=list)  # (line, why) of the bad rows left out
-
-    def take(self, index: np.ndarray) -> _Rows:
-        return _Rows(
-            self.name, [self.texts[i] for i in index], [self.labels[i] for i in index], [self.lines[i] for i in index]
-        )
-
-    def skipped_note(self) -> str:
-        """``""``, or how many bad rows of this file were left out and which: for the data's description."""
-        if not self.skipped:
-            return ""
-        lines = ", ".join(str(line) for line, _ in self.skipped[:BAD_ROWS_SHOWN])
-        more = ", …" if len(self.skipped) > BAD_ROWS_SHOWN else ""
-        return f"; {len(self.skipped)} bad row{'s' if len(self.skipped) > 1 else ''} of {self.name} left out " \
-               f"(skip_bad_rows; line{'s' if len(self.skipped) > 1 else ''} {lines}{more})"
-
-
-class _BadRow(ValueError):
-    """A row training cannot use (no text, no label, fields beyond the header): collected, named together."""
-
-
-BAD_ROWS_SHOWN = 10
-"""Bad rows named in a message (each with its line and why); the rest are counted."""
 
 
 def load_text_dataset(options: Mapping[str, str]) -> TextData:
@@ -126,11 +89,11 @@ def load_text_dataset(options: Mapping[str, str]) -> TextData:
         )
     columns = (opts["text_column"], opts["label_column"])
     skip = parse_flag("skip_bad_rows", opts["skip_bad_rows"])
-    train = _read_file(Path(opts["train"]), *columns, skip)
+    train = read_file(Path(opts["train"]), *columns, skip)
     if opts["test"] is not None:
         if "test_fraction" in options or "split_seed" in options:
             raise DataError("test_fraction and split_seed apply only without a 'test' file; give one or the other")
-        test = _read_file(Path(opts["test"]), *columns, skip)
+        test = read_file(Path(opts["test"]), *columns, skip)
         source = f"{train.name} ({len(train.texts)} train) / {test.name} ({len(test.texts)} test)"
         source += train.skipped_note() + test.skipped_note()
     else:
@@ -149,12 +112,12 @@ def _load_shipped() -> TextData:
     splits = []
     for split in ("train", "test"):
         name = f"{_SHIPPED}/{split}.jsonl.gz"
-        splits.append(_parse(name, folder.joinpath(f"{split}.jsonl.gz").read_bytes(), ".jsonl.gz", "text", "label"))
+        splits.append(parse_rows(name, folder.joinpath(f"{split}.jsonl.gz").read_bytes(), ".jsonl.gz", "text", "label"))
     train, test = splits
     return _to_text_data(train, test, f"{_SHIPPED_SOURCE}, {len(train.texts)} train / {len(test.texts)} test")
 
 
-def _to_text_data(train: _Rows, test: _Rows, source: str) -> TextData:
+def _to_text_data(train: Rows, test: Rows, source: str) -> TextData:
     classes = sorted(set(train.labels))
     if len(classes) < 2:
         raise DataError(
@@ -202,7 +165,7 @@ def _parse_seed(value: str) -> int:
     return seed
 
 
-def _split(rows: _Rows, fraction: float, seed: int) -> tuple[_Rows, _Rows]:
+def _split(rows: Rows, fraction: float, seed: int) -> tuple[Rows, Rows]:
     """Split off ``round(fraction * n)`` random rows as test; both parts keep the file's order."""
     n = len(rows.texts)
     n_test = round(fraction * n)
@@ -215,167 +178,6 @@ def _split(rows: _Rows, fraction: float, seed: int) -> tuple[_Rows, _Rows]:
     train, test = rows.take(np.sort(order[n_test:])), rows.take(np.sort(order[:n_test]))
     train.name = test.name = f"{rows.name} (seeded split)"
     return train, test
-
-
-def _read_file(path: Path, text_column: str, label_column: str, skip_bad_rows: bool = False) -> _Rows:
-    name = str(path)
-    if not path.exists():
-        raise DataError(f"{name}: file not found")
-    if not path.is_file():
-        raise DataError(f"{name}: not a regular file, expected a .csv or .jsonl file")
-    suffixes = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
-    if suffixes.removesuffix(".gz").lower() not in _DELIMITERS:
-        accepted = ", ".join(f"{s}[.gz]" for s in _DELIMITERS)
-        raise DataError(f"{name}: unknown file type {suffixes!r}; accepted: {accepted}")
-    return _parse(name, path.read_bytes(), suffixes.lower(), text_column, label_column, skip_bad_rows)
-
-
-def _parse(name: str, raw: bytes, suffixes: str, text_column: str, label_column: str,
-           skip_bad_rows: bool = False) -> _Rows:
-    if suffixes.endswith(".gz"):
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise DataError(f"{name}: not a valid gzip file ({exc})") from None
-    delimiter = _DELIMITERS[suffixes.removesuffix(".gz")]
-    lines = _decode_lines(name, raw)
-    columns = {"text": text_column, "label": label_column}
-    if delimiter is None:
-        records: Iterable[tuple[int, dict]] = list(_json_records(name, lines))
-        _check_keys(name, records, columns)
-    else:
-        records = _csv_records(name, lines, delimiter, columns)
-    rows = _Rows(name, [], [], [])
-    for line, record in records:
-        try:
-            if None in record:  # csv: fields beyond the header's
-                raise _BadRow(f"{len(record[None])} field(s) more than the header's {len(record) - 1}")
-            text = _field(name, line, record, text_column, "text")
-            label = _field(name, line, record, label_column, "label").strip()
-            if not text.strip():
-                raise _BadRow(f"empty text in column {text_column!r}")
-            if not label:
-                raise _BadRow(f"empty label in column {label_column!r}")
-        except _BadRow as bad:
-            rows.skipped.append((line, str(bad)))
-            continue
-        rows.texts.append(text)
-        rows.labels.append(label)
-        rows.lines.append(line)
-    if rows.skipped and not skip_bad_rows:
-        shown = "".join(f"\n  line {line}: {why}" for line, why in rows.skipped[:BAD_ROWS_SHOWN])
-        more = f"\n  and {len(rows.skipped) - BAD_ROWS_SHOWN} more" if len(rows.skipped) > BAD_ROWS_SHOWN else ""
-        raise DataError(f"{name}: {len(rows.skipped)} bad row{'s' if len(rows.skipped) > 1 else ''}, which "
-                        f"training cannot use:{shown}{more}\nFix them, or add --data skip_bad_rows=true to leave "
-                        "them out (the report's data line says how many were left out)")
-    if not rows.texts and rows.skipped:  # skip_bad_rows left every row out
-        line, why = rows.skipped[0]
-        raise DataError(f"{name}: no usable rows: all {len(rows.skipped)} are bad and skip_bad_rows left them all "
-                        f"out (the first, line {line}: {why})")
-    if not rows.texts:
-        kind = "no JSON objects" if delimiter is None else "no data rows after the header"
-        raise DataError(f"{name}: no rows ({kind}); expected at least one row with text and label")
-    return rows
-
-
-def _check_keys(name: str, records: Sequence[tuple[int, dict]], columns: dict[str, str]) -> None:
-    """A JSON-lines file none of whose objects has the text or label key: one error naming the keys it has (not
-    one bad row per line, which ``skip_bad_rows`` would then leave out to nothing)."""
-    missing = {what: column for what, column in columns.items() if not any(column in r for _, r in records)}
-    if not missing or not records:
-        return
-    found = Counter(key for _, record in records for key in record)
-    keys = ", ".join(f"{key!r} (in {count} of them)" for key, count in found.items()) or "none, every object is {}"
-    wanted = " and ".join(f"the {what} key {column!r}" for what, column in missing.items())
-    options = " ".join(f"--data {what}_column=KEY" for what in missing)
-    raise DataError(f"{name}: {wanted} {'are' if len(missing) > 1 else 'is'} in none of its {len(records)} JSON "
-                    f"objects; keys found: {keys}. Name "
-                    f"the key{'s' if len(missing) > 1 else ''} to read with {options}")
-
-
-def _decode_lines(name: str, raw: bytes) -> list[str]:
-    """Decode line by line so an invalid byte is reported with its line number; keeps line endings for csv."""
-    lines = []
-    for number, line in enumerate(io.BytesIO(raw), start=1):
-        try:
-            lines.append(line.decode("utf-8-sig" if number == 1 else "utf-8"))
-        except UnicodeDecodeError as exc:
-            raise DataError(
-                f"{name}, line {number}: not valid UTF-8 (byte {line[exc.start]:#04x} at "
-                f"position {exc.start}); save the file as UTF-8"
-            ) from None
-    if not any(line.strip() for line in lines):
-        raise DataError(f"{name}: no rows (the file is empty)")
-    return lines
-
-
-def _json_records(name: str, lines: list[str]) -> Iterator[tuple[int, dict]]:
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(
-                f"{name}, line {number}: malformed JSON ({exc.msg} at column {exc.colno}); "
-                f"expected one JSON object per line"
-            ) from None
-        if not isinstance(record, dict):
-            raise DataError(f"{name}, line {number}: expected a JSON object, got {type(record).__name__}")
-        yield number, record
-
-
-def _csv_records(name: str, lines: list[str], delimiter: str, columns: dict[str, str]) -> Iterator[tuple[int, dict]]:
-    """Rows as ``{column: value}``; a short row's missing fields are None, a long row's extra fields are under the
-    key None (a bad row). Strict: a quote never closed is an error naming the line it opened on, not a field that
-    swallows the rest of the file. Fields of any length (whole articles) are read."""
-    csv.field_size_limit(2**31 - 1)  # the default, 131,072 characters, is smaller than some real texts
-    reader = csv.reader(lines, delimiter=delimiter, strict=True)
-    header: list[str] | None = None
-    start = 1  # a quoted field may span lines; report the line its row starts on
-    try:
-        for row in reader:
-            number, start = start, reader.line_num + 1
-            if not row:  # blank line
-                continue
-            if header is None:
-                header = [column.strip() for column in row]
-                _check_header(name, number, header, columns)
-                continue
-            record: dict = dict(zip(header, row + [None] * (len(header) - len(row)), strict=False))
-            if len(row) > len(header):
-                record[None] = row[len(header):]
-            yield number, record
-    except csv.Error as exc:
-        if "unexpected end of data" in str(exc):
-            raise DataError(f"{name}, line {start}: a quoted field opened on this line is never closed (malformed "
-                            "quoting: a quote inside a quoted field must be doubled, \"\")") from None
-        raise DataError(f"{name}, line {reader.line_num}: malformed CSV ({exc}; a quote inside a quoted field must "
-                        "be doubled, \"\")") from None
-
-
-def _check_header(name: str, line: int, header: list[str], columns: dict[str, str]) -> None:
-    for what, column in columns.items():
-        if column not in header:
-            found = ", ".join(map(repr, header))
-            raise DataError(
-                f"{name}, line {line} (header): no {what} column {column!r} (columns found: {found}); "
-                f"name the {what} column with --data {what}_column=NAME"
-            )
-
-
-def _field(name: str, line: int, record: dict, column: str, what: str) -> str:
-    if column not in record:
-        found = ", ".join(map(repr, record)) or "none"
-        raise _BadRow(f"no {what} column {column!r} (columns found: {found}); name the {what} column with --data "
-                      f"{what}_column=NAME")
-    value = record[column]
-    if value is None:
-        return ""
-    if isinstance(value, list | dict):
-        raise _BadRow(f"column {column!r} holds a JSON {type(value).__name__}, expected a string or number")
-    # json.dumps turns JSON numbers and booleans back into their literal spelling: 1 -> "1", true -> "true".
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 PAD, UNK = "[PAD]", "[UNK]"

@@ -1,9 +1,9 @@
 """The device's own matmul rates by shape (#49): the FLOP rate of each GEMM shape a capacity plan's step runs
-(:func:`bakeoff.plan.capacity.gemms`), per framework and precision, measured once on this machine and kept.
+(:func:`bakeoff.predict.capacity.gemms`), per framework and precision, measured once on this machine and kept.
 
 Why: one FLOP rate fitted on small trials times a large step too long, because a device multiplies large matrices
 faster than small ones (PyTorch fp32 on 2 cores: 87 GFLOP/s at the text classifier's ``small``, 117 at ``paper``);
-the calibrated step (:attr:`bakeoff.plan.capacity.Calibration.gemm_scale`) sums the step's GEMMs, each at the rate
+the calibrated step (:attr:`bakeoff.predict.capacity.Calibration.gemm_scale`) sums the step's GEMMs, each at the rate
 measured for its own shape.
 
 Where it is measured: one child process per framework and precision (``python -m bakeoff.measure.gemm_rates

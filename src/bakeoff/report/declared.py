@@ -1,12 +1,12 @@
 """Declared criteria in the report: the team's familiarity with each framework and the deployment targets the
-project needs (a team file, :mod:`bakeoff.plan.team`), each shown with who declared it and when, apart from what was
+project needs (a team file, :mod:`bakeoff.predict.team`), each shown with who declared it and when, apart from what was
 measured. A declared target is checked against what ``bakeoff deploy`` exported and ran: met, not met or not tried,
 with the evidence.
 
 Both enter a decision as the qualitative criteria do: a 0..5 score per framework, divided by 5, times its weight
 (0 unless the team file or ``bakeoff report --weight`` gives one):
 
-* ``team_familiarity``: the survey's mean proficiency (:func:`bakeoff.plan.team.familiarity`);
+* ``team_familiarity``: the survey's mean proficiency (:func:`bakeoff.predict.team.familiarity`);
 * ``deploy_targets``: 5 × the share of the needed targets met in that workload and preset; a target not tried
   counts as not met (the report says which).
 """
@@ -20,7 +20,7 @@ from typing import Any
 from bakeoff.analysis.conditions import display_name
 from bakeoff.analysis.decide import Decision
 from bakeoff.core.formats import FORMATS
-from bakeoff.plan.team import FAMILIARITY, KNOWS, SCALE, TARGETS, Team, framework_order, scale_text
+from bakeoff.predict.team import FAMILIARITY, KNOWS, SCALE, TARGETS, Team, framework_order, scale_text
 from bakeoff.report import deployment
 from bakeoff.report.templates import Block, Heading, Para, Table
 

@@ -41,7 +41,7 @@ from bakeoff.core.spec import SpecError, Status
 from bakeoff.measure import energy
 from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE, size_note
 from bakeoff.measure.environment import OTHER_WORK_SHARE
-from bakeoff.report import card, claims, declared, deployment, plots
+from bakeoff.report import card, claim_verdicts, declared, deployment, plots
 from bakeoff.report.templates import Block, Details, Heading, Image, Para, Table, to_html, to_markdown
 from bakeoff.report.what_ran import mix_warning, what_ran_blocks
 
@@ -650,7 +650,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
         deployments: stored deployment rows (:meth:`bakeoff.results.store.Store.deployments`) for the Deployment
             section.
         declared_section: the "Declared criteria" section (:func:`bakeoff.report.declared.blocks`), before Deployment.
-        plan_section: the "Capacity plan" section (:func:`bakeoff.report.capacity.blocks`), before Claims.
+        plan_section: the "Capacity plan" section (:func:`bakeoff.report.capacity_tables.blocks`), before Claims.
         covers: what the results are, when they are more than one command's (the report's first sentence).
         suite_files: suite name -> the file it was read from, as the store recorded it (the "Reproduce" line).
         again: the command that writes this report again, for the error when the disk is full (the store and
@@ -684,7 +684,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
     for key, decision in decisions.items():
         blocks += _section(groups[key], decision, qualitative, suites or {}, suite_files)
     blocks += [*declared_section, *deployment.blocks(deployments), *plan_section]
-    blocks += claims.section(results, deployments)
+    blocks += claim_verdicts.section(results, deployments)
 
     paths = {"markdown": out_dir / "report.md", "html": out_dir / "report.html"}
     contents = {"markdown": to_markdown(title, blocks).encode(), "html": to_html(title, blocks).encode()}

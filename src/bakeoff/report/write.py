@@ -19,8 +19,8 @@ from bakeoff.analysis.scaling import scaling_rows, scaling_sentence
 from bakeoff.analysis.stats import ConfigSummary, sections, summarise_groups
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError
-from bakeoff.plan.team import Team, check_against
-from bakeoff.report import capacity, declared, deployment
+from bakeoff.predict.team import Team, check_against
+from bakeoff.report import capacity_tables, declared, deployment
 from bakeoff.report import card as decision_card
 from bakeoff.report.render import render_report
 
@@ -87,7 +87,7 @@ def write_report(results: Sequence[TrialResult], out: Path, weights: Mapping[str
                  suite_files: Mapping[str, str] | None = None, again: str = "bakeoff report") -> Written:
     """Decide each section of ``results`` and write the report into ``out`` (Markdown, HTML, plots); with a
     ``team`` file, its declared criteria in the decision and in their own section; with ``plans``
-    (:func:`bakeoff.plan.capacity.load_plans`), a "Capacity plan" section calibrated by ``results``; ``covers``:
+    (:func:`bakeoff.predict.capacity.load_plans`), a "Capacity plan" section calibrated by ``results``; ``covers``:
     what the results are, when more than one command's (its first sentence); ``again``: the command that writes
     it again (named when the disk is full)."""
     summaries = summarise_groups(results)
@@ -96,7 +96,7 @@ def write_report(results: Sequence[TrialResult], out: Path, weights: Mapping[str
     paths = render_report(results, out, weights=weights or None, qualitative=qualitative or None, title=title,
                           suites=suites, decisions=decided, deployments=deployments,
                           declared_section=declared.blocks(team, decided, frameworks, deployments),
-                          plan_section=capacity.blocks(plans, results), covers=covers, suite_files=suite_files,
+                          plan_section=capacity_tables.blocks(plans, results), covers=covers, suite_files=suite_files,
                           again=again)
     return Written(paths, decided, summaries)
 

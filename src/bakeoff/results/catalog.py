@@ -13,7 +13,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bakeoff.core.spec import SpecError, Status
-from bakeoff.results.store import Store, TrialRow
+from bakeoff.results.store import Store
+from bakeoff.results.tables import TrialRow
 
 
 @dataclasses.dataclass(frozen=True)

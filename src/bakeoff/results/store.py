@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import dataclasses
 import json
-import os
+import logging
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
@@ -38,73 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.core.result import SCHEMA_VERSION, Training, TrialResult, migrate
-from bakeoff.core.spec import SpecError, Status
+from bakeoff.core.spec import RETIRED_VALUES, SpecError, Status
+from bakeoff.results.disk import journal_mode, no_space
+from bakeoff.results.tables import ROW_QUERY, SCHEMA, TrialRow
 
 STORE_VERSION = 1
-
-NETWORK_FILE_SYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs",
-                        "9p", "afs", "panfs", "wekafs", "fuse.sshfs", "fuse.ceph", "fuse.glusterfs", "fuse.s3fs",
-                        "fuse.gcsfuse", "fuse.juicefs")
-"""File systems whose files other machines share: a store there keeps a rollback journal, not WAL."""
-
-
-def file_system(path: Path, mountinfo: str | None = None) -> str:
-    """The type of the file system holding ``path`` (``ext4``, ``nfs4``; '' where it cannot be read: not Linux),
-    from the longest mount point above it in ``/proc/self/mountinfo`` (or the ``mountinfo`` text given)."""
-    if mountinfo is None:
-        try:
-            mountinfo = Path("/proc/self/mountinfo").read_text()
-        except OSError:
-            return ""
-    target = path.resolve()  # links followed as far as they exist: a store's folder may not exist yet
-    best, kind = -1, ""
-    for line in mountinfo.splitlines():
-        fields = line.split()
-        if " - " not in line or len(fields) < 5:
-            continue
-        point = Path(fields[4].replace("\\040", " "))
-        after = line.split(" - ", 1)[1].split()
-        if (target == point or point in target.parents) and len(point.parts) > best and after:
-            best, kind = len(point.parts), after[0]
-    return kind
-
-
-def journal_mode(path: Path) -> str:
-    """``wal`` for a store on a local disk, ``delete`` (the rollback journal) on a network file system."""
-    return "delete" if file_system(path) in NETWORK_FILE_SYSTEMS else "wal"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS trials (
-  key TEXT PRIMARY KEY, suite TEXT NOT NULL, workload TEXT NOT NULL, preset TEXT NOT NULL,
-  framework TEXT NOT NULL, label TEXT NOT NULL, seed INTEGER NOT NULL, repeat INTEGER NOT NULL,
-  status TEXT NOT NULL, reason TEXT NOT NULL, finished_at TEXT NOT NULL, result TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS suites (
-  name TEXT PRIMARY KEY, source TEXT NOT NULL, weights TEXT NOT NULL, qualitative TEXT NOT NULL,
-  recorded_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS deployments (
-  key TEXT PRIMARY KEY, model_key TEXT NOT NULL, workload TEXT NOT NULL, preset TEXT NOT NULL,
-  framework TEXT NOT NULL, format TEXT NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL,
-  finished_at TEXT NOT NULL, result TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS ceilings (
-  key TEXT PRIMARY KEY, framework TEXT NOT NULL, fingerprint TEXT NOT NULL, result TEXT NOT NULL,
-  measured_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS efficiency (
-  key TEXT PRIMARY KEY, framework TEXT NOT NULL, fingerprint TEXT NOT NULL, result TEXT NOT NULL,
-  measured_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS alternates (
-  key TEXT NOT NULL, suite TEXT NOT NULL, finished_at TEXT NOT NULL, result TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS samples (
-  key TEXT NOT NULL REFERENCES trials(key) ON DELETE CASCADE, kind TEXT NOT NULL, idx INTEGER NOT NULL,
-  step INTEGER, train_s REAL, value REAL, PRIMARY KEY (key, kind, idx)
-);
-"""
 
 
 def artifacts_dir(store_path: str | Path) -> Path:
@@ -112,40 +49,6 @@ def artifacts_dir(store_path: str | Path) -> Path:
     (``results/bakeoff.sqlite`` -> ``results/bakeoff``; a store without a suffix: ``NAME-files``)."""
     path = Path(store_path)
     return path.with_suffix("") if path.suffix else path.with_name(f"{path.name}-files")
-
-
-@dataclasses.dataclass(frozen=True)
-class TrialRow:
-    """One stored trial as listings show it, read without decoding its samples."""
-
-    key: str
-    suite: str
-    workload: str
-    preset: str
-    framework: str
-    label: str
-    seed: int
-    repeat: int
-    status: Status
-    reason: str
-    finished_at: datetime
-    spec: dict[str, Any]
-    examples_per_s: float | None
-    time_to_target_s: float | None
-    final_metric: float | None
-    metric_name: str
-    wall_s: float | None
-    extras: dict[str, Any]
-    training: Training
-
-
-_ROW_QUERY = """
-SELECT key, suite, workload, preset, framework, label, seed, repeat, status, reason, finished_at,
-  json_extract(result, '$.spec'), json_extract(result, '$.throughput.examples_per_s'),
-  json_extract(result, '$.time_to_target_s'), json_extract(result, '$.final_metric'),
-  json_extract(result, '$.metric_name'), json_extract(result, '$.wall_s'), json_extract(result, '$.extras'),
-  json_extract(result, '$.training'), json_extract(result, '$.schema_version')
-FROM trials"""
 
 
 class StoreWriteError(SpecError):
@@ -156,42 +59,6 @@ class StoreWriteError(SpecError):
     def __init__(self, message: str, why: str = "") -> None:
         super().__init__(message)
         self.why = why or message
-
-
-SPACE_NEEDED_MB = 5
-"""What a store's writes may need on its disk before SQLite can make room again: its journal grows until a
-checkpoint, at 1,000 pages (4 MiB at SQLite's default page), beside WAL's 32 KiB index and a trial's rows."""
-
-FULL_BELOW = 2**20
-"""Free bytes under which an I/O error of SQLite's is a full disk: its largest single write, the WAL index's first
-32 KiB, fits in far less (SQLite reports a full disk as ``disk I/O error`` when it cannot grow that index)."""
-
-
-def mount_point(path: Path) -> Path:
-    """The mount point of the file system holding ``path`` (the nearest existing folder above it, if it is not)."""
-    path = path.resolve()
-    while not path.exists():
-        path = path.parent
-    while not os.path.ismount(path) and path != path.parent:
-        path = path.parent
-    return path
-
-
-def no_space(path: Path, exc: sqlite3.Error) -> str | None:
-    """"no space left on MOUNT (F MB free), free N MB or more there" when SQLite's error ``exc`` on the store at
-    ``path`` is its disk being full (``SQLITE_FULL``, or an I/O error with under :data:`FULL_BELOW` bytes free
-    there); None otherwise."""
-    name = getattr(exc, "sqlite_errorname", "")
-    if not (name == "SQLITE_FULL" or name.startswith("SQLITE_IOERR")):
-        return None
-    try:
-        disk = os.statvfs(path.parent if path.parent.exists() else mount_point(path))
-    except OSError:
-        return None
-    free = disk.f_bavail * disk.f_frsize
-    if name != "SQLITE_FULL" and free >= FULL_BELOW:
-        return None
-    return f"no space left on {mount_point(path)} ({free / 1e6:.1f} MB free), free {SPACE_NEEDED_MB} MB or more there"
 
 
 class Store:
@@ -221,7 +88,7 @@ class Store:
                     self._db.execute(f"PRAGMA journal_mode = {journal_mode(self.path)}")
                 self._db.execute("PRAGMA foreign_keys = ON")
                 if not readonly:
-                    self._db.executescript(_SCHEMA)
+                    self._db.executescript(SCHEMA)
                 row = self._db.execute("SELECT value FROM meta WHERE name = 'store_version'").fetchone()
                 if row is None and not readonly:
                     self._db.execute("INSERT INTO meta VALUES ('store_version', ?)", (str(STORE_VERSION),))
@@ -454,11 +321,18 @@ class Store:
             query, args = query + " WHERE suite = ?", [suite]
         rows = [json.loads(r[0]) for r in self._db.execute(query + " ORDER BY finished_at, rowid", args)]
         wanted = set(keys) if keys is not None else None
-        out = []
+        out, retired = [], []
         for raw in rows:
             if wanted is not None and raw.get("key") not in wanted:
                 continue
+            if (value := raw.get("spec", {}).get("parallelism")) in RETIRED_VALUES:
+                retired.append(f"{raw.get('key')} (parallelism {value!r}, {raw.get('status')})")
+                continue
             out.append(TrialResult.from_dict(raw))
+        if retired:
+            logging.getLogger(__name__).warning(
+                "%s: %d stored trial(s) of a retired mode read past, %s: %s", self.path, len(retired),
+                "; ".join(f"{v}: {why}" for v, why in RETIRED_VALUES.items()), ", ".join(retired))
         return out
 
     def suites(self) -> list[str]:
@@ -477,7 +351,7 @@ class Store:
             wanted = [Status(s).value for s in statuses]
             where.append(f"status IN ({', '.join('?' * len(wanted))})")
             args += wanted
-        query = _ROW_QUERY + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY finished_at, rowid"
+        query = ROW_QUERY + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY finished_at, rowid"
         rows = []
         for (key, suite_, wl, preset, fw, label, seed, repeat, status, reason, finished, spec, eps, ttt, final,
              metric, wall, extras, training, version) in self._db.execute(query, args):

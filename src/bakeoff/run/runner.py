@@ -44,7 +44,7 @@ from bakeoff.plan.order import busy, measure_again, order, to_run
 from bakeoff.results import model_dir
 from bakeoff.results.store import Store, StoreWriteError
 from bakeoff.results.trial_claims import Claims
-from bakeoff.run.executors.base import Executor, TrialJob
+from bakeoff.run.executors.executor import Executor, TrialJob
 from bakeoff.run.executors.local import LocalExecutor, safe_name
 from bakeoff.run.process import hold as hold_signals
 from bakeoff.run.process import interruptible
@@ -124,7 +124,7 @@ def run(specs: Sequence[RunSpec], store: Store, suite: str, timeout_s: float = 9
     :func:`bakeoff.results.model_dir.directory_name`. With ``profile_steps``, each trial that runs and succeeds
     then profiles that many steps (:mod:`bakeoff.trial.profile`) into its folder of the store's ``profiles``
     (named as its TensorBoard run is: :func:`tensorboard_runs`); a trial reused from the store is not profiled.
-    ``executor`` executes the trials (:mod:`bakeoff.run.executors.base`; default: here, one after another); this
+    ``executor`` executes the trials (:mod:`bakeoff.run.executors.executor`; default: here, one after another); this
     process stores every result, whichever executor ran it. Without ``evaluate``, the trials that run never
     evaluate the test split (their results measure training alone; ``training.evaluation`` says so).
 
@@ -246,6 +246,55 @@ def _claim(folder: Path, spec: RunSpec) -> None:
     (folder / TENSORBOARD_MARK).write_text(json.dumps({"key": spec.key(), "label": spec.label(), "seed": spec.seed}))
 
 
+def _jobs(specs: Sequence[RunSpec], runs: Callable[[RunSpec], bool], skip: Callable[[RunSpec], None], claims: Claims,
+          claimed_job: Callable[[int, RunSpec], Iterator[TrialJob]], say: Callable[[str], None]) -> Iterator[TrialJob]:
+    """The trials to run, in order, made as the executor asks for them (the local one asks for the next only
+    when the last is stored, so a ceiling it probed is kept and not probed again); those another run on this
+    store is running, after the others, once it lets them go."""
+    later: list[tuple[int, RunSpec, str]] = []  # (position, spec, who held it)
+    for position, spec in enumerate(specs, 1):
+        if not runs(spec):
+            skip(spec)
+            continue
+        holder = claims.take(spec.key(), spec.title())
+        if holder is not None:
+            say(f"{spec.title()} is being run by another bakeoff run on this store ({holder}); running the "
+                "others first")
+            later.append((position, spec, holder))
+            continue
+        yield from claimed_job(position, spec)
+    for position, spec, _ in later:
+        holder = claims.take(spec.key(), spec.title())
+        if holder is not None and claims.holding:  # trials of this run in flight (an executor running several)
+            # their results are stored only once this generator yields: waiting here could wait on a run that
+            # waits on this one
+            say(f"{spec.title()} is still being run by another bakeoff run on this store ({holder}); left to it, "
+                "not run here: its result is stored by that run")
+            continue
+        if holder is not None:
+            say(f"waiting for {spec.title()}, which another bakeoff run on this store is running ({holder})")
+            claims.take(spec.key(), spec.title(), wait=True)
+        yield from claimed_job(position, spec)
+
+
+def _job(spec: RunSpec, position: int, timeout_s: float, log_dir: Path, store: Store, tensorboard: Path,
+         profile_dir: Path | None, profile_steps: int, keep_models: Path | None,
+         evaluate: bool) -> tuple[TrialJob, tuple[ceiling.Need, dict | None]]:
+    """The job of one trial this run holds, its folders claimed, and the matmul ceiling its MFU needs with the one
+    the store keeps (None: the trial probes it)."""
+    _claim(tensorboard, spec)
+    keep_dir = keep_models / model_dir.directory_name(spec) if keep_models is not None else None
+    profile = ProfileRequest(profile_dir, profile_steps) if profile_steps else None
+    if profile is not None:
+        _claim(profile.directory, spec)
+    wanted = ceiling.need(spec)
+    kept = store.ceiling(wanted.key) if wanted.key else None
+    job = TrialJob(spec, position, timeout_s, log_dir, store.artifacts / "checkpoints" / spec.key(),
+                   tensorboard, keep_dir=keep_dir, probe_ceiling=bool(wanted.key) and kept is None,
+                   profile=profile, evaluate=evaluate)
+    return job, (wanted, kept)
+
+
 def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh: bool, retry_failed: bool,
          log_dir: Path, progress: Progress | None, annotations: dict[str, dict], order_seed: int,
          keep_models: Path | None = None, profile_steps: int = 0, retry_busy: bool = False,
@@ -274,35 +323,6 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
         if progress:
             progress("skip", spec, None)
 
-    def jobs() -> Iterator[TrialJob]:
-        """The trials to run, in order, made as the executor asks for them (the local one asks for the next only
-        when the last is stored, so a ceiling it probed is kept and not probed again); those another run on this
-        store is running, after the others, once it lets them go."""
-        later: list[tuple[int, RunSpec, str]] = []  # (position, spec, who held it)
-        for position, spec in enumerate(specs, 1):
-            if not runs(spec):
-                skip(spec)
-                continue
-            holder = claims.take(spec.key(), spec.title())
-            if holder is not None:
-                say(f"{spec.title()} is being run by another bakeoff run on this store ({holder}); running the "
-                    "others first")
-                later.append((position, spec, holder))
-                continue
-            yield from claimed_job(position, spec)
-        for position, spec, _ in later:
-            holder = claims.take(spec.key(), spec.title())
-            if holder is not None and claims.holding:  # trials of this run in flight (an executor running several)
-                # their results are stored only once this generator yields: waiting here could wait on a run that
-                # waits on this one
-                say(f"{spec.title()} is still being run by another bakeoff run on this store ({holder}); left to it, "
-                    "not run here: its result is stored by that run")
-                continue
-            if holder is not None:
-                say(f"waiting for {spec.title()}, which another bakeoff run on this store is running ({holder})")
-                claims.take(spec.key(), spec.title(), wait=True)
-            yield from claimed_job(position, spec)
-
     def claimed_job(position: int, spec: RunSpec) -> Iterator[TrialJob]:
         """The trial's job, once this run holds its claim; none when another run stored it since this one began."""
         if store.stamps(spec.key()).get(spec.key()) != stamps.get(spec.key()):
@@ -311,17 +331,8 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
                 "is kept, not measured again")
             skip(spec)
             return
-        _claim(tensorboard[spec.key()], spec)
-        keep_dir = keep_models / model_dir.directory_name(spec) if keep_models is not None else None
-        profile = ProfileRequest(profiles[spec.key()], profile_steps) if profile_steps else None
-        if profile is not None:
-            _claim(profile.directory, spec)
-        wanted = ceiling.need(spec)
-        kept = store.ceiling(wanted.key) if wanted.key else None
-        needs[spec.key()] = wanted, kept
-        job = TrialJob(spec, position, timeout_s, log_dir, store.artifacts / "checkpoints" / spec.key(),
-                       tensorboard[spec.key()], keep_dir=keep_dir, probe_ceiling=bool(wanted.key) and kept is None,
-                       profile=profile, evaluate=evaluate)
+        job, needs[spec.key()] = _job(spec, position, timeout_s, log_dir, store, tensorboard[spec.key()],
+                                      profiles.get(spec.key()), profile_steps, keep_models, evaluate)
         reason = registry.unsupported(spec)
         if reason:  # no process starts, on any executor: recorded here (a cluster has nothing to run for it)
             started(job)
@@ -356,7 +367,7 @@ def _run(specs: list[RunSpec], store: Store, suite: str, timeout_s: float, fresh
             progress("done", spec, result)
 
     try:
-        (executor or LocalExecutor()).run(jobs(), started, done)
+        (executor or LocalExecutor()).run(_jobs(specs, runs, skip, claims, claimed_job, say), started, done)
     finally:
         claims.release_all()  # an interrupted run lets its trials go (so would its death)
     return summary

@@ -24,11 +24,11 @@ from bakeoff.analysis.stats import data_set
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.plan.suite import Suite
-from bakeoff.plan.team import FAMILIARITY, Team
+from bakeoff.predict.team import FAMILIARITY, Team
 from bakeoff.report.write import Written, write_report
 from bakeoff.results.store import Store, artifacts_dir
 from bakeoff.run import machine, process, runner
-from bakeoff.run.executors.base import Executor
+from bakeoff.run.executors.executor import Executor
 
 if TYPE_CHECKING:
     from bakeoff.results.mlflow_log import Logged
@@ -79,7 +79,7 @@ def run_suite(suite: Suite, store_path: Path, *, timeout_s: float | None = None,
     Bad input (a spec, a data file, a damaged store) fails before a store or report is created. ``timeout_s``
     per trial defaults to the suite's; ``fresh``, ``retry_failed``, ``retry_busy``, ``order_seed`` and
     ``profile_steps`` and ``executor`` (where the trials execute; default: here, one after another) are
-    :func:`bakeoff.run.runner.run`'s. ``team``: a team file (:mod:`bakeoff.plan.team`), whose declared
+    :func:`bakeoff.run.runner.run`'s. ``team``: a team file (:mod:`bakeoff.predict.team`), whose declared
     criteria the report shows and the decisions weigh (adaptive repeats included). ``mlflow_uri`` (None: off; "":
     a file store beside the results store): the tracking store is reached before any trial runs (a
     :class:`~bakeoff.core.spec.SpecError` when it cannot be), and every trial of the suite is logged to it after the

@@ -9,7 +9,7 @@ import dataclasses
 import importlib
 
 from bakeoff.core.spec import SpecError
-from bakeoff.run.executors.base import Executor
+from bakeoff.run.executors.executor import Executor
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,7 +33,7 @@ from bakeoff.measure.environment import usable_cores
 from bakeoff.results.model_dir import KEEP_MODEL_ENV
 from bakeoff.run import launchers
 from bakeoff.run.executors import node
-from bakeoff.run.executors.base import Done, Executor, Placement, Started, TrialJob, executor_record
+from bakeoff.run.executors.executor import Done, Executor, Placement, Started, TrialJob, executor_record
 from bakeoff.run.process import OomKills, read_oom_kills
 from bakeoff.trial.loop import NO_EVALUATION_ENV
 from bakeoff.trial.profile import PROFILE_ENV, PROFILE_STEPS_ENV

@@ -43,7 +43,6 @@ import dataclasses
 import functools
 import json
 import logging
-import math
 import os
 import shutil
 import socket
@@ -54,28 +53,23 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from bakeoff.core.result import TrialResult
-from bakeoff.core.spec import RunSpec, SpecError, Status
-from bakeoff.run.executors.base import (
+from bakeoff.core.spec import SpecError, Status
+from bakeoff.run.executors.executor import (
     Done,
     Executor,
-    Resources,
     Started,
     TrialJob,
     executor_record,
-    nodes_for,
     parse_options,
     resources,
     spread,
 )
 from bakeoff.run.executors.local import remove_shared, run_here
+from bakeoff.run.executors.slurm_job import Paths, job_from_dict, job_script, job_to_dict
 from bakeoff.run.launchers import Member
-from bakeoff.trial.profile import Request as ProfileRequest
 
 log = logging.getLogger("bakeoff.run.executors.slurm")
 
-TIME_MARGIN_S = 120.0
-"""Slurm's time limit is the trial's timeout plus this: the trial's own deadline ends it first and records a timeout
-with its log; Slurm's limit only ends a job whose runner hangs past it (Python start-up, writing the result)."""
 POLL_S = 2.0
 """Seconds between two looks at the result files and ``squeue``."""
 RESULT_GRACE_S = {"COMPLETED": 60.0}
@@ -113,81 +107,6 @@ class JobState:
     @property
     def over(self) -> bool:
         return self.state not in ACTIVE
-
-
-@dataclasses.dataclass(frozen=True)
-class Paths:
-    """One trial's files under ``<store folder>/slurm/``: what the job runs and where it writes."""
-
-    job: Path
-    script: Path
-    output: Path
-    result: Path
-
-    @classmethod
-    def of(cls, folder: Path, key: str) -> Paths:
-        return cls(*(folder / f"{key}.{name}" for name in ("job.json", "sh", "out", "result.json")))
-
-
-def job_to_dict(job: TrialJob) -> dict:
-    """``job`` as JSON for its node (paths as strings, the spec as :meth:`RunSpec.to_dict`)."""
-    raw: dict = {}
-    for f in dataclasses.fields(job):
-        value = getattr(job, f.name)
-        if isinstance(value, RunSpec):
-            value = value.to_dict()
-        elif isinstance(value, ProfileRequest):
-            value = {"directory": str(value.directory), "steps": value.steps}
-        elif isinstance(value, Path):
-            value = str(value)
-        raw[f.name] = value
-    return raw
-
-
-def job_from_dict(raw: Mapping) -> TrialJob:
-    """The :class:`TrialJob` :func:`job_to_dict` wrote."""
-    paths = ("log_dir", "checkpoint_dir", "tensorboard_dir", "keep_dir")
-    fields = {name: Path(value) if name in paths and value is not None else value for name, value in raw.items()}
-    fields["spec"] = RunSpec.from_dict(raw["spec"])
-    profile = raw.get("profile")
-    fields["profile"] = ProfileRequest(Path(profile["directory"]), profile["steps"]) if profile else None
-    return TrialJob(**fields)
-
-
-def time_limit(timeout_s: float) -> str:
-    """Slurm's ``--time`` for a trial with ``timeout_s``: whole minutes, rounded up."""
-    return str(max(1, math.ceil((timeout_s + TIME_MARGIN_S) / 60)))
-
-
-def job_script(job: TrialJob, paths: Paths, needs: Resources, partition: str = "", cluster_gpus: bool = False,
-               workdir: Path | None = None, python: str = sys.executable, workers_per_node: int | None = None) -> str:
-    """The batch script of ``job``'s trial: one node, one task holding every process of the trial (the launcher
-    starts its ranks, as locally), its CPUs (``--exclusive`` when the trial uses all of a node's cores: ``cpus``
-    None), its GPUs when ``--device cuda`` asks for them or ``--device auto`` finds the cluster has some. A
-    multi-node trial (:func:`nodes_for`): one task per node, each node asked for what its workers need."""
-    key = job.spec.key()
-    nodes = nodes_for(job.spec, workers_per_node)
-    if nodes > 1:
-        per_node = workers_per_node or 1
-        needs = dataclasses.replace(needs, cpus=job.spec.threads * per_node if job.spec.threads else None,
-                                    gpus=per_node if needs.gpus else 0)
-    tasks = ["#SBATCH --nodes=1", "#SBATCH --ntasks=1"] if nodes == 1 else [
-        f"#SBATCH --nodes={nodes}", "#SBATCH --ntasks-per-node=1"]
-    lines = ["#!/bin/bash", f"#SBATCH --job-name=bakeoff-{job.position}-{key[:12]}",
-             f"#SBATCH --output={paths.output}", *tasks,
-             f"#SBATCH --time={time_limit(job.timeout_s)}", "#SBATCH --no-requeue"]
-    if needs.cpus is None:
-        lines += ["#SBATCH --exclusive", "#SBATCH --mem=0"]  # the whole node: its cores and its memory
-    else:
-        lines.append(f"#SBATCH --cpus-per-task={needs.cpus}")
-    if needs.gpus and (needs.gpus_required or cluster_gpus):
-        lines.append(f"#SBATCH --gpus-per-node={needs.gpus}")
-    if partition:
-        lines.append(f"#SBATCH --partition={partition}")
-    lines.append(f"#SBATCH --chdir={workdir or Path.cwd()}")  # relative store paths mean the same on the node
-    lines += [f"# {job.what} (trial {job.position} of a bakeoff run; key {key})",
-              f"exec {python} -m bakeoff.run.executors.slurm_executor {paths.job}"]
-    return "\n".join(lines) + "\n"
 
 
 def parse_squeue(text: str) -> dict[str, JobState]:
@@ -256,7 +175,7 @@ class _Submitted:
 
 ACCEPTED = ("slurm=PARTITION[,workers-per-node=K], e.g. slurm=gpu, slurm=gpu,workers-per-node=4 or "
             "slurm,workers-per-node=4 (the default partition; K a positive integer)")
-"""The forms ``--executor slurm=...`` accepts (:func:`bakeoff.run.executors.base.parse_options`)."""
+"""The forms ``--executor slurm=...`` accepts (:func:`bakeoff.run.executors.executor.parse_options`)."""
 
 
 class SlurmExecutor(Executor):

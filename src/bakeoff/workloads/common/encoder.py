@@ -39,11 +39,6 @@ def init_encoder_block(rng: np.random.Generator, prefix: str, d: int, ff: int) -
     return w
 
 
-def encoder_block_params(d: int, ff: int) -> int:
-    """Trainable scalars in one block: 4 attention projections, 2 LayerNorms, the 2 FFN layers."""
-    return 4 * (d * d + d) + 2 * 2 * d + (d * ff + ff) + (ff * d + d)
-
-
 def encoder_block_flops(d: int, ff: int, t: int) -> float:
     """Forward FLOPs of one block on a length-``t`` sequence: 2·(matmul weights)·t plus attention 4·t²·d."""
     return float(2 * t * (4 * d * d + 2 * d * ff) + 4 * t * t * d)

@@ -1,4 +1,4 @@
-"""The capacity plan as tables (:mod:`bakeoff.plan.capacity`): the report's "Capacity plan" section, and the same
+"""The capacity plan as tables (:mod:`bakeoff.predict.capacity`): the report's "Capacity plan" section, and the same
 tables ``bakeoff plan`` prints, so the terminal and the page can never say different things.
 
 A report's plans come from a plan file (``bakeoff report --plan PLANS.toml``: one ``[[plan]]`` table a plan, each
@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bakeoff.core.result import TrialResult
-from bakeoff.plan.capacity import (
+from bakeoff.predict.capacity import (
     KINDS,
     Plan,
     PlanError,
@@ -24,7 +24,7 @@ from bakeoff.plan.capacity import (
     plan_from,
     shape_from,
 )
-from bakeoff.plan.recipes import RECIPES
+from bakeoff.predict.recipes import RECIPES
 from bakeoff.report.templates import Block, Facts, Heading, Para, Table
 
 SHORT = {"data": "data parallel", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3/FSDP", "tensor": "tensor",
@@ -143,7 +143,7 @@ def apis(result: Plan) -> list[tuple[str, str]]:
 def remarks(result: Plan, *, in_file: bool = False) -> list[tuple[str, str]]:
     """The plan's notes, the MFU each framework's times use (one of the plan's kind of device, or stated), why a
     figure is missing (naming ``bakeoff plan``'s flags, or a plan file's fields:
-    :func:`~bakeoff.plan.capacity.describe_missing_times`), and what is left out."""
+    :func:`~bakeoff.predict.capacity.describe_missing_times`), and what is left out."""
     out = [("note", note) for note in dict.fromkeys(n for r in result.rows for n in r.notes)]
     if result.machine.flops:
         out += [(f"MFU {framework}", f"{value:.1%}, {source}")
@@ -174,7 +174,7 @@ def kept_rates(fields: Mapping[str, Any], results: Sequence[TrialResult],
                calibrations: Sequence[Any]) -> dict[tuple[str, str], dict] | None:
     """The GEMM rates by shape kept for this machine (:mod:`bakeoff.measure.gemm_rates`; a report measures none)
     that a plan for the machine its calibrations were fitted on needs; None for a plan of stated devices."""
-    from bakeoff.plan.capacity import gemm_rates_for
+    from bakeoff.predict.capacity import gemm_rates_for
 
     if fields.get("flops") is not None or not calibrations:
         return None
@@ -194,7 +194,7 @@ def blocks(requests: Sequence[tuple[str, Mapping[str, Any]]], results: Sequence[
     plans = made(requests, results)
     out: list[Block] = [Heading(2, "Capacity plan"),
                         Para("Will the model fit, and how long will a step take, under each framework's own "
-                             "strategies: stated formulas (bakeoff.plan.capacity names their sources), timed at the "
+                             "strategies: stated formulas (bakeoff.predict.capacity names their sources), timed at the "
                              "MFU these trials measured on the plan's kind of device, and calibrated by them on the "
                              "machine they ran on when the plan states no other devices.")]
     for name, result in plans:

@@ -1,9 +1,9 @@
 """``bakeoff parity``: prove ports of one workload equivalent, framework by framework, in the modes named.
 
 :func:`check_parity` validates the request (before any process starts), runs one parity probe per framework and
-mode — ``python -m bakeoff.trial.parity``, each in its own process, a few at a time — and compares each framework
-with the reference (the first one named) using :mod:`bakeoff.analysis.parity`'s checks and tolerances. Nothing is
-written to the results store.
+mode — ``python -m bakeoff.trial.parity_probe``, each in its own process, a few at a time — and compares each framework
+with the reference (the first one named) using :mod:`bakeoff.analysis.parity_tolerances`'s checks and tolerances.
+Nothing is written to the results store.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bakeoff.analysis import parity as checks
+from bakeoff.analysis import parity_tolerances as checks
 from bakeoff.core import discover, registry
 from bakeoff.core.files import temporary_folder
 from bakeoff.core.frameworks import FRAMEWORKS
@@ -28,7 +28,7 @@ from bakeoff.core.spec import RunSpec, SpecError
 from bakeoff.measure.environment import usable_cores
 from bakeoff.plan.suite import ADHOC_MATRIX
 from bakeoff.run.process import process_group
-from bakeoff.trial.parity import perturbed
+from bakeoff.trial.parity_probe import perturbed
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,8 @@ class CheckRow:
 
     @property
     def near(self) -> bool:
-        """Holds, but within 2× of failing (:data:`bakeoff.analysis.parity.NEAR`): a bug may be hiding under it."""
+        """Holds, but within 2× of failing (:data:`bakeoff.analysis.parity_tolerances.NEAR`): a bug may be hiding under
+        it."""
         return self.ok and self.margin is not None and self.margin > checks.NEAR
 
 
@@ -196,10 +197,10 @@ def _check_keras_function_data(workload: str, frameworks: Sequence[str], preset:
 
 def probe_command(workload: str, framework: str, mode: Mode, out: Path, preset: str = "tiny",
                   config: Sequence[tuple[str, str]] = (), data: Sequence[tuple[str, str]] = ()) -> list[str]:
-    """The ``python -m bakeoff.trial.parity`` probe of ``workload`` in ``framework`` and ``mode``."""
+    """The ``python -m bakeoff.trial.parity_probe`` probe of ``workload`` in ``framework`` and ``mode``."""
     sets = [arg for key, value in config for arg in ("--set", f"{key}={value}")]
     sets += [arg for key, value in data for arg in ("--data", f"{key}={value}")]
-    return [sys.executable, "-m", "bakeoff.trial.parity", workload, framework, str(out), "--preset", preset,
+    return [sys.executable, "-m", "bakeoff.trial.parity_probe", workload, framework, str(out), "--preset", preset,
             "--steps", str(STEPS), "--execution", mode.execution, "--precision", mode.precision,
             "--accum-steps", str(STEPS), *sets]
 

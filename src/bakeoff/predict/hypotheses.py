@@ -1,7 +1,7 @@
 """Claims as hypotheses over measured quantities (``bakeoff claims``, issue #29): what was said, its measurable form,
 the trials that test it, and the hardware it needs.
 
-A claims file (the shipped ``bakeoff/plan/claims.toml``, or the user's) holds ``[[claim]]`` tables of three forms::
+A claims file (the shipped ``bakeoff/predict/claims.toml``, or the user's) holds ``[[claim]]`` tables of three forms::
 
     [[claim]]                           # a ratio of one quantity between two configurations
     name = "graph_build"                # unique, a word: how output and JSON name the claim
@@ -56,10 +56,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bakeoff.core.spec import Parallelism, RunSpec, SpecError
-from bakeoff.plan.capacity import FIELDS
+from bakeoff.predict.capacity import FIELDS
 
 if TYPE_CHECKING:
-    from bakeoff.plan.capacity import Plan
+    from bakeoff.predict.capacity import Plan
 
 CLAIM_KEYS = ("name", "said", "quantity", "at_least", "at_most", "a", "b", "each", "repeats", "needs", "evaluate",
               "meaning", "trials", "plan", "deployment", "testable", "why")
@@ -68,7 +68,7 @@ DEPLOYMENT_KEYS = ("framework", "format", "target")
 SELF_NAMED = ("framework", "execution", "precision", "parallelism", "device")
 """Fields whose value names itself in a comparison's label (``torch eager``; others as ``grad_accum=2``)."""
 DEFAULT_REPEATS = 3
-SHIPPED = "bakeoff/plan/claims.toml"
+SHIPPED = "bakeoff/predict/claims.toml"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +138,7 @@ def configuration(spec: RunSpec) -> str:
 def load_claims(path: str | Path | None = None) -> list[Claim]:
     """The claims of the file at ``path`` (the shipped ones when None), every value checked."""
     if path is None:
-        return parse_claims(resources.files("bakeoff.plan").joinpath("claims.toml").read_text(), SHIPPED)
+        return parse_claims(resources.files("bakeoff.predict").joinpath("claims.toml").read_text(), SHIPPED)
     path = Path(path)
     if not path.is_file():
         raise SpecError(f"--file {path}: no such claims file")
@@ -327,10 +327,10 @@ def _plan(value: Any, gpus: int, fail: Any) -> dict[str, Any]:
 
 def capacity_plan(fields: Mapping[str, Any], framework: str, mfu: Mapping[str, Mapping[str, tuple[float, str]]],
                   devices: int | None = None) -> Plan:
-    """:func:`bakeoff.plan.capacity.plan` for a claim's ``[claim.plan]`` (on ``devices`` instead of its own when
-    given); ``mfu``: the MFUs measured per kind of device (:func:`~bakeoff.plan.capacity.measured_mfu`), of which
+    """:func:`bakeoff.predict.capacity.plan` for a claim's ``[claim.plan]`` (on ``devices`` instead of its own when
+    given); ``mfu``: the MFUs measured per kind of device (:func:`~bakeoff.predict.capacity.measured_mfu`), of which
     only the plan's kind is used."""
-    from bakeoff.plan.capacity import plan_from
+    from bakeoff.predict.capacity import plan_from
 
     return plan_from(fields, None, devices=devices, measured=mfu, in_file=True)
 

@@ -1,6 +1,6 @@
 """Parity probe: what one framework computes from given weights and batches, for cross-framework comparison.
 
-``python -m bakeoff.trial.parity WORKLOAD FRAMEWORK OUT.npz [--preset tiny] [--steps 5] [--execution eager]
+``python -m bakeoff.trial.parity_probe WORKLOAD FRAMEWORK OUT.npz [--preset tiny] [--steps 5] [--execution eager]
 [--precision fp32] [--accum-steps 0] [--set KEY=VALUE ...]``
 
 WORKLOAD is a name or a reference (``MODULE:CLASS``, ``FILE.py:CLASS``), resolved as ``bakeoff run`` does.
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.analysis.parity import flatten, per_tensor_errors, unflatten
+from bakeoff.analysis.parity_tolerances import flatten, per_tensor_errors, unflatten
 from bakeoff.core import registry
 from bakeoff.core.spec import Execution, Precision, RunSpec
 from bakeoff.core.workload import Weights, Workload
@@ -114,7 +114,7 @@ def probe(workload_name: str, framework: str, preset: str = "tiny", steps: int =
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bakeoff.trial.parity", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bakeoff.trial.parity_probe", description=__doc__.splitlines()[0])
     parser.add_argument("workload")
     parser.add_argument("framework")
     parser.add_argument("out", type=Path)

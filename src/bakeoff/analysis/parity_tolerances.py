@@ -1,9 +1,9 @@
 """Cross-framework parity: the checks a port must pass, their tolerances per precision, and what each finds.
 
 Framework-free. The inputs are canonical tensors (``{name: array}``, the same keys and layouts in every framework)
-and the arrays a parity probe saves (:mod:`bakeoff.trial.parity`); each check returns one :class:`Finding` per
+and the arrays a parity probe saves (:mod:`bakeoff.trial.parity_probe`); each check returns one :class:`Finding` per
 thing compared, in the workload's canonical order, so that the first failing one is the first tensor (or output,
-or step) that disagrees. ``bakeoff parity`` (:mod:`bakeoff.run.parity`) and the test suite's parity tests use
+or step) that disagrees. ``bakeoff parity`` (:mod:`bakeoff.run.parity_session`) and the test suite's parity tests use
 these same checks and tolerances.
 
 Tolerances, fp32 (measured worst over the shipped workloads and every mode, eager and compiled, in brackets):

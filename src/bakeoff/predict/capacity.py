@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bakeoff.core.spec import SpecError
-from bakeoff.plan import recipes
+from bakeoff.predict import recipes
 
 if TYPE_CHECKING:
     from bakeoff.core.result import TrialResult

@@ -1,6 +1,6 @@
 """``bakeoff claims`` from Python: :func:`check` runs the trials the claims need through the same runner as ``bakeoff
 run`` (:func:`bakeoff.run.session.run_suite`: stored results reused by their keys, an interrupted run resumed), or
-with ``run=False`` only reads the store, then judges every claim (:func:`bakeoff.report.claims.judge`)."""
+with ``run=False`` only reads the store, then judges every claim (:func:`bakeoff.report.claim_verdicts.judge`)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from bakeoff.core.identity import identify
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError
 from bakeoff.measure.environment import cuda_devices
-from bakeoff.plan.capacity import measured_mfu
-from bakeoff.plan.claims import Claim, all_specs
 from bakeoff.plan.suite import Suite
-from bakeoff.report.claims import ClaimVerdict, judge
+from bakeoff.predict.capacity import measured_mfu
+from bakeoff.predict.hypotheses import Claim, all_specs
+from bakeoff.report.claim_verdicts import ClaimVerdict, judge
 from bakeoff.results.store import Store
 from bakeoff.run import runner
 from bakeoff.run.session import ProgressFactory, run_suite

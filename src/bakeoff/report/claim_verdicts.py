@@ -1,6 +1,6 @@
 """Claims judged on stored results (``bakeoff claims``), and the report's "Claims" section.
 
-A ratio claim (:mod:`bakeoff.plan.claims`) is judged per comparison with the comparison every verdict rests on
+A ratio claim (:mod:`bakeoff.predict.hypotheses`) is judged per comparison with the comparison every verdict rests on
 (:func:`bakeoff.analysis.decide.head_to_head`: a Welch interval on the log values of one figure per run, at 95%, or
 wider after adaptive repeats' looks), against the claim's threshold instead of the tie band:
 
@@ -39,14 +39,14 @@ from bakeoff.analysis.stats import ConfigSummary, distinct_labels, summarise_gro
 from bakeoff.analysis.verdict import MIN_RUNS, interval_text, ratio_text
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec, SpecError, Status
-from bakeoff.plan.claims import Claim, Comparison, capacity_plan, configuration, load_claims
+from bakeoff.predict.hypotheses import Claim, Comparison, capacity_plan, configuration, load_claims
 from bakeoff.report import deployment as deployed
 from bakeoff.report.templates import Block, Heading, Para, Table
 
 SUPPORTED, REFUTED, UNSETTLED = "supported", "refuted", "unsettled"
 NEEDS_HARDWARE, NOT_TESTABLE = "needs hardware", "not testable"
 KIND = {"data_parallel": "data", "multi_worker": "data", "parameter_server": "parameter_server"}
-"""The capacity plan's strategy for a claim's parallelism (:data:`bakeoff.plan.capacity.KINDS`)."""
+"""The capacity plan's strategy for a claim's parallelism (:data:`bakeoff.predict.capacity.KINDS`)."""
 
 
 @dataclasses.dataclass
@@ -94,7 +94,7 @@ def judge(claims: Sequence[Claim], results: Sequence[TrialResult], deployments: 
           gpus: int = 0, mfu: Mapping[str, Mapping[str, tuple[float, str]]] | None = None) -> list[ClaimVerdict]:
     """Each claim judged on ``results`` (matched to a claim's configurations by spec, seeds aside) and the stored
     ``deployments``; ``gpus``: this machine's; ``mfu``: each framework's measured MFU per kind of device
-    (:func:`~bakeoff.plan.capacity.measured_mfu`), for a plan's step times (only the plan's kind is used)."""
+    (:func:`~bakeoff.predict.capacity.measured_mfu`), for a plan's step times (only the plan's kind is used)."""
     by_config: dict[str, list[TrialResult]] = {}
     for r in results:
         by_config.setdefault(configuration(r.run_spec), []).append(r)
@@ -286,8 +286,8 @@ def _deployment(claim: Claim, rows: Sequence[Mapping[str, Any]]) -> ClaimVerdict
 def _plan_answer(claim: Claim, mfu: Mapping[str, Mapping[str, tuple[float, str]]]) -> list[str]:
     """What the capacity plan says of the claim's trials at the scale its ``[claim.plan]`` describes: a prediction,
     never a verdict."""
-    from bakeoff.plan.capacity import describe_missing_times, human_bytes, human_seconds
-    from bakeoff.plan.recipes import RECIPES
+    from bakeoff.predict.capacity import describe_missing_times, human_bytes, human_seconds
+    from bakeoff.predict.recipes import RECIPES
 
     spec = claim.comparisons[0].a[0]
     framework, kind = spec.framework.value, KIND.get(spec.parallelism.value, "data")
@@ -321,7 +321,7 @@ def section(results: Sequence[TrialResult], rows: Sequence[Mapping[str, Any]] = 
     """The report's "Claims" section: the shipped claims judged on the report's results — nothing when none of
     their trials is among them (a report of other trials says nothing of claims)."""
     from bakeoff.measure.environment import cuda_devices
-    from bakeoff.plan.capacity import measured_mfu
+    from bakeoff.predict.capacity import measured_mfu
 
     claims = load_claims()
     configs = {configuration(s) for claim in claims for s in claim.specs}
