@@ -310,9 +310,11 @@ def adaptive_scenarios(max_runs: int = 10) -> list[Scenario]:
 
 
 def table(tallies: Sequence[Tally]) -> list[dict[str, object]]:
-    """One row per tally, for printing: its rates, the coverage of every measured criterion's intervals (NaN where
-    none was given: a criterion the simulation does not draw, or weighs 0), and the runs a side."""
+    """One row per tally, for printing: its rates, the coverage of the intervals of every measured criterion whose
+    truth moves with a side's speed (:data:`SPEED`: the true ratio of the others is 1 whatever the sides), and the
+    runs a side."""
     return [{"scenario": t.scenario.name, "draws": t.draws, "wins": t.rate(t.wins), "robust": t.rate(t.robust),
              "provisional leads": t.rate(t.provisional_leads), "right wins": t.rate(t.right_wins),
-             **{f"coverage {c.header}": t.coverage(c.name) for c in CRITERIA.values()}, "mean runs": t.mean_runs}
+             **{f"coverage {c.header}": t.coverage(c.name) for c in CRITERIA.values() if c.quantity.name in SPEED},
+             "mean runs": t.mean_runs}
             for t in tallies]
