@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from bakeoff.analysis.decide import DEFAULT_WEIGHTS, decide, decide_each, display_name, resolve_weights
+from bakeoff.analysis.decide import decide, decide_each, default_weights, display_name, resolve_weights
 from bakeoff.analysis.stats import group_results, summarise, summarise_groups
 from bakeoff.core.spec import RunSpec
 from fake_results import MIB, default_results, failed, repeats, trial, verdict_body
@@ -115,7 +115,7 @@ def test_missing_quantities_say_why():
 
 def only(criterion: str) -> dict[str, float]:
     """Weights that score one criterion alone."""
-    return {c: 0.0 for c in DEFAULT_WEIGHTS} | {criterion: 1.0}
+    return {c: 0.0 for c in default_weights()} | {criterion: 1.0}
 
 
 def test_decide_names_the_winner_with_intervals():
@@ -443,7 +443,7 @@ def test_bad_weights_and_scores_are_rejected_with_the_accepted_values():
         decide(summaries, {"throughput": -1})
     with pytest.raises(ValueError, match="needs a score 0..5 for 'tensorflow'"):
         decide(summaries, {"ecosystem": 1}, {"ecosystem": {"torch": 4}})
-    assert resolve_weights(None, FAMILIARITY) == {**DEFAULT_WEIGHTS, "team_familiarity": 0.0}
+    assert resolve_weights(None, FAMILIARITY) == {**default_weights(), "team_familiarity": 0.0}
 
 
 def test_decide_each_splits_workload_presets():

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bakeoff.analysis.quantities import CRITERIA
 from bakeoff.core.result import AdaptiveRepeats, TrialResult
 from bakeoff.core.spec import RunSpec, Status
 
@@ -42,7 +43,10 @@ TARGET = 0.78
 TRUE = {"examples_per_s": 500.0, "first_step_s": 1.0, "time_to_target_s": 3.0, "memory_increment_bytes": 150 * MIB,
         "metric_at_budget": 0.80}
 """The true values of the reference side (speed 1); a side of speed s has s times the throughput and 1/s the
-time to target."""
+time to target (:data:`SPEED`)."""
+SPEED = {"examples_per_s": 1, "time_to_target_s": -1}
+"""How a quantity's true value moves with a side's speed s: times s to this power; a quantity not named here is
+drawn alike on every side (first step, memory, quality), and one the simulation does not draw has no interval."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,8 +211,8 @@ def settled(decision: Decision) -> bool:
 
 
 def _true_ratio(criterion: str, speed_a: float, speed_b: float) -> float:
-    """The true ratio a / b of the medians of the distributions two sides' runs are drawn from."""
-    return {"throughput": speed_a / speed_b, "time_to_target": speed_b / speed_a}.get(criterion, 1.0)
+    """The true ratio a / b of the medians of the distributions two sides' runs are drawn from, on ``criterion``."""
+    return (speed_a / speed_b) ** SPEED.get(CRITERIA[criterion].quantity.name, 0)
 
 
 def simulate(scenario: Scenario, draws: int, seed: int = 0) -> Tally:
@@ -251,10 +255,14 @@ def simulate(scenario: Scenario, draws: int, seed: int = 0) -> Tally:
     return tally
 
 
-USER_WEIGHTS = (("throughput", 1.0), ("time_to_target", 1.0), ("first_step", 0.0), ("memory", 0.0),
-                ("quality", 0.0))
-"""A user's weights that put two criteria level and drop the rest: one of the two shown better by chance must not
-carry the verdict while the other is unsettled."""
+LEVEL = ("throughput", "time_to_target")
+"""The two criteria :func:`user_weights` puts level."""
+
+
+def user_weights() -> tuple[tuple[str, float], ...]:
+    """A user's weights that put two criteria level (:data:`LEVEL`) and drop every other measured one: one of the
+    two shown better by chance must not carry the verdict while the other is unsettled."""
+    return tuple((c, 1.0 if c in LEVEL else 0.0) for c in CRITERIA)
 
 
 def null_models(sides: int) -> list[tuple[str, dict]]:
@@ -272,7 +280,7 @@ def null_models(sides: int) -> list[tuple[str, dict]]:
             ("bimodal", {"noise": (u(0.05, slow_share=0.3, slow_factor=1.4),) * sides}),
             ("load drift", {"noise": (u(0.03),) * sides, "load_drift": 0.10}),
             ("many timeouts", {"noise": (u(0.10, timeout=0.4),) * sides}),
-            ("user weights, 1% vs 25%", {"noise": unequal, "weights": USER_WEIGHTS})]
+            ("user weights, 1% vs 25%", {"noise": unequal, "weights": user_weights()})]
 
 
 def scenarios(sides: int = 2) -> list[Scenario]:
@@ -302,9 +310,11 @@ def adaptive_scenarios(max_runs: int = 10) -> list[Scenario]:
 
 
 def table(tallies: Sequence[Tally]) -> list[dict[str, object]]:
-    """One row per tally, for printing."""
+    """One row per tally, for printing: its rates, the coverage of the intervals of every measured criterion whose
+    truth moves with a side's speed (:data:`SPEED`: the true ratio of the others is 1 whatever the sides), and the
+    runs a side."""
     return [{"scenario": t.scenario.name, "draws": t.draws, "wins": t.rate(t.wins), "robust": t.rate(t.robust),
              "provisional leads": t.rate(t.provisional_leads), "right wins": t.rate(t.right_wins),
-             "coverage throughput": t.coverage("throughput"), "coverage time to target": t.coverage("time_to_target"),
+             **{f"coverage {c.header}": t.coverage(c.name) for c in CRITERIA.values() if c.quantity.name in SPEED},
              "mean runs": t.mean_runs}
             for t in tallies]

@@ -2,8 +2,9 @@
 
 Scoring, per (workload, preset):
 
-* each measured criterion reads one quantity (:data:`MEASURED`), normalised to [0, 1] against the best
-  configuration (higher-is-better: ``v / best``; lower-is-better: ``best / v``, so a never-reached target scores 0);
+* each measured criterion (:data:`~bakeoff.analysis.quantities.CRITERIA`) reads one quantity, normalised to [0, 1]
+  against the best configuration (higher-is-better: ``v / best``; lower-is-better: ``best / v``, so a never-reached
+  target scores 0);
 * a qualitative criterion (team familiarity, ecosystem, ...) is the user's 0..5 score per framework, divided by 5;
 * a configuration's score is the weighted mean of its criteria (weights normalised to sum 1);
 * a framework is judged by its best configuration — the report still shows every mode.
@@ -53,47 +54,19 @@ from bakeoff.analysis.conditions import (
 )
 from bakeoff.analysis.decision import ConfigScore, Decision, FrameworkScore, Qualitative, SensitivityRow
 from bakeoff.analysis.mixing import pair_note, section_mixes
-from bakeoff.analysis.quantities import Quantity, quantity
+from bakeoff.analysis.quantities import CRITERIA, Quantity, quantity
 from bakeoff.analysis.stats import ConfigSummary, sections
 from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, ratio_text
 
-__all__ = ["DEFAULT_WEIGHTS", "FRAMEWORK_NAMES", "MEASURED", "MIN_RUNS", "ROBUST_SHARE", "Criterion", "Decision",
-           "against", "decide", "decide_each", "display_name", "interval_text", "look_confidence", "ratio_text",
-           "resolve_weights"]
+__all__ = ["FRAMEWORK_NAMES", "MIN_RUNS", "ROBUST_SHARE", "Decision", "against", "decide", "decide_each",
+           "default_weights", "display_name", "interval_text", "look_confidence", "ratio_text", "resolve_weights"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Criterion:
-    """A measured criterion: the quantity it scores (its direction and unit come from the quantity's record)."""
+def default_weights() -> dict[str, float]:
+    """Every measured criterion's own weight (:attr:`~bakeoff.analysis.quantities.Criterion.weight`): energy weighs
+    0 until the user sets it, and qualitative criteria weigh 0 until the user sets them."""
+    return {c.name: c.weight for c in CRITERIA.values()}
 
-    name: str
-    quantity: str
-    description: str
-
-    @property
-    def record(self) -> Quantity:
-        return quantity(self.quantity)
-
-
-MEASURED: dict[str, Criterion] = {c.name: c for c in (
-    Criterion("throughput", "examples_per_s", "steady examples/s (median over runs)"),
-    Criterion("time_to_target", "time_to_target_s",
-              "training seconds to reach the target (median over runs; a run that never reached it counts as never)"),
-    Criterion("first_step", "first_step_s", "first step seconds: graph build / compile (median)"),
-    Criterion("memory", "memory_increment_bytes",
-              "training memory increment: peak during training steps minus the baseline after build (median)"),
-    Criterion("quality", "metric_at_budget",
-              "the metric after the largest number of training examples every configuration evaluated at "
-              "(median; direction from the workload)"),
-    Criterion("energy", "energy_per_example_j",
-              "joules per training example over the steady steps, read from RAPL / NVML counters where the machine "
-              "has them (median; off by default: --weight energy=0.2)"),
-)}
-
-DEFAULT_WEIGHTS: dict[str, float] = {
-    "throughput": 0.3, "time_to_target": 0.3, "first_step": 0.1, "memory": 0.1, "quality": 0.2, "energy": 0.0}
-"""Weights of the measured criteria. Energy weighs 0 until the user sets it (few machines have counters: a default
-weight would leave it out, with a note, of most decisions); qualitative criteria weigh 0 until the user sets them."""
 
 MAX_UNFINISHED = 1 / 3
 """A configuration with more than this share of its runs failed, timed out or out of memory is never robust."""
@@ -103,14 +76,14 @@ MULTIPLIERS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.
 
 
 def resolve_weights(weights: Mapping[str, float] | None, qualitative: Qualitative | None) -> dict[str, float]:
-    """The user's weights merged over :data:`DEFAULT_WEIGHTS` (set a criterion to 0 to drop it); not normalised.
+    """The user's weights merged over :func:`default_weights` (set a criterion to 0 to drop it); not normalised.
 
     Raises:
         ValueError: naming an unknown criterion and the accepted ones, a negative or non-finite weight, or all 0.
     """
     qualitative = qualitative or {}
-    merged = {**DEFAULT_WEIGHTS, **{c: 0.0 for c in qualitative}, **dict(weights or {})}
-    accepted = [*MEASURED, *qualitative]
+    merged = {**default_weights(), **{c: 0.0 for c in qualitative}, **dict(weights or {})}
+    accepted = [*CRITERIA, *qualitative]
     for name, w in merged.items():
         if name not in accepted:
             raise ValueError(f"unknown criterion {name!r} in weights; accepted: {', '.join(accepted)} "
@@ -139,10 +112,10 @@ def _measured_parts(scored: Sequence[ConfigSummary]) -> tuple[dict[str, dict[str
     """Normalised part of every measured criterion for every configuration, and the criteria excluded (why)."""
     parts: dict[str, dict[str, float]] = {s.label: {} for s in scored}
     excluded: dict[str, str] = {}
-    for c in MEASURED.values():
-        values = {s.label: s.value(c.quantity) for s in scored}
+    for c in CRITERIA.values():
+        values = {s.label: s.value(c.quantity.name) for s in scored}
         lacking = [label for label, v in values.items() if v is None]
-        why = {s.label: s.missing.get(c.quantity, "") for s in scored if s.label in lacking}
+        why = {s.label: s.missing.get(c.quantity.name, "") for s in scored if s.label in lacking}
         if len(lacking) == len(values):
             reasons = set(why.values())
             excluded[c.name] = (next(iter(reasons)) if len(reasons) == 1 else
@@ -151,10 +124,10 @@ def _measured_parts(scored: Sequence[ConfigSummary]) -> tuple[dict[str, dict[str
         if lacking:
             excluded[c.name] = "not measured for " + "; ".join(f"{k}: {v}" if v else k for k, v in why.items())
             continue
-        if c.record.censored and all(math.isinf(v) for v in values.values()):
+        if c.quantity.censored and all(math.isinf(v) for v in values.values()):
             excluded[c.name] = "no configuration reached the target in more than half its runs"
             continue
-        normed = normalise(c.record.floored(np.array(list(values.values()))), scored[0].higher(c.quantity))
+        normed = normalise(c.quantity.floored(np.array(list(values.values()))), scored[0].higher(c.quantity.name))
         for label, p in zip(values, normed, strict=True):
             parts[label][c.name] = float(p)
     return parts, excluded
@@ -253,7 +226,7 @@ def resolved(d: Difference, q: Quantity, a: ConfigSummary, b: ConfigSummary) -> 
 def against(criterion: str, a: ConfigSummary, b: ConfigSummary) -> Difference:
     """``a`` against ``b`` on the measured ``criterion``, as a decision compares its leader with its runner-up (its
     interval at :func:`look_confidence`)."""
-    return head_to_head(MEASURED[criterion].record, a, b, look_confidence(intervals.CONFIDENCE, a, b))
+    return head_to_head(CRITERIA[criterion].quantity, a, b, look_confidence(intervals.CONFIDENCE, a, b))
 
 
 def _ceiling_spread(c: ConfigSummary) -> tuple[float, float]:
@@ -293,8 +266,8 @@ def _win_shares(scored: Sequence[ConfigSummary], weights: Mapping[str, float], q
     criteria = list(weights)
     parts = np.empty((len(criteria), len(scored), RESAMPLES))
     for k, c in enumerate(criteria):
-        if c in MEASURED:
-            q = MEASURED[c].record
+        if c in CRITERIA:
+            q = CRITERIA[c].quantity
             drawn = [intervals.draws(q.floored(runs), bounds, s.value(q.name), RESAMPLES, rng)
                      for s in scored for runs, bounds in [s.runs(q.name)]]
             parts[k] = normalise(q.floored(np.stack(drawn)), scored[0].higher(q.name))
@@ -352,7 +325,7 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
 
     Args:
         summaries: :func:`bakeoff.analysis.stats.summarise_groups` output for a single (workload, preset).
-        weights: criterion -> weight, merged over :data:`DEFAULT_WEIGHTS`; normalised to sum 1 over the criteria
+        weights: criterion -> weight, merged over :func:`default_weights`; normalised to sum 1 over the criteria
             that could be measured.
         qualitative: ``{criterion: {framework: 0..5}}``; every scored framework needs a score for each criterion.
 
@@ -383,7 +356,7 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
     norm = {c: w / total for c, w in active.items()} if total > 0 else {}
     configs = []
     for s in scored:
-        parts: dict[str, float | None] = {c: measured[s.label].get(c) for c in MEASURED}
+        parts: dict[str, float | None] = {c: measured[s.label].get(c) for c in CRITERIA}
         parts.update({c: qualitative[c][s.framework] / 5 for c in qualitative})
         score = sum(w * (parts[c] or 0.0) for c, w in norm.items())
         configs.append(ConfigScore(s.label, s.framework, score, parts))
@@ -415,7 +388,7 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
     decision.runs = (w_cfg.n_ok, r_cfg.n_ok)
     decision.busy = (len(busy_runs(w_cfg)), len(busy_runs(r_cfg)))
     decision.provisional = min(decision.runs) < MIN_RUNS
-    compared = [c for c in norm if c in MEASURED]
+    compared = [c for c in norm if c in CRITERIA]
     decision.looks = max(w_cfg.looks, r_cfg.looks)
     confidence = look_confidence(intervals.CONFIDENCE, w_cfg, r_cfg)
     if decision.looks > 1:
@@ -423,8 +396,8 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
                                 f"looks): each interval is at {confidence * 100:.3g}%, not 95%"
                                 + (", the level this look of a group-sequential design allows" if
                                    w_cfg.plan or r_cfg.plan else ""))
-    decision.head_to_head = {c: resolved(head_to_head(MEASURED[c].record, w_cfg, r_cfg, confidence),
-                                         MEASURED[c].record, w_cfg, r_cfg) for c in compared}
+    decision.head_to_head = {c: resolved(head_to_head(CRITERIA[c].quantity, w_cfg, r_cfg, confidence),
+                                         CRITERIA[c].quantity, w_cfg, r_cfg) for c in compared}
     decision.win_share = _win_shares(scored, norm, qualitative, rng_for(*keys[0], "weights"))
     decision.resamples = RESAMPLES
     decision.settled_weight, decision.unsettled_weight = _weights_behind(norm, decision.head_to_head, w_cfg, r_cfg,
@@ -432,7 +405,7 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
     if _leads(norm, decision.head_to_head, w_cfg, r_cfg, w_parts, r_parts, qualitative):
         decision.winner = lead.framework
         robust_confidence = look_confidence(intervals.ROBUST_CONFIDENCE, w_cfg, r_cfg)
-        strict = {c: head_to_head(MEASURED[c].record, w_cfg, r_cfg, robust_confidence) for c in compared}
+        strict = {c: head_to_head(CRITERIA[c].quantity, w_cfg, r_cfg, robust_confidence) for c in compared}
         decision.robust = (not decision.provisional and not any(decision.busy)
                            and decision.win_share[lead.framework] >= ROBUST_SHARE
                            and _leads(norm, strict, w_cfg, r_cfg, w_parts, r_parts, qualitative)

@@ -1,7 +1,12 @@
-"""Every measured quantity as one record: unit, direction, how to read it from a trial, how the report shows it.
+"""Every measured quantity as one record: unit, direction, how to read it from a trial, how the report shows it;
+and every measured criterion the decision weighs as one record that reads a quantity.
 
-The statistics (:mod:`bakeoff.analysis.stats`), the decision criteria (:data:`bakeoff.analysis.decide.MEASURED`),
-the report's columns and the CSV export all read :data:`QUANTITIES`; adding a quantity is one entry here.
+The statistics (:mod:`bakeoff.analysis.stats`), the report's columns, the CSV export and MLflow read
+:data:`QUANTITIES`; adding a quantity is one entry here. The decision (:mod:`bakeoff.analysis.decide`), the card
+(:mod:`bakeoff.report.card`), the report's weights, scores and head-to-head tables, the decision JSON
+(:mod:`bakeoff.results.ci`) and the calibration bench (:mod:`bakeoff.analysis.calibration`) read :data:`CRITERIA`;
+adding a criterion is one :class:`Criterion` there — with a quantity of its own when no quantity reads its figure yet
+(:data:`QUANTITIES` then lists that one too).
 
 Two kinds of quantity need more than a getter:
 
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -67,6 +72,9 @@ class Quantity:
     bound: Callable[[TrialResult], float | None] | None = None
     # censored: trial -> whether it measured the quantity at all (energy needs counters); None: every trial does
     measured: Callable[[TrialResult], bool] | None = None
+    # the report's short column header (may name {metric}); None: the full title, which the legend under the table
+    # gives for every column either way
+    header: str | None = None
 
     @property
     def display_unit(self) -> str:
@@ -233,50 +241,53 @@ def _rate_from_steps(key: str) -> Callable[[TrialResult, np.ndarray], np.ndarray
     return lambda r, t: r.throughput[key] * r.steady_step_s / t
 
 
-QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
+_LISTED: dict[str, Quantity] = {q.name: q for q in (
     Quantity("examples_per_s", "examples/s", True, _rate("examples_per_s"), "steady throughput", interval=True,
-             steps=lambda r, t: r.examples_per_step / t),
+             steps=lambda r, t: r.examples_per_step / t, header="throughput"),
     Quantity("tokens_per_s", "tokens/s", True, _rate("tokens_per_s"), "steady token throughput", interval=True,
-             optional=True, steps=_rate_from_steps("tokens_per_s")),
+             optional=True, steps=_rate_from_steps("tokens_per_s"), header="tokens/s"),
     Quantity("frames_per_s", "frames/s", True, _rate("frames_per_s"), "steady audio throughput (10 ms frames)",
-             interval=True, optional=True, steps=_rate_from_steps("frames_per_s")),
+             interval=True, optional=True, steps=_rate_from_steps("frames_per_s"), header="frames/s"),
     # MFU ∝ 1 / step time: the trial's MFU scaled by its median step time, as throughput is
     Quantity("mfu", "share", True, _mfu, "MFU (model FLOPs / matmul ceiling)", shown_unit="%", scale=100,
              interval=True, optional=True, steps=lambda r, t: _mfu(r, None) * r.steady_step_s / t,
-             why_missing=_mfu_missing),
-    Quantity("first_step_s", "s", False, _field("first_step_s"), "first step (graph build / compile)"),
+             why_missing=_mfu_missing, header="MFU"),
+    Quantity("first_step_s", "s", False, _field("first_step_s"), "first step (graph build / compile)",
+             header="first step"),
     # What graph building cost: the steps that traced or compiled, less a steady step each (Training.graph_build_s)
     Quantity("graph_build_s", "s", False, _graph_build, "graph build (build steps beyond a steady step)", table=None,
              optional=True),
     Quantity("steady_step_s", "s", False, _field("steady_step_s"), "steady step", shown_unit="ms", scale=1000,
-             steps=lambda r, t: t),
+             steps=lambda r, t: t, header="step"),
     Quantity("time_to_target_s", "s", False, _field("time_to_target_s"), "time to {metric} {target}",
-             censored=True, bound=lambda r: r.train_s),
+             censored=True, bound=lambda r: r.train_s, header="to target"),
     Quantity("steps_to_target", "steps", False, _field("steps_to_target"), "steps to {metric} {target}",
-             table=None, censored=True, bound=lambda r: float(len(r.step_times_s)) or None),
-    Quantity("metric_at_budget", "", None, lambda r, budget: metric_at(r, budget), "{metric} at {budget} examples"),
-    Quantity("final_metric", "", None, _field("final_metric"), "final {metric}"),
+             table=None, censored=True, bound=lambda r: float(len(r.step_times_s)) or None, header="steps to target"),
+    Quantity("metric_at_budget", "", None, lambda r, budget: metric_at(r, budget), "{metric} at {budget} examples",
+             header="{metric} at budget"),
+    Quantity("final_metric", "", None, _field("final_metric"), "final {metric}", header="final"),
     Quantity("best_metric", "", None, _field("best_metric"), "best {metric}", table=None),
     # Energy from the machine's counters (bakeoff.measure.energy: RAPL packages and DRAM, NVML GPUs), never estimated
     Quantity("energy_per_example_j", "J", False, _energy("per_example_j"),
              "energy per training example (steady steps, measured by counters)", shown_unit="mJ", scale=1000,
-             optional=True, why_missing=_energy_missing),
+             optional=True, why_missing=_energy_missing, header="energy / example"),
     Quantity("energy_to_target_j", "J", False, _energy("to_target_j"), "energy to {metric} {target}",
              optional=True, censored=True, bound=lambda r: r.energy.train_j if r.energy is not None else None,
-             measured=_energy_measured, why_missing=_energy_missing),
+             measured=_energy_measured, why_missing=_energy_missing, header="energy to target"),
     Quantity("power_w", "W", False, _energy("mean_w"), "mean power over the steady steps (measured by counters)",
              table=None, optional=True, why_missing=_energy_missing),
-    Quantity("import_s", "s", False, _field("import_s"), "framework import"),
-    Quantity("build_s", "s", False, _field("build_s"), "model build"),
+    Quantity("import_s", "s", False, _field("import_s"), "framework import", header="import"),
+    Quantity("build_s", "s", False, _field("build_s"), "model build", header="build"),
     Quantity("memory_baseline_bytes", "bytes", False, _field("memory_baseline_bytes"),
-             "baseline after import and build", table="memory", shown_unit="MiB", scale=1 / MIB),
+             "baseline after import and build", table="memory", shown_unit="MiB", scale=1 / MIB, header="baseline"),
     # 8 MiB: below that, an RSS increment is allocator arenas and page-fault timing, not the model's training state
     Quantity("memory_increment_bytes", "bytes", False, _field("memory_increment_bytes"),
-             "training memory increment", table="memory", shown_unit="MiB", scale=1 / MIB, resolution=8 * MIB),
+             "training memory increment", table="memory", shown_unit="MiB", scale=1 / MIB, resolution=8 * MIB,
+             header="training increment"),
     Quantity("memory_train_peak_bytes", "bytes", False, _field("memory_train_peak_bytes"),
              "peak during training steps", table=None, shown_unit="MiB", scale=1 / MIB),
     Quantity("peak_memory_bytes", "bytes", False, _field("peak_memory_bytes"), "peak over the whole trial",
-             table="memory", shown_unit="MiB", scale=1 / MIB),
+             table="memory", shown_unit="MiB", scale=1 / MIB, header="peak"),
     # Distributed trials (TrialResult.distributed): one step's gradient synchronisation, timed alone after training
     # by one method in every framework (bakeoff.measure.sync; what each framework's call ran is its "how"): in
     # training it may overlap the backward pass, so this is what it costs when nothing hides it, not a share of the
@@ -304,6 +315,79 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
     Quantity("train_s", "s", False, _field("train_s"), "training clock", table=None),
     Quantity("wall_s", "s", False, _field("wall_s"), "whole process", table=None),
 )}
+"""The quantities read from a trial whatever the decision weighs, in the order of the report's columns and the CSV
+export (:data:`QUANTITIES` adds those the criteria bring of their own)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Criterion:
+    """A measured criterion: what the decision weighs, the card shows and the report explains, read from one quantity.
+
+    Its unit, direction, scale, resolution and how it is read from a trial are its quantity's. ``legend`` may name
+    ``{unit}`` (the quantity's shown unit) and ``{metric}`` (the workload's metric; the card lists the metrics of
+    its workloads where they differ).
+    """
+
+    name: str  # the key in weights, decisions, the card, the decision JSON and ``--weight``
+    quantity: Quantity  # a record of _LISTED, or one of its own (QUANTITIES then lists it after them)
+    description: str  # what it scores, in the report's weights table
+    weight: float  # its weight unless the user gives one; 0: counted only when the user weighs it
+    short: str = ""  # the card's column header; "": the name, its underscores spaced
+    legend: str = "{unit}"  # what the card's legend says of it after its header
+
+    @property
+    def header(self) -> str:
+        """The card's column header."""
+        return self.short or self.name.replace("_", " ")
+
+    def explained(self, metric: str) -> str:
+        """The card legend's text: ``header: legend`` with its unit and ``metric`` filled in."""
+        return f"{self.header}: {self.legend.format(unit=self.quantity.display_unit, metric=metric)}"
+
+
+CRITERIA: dict[str, Criterion] = {c.name: c for c in (
+    Criterion("throughput", _LISTED["examples_per_s"], "steady examples/s (median over runs)", 0.3),
+    Criterion("time_to_target", _LISTED["time_to_target_s"],
+              "training seconds to reach the target (median over runs; a run that never reached it counts as never)",
+              0.3),
+    Criterion("first_step", _LISTED["first_step_s"], "first step seconds: graph build / compile (median)", 0.1),
+    Criterion("memory", _LISTED["memory_increment_bytes"],
+              "training memory increment: peak during training steps minus the baseline after build (median)", 0.1,
+              legend="{unit} of training increment"),
+    Criterion("quality", _LISTED["metric_at_budget"],
+              "the metric after the largest number of training examples every configuration evaluated at "
+              "(median; direction from the workload)", 0.2,
+              legend="{metric} at the largest training budget every configuration reached"),
+    # Few machines have counters: a default weight would leave energy out, with a note, of most decisions
+    Criterion("energy", _LISTED["energy_per_example_j"],
+              "joules per training example over the steady steps, read from RAPL / NVML counters where the machine "
+              "has them (median; off by default: --weight energy=0.2)", 0.0,
+              legend="{unit} per training example, measured by RAPL / NVML counters"),
+)}
+"""The measured criteria, in the order of the card's columns, the weights and the head-to-head comparisons."""
+
+
+class _Quantities(Mapping[str, Quantity]):
+    """:data:`_LISTED`, then the quantity of each criterion that brings its own; read at each use, so that a
+    criterion added to :data:`CRITERIA` is a summary, a report column and a CSV field with nothing else to add."""
+
+    def __getitem__(self, name: str) -> Quantity:
+        if name in _LISTED:
+            return _LISTED[name]
+        for c in CRITERIA.values():
+            if c.quantity.name == name:
+                return c.quantity
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from _LISTED
+        yield from dict.fromkeys(c.quantity.name for c in CRITERIA.values() if c.quantity.name not in _LISTED)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+QUANTITIES: Mapping[str, Quantity] = _Quantities()
 """Every quantity, in the order of the report's columns and the CSV export."""
 
 

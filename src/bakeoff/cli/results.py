@@ -21,8 +21,9 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
                                         "its weights and qualitative scores are used when it is a suite file")
     report.add_argument("--out", type=Path, help="report directory (default: reports/<suite or all>)")
     report.add_argument("--weight", action="append", default=[], metavar="CRITERION=W",
-                        help="decision weight, repeatable: throughput, time_to_target, first_step, "
-                             "memory (the training increment), quality, or a qualitative criterion")
+                        help="decision weight, repeatable: a measured criterion such as throughput, "
+                             "time_to_target, first_step, memory (the training increment), quality or energy (a name "
+                             "not known is refused with the list), or a qualitative criterion")
     report.add_argument("--survey", type=Path, metavar="TEAM.toml",
                         help="a team file: the team's proficiency per framework and the deployment targets the "
                              "project needs, each with its source and date (examples/team.toml); shown as declared, "

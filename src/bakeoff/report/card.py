@@ -19,16 +19,12 @@ from collections.abc import Mapping, Sequence
 
 from bakeoff.analysis.bootstrap import RESAMPLES, TIE_BAND, Difference
 from bakeoff.analysis.conditions import BUSY_MARK, busy_runs, display_name, timed
-from bakeoff.analysis.decide import MEASURED, Decision, against
-from bakeoff.analysis.quantities import fmt
+from bakeoff.analysis.decide import Decision, against
+from bakeoff.analysis.quantities import CRITERIA, Criterion, fmt
 from bakeoff.analysis.stats import ConfigSummary
 from bakeoff.analysis.verdict import interval_text, outcome_text, percent, ratio_text
 from bakeoff.measure.environment import OTHER_WORK_SHARE
 from bakeoff.report.templates import Block, Heading, Para, Section, Table
-
-SHORT = {"throughput": "throughput", "time_to_target": "time to target", "first_step": "first step",
-         "memory": "memory", "quality": "quality", "energy": "energy"}
-"""Column headers of the measured criteria; their units are in the legend."""
 
 LEADER = "★"
 
@@ -65,8 +61,7 @@ class Card:
 
     @property
     def header(self) -> list[str]:
-        return ["workload", "framework", "verdict", "win prob.", *(SHORT.get(c, c.replace("_", " "))
-                                                                   for c in self.criteria)]
+        return ["workload", "framework", "verdict", "win prob.", *map(criterion_header, self.criteria)]
 
     def cells(self) -> list[list[Cell]]:
         """Every row as cells, the workload named on the first row of its group only."""
@@ -79,6 +74,12 @@ class Card:
         return out
 
 
+def criterion_header(criterion: str) -> str:
+    """A criterion's column header: a measured one's own (:attr:`~bakeoff.analysis.quantities.Criterion.header`;
+    its unit is in the legend), another's name with its underscores spaced."""
+    return CRITERIA[criterion].header if criterion in CRITERIA else criterion.replace("_", " ")
+
+
 def _section(d: Decision) -> str:
     return f"{d.workload}/{d.preset}"
 
@@ -86,7 +87,7 @@ def _section(d: Decision) -> str:
 def _criteria(decisions: Sequence[Decision]) -> list[str]:
     """The criteria weighted in some decision: the measured ones in their order, then the others as met."""
     weighted = [c for d in decisions for c in d.weights]
-    return [c for c in MEASURED if c in weighted] + list(dict.fromkeys(c for c in weighted if c not in MEASURED))
+    return [c for c in CRITERIA if c in weighted] + list(dict.fromkeys(c for c in weighted if c not in CRITERIA))
 
 
 def _score(d: Decision, label: str, criterion: str) -> float | None:
@@ -103,8 +104,8 @@ def _ratio_cell(diff: Difference) -> Cell:
 
 
 def _leader_cell(d: Decision, c: str, config: ConfigSummary) -> Cell:
-    if c in MEASURED:
-        q = MEASURED[c].record
+    if c in CRITERIA:
+        q = CRITERIA[c].quantity
         v = config.value(q.name)
         text = "—" if v is None else "never" if math.isinf(v) else fmt(v * q.scale)
         return Cell(text, "leader")
@@ -113,7 +114,7 @@ def _leader_cell(d: Decision, c: str, config: ConfigSummary) -> Cell:
 
 
 def _other_cell(d: Decision, c: str, config: ConfigSummary, leader: ConfigSummary, runner_up: bool) -> Cell:
-    if c in MEASURED:
+    if c in CRITERIA:
         diff = d.head_to_head[c].swapped() if runner_up and c in d.head_to_head else against(c, config, leader)
         return _ratio_cell(diff)
     mine, theirs = _score(d, config.label, c), _score(d, leader.label, c)
@@ -140,7 +141,7 @@ def _shares(d: Decision) -> bool:
 def _busy(cell: Cell, criterion: str, *configs: ConfigSummary) -> Cell:
     """``cell`` marked :data:`BUSY_MARK` when it is a timing resting on a run of ``configs`` measured on a busy
     machine (a memory or a metric is not skewed by other work)."""
-    if (criterion in MEASURED and timed(MEASURED[criterion].record) and cell.text != "—"
+    if (criterion in CRITERIA and timed(CRITERIA[criterion].quantity) and cell.text != "—"
             and any(busy_runs(c) for c in configs)):
         return Cell(f"{cell.text} {BUSY_MARK}", cell.outcome)
     return cell
@@ -240,13 +241,13 @@ def _weightiest(d: Decision) -> str | None:
         return d.weights[c] * abs((parts[lead.label].get(c) or 0.0) - (parts[runner.label].get(c) or 0.0))
 
     for c in sorted(d.weights, key=gain, reverse=True):
-        name = SHORT.get(c, c.replace("_", " "))
+        name = criterion_header(c)
         if c in d.head_to_head and d.head_to_head[c].better == "a":
             diff = d.head_to_head[c]
             ci = (f", {interval_text(diff.low, diff.high, diff.confidence)}" if diff.low is not None
                   and diff.high is not None else "")
             return f"{name} on {_section(d)} ({ratio_text(diff.ratio)} {display_name(runner.label)}'s{ci})"
-        if c not in MEASURED and gain(c) > 0 and (parts[lead.label].get(c) or 0) > (parts[runner.label].get(c) or 0):
+        if c not in CRITERIA and gain(c) > 0 and (parts[lead.label].get(c) or 0) > (parts[runner.label].get(c) or 0):
             return (f"{name} on {_section(d)} ({5 * (parts[lead.label][c] or 0):.2g} vs "
                     f"{5 * (parts[runner.label][c] or 0):.2g}, a score given, not measured)")
     return None
@@ -268,23 +269,23 @@ def decides(decisions: Sequence[Decision]) -> str:
     return "nothing: there is no comparison."
 
 
+def _explained(c: Criterion, summaries: Sequence[ConfigSummary]) -> str:
+    """What the legend says of measured criterion ``c``: its header, then its legend with its unit and the
+    workloads' metric filled in (each metric with its workloads, where they differ)."""
+    metrics: dict[str, list[str]] = {}
+    for s in summaries:
+        metrics.setdefault(s.metric_name or "metric", []).append(f"{s.workload}/{s.preset}")
+    if "{metric}" not in c.legend or len(metrics) <= 1:
+        return c.explained(next(iter(metrics), "metric"))
+    what = ", ".join(f"{m} ({', '.join(dict.fromkeys(where))})" for m, where in metrics.items())
+    return c.explained("the workload's metric") + f", {what}"
+
+
 def _legend(decisions: Sequence[Decision], summaries: Sequence[ConfigSummary], criteria: Sequence[str]) -> list[str]:
     units = []
     for c in criteria:
-        if c in MEASURED:
-            q = MEASURED[c].record
-            if c == "quality":
-                metrics = {}
-                for s in summaries:
-                    metrics.setdefault(s.metric_name or "metric", []).append(f"{s.workload}/{s.preset}")
-                what = ", ".join(f"{m} ({', '.join(dict.fromkeys(where))})" for m, where in metrics.items())
-                units.append(f"quality: the workload's metric at the largest training budget every configuration "
-                             f"reached, {what}" if len(metrics) > 1 else f"quality: {next(iter(metrics))} at the "
-                             "largest training budget every configuration reached")
-            else:
-                unit = q.display_unit + {"memory": " of training increment", "energy": " per training example, "
-                                         "measured by RAPL / NVML counters"}.get(c, "")
-                units.append(f"{SHORT[c]}: {unit}")
+        if c in CRITERIA:
+            units.append(_explained(CRITERIA[c], summaries))
         else:
             units.append(f"{c.replace('_', ' ')}: a 0..5 score given in the suite, not measured"
                          if not c.startswith("deploy_") else f"{c.replace('_', ' ')}: 0..5, scored from the stored "

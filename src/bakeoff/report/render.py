@@ -29,10 +29,10 @@ from bakeoff.analysis.conditions import (
     other_work,
     threads,
 )
-from bakeoff.analysis.decide import MEASURED, Decision, Qualitative, against, decide_each
+from bakeoff.analysis.decide import Decision, Qualitative, against, decide_each
 from bakeoff.analysis.intervals import BLOCK_LEVEL, ROBUST_CONFIDENCE
 from bakeoff.analysis.mixing import batch_text
-from bakeoff.analysis.quantities import MIB, QUANTITIES, Quantity
+from bakeoff.analysis.quantities import CRITERIA, MIB, QUANTITIES, Quantity
 from bakeoff.analysis.scaling import SCALING_COLUMNS, scaling_cells, scaling_rows, scaling_sentence
 from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, fmt, short_reason, summarise_groups
 from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, outcome_text, percent, ratio_text
@@ -70,19 +70,11 @@ def _columns(configs: Sequence[ConfigSummary], table: str) -> list[Quantity]:
             and (not q.optional or any(c.get(q.name) is not None for c in configs))]
 
 
-SHORT = {"examples_per_s": "throughput", "tokens_per_s": "tokens/s", "frames_per_s": "frames/s", "mfu": "MFU",
-         "first_step_s": "first step", "steady_step_s": "step", "time_to_target_s": "to target",
-         "steps_to_target": "steps to target", "metric_at_budget": "{metric} at budget", "final_metric": "final",
-         "import_s": "import", "build_s": "build", "memory_baseline_bytes": "baseline",
-         "memory_increment_bytes": "training increment", "peak_memory_bytes": "peak",
-         "energy_per_example_j": "energy / example", "energy_to_target_j": "energy to target"}
-"""Column headers of the configuration and memory tables; what each means, with its unit, is in the legend under
-the table (a quantity without one here is headed by its full title)."""
-
-
 def _header(q: Quantity, configs: Sequence[ConfigSummary]) -> str:
-    """A short column header (:data:`SHORT`)."""
-    return SHORT[q.name].format(metric=configs[0].metric_name or "metric") if q.name in SHORT else _title(q, configs)
+    """A column's header: the quantity's short one (:attr:`~bakeoff.analysis.quantities.Quantity.header`; what it
+    means, with its unit, is in the legend under the table), else its full title."""
+    return (q.header.format(metric=configs[0].metric_name or "metric") if q.header is not None
+            else _title(q, configs))
 
 
 def _title(q: Quantity, configs: Sequence[ConfigSummary]) -> str:
@@ -481,8 +473,8 @@ def _scores_table(decision: Decision) -> Table:
 def _weights_table(decision: Decision, qualitative: Qualitative) -> Table:
     rows = []
     for c, given in decision.given.items():
-        if c in MEASURED:
-            kind, what = "measured", MEASURED[c].description
+        if c in CRITERIA:
+            kind, what = "measured", CRITERIA[c].description
         elif c in deployment.CRITERIA:
             scores = {cfg.framework: cfg.parts.get(c) for cfg in decision.configs}
             kind, what = "measured (deployment)", f"{deployment.CRITERIA[c]}, 5 x best/v, /5: " + ", ".join(
@@ -640,7 +632,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
     Args:
         results: every trial, any mix of workloads, presets, configurations and statuses.
         out_dir: created if missing; existing report files in it are overwritten.
-        weights: criterion -> weight, merged over :data:`bakeoff.analysis.decide.DEFAULT_WEIGHTS`.
+        weights: criterion -> weight, merged over :func:`bakeoff.analysis.decide.default_weights`.
         qualitative: ``{criterion: {framework: 0..5}}`` for criteria that cannot be measured.
         title: the report's heading.
         suites: trial key -> the suite it was stored under, for the ``bakeoff run --suite NAME`` line of "Reproduce"

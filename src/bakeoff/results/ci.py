@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bakeoff.analysis.conditions import busy_runs
-from bakeoff.analysis.decide import MEASURED, Decision, against
+from bakeoff.analysis.decide import Decision, against
+from bakeoff.analysis.quantities import CRITERIA
 from bakeoff.analysis.stats import ConfigSummary, sections
 from bakeoff.core.spec import SpecError
 
@@ -50,10 +51,10 @@ def _clean(value: Any) -> Any:
 def _configuration(s: ConfigSummary, decision: Decision) -> dict[str, Any]:
     score = next((c for c in decision.configs if c.label == s.label), None)
     quantities = {}
-    for c in MEASURED.values():
-        value = s.value(c.quantity)
-        low, high = s.interval(c.quantity) or (None, None)
-        quantities[c.quantity] = {"median": value, "low": low, "high": high, "unit": c.record.unit}
+    for c in CRITERIA.values():
+        value = s.value(c.quantity.name)
+        low, high = s.interval(c.quantity.name) or (None, None)
+        quantities[c.quantity.name] = {"median": value, "low": low, "high": high, "unit": c.quantity.unit}
     return {"label": s.label, "framework": s.framework, "execution": s.execution, "runs_ok": s.n_ok,
             "runs": s.n_total, "runs_busy": len(busy_runs(s)), "statuses": s.statuses, "reasons": s.reasons,
             "score": score.score if score else None, "criteria": score.parts if score else {},
