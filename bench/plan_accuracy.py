@@ -60,8 +60,8 @@ from bakeoff.core.identity import identify
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec
 from bakeoff.measure import gemm_rates
-from bakeoff.predict import capacity
 from bakeoff.plan.suite import load_suite
+from bakeoff.predict import capacity
 from bakeoff.run.executors import local
 
 BATCH = 32
