@@ -30,18 +30,19 @@ from bakeoff.analysis.conditions import (
     threads,
 )
 from bakeoff.analysis.decide import Decision, Qualitative, against, decide_each
-from bakeoff.analysis.intervals import BLOCK_LEVEL, ROBUST_CONFIDENCE
+from bakeoff.analysis.intervals import BLOCK_LEVEL
 from bakeoff.analysis.mixing import batch_text
-from bakeoff.analysis.quantities import CRITERIA, MIB, QUANTITIES, Quantity
+from bakeoff.analysis.quantities import MIB, QUANTITIES, Quantity
 from bakeoff.analysis.scaling import SCALING_COLUMNS, scaling_cells, scaling_rows, scaling_sentence
 from bakeoff.analysis.stats import NOISY_THRESHOLD, ConfigSummary, fmt, short_reason, summarise_groups
-from bakeoff.analysis.verdict import MIN_RUNS, ROBUST_SHARE, interval_text, outcome_text, percent, ratio_text
+from bakeoff.analysis.verdict import interval_text, outcome_text, ratio_text
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import SpecError, Status
 from bakeoff.measure import energy
 from bakeoff.measure.ceiling import PRECISIONS, REPEATS, SIZE, size_note
 from bakeoff.measure.environment import OTHER_WORK_SHARE
-from bakeoff.report import card, claim_verdicts, declared, deployment, plots
+from bakeoff.report import card, claim_verdicts, deployment, plots
+from bakeoff.report.decision_tables import robustness_blocks, scores_table, weights_table
 from bakeoff.report.templates import Block, Details, Heading, Image, Para, Table, to_html, to_markdown
 from bakeoff.report.what_ran import mix_warning, what_ran_blocks
 
@@ -455,95 +456,6 @@ def _batch_search_table(configs: Sequence[ConfigSummary]) -> Table | None:
                  align="lrrll")
 
 
-def _scores_table(decision: Decision) -> Table:
-    criteria = list(decision.weights)
-    best = {f.label for f in decision.ranking}
-    header = ["configuration", "score", *criteria]
-    rows = []
-    for cs in sorted(decision.configs, key=lambda c: -c.score):
-        mark = " ◀ judged by" if cs.label in best else ""
-        parts = [fmt(cs.parts[c], 2) if cs.parts.get(c) is not None else "—" for c in criteria]
-        rows.append([cs.label + mark, f"{cs.score:.3f}", *parts])
-    notes = ["Each criterion is scaled to 0..1 against the best configuration (higher-better: v/best, lower-better: "
-             "best/v; not reaching the target in most runs scores 0); a framework is judged by its best "
-             "configuration (◀)."]
-    return Table(header, rows, notes)
-
-
-def _weights_table(decision: Decision, qualitative: Qualitative) -> Table:
-    rows = []
-    for c, given in decision.given.items():
-        if c in CRITERIA:
-            kind, what = "measured", CRITERIA[c].description
-        elif c in deployment.CRITERIA:
-            scores = {cfg.framework: cfg.parts.get(c) for cfg in decision.configs}
-            kind, what = "measured (deployment)", f"{deployment.CRITERIA[c]}, 5 x best/v, /5: " + ", ".join(
-                f"{display_name(fw)} {5 * v:.2g}" for fw, v in sorted(scores.items()) if v is not None)
-        elif c in declared.CRITERIA and c not in qualitative:
-            kind, what = declared.describe(c, decision)
-        else:
-            kind, what = "qualitative", "your score 0..5 per framework, /5: " + ", ".join(
-                f"{display_name(fw)} {v:g}" for fw, v in sorted(qualitative.get(c, {}).items()))
-        if c in decision.weights:
-            used = f"{decision.weights[c]:.3f}"
-        elif c in decision.excluded and given > 0:
-            used = f"0 (excluded: {decision.excluded[c]})"
-        else:
-            used = "0"
-        rows.append([c, kind, what, f"{given:g}", used])
-    return Table(["criterion", "kind", "what it scores", "weight given", "weight used (normalised)"], rows,
-                 align="lllrr")
-
-
-def _robustness_blocks(decision: Decision) -> list[Block]:
-    if not decision.sensitivity:
-        return [Para("No sensitivity analysis: fewer than two frameworks have a score.")]
-    shares = ", ".join(f"{display_name(fw)} leads in {percent(share)}" for fw, share in
-                       sorted(decision.win_share.items(), key=lambda kv: -kv[1]))
-    if decision.provisional and decision.runs:
-        why = f"not robust: fewer than {MIN_RUNS} runs on a side (n = {decision.runs[0]} vs {decision.runs[1]})."
-        if min(decision.runs) < 2:
-            return [Para(f"No joint resampling: one run on a side has no spread to draw from. The verdict is {why}"),
-                    _sensitivity_table(decision)]
-    elif decision.robust:
-        why = (f"robust: the leader leads in at least {ROBUST_SHARE:.0%} of them, its lead holds with every interval "
-               f"at {ROBUST_CONFIDENCE:.0%}, no more than a third of either side's runs failed, none was measured on "
-               "a busy machine, and it leads under every single weight halved or doubled.")
-    elif any(decision.busy):
-        why = (f"not robust {BUSY_MARK}: {decision.busy[0]} of the leader's and {decision.busy[1]} of the "
-               f"runner-up's runs were measured while other processes used more than {OTHER_WORK_SHARE:.0%} of "
-               "their cores (their timings are suspect, so no share of draws over them is evidence); `bakeoff run "
-               "--retry-busy` measures them again.")
-    else:
-        why = (f"not robust: that needs a winner leading in at least {ROBUST_SHARE:.0%} of them, its lead holding "
-               f"with every interval at {ROBUST_CONFIDENCE:.0%}, no more than a third of either side's runs failed, "
-               "none measured on a busy machine, and every single weight halved or doubled.")
-    joint = Para(f"Noise and weights together, over {decision.resamples:,} joint draws (for every configuration and "
-                 "measured criterion, a plausible value from its runs: their geometric mean with Student-t noise of "
-                 "its standard error, as the intervals assume; each weight scaled by its own log-uniform factor "
-                 f"in [½, 2]): {shares}. The verdict is {why}" if shares else
-                 "No joint resampling: there is no head-to-head comparison.")
-    return [joint, _sensitivity_table(decision)]
-
-
-def _sensitivity_table(decision: Decision) -> Table:
-    def who(framework: str | None) -> str:
-        return display_name(framework) if framework else "—"
-
-    rows = [[r.criterion, f"{r.weight:.3f}", who(r.winner_if_zero), who(r.winner_if_halved),
-             who(r.winner_if_doubled), f"×{r.flips_at:g} → {who(r.flips_to)}" if r.flips_at is not None else "never"]
-            for r in decision.sensitivity]
-    grid = "0, 0.1, 0.25, 0.5, 0.75, 1.25, 1.5, 2, 3 … 10"
-    flips = any(r.winner_if_halved != decision.ranking[0].framework
-                or r.winner_if_doubled != decision.ranking[0].framework for r in decision.sensitivity)
-    notes = [f"One weight scaled at a time, the others fixed, then renormalised. \"flips at\": the multiplier "
-             f"nearest ×1 on the grid {grid} at which another framework leads. "
-             + ("Some weight halved or doubled changes the leader." if flips
-                else "No single weight halved or doubled changes the leader.")]
-    return Table(["criterion", "weight", "leader if ×0", "leader if ×0.5", "leader if ×2", "flips at"], rows, notes,
-                 align="lrllll")
-
-
 def _failures_block(configs: Sequence[ConfigSummary]) -> Block:
     rows = [[c.label, str(r.run_spec.seed), str(r.run_spec.repeat), r.status.value, short_reason(r.reason, 300)]
             for c in configs for r in c.trials if r.status is not Status.OK]
@@ -611,9 +523,9 @@ def _section(configs: Sequence[ConfigSummary], decision: Decision, qualitative: 
     if searched is not None:
         blocks += [Heading(3, "Batch-size search"), searched]
     if decision.configs:
-        blocks += [Heading(3, "Scores (every mode)"), _scores_table(decision)]
-    blocks += [Heading(3, "Weights"), _weights_table(decision, qualitative),
-               Heading(3, "Robustness of the verdict"), *_robustness_blocks(decision),
+        blocks += [Heading(3, "Scores (every mode)"), scores_table(decision)]
+    blocks += [Heading(3, "Weights"), weights_table(decision, qualitative),
+               Heading(3, "Robustness of the verdict"), *robustness_blocks(decision),
                Heading(3, "Trials that did not succeed"), _failures_block(configs),
                Details("Environment", [Para(environment_line(configs), "env")])]
     return blocks
