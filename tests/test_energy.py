@@ -267,7 +267,7 @@ def test_the_report_has_energy_columns_where_measured_and_says_where_not(tmp_pat
 
 def test_with_no_counters_anywhere_the_report_says_so_in_one_line():
     from bakeoff.analysis.stats import summarise_groups
-    from bakeoff.report.render import _energy_note
+    from bakeoff.report.config_tables import _energy_note
     from fake_results import default_results
 
     results = default_results()

@@ -319,35 +319,18 @@ def _leads(weights: Mapping[str, float], h2h: Mapping[str, Difference], w_cfg: C
     return _clean_lead(weights, h2h, w_parts, r_parts) > 1e-9 and settled > unsettled
 
 
-def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | None = None,
-           qualitative: Qualitative | None = None) -> Decision:
-    """Rank frameworks on one (workload, preset) and say why, in numbers with intervals.
-
-    Args:
-        summaries: :func:`bakeoff.analysis.stats.summarise_groups` output for a single (workload, preset).
-        weights: criterion -> weight, merged over :func:`default_weights`; normalised to sum 1 over the criteria
-            that could be measured.
-        qualitative: ``{criterion: {framework: 0..5}}``; every scored framework needs a score for each criterion.
-
-    Raises:
-        ValueError: for mixed workloads, an unknown criterion, a bad weight, or a missing or out-of-range score.
-    """
-    keys = sorted({(s.workload, s.preset) for s in summaries})
-    if len(keys) != 1:
-        raise ValueError(f"decide() needs the summaries of exactly one (workload, preset), got {keys or 'none'}; "
-                         "use decide_each() for several")
-    qualitative = qualitative or {}
-    given = resolve_weights(weights, qualitative)
-    scored = [s for s in summaries if s.n_ok > 0]
-    frameworks = sorted({s.framework for s in scored})
+def _check_qualitative(qualitative: Qualitative, frameworks: Sequence[str]) -> None:
+    """Every scored framework has a score 0..5 for each qualitative criterion; a :class:`ValueError` otherwise."""
     for criterion, scores in qualitative.items():
         for fw in frameworks:
             value = scores.get(fw)
             if value is None or not 0 <= value <= 5:
                 raise ValueError(f"qualitative criterion {criterion!r} needs a score 0..5 for {fw!r}, got {value!r}")
-    unscored = {fw: "; ".join(r for s in summaries if s.framework == fw for r in s.reasons) or "no trials"
-                for fw in sorted({s.framework for s in summaries} - set(frameworks))}
 
+
+def _score_configs(scored: Sequence[ConfigSummary], given: Mapping[str, float], qualitative: Qualitative
+                   ) -> tuple[dict[str, str], dict[str, float], list[ConfigScore]]:
+    """(criteria left out with why, the weights used normalised to sum 1, each configuration's score)."""
     measured, excluded = _measured_parts(scored)
     # a criterion given no weight is not left out of anything (energy, 0 by default, on a machine with no counters)
     excluded = {c: why for c, why in excluded.items() if given.get(c, 0) > 0}
@@ -360,19 +343,15 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
         parts.update({c: qualitative[c][s.framework] / 5 for c in qualitative})
         score = sum(w * (parts[c] or 0.0) for c, w in norm.items())
         configs.append(ConfigScore(s.label, s.framework, score, parts))
-    ranking = _framework_scores(configs, norm) if norm else []
-    sensitivity = _sensitivity(configs, norm) if len(ranking) > 1 else []
-    decision = Decision(
-        workload=keys[0][0], preset=keys[0][1], given=given, weights=norm, excluded=excluded, configs=configs,
-        ranking=ranking, unscored=unscored, winner=None, margin=None, inconclusive=False, tie=False,
-        head_to_head={}, verdict="", sensitivity=sensitivity, robust=False,
-        caveats=mode_notes(summaries, frameworks), budget_examples=next((s.budget_examples for s in scored), None),
-        mixes=section_mixes(summaries))
-    if len(ranking) < 2:
-        decision.verdict = verdict.no_comparison(decision, scored, frameworks)
-        return decision
+    return excluded, norm, configs
 
-    lead, runner = ranking[0], ranking[1]
+
+def _judge_pair(decision: Decision, scored: Sequence[ConfigSummary], qualitative: Qualitative,
+                key: tuple[str, str]) -> None:
+    """The leader against the runner-up, into ``decision``: caveats, margin, the head-to-head at this look's level,
+    the joint resampling's shares, the winner and whether it is robust (else inconclusive, or a tie), the verdict."""
+    configs, norm, sensitivity = decision.configs, decision.weights, decision.sensitivity
+    lead, runner = decision.ranking[0], decision.ranking[1]
     w_cfg = next(s for s in scored if s.label == lead.label)
     r_cfg = next(s for s in scored if s.label == runner.label)
     w_parts = next(c.parts for c in configs if c.label == lead.label)
@@ -398,7 +377,7 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
                                    w_cfg.plan or r_cfg.plan else ""))
     decision.head_to_head = {c: resolved(head_to_head(CRITERIA[c].quantity, w_cfg, r_cfg, confidence),
                                          CRITERIA[c].quantity, w_cfg, r_cfg) for c in compared}
-    decision.win_share = _win_shares(scored, norm, qualitative, rng_for(*keys[0], "weights"))
+    decision.win_share = _win_shares(scored, norm, qualitative, rng_for(*key, "weights"))
     decision.resamples = RESAMPLES
     decision.settled_weight, decision.unsettled_weight = _weights_behind(norm, decision.head_to_head, w_cfg, r_cfg,
                                                                          qualitative)
@@ -421,6 +400,45 @@ def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | No
     decision.verdict += verdict.settle_sentence(decision, w_cfg)
     if not decision.provisional and w_cfg.value("mfu") is not None and r_cfg.value("mfu") is not None:
         decision.verdict += verdict.mfu_sentence(_mfu_difference(w_cfg, r_cfg), w_cfg, r_cfg)
+
+
+def decide(summaries: Sequence[ConfigSummary], weights: Mapping[str, float] | None = None,
+           qualitative: Qualitative | None = None) -> Decision:
+    """Rank frameworks on one (workload, preset) and say why, in numbers with intervals.
+
+    Args:
+        summaries: :func:`bakeoff.analysis.stats.summarise_groups` output for a single (workload, preset).
+        weights: criterion -> weight, merged over :func:`default_weights`; normalised to sum 1 over the criteria
+            that could be measured.
+        qualitative: ``{criterion: {framework: 0..5}}``; every scored framework needs a score for each criterion.
+
+    Raises:
+        ValueError: for mixed workloads, an unknown criterion, a bad weight, or a missing or out-of-range score.
+    """
+    keys = sorted({(s.workload, s.preset) for s in summaries})
+    if len(keys) != 1:
+        raise ValueError(f"decide() needs the summaries of exactly one (workload, preset), got {keys or 'none'}; "
+                         "use decide_each() for several")
+    qualitative = qualitative or {}
+    given = resolve_weights(weights, qualitative)
+    scored = [s for s in summaries if s.n_ok > 0]
+    frameworks = sorted({s.framework for s in scored})
+    _check_qualitative(qualitative, frameworks)
+    unscored = {fw: "; ".join(r for s in summaries if s.framework == fw for r in s.reasons) or "no trials"
+                for fw in sorted({s.framework for s in summaries} - set(frameworks))}
+    excluded, norm, configs = _score_configs(scored, given, qualitative)
+    ranking = _framework_scores(configs, norm) if norm else []
+    sensitivity = _sensitivity(configs, norm) if len(ranking) > 1 else []
+    decision = Decision(
+        workload=keys[0][0], preset=keys[0][1], given=given, weights=norm, excluded=excluded, configs=configs,
+        ranking=ranking, unscored=unscored, winner=None, margin=None, inconclusive=False, tie=False,
+        head_to_head={}, verdict="", sensitivity=sensitivity, robust=False,
+        caveats=mode_notes(summaries, frameworks), budget_examples=next((s.budget_examples for s in scored), None),
+        mixes=section_mixes(summaries))
+    if len(ranking) < 2:
+        decision.verdict = verdict.no_comparison(decision, scored, frameworks)
+        return decision
+    _judge_pair(decision, scored, qualitative, keys[0])
     return decision
 
 
