@@ -4,9 +4,25 @@ it is for. Framework-free; the adapters and runtimes named here are imported onl
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 from bakeoff.core import frameworks
 from bakeoff.core.spec import SpecError
+
+Run = Callable[[dict[str, Any]], Any]
+
+
+def ran_on(run: Run, device: str, **facts: Any) -> Run:
+    """``run`` labelled with the device its runtime computes on and the settings read from it
+    (:mod:`bakeoff.deploy`)."""
+    run.device = device  # type: ignore[attr-defined]
+    run.facts = facts  # type: ignore[attr-defined]
+    return run
+
+
+class Unsupported(RuntimeError):
+    """This format cannot be made or run here (recorded as ``unsupported`` with the reason)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +58,8 @@ class Format:
 
     @property
     def runtime_module(self) -> str:
-        return f"bakeoff.deploy.{self.runtime}_runtime"
+        folder = {"torch": "torch", "tf": "tensorflow", "jax": "jax"}.get(self.runtime)
+        return f"bakeoff.frameworks.{folder}.runtime" if folder else f"bakeoff.deploy.{self.runtime}_runtime"
 
     @property
     def install_hint(self) -> str:

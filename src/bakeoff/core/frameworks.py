@@ -75,8 +75,8 @@ _ONE = {Parallelism.NONE: "single"}
 
 _TORCH = FrameworkInfo(
     name="torch", display="PyTorch", colour="#ee4c2c", modules=("torch",), extra="torch", dists=("torch",),
-    engine="bakeoff.engines.torch_engine:TorchEngine", model_module="torch_model",
-    matmul="bakeoff.engines.torch_engine:matmul_rates", deploy="bakeoff.deploy.torch_deploy",
+    engine="bakeoff.frameworks.torch.engine:TorchEngine", model_module="torch_model",
+    matmul="bakeoff.frameworks.torch.engine:matmul_rates", deploy="bakeoff.frameworks.torch.deploy",
     executions=(Execution.EAGER, Execution.GRAPH),
     execution_notes=_frozen({Execution.EAGER: "PyTorch eager", Execution.GRAPH: "torch.compile of the whole step"}),
     # PyTorch users train eagerly; torch.compile is opt-in.
@@ -96,8 +96,8 @@ _TORCH = FrameworkInfo(
 _TENSORFLOW = FrameworkInfo(
     name="tensorflow", display="TensorFlow", colour="#2c7fb8", modules=("tensorflow",), extra="tf",
     dists=("tensorflow", "tensorflow-cpu", "keras"),
-    engine="bakeoff.engines.tf_engine:TensorFlowEngine", model_module="tf_model",
-    matmul="bakeoff.engines.tf_engine:matmul_rates", deploy="bakeoff.deploy.tf_deploy",
+    engine="bakeoff.frameworks.tensorflow.engine:TensorFlowEngine", model_module="tf_model",
+    matmul="bakeoff.frameworks.tensorflow.engine:matmul_rates", deploy="bakeoff.frameworks.tensorflow.deploy",
     executions=(Execution.EAGER, Execution.GRAPH, Execution.XLA),
     execution_notes=_frozen({Execution.EAGER: "TensorFlow eager", Execution.GRAPH: "tf.function of the whole step",
                              Execution.XLA: "tf.function(jit_compile=True) of the whole step"}),
@@ -130,8 +130,8 @@ _TENSORFLOW = FrameworkInfo(
 _JAX = FrameworkInfo(
     name="jax", display="JAX", colour="#41ab5d", modules=("jax", "flax", "optax"), extra="jax",
     dists=("jax", "jaxlib", "flax", "optax"),
-    engine="bakeoff.engines.jax_engine:JaxEngine", model_module="jax_model",
-    matmul="bakeoff.engines.jax_engine:matmul_rates", deploy="bakeoff.deploy.jax_deploy",
+    engine="bakeoff.frameworks.jax.engine:JaxEngine", model_module="jax_model",
+    matmul="bakeoff.frameworks.jax.engine:matmul_rates", deploy="bakeoff.frameworks.jax.deploy",
     executions=(Execution.GRAPH, Execution.EAGER),
     execution_notes=_frozen({Execution.GRAPH: "jax.jit of the whole step, compiled by XLA",
                              Execution.EAGER: "op by op without jax.jit, each op an XLA kernel"}),
@@ -170,7 +170,7 @@ def _keras(backend: str, display: str, colour: str, backend_info: FrameworkInfo,
         name=f"keras-{backend}", display=f"Keras 3 on {display}", colour=colour,
         modules=("keras", *backend_info.modules), extra=f"keras,{backend_info.extra}",
         dists=("keras", *backend_info.dists),
-        engine="bakeoff.engines.keras_engine:KerasEngine", model_module="keras_model",
+        engine="bakeoff.frameworks.keras.engine:KerasEngine", model_module="keras_model",
         executions=executions, execution_notes=_frozen(notes),
         production=production, compiled=tuple(e for e in executions if e is not Execution.EAGER),
         precisions=(Precision.FP32, Precision.BF16),

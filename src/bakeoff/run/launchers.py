@@ -57,7 +57,7 @@ HOST = "127.0.0.1"
 PORT_IN_USE = ("address already in use", "eaddrinuse", "errno 98", "address in use")
 """What a member's log says when its port was taken between :func:`free_ports` and its start."""
 
-TF_SERVER_MODULE = "bakeoff.engines.tf_server"
+TF_SERVER_MODULE = "bakeoff.frameworks.tensorflow.server"
 """Run as ``python -m`` by each worker and parameter server of a TensorFlow parameter-server cluster."""
 
 PARAMETER_SERVERS = 1

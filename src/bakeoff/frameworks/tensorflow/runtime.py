@@ -17,7 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads: i
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bakeoff.deploy import ran_on  # noqa: E402
+from bakeoff.core.formats import ran_on  # noqa: E402
 from bakeoff.measure import numerics  # noqa: E402
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bakeoff.deploy import ran_on
+from bakeoff.core.formats import ran_on
 from bakeoff.measure import numerics
 
 META = "bakeoff.json"  # as torch_deploy writes it

@@ -40,8 +40,8 @@ import optax
 from bakeoff.core.registry import model_class
 from bakeoff.core.spec import Device, Execution, Precision, RunSpec
 from bakeoff.core.workload import Batch, Weights
-from bakeoff.engines import jax_distributed
 from bakeoff.engines.base import Engine, Unsupported, threads_for
+from bakeoff.frameworks.jax import distributed as jax_distributed
 from bakeoff.measure import numerics
 from bakeoff.measure.environment import usable_cores
 from bakeoff.measure.memory import MemoryProbe

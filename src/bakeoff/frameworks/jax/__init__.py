@@ -1,0 +1,1 @@
+"""bakeoff's jax folder: everything it is to bakeoff (bakeoff.frameworks)."""

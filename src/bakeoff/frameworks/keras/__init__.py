@@ -1,0 +1,1 @@
+"""bakeoff's keras folder: everything it is to bakeoff (bakeoff.frameworks)."""

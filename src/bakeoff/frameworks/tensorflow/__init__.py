@@ -1,0 +1,1 @@
+"""bakeoff's tensorflow folder: everything it is to bakeoff (bakeoff.frameworks)."""

@@ -1,0 +1,1 @@
+"""bakeoff's torch folder: everything it is to bakeoff (bakeoff.frameworks)."""
