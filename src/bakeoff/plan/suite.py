@@ -109,7 +109,7 @@ the group-sequential levels (:func:`bakeoff.analysis.intervals.sequential_confid
 1.15x at 5% noise and 1.3x at 10% in at least 80% of simulated bake-offs (``tests/test_calibration.py``); 3 to 6
 called the first in 31% with Bonferroni's levels."""
 
-_HINTS = typing.get_type_hints(RunSpec)
+_HINTS = typing.get_type_hints(RunSpec, localns={"Framework": Framework})  # Framework: built from the records
 
 
 @dataclasses.dataclass

@@ -35,8 +35,8 @@ from bakeoff.core.spec import Device, Execution, Precision
 from bakeoff.core.workload import Batch, Weights  # noqa: E402
 from bakeoff.engines.base import Engine, Unsupported, threads_for  # noqa: E402
 from bakeoff.frameworks.tensorflow import distributed as tf_distributed  # noqa: E402
+from bakeoff.frameworks.tensorflow import probes  # noqa: E402
 from bakeoff.frameworks.tensorflow.optim import Adam, LossScaleOptimizer  # noqa: E402
-from bakeoff.measure import numerics  # noqa: E402
 from bakeoff.measure.memory import MemoryProbe  # noqa: E402
 
 
@@ -249,7 +249,7 @@ class TensorFlowEngine(Engine):
             "device": self.device,
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
             "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
-            **numerics.tf32("tensorflow"),  # as read, after setup turned it off
+            **probes.tf32(),  # as read, after setup turned it off
             "mixed_precision": self.policy,
             "loss_scaling": "LossScaleOptimizer" if self.policy == "mixed_float16" else "off",
             "distribution": self.dist.words,

@@ -1,0 +1,57 @@
+"""PyTorch's row: what bakeoff knows about it (:class:`bakeoff.core.frameworks.FrameworkInfo`). Imports only
+``bakeoff.core``: read when the framework list is discovered, it imports no framework."""
+
+from __future__ import annotations
+
+from bakeoff.core.formats import FLOAT_TOLERANCE, Format
+from bakeoff.core.frameworks import FrameworkInfo, LoadMarkers, frozen
+from bakeoff.core.spec import Execution, Parallelism, Precision
+
+ORDER = 0
+"""Where its rows are listed among the frameworks' (the CLI's order)."""
+
+_LOADS = ("torch",)
+
+FORMATS = (
+    # TorchScript's mobile path (the lite interpreter, .ptl) is not what is exported here: server only.
+    Format("torchscript", "TorchScript", "torch", "torch", "model.ts", FLOAT_TOLERANCE, ("server",),
+           _LOADS, ("torch",), "torch", notes="torch.jit.trace; served by libtorch / torch.jit.load"),
+    Format("torch-export", "torch.export", "torch", "torch", "model.pt2", FLOAT_TOLERANCE, ("server",),
+           _LOADS, ("torch",), "torch", notes="torch.export.export with Dim axes, saved .pt2 (ExportedProgram)"),
+    Format("aoti", "AOTInductor", "torch", "torch", "model.aoti.pt2", FLOAT_TOLERANCE, ("server",),
+           _LOADS, ("torch",), "torch", notes="torch._inductor.aoti_compile_and_package: a compiled .so in a "
+           "package; needs a C++ compiler"),
+    Format("torch-onnx", "ONNX (torch.onnx)", "torch", "onnx", "model.onnx", FLOAT_TOLERANCE,
+           ("server", "browser", "mobile"), (), ("torch", "onnx", "onnxscript", "onnxruntime"), "deploy",
+           notes="torch.onnx.export(dynamo=True), run by ONNX Runtime"),
+    Format("torch-tensorrt", "TensorRT (Torch-TensorRT)", "torch", "torch", "model.trt.ts", FLOAT_TOLERANCE,
+           ("server",), _LOADS, ("torch", "torch_tensorrt"), "deploy", needs="cuda"),
+)
+
+RECORD = FrameworkInfo(
+    name="torch", display="PyTorch", colour="#ee4c2c", modules=("torch",), extra="torch", dists=("torch",),
+    engine="bakeoff.frameworks.torch.engine:TorchEngine", model_module="torch_model",
+    matmul="bakeoff.frameworks.torch.engine:matmul_rates", deploy="bakeoff.frameworks.torch.deploy",
+    executions=(Execution.EAGER, Execution.GRAPH),
+    execution_notes=frozen({Execution.EAGER: "PyTorch eager", Execution.GRAPH: "torch.compile of the whole step"}),
+    # PyTorch users train eagerly; torch.compile is opt-in.
+    production=(Execution.EAGER, Execution.GRAPH), compiled=(Execution.GRAPH,),
+    precisions=(Precision.FP32, Precision.BF16, Precision.FP16),
+    missing_modes=frozen({Execution.XLA: "PyTorch has no XLA mode here (torch_xla targets TPUs)"}),
+    # "torchrun": one agent, N processes; "torchrun_nodes": one agent per node (multi-worker).
+    launchers=frozen({Parallelism.NONE: "single", Parallelism.DATA_PARALLEL: "torchrun",
+                      Parallelism.MULTI_WORKER: "torchrun_nodes"}),
+    strategies=frozen({Parallelism.DATA_PARALLEL: "DDP", Parallelism.MULTI_WORKER: "DDP multi-worker"}),
+    missing_strategies=frozen({Parallelism.PARAMETER_SERVER: (
+        "PyTorch has no built-in parameter-server strategy (torch.distributed.rpc's parameter-server example is a "
+        "tutorial, not a maintained strategy); PyTorch trains data-parallel: use data_parallel or multi_worker")}),
+    loads=("torch",), markers=LoadMarkers(("torch",), ("libtorch", "libc10")),
+    oom_markers=("OutOfMemory",),
+    formats=FORMATS, runtimes=frozen({"torch": "bakeoff.frameworks.torch.runtime"}),
+    probes="bakeoff.frameworks.torch.probes",
+    # Compile caches start empty in every trial (bakeoff.run.executors.local): Inductor's and Triton's.
+    cache_env=frozen({"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}),
+)
+
+RECORDS = (RECORD,)
+"""Its rows: one."""
