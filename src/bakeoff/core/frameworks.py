@@ -32,7 +32,8 @@ from bakeoff.core.spec import Execution, Parallelism, Precision
 if TYPE_CHECKING:
     from bakeoff.core.formats import Format
 
-__all__ = ["FRAMEWORKS", "PACKAGE", "FrameworkInfo", "LoadMarkers", "frozen", "get", "markers", "names", "rediscover"]
+__all__ = ["FRAMEWORKS", "PACKAGE", "Capacity", "FrameworkInfo", "LoadMarkers", "folders", "frozen", "get", "markers",
+           "names", "native", "rediscover"]
 
 PACKAGE = "bakeoff.frameworks"
 """The package whose folders are the frameworks (one ``<name>/record.py`` each)."""
@@ -45,6 +46,20 @@ class LoadMarkers:
 
     packages: tuple[str, ...]
     libraries: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Capacity:
+    """What the capacity plan (:mod:`bakeoff.plan.capacity`) knows of a framework: the API a user calls for each
+    strategy kind (``data``, ``zero1`` ... ``parameter_server``) or why it ships none, its mixed-precision recipes
+    (:class:`bakeoff.plan.recipes.Recipe`'s fields but ``frameworks``) and the one each strategy uses by default,
+    and its tag in the plan's tables."""
+
+    tag: str
+    strategies: Mapping[str, str]  # kind -> the API a user calls
+    missing: Mapping[str, str]  # kind -> why it ships none
+    recipes: tuple[Mapping[str, Any], ...] = ()
+    defaults: Mapping[str, str] = dataclasses.field(default_factory=lambda: frozen())  # kind -> recipe name
 
 
 def frozen(mapping: Mapping | None = None) -> Mapping:
@@ -84,6 +99,7 @@ class FrameworkInfo:
     runtimes: Mapping[str, str] = dataclasses.field(default_factory=frozen)  # runtime name -> its module
     probes: str = ""  # the module reading its settings and build (tf32(), cuda_build()); "" for none
     cache_env: Mapping[str, str] = dataclasses.field(default_factory=frozen)  # compile cache variable -> subfolder
+    capacity: Capacity | None = None  # what the capacity plan knows of it; None: not planned
 
     @property
     def install_hint(self) -> str:
@@ -147,6 +163,12 @@ def get(name: str) -> FrameworkInfo:
 
 def names() -> list[str]:
     return list(FRAMEWORKS)
+
+
+def native() -> list[str]:
+    """The rows that are a framework of their own (their own load markers), not Keras on a backend: what an ad-hoc
+    run, a new workload and the calibration bench take when no framework is named."""
+    return [name for name, info in FRAMEWORKS.items() if info.markers is not None]
 
 
 def markers() -> dict[str, LoadMarkers]:

@@ -54,6 +54,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bakeoff.core import frameworks
 from bakeoff.core.spec import SpecError
 from bakeoff.plan import recipes
 
@@ -177,32 +178,16 @@ KINDS = {"data": "data parallel", "zero1": "optimizer state sharded (ZeRO-1)",
          "tensor": "tensor parallel (Megatron-style layers)", "pipeline": "pipeline parallel (1F1B)",
          "parameter_server": "parameter servers"}
 
-_NO_TF = ("tf.distribute's strategies replicate the model (Mirrored, MultiWorkerMirrored) or place variables on "
-          "parameter servers; none shards states or layers for Keras training")
-STRATEGIES: tuple[Strategy, ...] = (
-    Strategy("torch", "data", "torch.nn.parallel.DistributedDataParallel"),
-    Strategy("torch", "zero1", "torch.distributed.optim.ZeroRedundancyOptimizer"),
-    Strategy("torch", "zero2", "FullyShardedDataParallel(sharding_strategy=SHARD_GRAD_OP)"),
-    Strategy("torch", "zero3", "torch.distributed.fsdp.fully_shard (FSDP2)"),
-    Strategy("torch", "tensor", "torch.distributed.tensor.parallel.parallelize_module"),
-    Strategy("torch", "pipeline", "torch.distributed.pipelining (Schedule1F1B)"),
-    Strategy("torch", "parameter_server", "", "PyTorch ships RPC (torch.distributed.rpc), no parameter-server "
-                                              "strategy"),
-    Strategy("tensorflow", "data", "tf.distribute.MirroredStrategy / MultiWorkerMirroredStrategy"),
-    Strategy("tensorflow", "zero1", "", _NO_TF),
-    Strategy("tensorflow", "zero2", "", _NO_TF),
-    Strategy("tensorflow", "zero3", "", _NO_TF),
-    Strategy("tensorflow", "tensor", "", _NO_TF),
-    Strategy("tensorflow", "pipeline", "", _NO_TF),
-    Strategy("tensorflow", "parameter_server", "tf.distribute.ParameterServerStrategy"),
-    Strategy("jax", "data", "jax.jit, batch sharded, weights replicated (NamedSharding)"),
-    Strategy("jax", "zero1", "jax.jit, optimizer state sharded over the data axis (NamedSharding)"),
-    Strategy("jax", "zero2", "jax.jit, gradients and optimizer state sharded over the data axis"),
-    Strategy("jax", "zero3", "jax.jit, weights and states sharded over the data axis (FSDP by NamedSharding)"),
-    Strategy("jax", "tensor", "jax.jit, layers sharded over a model axis (NamedSharding)"),
-    Strategy("jax", "pipeline", "", "JAX ships no pipeline schedule (one is written by hand over shard_map)"),
-    Strategy("jax", "parameter_server", "", "JAX has no parameter servers"),
-)
+STRATEGIES: tuple[Strategy, ...] = tuple(
+    Strategy(name, kind, info.capacity.strategies.get(kind, ""), info.capacity.missing.get(kind, ""))
+    for name, info in frameworks.FRAMEWORKS.items() if info.capacity is not None
+    for kind in KINDS if kind in info.capacity.strategies or kind in info.capacity.missing)
+"""Every framework × strategy kind the plan rows: each framework's record's ``capacity`` (its folder)."""
+
+
+def planned() -> list[str]:
+    """The frameworks the capacity plan has rows for (a record with ``capacity``)."""
+    return list(dict.fromkeys(s.framework for s in STRATEGIES))
 
 
 REPLICATED = ("data", "zero1", "zero2", "zero3", "parameter_server")

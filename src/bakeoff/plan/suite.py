@@ -84,6 +84,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from bakeoff.core import frameworks
 from bakeoff.core.spec import Framework, RunSpec, SpecError
 
 TOP_LEVEL = ("name", "description", "repeats", "max_repeats", "timeout_s", "defaults", "config", "matrix", "variant",
@@ -394,7 +395,7 @@ ADHOC_DEFAULTS: dict[str, Any] = {
     "preset": "tiny", "batch_size": 32, "grad_accum": 1, "max_epochs": 1.0, "eval_every": 25,
     "stop_at_target": False, "checkpoint_every": 0, "seed": 0, "threads": 0, "device": "auto",
 }
-ADHOC_MATRIX: dict[str, list[str]] = {"framework": ["torch", "tensorflow", "jax"], "execution": ["eager", "graph"],
+ADHOC_MATRIX: dict[str, list[str]] = {"framework": frameworks.native(), "execution": ["eager", "graph"],
                                       "precision": ["fp32"]}
 """Ad-hoc trials (``bakeoff run --workload ...``) when a flag is not given: what ``bakeoff run --help`` states."""
 

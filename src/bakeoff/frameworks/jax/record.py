@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from bakeoff.core.formats import FLOAT_TOLERANCE, Format
-from bakeoff.core.frameworks import FrameworkInfo, LoadMarkers, frozen
+from bakeoff.core.frameworks import Capacity, FrameworkInfo, LoadMarkers, frozen
 from bakeoff.core.spec import Execution, Parallelism, Precision
 
 ORDER = 2
@@ -19,6 +19,28 @@ FORMATS = (
            ("tensorflow",), ("jax", "tensorflow"), "deploy", notes="jax2tf.convert(native_serialization) into a "
            "SavedModel, served by tf.saved_model.load"),
 )
+
+CAPACITY = Capacity(
+    tag="jax",
+    strategies=frozen({
+        "data": "jax.jit, batch sharded, weights replicated (NamedSharding)",
+        "zero1": "jax.jit, optimizer state sharded over the data axis (NamedSharding)",
+        "zero2": "jax.jit, gradients and optimizer state sharded over the data axis",
+        "zero3": "jax.jit, weights and states sharded over the data axis (FSDP by NamedSharding)",
+        "tensor": "jax.jit, layers sharded over a model axis (NamedSharding)"}),
+    missing=frozen({"pipeline": "JAX ships no pipeline schedule (one is written by hand over shard_map)",
+                    "parameter_server": "JAX has no parameter servers"}),
+    recipes=(
+        frozen(dict(name="flax-mixed", api="Flax modules with param_dtype=jnp.float32, dtype=jnp.bfloat16: "
+                    "fp32 parameters cast to bf16 to compute; fp32 gradients and Optax Adam state",
+                    weights=4, copy=2, gradients=4, optimizer=8)),
+        frozen(dict(name="flax-bf16", api="Flax modules with param_dtype=jnp.bfloat16: bf16 parameters and "
+                    "gradients, an fp32 master copy beside Optax's fp32 m and v",
+                    weights=2, copy=0, gradients=2, optimizer=12)),
+    ),
+    defaults=frozen(dict.fromkeys(("data", "zero1", "zero2", "zero3", "tensor"), "flax-mixed")),
+)
+"""What the capacity plan knows of JAX (bakeoff.plan.capacity, bakeoff.plan.recipes)."""
 
 RECORD = FrameworkInfo(
     name="jax", display="JAX", colour="#41ab5d", modules=("jax", "flax", "optax"), extra="jax",
@@ -47,6 +69,7 @@ RECORD = FrameworkInfo(
     oom_markers=("RESOURCE_EXHAUSTED", "Out of memory"),
     formats=FORMATS, runtimes=frozen({"jax": "bakeoff.frameworks.jax.runtime"}),
     probes="bakeoff.frameworks.jax.probes",
+    capacity=CAPACITY,
 )
 
 RECORDS = (RECORD,)

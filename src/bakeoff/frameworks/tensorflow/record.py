@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from bakeoff.core.formats import FLOAT_TOLERANCE, Format
-from bakeoff.core.frameworks import FrameworkInfo, LoadMarkers, frozen
+from bakeoff.core.frameworks import Capacity, FrameworkInfo, LoadMarkers, frozen
 from bakeoff.core.spec import Execution, Parallelism, Precision
 
 ORDER = 1
@@ -30,6 +30,22 @@ FORMATS = (
     Format("tf-tensorrt", "TensorRT (TF-TRT)", "tensorflow", "tf", "savedmodel.trt", FLOAT_TOLERANCE, ("server",),
            _LOADS, ("tensorflow",), "tf", needs="cuda"),
 )
+
+_NO_SHARDING = ("tf.distribute's strategies replicate the model (Mirrored, MultiWorkerMirrored) or place variables "
+                "on parameter servers; none shards states or layers for Keras training")
+CAPACITY = Capacity(
+    tag="tf",
+    strategies=frozen({"data": "tf.distribute.MirroredStrategy / MultiWorkerMirroredStrategy",
+                       "parameter_server": "tf.distribute.ParameterServerStrategy"}),
+    missing=frozen(dict.fromkeys(("zero1", "zero2", "zero3", "tensor", "pipeline"), _NO_SHARDING)),
+    recipes=(
+        frozen(dict(name="keras-mixed", api="keras.mixed_precision.set_global_policy('mixed_bfloat16') (or "
+                    "'mixed_float16'): fp32 variables cast to the compute dtype by each layer; fp32 gradients and "
+                    "Adam state", weights=4, copy=2, gradients=4, optimizer=8)),
+    ),
+    defaults=frozen({"data": "keras-mixed", "parameter_server": "keras-mixed"}),
+)
+"""What the capacity plan knows of TensorFlow (bakeoff.plan.capacity, bakeoff.plan.recipes)."""
 
 RECORD = FrameworkInfo(
     name="tensorflow", display="TensorFlow", colour="#2c7fb8", modules=("tensorflow",), extra="tf",
@@ -65,6 +81,7 @@ RECORD = FrameworkInfo(
     oom_markers=("ResourceExhausted",),
     formats=FORMATS, runtimes=frozen({"tf": "bakeoff.frameworks.tensorflow.runtime"}),
     probes="bakeoff.frameworks.tensorflow.probes",
+    capacity=CAPACITY,
 )
 
 RECORDS = (RECORD,)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from bakeoff.core.formats import FLOAT_TOLERANCE, Format
-from bakeoff.core.frameworks import FrameworkInfo, LoadMarkers, frozen
+from bakeoff.core.frameworks import Capacity, FrameworkInfo, LoadMarkers, frozen
 from bakeoff.core.spec import Execution, Parallelism, Precision
 
 ORDER = 0
@@ -28,6 +28,34 @@ FORMATS = (
            ("server",), _LOADS, ("torch", "torch_tensorrt"), "deploy", needs="cuda"),
 )
 
+CAPACITY = Capacity(
+    tag="torch",
+    strategies=frozen({
+        "data": "torch.nn.parallel.DistributedDataParallel",
+        "zero1": "torch.distributed.optim.ZeroRedundancyOptimizer",
+        "zero2": "FullyShardedDataParallel(sharding_strategy=SHARD_GRAD_OP)",
+        "zero3": "torch.distributed.fsdp.fully_shard (FSDP2)",
+        "tensor": "torch.distributed.tensor.parallel.parallelize_module",
+        "pipeline": "torch.distributed.pipelining (Schedule1F1B)"}),
+    missing=frozen({"parameter_server": "PyTorch ships RPC (torch.distributed.rpc), no parameter-server strategy"}),
+    recipes=(
+        frozen(dict(name="torch-autocast", api="torch.autocast(dtype=torch.bfloat16) over fp32 parameters "
+                    "(casts cached for the backward); fp32 gradients and Adam state",
+                    weights=4, copy=2, gradients=4, optimizer=8)),
+        frozen(dict(name="fsdp-mixed", api="FSDP MixedPrecision / fully_shard(mp_policy=MixedPrecisionPolicy("
+                    "param_dtype=torch.bfloat16, reduce_dtype=torch.float32)): fp32 sharded parameters, gradients "
+                    "and Adam state, bf16 parameters gathered to compute",
+                    weights=4, copy=2, gradients=4, optimizer=8, gathered=True)),
+        frozen(dict(name="zero", api="DeepSpeed ZeRO ({'bf16': {'enabled': true}} or fp16, "
+                    "zero_optimization.stage 0-3), as the ZeRO paper counts it: 16-bit parameters and gradients, "
+                    "fp32 master weights + Adam m, v in the optimizer state (K = 12)",
+                    weights=2, copy=0, gradients=2, optimizer=12)),
+    ),
+    defaults=frozen({"data": "torch-autocast", "zero1": "torch-autocast", "zero2": "fsdp-mixed",
+                     "zero3": "fsdp-mixed", "tensor": "torch-autocast", "pipeline": "torch-autocast"}),
+)
+"""What the capacity plan knows of PyTorch (bakeoff.plan.capacity, bakeoff.plan.recipes)."""
+
 RECORD = FrameworkInfo(
     name="torch", display="PyTorch", colour="#ee4c2c", modules=("torch",), extra="torch", dists=("torch",),
     engine="bakeoff.frameworks.torch.engine:TorchEngine", model_module="torch_model",
@@ -50,6 +78,7 @@ RECORD = FrameworkInfo(
     formats=FORMATS, runtimes=frozen({"torch": "bakeoff.frameworks.torch.runtime"}),
     probes="bakeoff.frameworks.torch.probes",
     # Compile caches start empty in every trial (bakeoff.run.executors.local): Inductor's and Triton's.
+    capacity=CAPACITY,
     cache_env=frozen({"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}),
 )
 
