@@ -68,7 +68,7 @@ RECORD = FrameworkInfo(
     env=frozen({"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_CPP_MIN_LOG_LEVEL": "2"}),
     oom_markers=("RESOURCE_EXHAUSTED", "Out of memory"),
     formats=FORMATS, runtimes=frozen({"jax": "bakeoff.frameworks.jax.runtime"}),
-    probes="bakeoff.frameworks.jax.probes",
+    probes="bakeoff.frameworks.jax.probes", launch="bakeoff.frameworks.jax.launch",
     capacity=CAPACITY,
 )
 

@@ -80,7 +80,7 @@ RECORD = FrameworkInfo(
     env=frozen({"TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow"}),
     oom_markers=("ResourceExhausted",),
     formats=FORMATS, runtimes=frozen({"tf": "bakeoff.frameworks.tensorflow.runtime"}),
-    probes="bakeoff.frameworks.tensorflow.probes",
+    probes="bakeoff.frameworks.tensorflow.probes", launch="bakeoff.frameworks.tensorflow.launch",
     capacity=CAPACITY,
 )
 

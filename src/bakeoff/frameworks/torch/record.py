@@ -76,7 +76,7 @@ RECORD = FrameworkInfo(
     loads=("torch",), markers=LoadMarkers(("torch",), ("libtorch", "libc10")),
     oom_markers=("OutOfMemory",),
     formats=FORMATS, runtimes=frozen({"torch": "bakeoff.frameworks.torch.runtime"}),
-    probes="bakeoff.frameworks.torch.probes",
+    probes="bakeoff.frameworks.torch.probes", launch="bakeoff.frameworks.torch.launch",
     # Compile caches start empty in every trial (bakeoff.run.executors.local): Inductor's and Triton's.
     capacity=CAPACITY,
     cache_env=frozen({"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}),

@@ -163,19 +163,12 @@ def choose_network(peers: Sequence[str], environ: dict[str, str]) -> dict:
 
 
 def taken_port(env: dict[str, str]) -> int | None:
-    """The port a TensorFlow worker with this environment serves on (its ``TF_CONFIG``), when it is taken here."""
-    try:
-        config = json.loads(env["TF_CONFIG"])
-        task = config["task"]
-        port = int(config["cluster"][task["type"]][task["index"]].rpartition(":")[2])
-    except (KeyError, ValueError, IndexError, TypeError):
-        return None
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("", port))
-        except OSError:
-            return port
-    return None
+    """The port a member with this environment serves on, when it is taken here: read by its launcher
+    (:attr:`bakeoff.core.launching.Launcher.served_port`; a TensorFlow worker's, from its cluster variable)."""
+    from bakeoff.run.launchers import LAUNCHERS
+
+    readers = dict.fromkeys(launcher.served_port for launcher in LAUNCHERS.values())
+    return next((port for read in readers if (port := read(env)) is not None), None)
 
 
 def networks(folder: Path) -> list[dict]:
