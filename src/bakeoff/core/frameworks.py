@@ -32,8 +32,8 @@ from bakeoff.core.spec import Execution, Parallelism, Precision
 if TYPE_CHECKING:
     from bakeoff.core.formats import Format
 
-__all__ = ["FRAMEWORKS", "PACKAGE", "Capacity", "FrameworkInfo", "LoadMarkers", "folders", "frozen", "get", "markers",
-           "names", "native", "rediscover"]
+__all__ = ["FRAMEWORKS", "PACKAGE", "Capacity", "FrameworkInfo", "LoadMarkers", "by_folder", "folders", "frozen",
+           "get", "markers", "names", "native", "rediscover"]
 
 PACKAGE = "bakeoff.frameworks"
 """The package whose folders are the frameworks (one ``<name>/record.py`` each)."""
@@ -99,6 +99,7 @@ class FrameworkInfo:
     runtimes: Mapping[str, str] = dataclasses.field(default_factory=frozen)  # runtime name -> its module
     probes: str = ""  # the module reading its settings and build (tf32(), cuda_build()); "" for none
     cache_env: Mapping[str, str] = dataclasses.field(default_factory=frozen)  # compile cache variable -> subfolder
+    model_words: str = ""  # what its model file is written in, as `bakeoff new` describes it ("JAX (Flax Linen)")
     launch: str = ""  # the module holding its launchers (LAUNCHERS, bakeoff.core.launching); "" for none
     capacity: Capacity | None = None  # what the capacity plan knows of it; None: not planned
 
@@ -164,6 +165,15 @@ def get(name: str) -> FrameworkInfo:
 
 def names() -> list[str]:
     return list(FRAMEWORKS)
+
+
+def by_folder() -> dict[str, list[str]]:
+    """Each framework folder's name -> the rows its record declares (``keras`` -> its Keras 3 rows), in the order
+    the CLI lists them."""
+    out = {folder.name: [info.name for info in importlib.import_module(f"{module}.record").RECORDS]
+           for module, folder in folders()}
+    order = list(FRAMEWORKS)
+    return dict(sorted(out.items(), key=lambda item: order.index(item[1][0])))
 
 
 def native() -> list[str]:

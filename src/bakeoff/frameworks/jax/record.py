@@ -63,6 +63,7 @@ RECORD = FrameworkInfo(
     missing_strategies=frozen({Parallelism.PARAMETER_SERVER: (
         "JAX has no parameter-server strategy: it trains SPMD, params replicated or sharded over a device mesh; "
         "use data_parallel or multi_worker")}),
+    model_words="JAX (Flax Linen)",
     loads=("jax",), markers=LoadMarkers(("jax", "jaxlib"), ("/jaxlib/",)),
     # Device memory is taken as used, not 75% of it up front, so peak bytes mean what the model needs.
     env=frozen({"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_CPP_MIN_LOG_LEVEL": "2"}),

@@ -38,6 +38,7 @@ def _keras(backend: str, display: str, colour: str, backend_info: FrameworkInfo,
         precisions=(Precision.FP32, Precision.BF16),
         missing_modes=frozen({Execution.XLA: xla} if xla else {}),
         launchers=frozen({Parallelism.NONE: "single"}), strategies=frozen({}),
+        model_words="Keras 3, any backend (keras-jax, keras-torch, keras-tensorflow)",  # one file for every row
         loads=backend_info.loads,
         env=frozen({**backend_info.env, "KERAS_BACKEND": backend}),
         oom_markers=backend_info.oom_markers,

@@ -76,6 +76,7 @@ RECORD = FrameworkInfo(
             "EagerFunctionParams', the gradients alone with 'Trying to access resource ... located in device "
             "/job:ps/... from device /job:worker/...'): use execution graph"),
     }),
+    model_words="TensorFlow (Keras 3 layers)",
     loads=("tensorflow",), markers=LoadMarkers(("tensorflow",), ("libtensorflow",)),
     env=frozen({"TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow"}),
     oom_markers=("ResourceExhausted",),

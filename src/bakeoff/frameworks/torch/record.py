@@ -73,6 +73,7 @@ RECORD = FrameworkInfo(
     missing_strategies=frozen({Parallelism.PARAMETER_SERVER: (
         "PyTorch has no built-in parameter-server strategy (torch.distributed.rpc's parameter-server example is a "
         "tutorial, not a maintained strategy); PyTorch trains data-parallel: use data_parallel or multi_worker")}),
+    model_words="PyTorch",
     loads=("torch",), markers=LoadMarkers(("torch",), ("libtorch", "libc10")),
     oom_markers=("OutOfMemory",),
     formats=FORMATS, runtimes=frozen({"torch": "bakeoff.frameworks.torch.runtime"}),
