@@ -99,6 +99,7 @@ class FrameworkInfo:
     runtimes: Mapping[str, str] = dataclasses.field(default_factory=frozen)  # runtime name -> its module
     probes: str = ""  # the module reading its settings and build (tf32(), cuda_build()); "" for none
     cache_env: Mapping[str, str] = dataclasses.field(default_factory=frozen)  # compile cache variable -> subfolder
+    function_model: str = ""  # "module:Class" of its model for a workload's keras_function; "" when it runs none
     model_words: str = ""  # what its model file is written in, as `bakeoff new` describes it ("JAX (Flax Linen)")
     launch: str = ""  # the module holding its launchers (LAUNCHERS, bakeoff.core.launching); "" for none
     capacity: Capacity | None = None  # what the capacity plan knows of it; None: not planned
