@@ -276,9 +276,13 @@ def run_share(raw: dict) -> int:
     return code
 
 
-CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
-"""Compile caches, which start empty in every trial (:func:`bakeoff.run.executors.local._trial_env`): on a node,
-in its own temporary folder rather than the trial's folder on the shared file system (slow, and shared by nodes)."""
+def cache_variables() -> tuple[str, ...]:
+    """Compile caches, which start empty in every trial (:func:`bakeoff.run.executors.local._trial_env`; each
+    framework's record's ``cache_env``): on a node, in its own temporary folder rather than the trial's folder on
+    the shared file system (slow, and shared by nodes)."""
+    from bakeoff.core import frameworks
+
+    return tuple(dict.fromkeys(name for info in frameworks.FRAMEWORKS.values() for name in info.cache_env))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         # a unit whose janitor a job step's end killed too (scancel) are removed by the next unit on this node.
         sweep_orphans(NODE_FOLDER)
         with interruptible(), temporary_folder(owned_prefix(NODE_FOLDER)) as caches:
-            for name in CACHE_VARIABLES:
+            for name in cache_variables():
                 os.environ[name] = os.path.join(caches, name.lower())
             code = run_share(raw)
     except Interrupted as exc:
