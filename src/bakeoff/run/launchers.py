@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import importlib
 import json
 import os
@@ -94,8 +93,7 @@ class _Discovered(Mapping[str, Launcher]):
     names (``launch``: ``launch.py`` in its folder), read on first use."""
 
     @staticmethod
-    @functools.cache
-    def _all() -> dict[str, Launcher]:
+    def _all() -> dict[str, Launcher]:  # each time: the modules are imported once, the records may be rediscovered
         modules = dict.fromkeys(info.launch for info in frameworks.FRAMEWORKS.values() if info.launch)
         found = [launcher for module in modules for launcher in importlib.import_module(module).LAUNCHERS]
         return {launcher.name: launcher for launcher in (SINGLE, *found)}
