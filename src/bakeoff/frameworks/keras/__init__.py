@@ -1,1 +1,2 @@
-"""bakeoff's keras folder: everything it is to bakeoff (bakeoff.frameworks)."""
+"""Keras 3 to bakeoff: its rows, one per backend, and its engine (Keras' own train_on_batch); it distributes,
+probes and multiplies through its backends' folders. Importing this package imports no framework."""
