@@ -43,8 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                 description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     workload.add_argument("name", metavar="NAME", help="the workload's name and package, e.g. my_task")
     workload.add_argument("--framework", type=comma_list, default=frameworks.native(),
-                          help="comma-separated, the first is parity's reference: torch, tensorflow, jax, keras "
-                               "[torch,tensorflow,jax]")
+                          help="comma-separated, the first is parity's reference: "
+                               f"{', '.join(frameworks.by_folder())} [{','.join(frameworks.native())}]")
     workload.add_argument("--dir", type=Path, default=Path("."),
                           help="the folder NAME/ is written into, created when missing [the current folder]")
 
