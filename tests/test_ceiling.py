@@ -71,7 +71,7 @@ def test_a_precision_too_slow_for_the_budget_is_timed_on_smaller_products(monkey
     loaded = []
     monkeypatch.setattr(ceiling.registry, "load", lambda target: loaded.append(target) or matmul_rates)
     got = ceiling.probe("torch", n=1024, repeats=20, threads=1)
-    assert loaded == ["bakeoff.engines.torch_engine:matmul_rates"]  # named in PyTorch's record
+    assert loaded == ["bakeoff.frameworks.torch.engine:matmul_rates"]  # named in PyTorch's record
     assert calls == [("fp32", 256, 1), ("fp32", 512, 1), ("fp32", 1024, 20), ("bf16", 256, 1), ("bf16", 256, 20)]
     assert got["n"] == 1024 and got["precisions"]["fp32"]["n"] == 1024 and got["precisions"]["bf16"]["n"] == 256
     assert got["precisions"]["bf16"]["median_flops_per_s"] == 0.84e9

@@ -22,7 +22,7 @@ def test_every_format_names_its_runtime_module_and_adapter_and_is_unique_per_fra
     assert len(formats.FORMATS) == len({f.name for f in formats.FORMATS.values()})
     for f in formats.FORMATS.values():
         assert f.framework in formats.exporting_frameworks()
-        assert f.runtime_module.startswith("bakeoff.deploy.") and f.runtime_module.endswith("_runtime")
+        assert f.runtime_module.startswith(("bakeoff.deploy.", "bakeoff.frameworks.")) and "runtime" in f.runtime_module
         assert f.adapter == formats.adapter_module(f.framework)
         assert f.tolerance is None if f.quantised else f.tolerance == formats.FLOAT_TOLERANCE
     # ONNX Runtime and LiteRT processes load no framework; jax2tf's export converts through TensorFlow.

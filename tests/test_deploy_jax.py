@@ -50,7 +50,7 @@ _worst = worst
 
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_native_params_round_trip_exactly(setups, workload):
-    from bakeoff.deploy import jax_deploy
+    from bakeoff.frameworks.jax import deploy as jax_deploy
 
     s = setups(workload)
     assert s.saved == [jax_deploy.NATIVE_FILE] and (s.directory / jax_deploy.NATIVE_FILE).is_file()
@@ -63,7 +63,7 @@ def test_native_params_round_trip_exactly(setups, workload):
 
 
 def test_load_model_refuses_a_config_the_file_does_not_fit(setups):
-    from bakeoff.deploy import jax_deploy
+    from bakeoff.frameworks.jax import deploy as jax_deploy
 
     s = setups("text_classifier")
     with pytest.raises(ValueError, match="blocks.1.attn.q.kernel"):  # a block the config drops: not ignored
@@ -74,7 +74,7 @@ def test_load_model_refuses_a_config_the_file_does_not_fit(setups):
 
 def test_predict_is_the_workload_outputs(setups):
     """Probabilities (B,) of the positive class for the binary text classifier, each row of MNIST's summing to 1."""
-    from bakeoff.deploy import jax_deploy
+    from bakeoff.frameworks.jax import deploy as jax_deploy
 
     text = jax_deploy.predict(setups("text_classifier").model, setups("text_classifier").inputs)
     assert text.shape == (EXAMPLES,) and text.dtype == np.float32 and np.all((text > 0) & (text < 1))
@@ -87,7 +87,7 @@ def test_predict_is_the_workload_outputs(setups):
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_export_matches_the_flax_model_at_every_shape(setups, workload, fmt):
-    from bakeoff.deploy import jax_deploy
+    from bakeoff.frameworks.jax import deploy as jax_deploy
 
     _needs(fmt)
     s = setups(workload)
@@ -144,7 +144,7 @@ def test_jax_export_file_runs_without_flax_or_model_code(setups, tmp_path):
     np.save(tmp_path / "images.npy", s.inputs["images"])
     script = (
         "import json, sys, numpy as np\n"
-        "from bakeoff.deploy import jax_runtime\n"
+        "from bakeoff.frameworks.jax import runtime as jax_runtime\n"
         f"run = jax_runtime.load_runtime('jax-export', {str(path)!r}, 1)\n"
         f"np.save({str(tmp_path / 'out.npy')!r}, run({{'images': np.load({str(tmp_path / 'images.npy')!r})}}))\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in "
@@ -153,7 +153,7 @@ def test_jax_export_file_runs_without_flax_or_model_code(setups, tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
-    from bakeoff.deploy import jax_deploy
+    from bakeoff.frameworks.jax import deploy as jax_deploy
 
     assert _worst(np.load(tmp_path / "out.npy"), jax_deploy.predict(s.model, s.inputs)) <= formats.FLOAT_TOLERANCE
 
@@ -161,7 +161,7 @@ def test_jax_export_file_runs_without_flax_or_model_code(setups, tmp_path):
 def test_a_converter_failure_raises_its_own_error(setups, tmp_path):
     """Claiming MNIST's image height and width dynamic: the flatten into the dense layer cannot be symbolic, and
     jax.export says so (a failure, recorded with its message), not Unsupported."""
-    from bakeoff.deploy import jax_deploy
+    from bakeoff.frameworks.jax import deploy as jax_deploy
 
     s = setups("mnist")
     with pytest.raises(Exception) as caught:
@@ -173,7 +173,7 @@ def test_a_converter_failure_raises_its_own_error(setups, tmp_path):
 
 
 def test_runtime_refuses_other_formats(setups):
-    from bakeoff.deploy import jax_runtime
+    from bakeoff.frameworks.jax import runtime as jax_runtime
 
     with pytest.raises(ValueError, match="jax-export"):
         jax_runtime.load_runtime("jax2tf", setups("mnist").export("jax-export")[0], 1)

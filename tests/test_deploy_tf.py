@@ -52,7 +52,7 @@ def _as_data(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_native_weights_round_trip_exactly(setups, workload):
-    from bakeoff.deploy import tf_deploy
+    from bakeoff.frameworks.tensorflow import deploy as tf_deploy
 
     s = setups(workload)
     assert s.saved == [tf_deploy.NATIVE_FILE] and sorted(p.name for p in s.directory.iterdir()) == [s.saved[0]]
@@ -67,7 +67,7 @@ def test_native_weights_round_trip_exactly(setups, workload):
 
 def test_load_model_refuses_a_config_the_file_does_not_fit(setups):
     """Keras' load_weights would load two blocks' file into a one-block model without a word."""
-    from bakeoff.deploy import tf_deploy
+    from bakeoff.frameworks.tensorflow import deploy as tf_deploy
 
     s = setups("text_classifier")
     for change in ({"num_layers": 1}, {"d_ff": 64}):
@@ -125,7 +125,7 @@ def test_litert_keeps_sequence_axes_dynamic(setups, workload, axis):
 def test_onnx_graph_names_and_opset(setups):
     import onnx
 
-    from bakeoff.deploy import tf_deploy
+    from bakeoff.frameworks.tensorflow import deploy as tf_deploy
 
     s = setups("speech_ctc")
     graph = onnx.load(s.export("tf-onnx")[0])
@@ -192,7 +192,7 @@ def test_tf_runtime_sets_its_threads_before_the_first_op(setups, tmp_path):
     np.save(tmp_path / "images.npy", s.inputs["images"])
     script = (
         "import json, numpy as np\n"
-        "from bakeoff.deploy import tf_runtime\n"
+        "from bakeoff.frameworks.tensorflow import runtime as tf_runtime\n"
         f"run = tf_runtime.load_runtime('savedmodel', {str(path)!r}, 1)\n"
         f"np.save({str(tmp_path / 'out.npy')!r}, run({{'images': np.load({str(tmp_path / 'images.npy')!r})}}))\n"
         "import tensorflow as tf\n"
@@ -208,7 +208,7 @@ def test_tf_runtime_sets_its_threads_before_the_first_op(setups, tmp_path):
 def test_tensorrt_is_unsupported_without_a_gpu(setups, tmp_path):
     import tensorflow as tf
 
-    from bakeoff.deploy import tf_deploy
+    from bakeoff.frameworks.tensorflow import deploy as tf_deploy
 
     if tf.config.list_physical_devices("GPU"):
         pytest.skip("a GPU is visible: TF-TRT may be made here")
@@ -221,7 +221,7 @@ def test_a_converter_failure_raises_its_own_error(tmp_path):
     """An op with no LiteRT builtin (SVD): the converter's error after both tries, not Unsupported."""
     import tensorflow as tf
 
-    from bakeoff.deploy import tf_deploy
+    from bakeoff.frameworks.tensorflow import deploy as tf_deploy
 
     svd = SimpleNamespace(module=SimpleNamespace(weights=[]),
                           outputs=lambda batch: tf.linalg.svd(batch["x"], compute_uv=False))

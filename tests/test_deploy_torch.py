@@ -21,7 +21,7 @@ from bakeoff.core.spec import RunSpec
 from bakeoff.deploy import Unsupported
 
 torch = pytest.importorskip("torch")
-td = pytest.importorskip("bakeoff.deploy.torch_deploy")
+td = pytest.importorskip("bakeoff.frameworks.torch.deploy")
 
 WORKLOADS = ("text_classifier", "autoencoder", "mnist", "speech_ctc")
 ONE_BLOCK = (("num_layers", "1"),)
@@ -196,7 +196,7 @@ def test_tensorrt_is_unsupported_without_cuda_or_the_package(tmp_path):
 def test_tensorrt_metadata_survives_its_save_and_load_beside_the_artifact(tmp_path):
     import json
 
-    from bakeoff.deploy import torch_runtime
+    from bakeoff.frameworks.torch import runtime as torch_runtime
 
     def documented_save(module, path, output_format, arg_inputs):
         # torch_tensorrt.save(..., output_format="torchscript"), as its docs say: trace, then torch.jit.save, with

@@ -87,6 +87,6 @@ def test_the_matmul_ceiling_and_the_deployment_adapter_are_named_in_the_record()
         assert info.matmul == backend.matmul == f"{backend.engine.split(':')[0]}:matmul_rates", name
     assert formats.exporting_frameworks() == ["torch", "tensorflow", "jax"]
     assert [formats.adapter_module(n) for n in formats.exporting_frameworks()] == [
-        "bakeoff.deploy.torch_deploy", "bakeoff.deploy.tf_deploy", "bakeoff.deploy.jax_deploy"]
+        "bakeoff.frameworks.torch.deploy", "bakeoff.frameworks.tensorflow.deploy", "bakeoff.frameworks.jax.deploy"]
     with pytest.raises(KeyError, match="bakeoff keeps and exports no keras-jax models"):
         formats.adapter_module("keras-jax")

@@ -203,8 +203,9 @@ def test_what_jax_cannot_run_is_refused_before_a_process_starts_naming_the_accep
 def test_each_jax_process_takes_its_own_gpu_and_a_mesh_takes_as_many_devices_as_replicas(monkeypatch):
     import jax
 
-    from bakeoff.engines import jax_distributed, jax_engine
     from bakeoff.engines.base import Unsupported
+    from bakeoff.frameworks.jax import distributed as jax_distributed
+    from bakeoff.frameworks.jax import engine as jax_engine
     from bakeoff.measure.environment import local_rank
 
     # jax.distributed's local_device_ids from the local rank the launcher gives each process (tests/test_launchers)

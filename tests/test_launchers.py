@@ -72,7 +72,9 @@ def test_parameter_server_cluster_is_a_chief_workers_and_a_ps() -> None:
     cluster = json.loads(plan.members[3].env["TF_CONFIG"])
     assert cluster == {"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"],
                                    "ps": ["127.0.0.1:4"]}, "task": {"type": "ps", "index": 0}}
-    assert plan.members[1].command[-2:] == ["-m", launchers.TF_SERVER_MODULE]
+    from bakeoff.frameworks.tensorflow.launch import SERVER_MODULE
+
+    assert plan.members[1].command[-2:] == ["-m", SERVER_MODULE]
 
 
 def test_workers_placed_on_machines_by_an_executor_rendezvous_at_the_first() -> None:

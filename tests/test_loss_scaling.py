@@ -21,7 +21,7 @@ import json, os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import keras
 import tensorflow as tf
-from bakeoff.engines.tf_optim import Adam, LossScaleOptimizer
+from bakeoff.frameworks.tensorflow.optim import Adam, LossScaleOptimizer
 
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
@@ -86,7 +86,7 @@ def test_keras_own_loss_scale_optimizer_lets_one_replicas_overflow_through(mirro
 def test_a_step_the_grad_scaler_skips_is_counted_and_a_taken_one_is_not():
     import torch
 
-    from bakeoff.engines.torch_engine import skipped
+    from bakeoff.frameworks.torch.engine import skipped
 
     param = torch.nn.Parameter(torch.ones(2))
     optimizer = torch.optim.SGD([param], lr=0.1)

@@ -196,7 +196,7 @@ def test_the_scaffolds_flax_naming_rule_is_the_one_canonical_weights_follow(tmp_
     # The JAX template's docstring states the rule a team names its Flax modules by: the path joined with dots,
     # nn.Embed's table by its module's name alone, and a norm* module's scale/bias as gamma/beta. Names typed from
     # that text; and a weights file written by the naive rule is refused saying which side has what.
-    template = (SRC / "bakeoff" / "workloads" / "templates" / "jax_model.py.tmpl").read_text()
+    template = (SRC / "bakeoff" / "frameworks" / "jax" / "model.py.tmpl").read_text()
     said = " ".join(template.split())
     assert "``nn.Embed(..., name=\"embed\")`` holds ``embed``, not ``embed.embedding``" in said
     assert "``scale`` and ``bias`` are ``gamma`` and ``beta``" in said

@@ -74,7 +74,7 @@ def test_a_torch_trial_records_tf32_as_torch_reads_it():
 
 
 def test_the_torch_runtime_turns_tf32_off_and_says_its_device(tmp_path: Path):
-    from bakeoff.deploy import torch_runtime
+    from bakeoff.frameworks.torch import runtime as torch_runtime
 
     with _torch_tf32_restored() as torch:
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -90,7 +90,7 @@ def test_the_torch_runtime_turns_tf32_off_and_says_its_device(tmp_path: Path):
 
 def test_the_tf_runtime_turns_tf32_off_and_says_its_device(tmp_path: Path):
     tf = pytest.importorskip("tensorflow")
-    from bakeoff.deploy import tf_runtime
+    from bakeoff.frameworks.tensorflow import runtime as tf_runtime
 
     class Double(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 
 def test_a_graph_break_is_recorded_at_its_line_with_its_reason_and_kept_off_stderr(capfd):
-    from bakeoff.engines.torch_engine import GraphBreaks, compile_settings
+    from bakeoff.frameworks.torch.engine import GraphBreaks, compile_settings
 
     torch._dynamo.reset()
     breaks = compile_settings()

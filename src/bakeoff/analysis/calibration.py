@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bakeoff.analysis.quantities import CRITERIA
+from bakeoff.core import frameworks
 from bakeoff.core.result import AdaptiveRepeats, TrialResult
 from bakeoff.core.spec import RunSpec, Status
 
@@ -80,7 +81,7 @@ class Scenario:
     runs: int
     noise: tuple[Noise, ...]
     speeds: tuple[float, ...] = (1.0, 1.0)
-    frameworks: tuple[str, ...] = ("torch", "tensorflow", "jax")
+    frameworks: tuple[str, ...] = dataclasses.field(default_factory=lambda: tuple(frameworks.native()))
     # Adaptive repeats (the procedure of `--repeats auto`): add a run to every side while the verdict is unsettled,
     # up to this many runs; each run records the looks it allows (max_runs - runs + 1), as the runner's do.
     max_runs: int = 0

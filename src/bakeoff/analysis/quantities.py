@@ -297,7 +297,7 @@ _LISTED: dict[str, Quantity] = {q.name: q for q in (
              scale=1000, optional=True),
     Quantity("sync_share", "share", False, _sync_share, "that all-reduce against the steady step",
              table="distributed", shown_unit="%", scale=100, optional=True),
-    # The same synchronisation timed inside the training step (bakeoff.engines.torch_distributed.DataParallel):
+    # The same synchronisation timed inside the training step (bakeoff.frameworks.torch.distributed.DataParallel):
     # what the step waited for, not an all-reduce run alone, so accumulation, overlap and stragglers all show in it
     Quantity("sync_in_step_s", "s", False, _sync_in_step,
              "synchronisation per optimizer step, timed in the training step", table="distributed", shown_unit="ms",

@@ -36,8 +36,10 @@ def _add_export_options(parser: argparse.ArgumentParser) -> None:
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add train, export and deploy to the CLI's subcommands."""
-    rules = ("With --workload: one trial per framework (default torch, tensorflow, jax; each in its production "
-             "mode unless --execution is given), trained as `bakeoff run` trains it and kept.")
+    from bakeoff.core import formats
+
+    rules = (f"With --workload: one trial per framework (default {', '.join(formats.exporting_frameworks())}; each "
+             "in its production mode unless --execution is given), trained as `bakeoff run` trains it and kept.")
     train = sub.add_parser("train", help="train one configuration per framework and keep each model "
                                          "(a model directory: manifest, canonical weights, native file)")
     add_trial_options(train, rules)

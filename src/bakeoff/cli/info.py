@@ -60,7 +60,7 @@ def _list_presets(args: argparse.Namespace) -> int:
     """``bakeoff list --presets``: each preset's fields (what ``--set`` overrides), the fields derived from them,
     the parameter count (framework-free, from the initial weights) and the target."""
     from bakeoff.cli.console import console
-    from bakeoff.core import registry
+    from bakeoff.core import frameworks, registry
     from bakeoff.core.spec import RunSpec, SpecError
 
     if not args.presets:
@@ -76,8 +76,8 @@ def _list_presets(args: argparse.Namespace) -> int:
         console.print(f"workload [bold]{name}[/] ({wl.metric_name}, {'higher' if wl.higher_is_better else 'lower'} "
                       "is better)")
         for preset in wl.presets:
-            spec = RunSpec(**registry.workload_fields(given), framework="torch", preset=preset, max_steps=1,
-                           config=overrides, data=data_options)
+            spec = RunSpec(**registry.workload_fields(given), framework=frameworks.names()[0], preset=preset,
+                           max_steps=1, config=overrides, data=data_options)
             data = wl.load_data(spec) if data_options else None  # the user's data: the sizes it derives
             fields, config = wl.preset_config(preset, spec), wl.config(preset, spec, data)
             target, rule = wl.target_and_rule(preset, spec)

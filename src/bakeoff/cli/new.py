@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from bakeoff.cli.options import comma_list
+from bakeoff.core import frameworks
 
 HELP = """\
 Writes into --dir (the current folder by default) a workload package NAME/ that runs as written, a small MLP
@@ -41,9 +42,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     workload = kinds.add_parser("workload", help="a workload package: workload, models, suite, parity test",
                                 description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     workload.add_argument("name", metavar="NAME", help="the workload's name and package, e.g. my_task")
-    workload.add_argument("--framework", type=comma_list, default=["torch", "tensorflow", "jax"],
-                          help="comma-separated, the first is parity's reference: torch, tensorflow, jax, keras "
-                               "[torch,tensorflow,jax]")
+    workload.add_argument("--framework", type=comma_list, default=frameworks.native(),
+                          help="comma-separated, the first is parity's reference: "
+                               f"{', '.join(frameworks.by_folder())} [{','.join(frameworks.native())}]")
     workload.add_argument("--dir", type=Path, default=Path("."),
                           help="the folder NAME/ is written into, created when missing [the current folder]")
 

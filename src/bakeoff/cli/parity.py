@@ -34,13 +34,16 @@ bad input."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from bakeoff.core import frameworks
+
+    native = frameworks.native()  # parity's default: the native rows, the first the reference (run/parity.py)
     parity = sub.add_parser("parity", help="prove a workload's ports equivalent across frameworks",
                             description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parity.add_argument("--workload", required=True,
                         help="workload name (`bakeoff list`), MODULE:CLASS or FILE.py:CLASS")
     parity.add_argument("--framework", type=comma_list,
-                        help="comma-separated frameworks, the reference first [torch, then tensorflow and jax: "
-                             "those installed that implement the workload]")
+                        help=f"comma-separated frameworks, the reference first [{native[0]}, then "
+                             f"{' and '.join(native[1:])}: those installed that implement the workload]")
     parity.add_argument("--execution", type=comma_list, help="comma-separated: eager, graph, xla [eager]")
     parity.add_argument("--precision", type=comma_list, help="comma-separated: fp32, bf16 [fp32]")
     parity.add_argument("--preset", default="tiny", help="size preset [tiny]")

@@ -126,8 +126,9 @@ def _rates(args: argparse.Namespace, results: list, calibrations: list[Calibrati
 
 def _mfu(args: argparse.Namespace) -> dict[str, tuple[float, str]]:
     """The MFUs stated with --mfu (for the plan's devices, whatever their kind)."""
-    from bakeoff.predict.capacity import PlanError
+    from bakeoff.predict.capacity import PlanError, planned
 
+    names = planned()  # the frameworks the plan has rows for
     out: dict[str, tuple[float, str]] = {}
     stated = key_values([item for text in args.mfu for item in text.split(",") if item.strip()], "--mfu")
     for framework, raw in stated.items():
@@ -135,8 +136,9 @@ def _mfu(args: argparse.Namespace) -> dict[str, tuple[float, str]]:
             value = float(raw)
         except ValueError:
             value = -1.0
-        if framework not in ("torch", "tensorflow", "jax") or not 0 < value <= 1:
-            raise PlanError(f"--mfu {framework}={raw}: give torch, tensorflow or jax = a fraction in (0, 1]")
+        if framework not in names or not 0 < value <= 1:
+            raise PlanError(f"--mfu {framework}={raw}: give {', '.join(names[:-1])} or {names[-1]} = a fraction "
+                            "in (0, 1]")
         out[framework] = (value, "stated (--mfu)")
     return out
 

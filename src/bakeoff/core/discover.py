@@ -312,7 +312,7 @@ def check(cls: object, given: str) -> None:
     wrong = keras_function.problems(cls.keras_function) if cls.keras_function is not None else []
     if wrong:
         raise SpecError(f"workload {given!r}: {cls.__name__}.keras_function, the model of its Keras rows "
-                        f"({', '.join(keras_function.KERAS_ROWS)}): {'; '.join(wrong)}")
+                        f"({', '.join(keras_function.ROWS)}): {'; '.join(wrong)}")
     if not models(cls):
         files = ", ".join(sorted({f"{info.model_module}.py" for info in frameworks.FRAMEWORKS.values()}))
         raise SpecError(f"workload {given!r}: {cls.__name__} declares no model in any framework: set model_class "
@@ -342,7 +342,7 @@ def models(cls: type[Workload]) -> dict[str, str]:
             out[framework] = cls.models[framework]
         elif cls.model_class and file.with_name(f"{info.model_module}.py").is_file():
             out[framework] = f"{package + '.' if package else ''}{info.model_module}:{cls.model_class}"
-        elif cls.keras_function is not None and framework in keras_function.KERAS_ROWS:
-            out[framework] = KERAS_FUNCTION_MODEL
+        elif cls.keras_function is not None and info.function_model:
+            out[framework] = info.function_model
     return out
 

@@ -1,12 +1,31 @@
 """Every deployment format bakeoff exports, as one record each: who exports it, which runtime serves it, and what
-it is for. Framework-free; the adapters and runtimes named here are imported only in their own processes."""
+it is for. Each framework's record lists the formats it exports (``formats``, in its folder); :data:`FORMATS`
+gathers them. The adapter and runtime contract's types are here too (:class:`Unsupported`, :func:`ran_on`; the
+contract itself is in :mod:`bakeoff.deploy`). Framework-free; the adapters and runtimes named here are imported
+only in their own processes."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from bakeoff.core import frameworks
 from bakeoff.core.spec import SpecError
+
+Run = Callable[[dict[str, Any]], Any]
+
+
+def ran_on(run: Run, device: str, **facts: Any) -> Run:
+    """``run`` labelled with the device its runtime computes on and the settings read from it
+    (:mod:`bakeoff.deploy`)."""
+    run.device = device  # type: ignore[attr-defined]
+    run.facts = facts  # type: ignore[attr-defined]
+    return run
+
+
+class Unsupported(RuntimeError):
+    """This format cannot be made or run here (recorded as ``unsupported`` with the reason)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -14,8 +33,9 @@ class Format:
     """One deployment format of one source framework.
 
     ``name`` is unique across frameworks (``torch-onnx`` and ``tf-onnx`` are two formats: two converters).
-    ``runtime`` names the module ``bakeoff.deploy.<runtime>_runtime`` that loads and runs it in the inference
-    process, and ``loads`` the frameworks that process may import (none for ONNX Runtime and LiteRT).
+    ``runtime`` names the runtime that loads and runs it in the inference process: a framework's own (its
+    record's ``runtimes`` give the module in its folder) or ``bakeoff.deploy.<runtime>_runtime``; ``loads`` the
+    frameworks that process may import (none for ONNX Runtime and LiteRT).
     ``tolerance`` is the largest absolute output difference from the framework model accepted for a float format;
     ``None`` for a quantised one, whose metric change is reported instead. ``targets`` are where such a file is
     deployed (server, mobile, browser, edge: LiteRT's interpreter is what a phone or an edge box runs); a target
@@ -42,7 +62,10 @@ class Format:
 
     @property
     def runtime_module(self) -> str:
-        return f"bakeoff.deploy.{self.runtime}_runtime"
+        for info in frameworks.FRAMEWORKS.values():  # a framework's own runtime is in its folder
+            if self.runtime in info.runtimes:
+                return info.runtimes[self.runtime]
+        return f"bakeoff.deploy.{self.runtime}_runtime"  # a framework-free one (ONNX Runtime, LiteRT)
 
     @property
     def install_hint(self) -> str:
@@ -51,45 +74,25 @@ class Format:
 
 FLOAT_TOLERANCE = 1e-4  # fp32 graphs re-lowered by another compiler: fused and reordered sums, not new rounding
 
-_TORCH = ("torch",)
-_TF = ("tensorflow",)
-FORMATS: dict[str, Format] = {f.name: f for f in (
-    # TorchScript's mobile path (the lite interpreter, .ptl) is not what is exported here: server only.
-    Format("torchscript", "TorchScript", "torch", "torch", "model.ts", FLOAT_TOLERANCE, ("server",),
-           _TORCH, ("torch",), "torch", notes="torch.jit.trace; served by libtorch / torch.jit.load"),
-    Format("torch-export", "torch.export", "torch", "torch", "model.pt2", FLOAT_TOLERANCE, ("server",),
-           _TORCH, ("torch",), "torch", notes="torch.export.export with Dim axes, saved .pt2 (ExportedProgram)"),
-    Format("aoti", "AOTInductor", "torch", "torch", "model.aoti.pt2", FLOAT_TOLERANCE, ("server",),
-           _TORCH, ("torch",), "torch", notes="torch._inductor.aoti_compile_and_package: a compiled .so in a "
-           "package; needs a C++ compiler"),
-    Format("torch-onnx", "ONNX (torch.onnx)", "torch", "onnx", "model.onnx", FLOAT_TOLERANCE,
-           ("server", "browser", "mobile"), (), ("torch", "onnx", "onnxscript", "onnxruntime"), "deploy",
-           notes="torch.onnx.export(dynamo=True), run by ONNX Runtime"),
-    Format("torch-tensorrt", "TensorRT (Torch-TensorRT)", "torch", "torch", "model.trt.ts", FLOAT_TOLERANCE,
-           ("server",), _TORCH, ("torch", "torch_tensorrt"), "deploy", needs="cuda"),
-    Format("savedmodel", "SavedModel", "tensorflow", "tf", "savedmodel", FLOAT_TOLERANCE, ("server",),
-           _TF, ("tensorflow",), "tf", notes="tf.saved_model.save with a serving_default signature; "
-           "served by TF Serving / tf.saved_model.load"),
-    Format("litert", "LiteRT (float)", "tensorflow", "litert", "model.tflite", FLOAT_TOLERANCE,
-           ("mobile", "edge"), (), ("tensorflow", "ai_edge_litert"), "deploy",
-           notes="tf.lite.TFLiteConverter from the SavedModel (builtin ops only), run by the LiteRT interpreter "
-           "(ai-edge-litert) without TensorFlow"),
-    Format("litert-int8", "LiteRT (int8 dynamic range)", "tensorflow", "litert", "model.int8.tflite", None,
-           ("mobile", "edge"), (), ("tensorflow", "ai_edge_litert"), "deploy",
-           quantised="int8 weights, dynamic range (activations quantised on the fly)",
-           notes="TFLiteConverter with Optimize.DEFAULT, no calibration set"),
-    Format("tf-onnx", "ONNX (tf2onnx)", "tensorflow", "onnx", "model.onnx", FLOAT_TOLERANCE,
-           ("server", "browser", "mobile"), (), ("tensorflow", "tf2onnx", "onnxruntime"), "deploy",
-           notes="tf2onnx.convert.from_function, run by ONNX Runtime"),
-    Format("tf-tensorrt", "TensorRT (TF-TRT)", "tensorflow", "tf", "savedmodel.trt", FLOAT_TOLERANCE, ("server",),
-           _TF, ("tensorflow",), "tf", needs="cuda"),
-    Format("jax-export", "jax.export (StableHLO)", "jax", "jax", "model.jaxexport", FLOAT_TOLERANCE, ("server",),
-           ("jax",), ("jax",), "jax", notes="jax.export.export with symbolic shapes, serialised; run by "
-           "jax.export.deserialize"),
-    Format("jax2tf", "SavedModel (jax2tf)", "jax", "tf", "savedmodel", FLOAT_TOLERANCE, ("server",),
-           _TF, ("jax", "tensorflow"), "deploy", notes="jax2tf.convert(native_serialization) into a SavedModel, "
-           "served by tf.saved_model.load"),
-)}
+class _Discovered(Mapping[str, Format]):
+    """Every format, in the order a report lists them: each framework's record's ``formats``, in the frameworks'
+    order (read on first use, with the records)."""
+
+    def _all(self) -> dict[str, Format]:
+        return {f.name: f for info in frameworks.FRAMEWORKS.values() for f in info.formats}
+
+    def __getitem__(self, name: str) -> Format:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+FORMATS: Mapping[str, Format] = _Discovered()
+"""Every deployment format by name, from the frameworks' records."""
 
 
 def for_framework(framework: str) -> list[Format]:

@@ -1,12 +1,16 @@
-"""What bakeoff knows about each framework, one record per framework: everything outside a framework's own engine
-and model files reads it from here (a trial's environment, the trial's isolation guard and
+"""What bakeoff knows about each framework, one record per framework row: everything outside a framework's own
+folder and model files reads it from here (a trial's environment, the trial's isolation guard and
 out-of-memory classification, the environment fingerprint, versions in trial keys, the decision's names and
 production modes, the plots' colours, the CLI's listing and help).
 
-Adding a framework is its record below, its engine (``engines/<name>_engine.py``), its model files
-(``workloads/<workload>/<model_module>.py``, the same class names as the others': a workload is implemented in
-the frameworks whose file it has), suites and tests. Nothing here
-imports a framework.
+The records are not written here: each framework is one folder, ``bakeoff/frameworks/<name>/``, with the same
+module names in each (``record.py``, ``engine.py``, ``distributed.py``, ``probes.py``, ``deploy.py``,
+``runtime.py``), and its ``record.py`` holds its rows (``RECORDS``) and where they are listed among the others
+(``ORDER``). :data:`FRAMEWORKS` is discovered from those folders on first use, as workloads are
+(:mod:`bakeoff.core.discover`): a ``record.py`` imports only ``bakeoff.core``, so discovering the rows imports no
+framework. Adding a framework is its folder, a model file per workload it supports
+(``workloads/<workload>/<model_module>.py``, the same class names as the others': a workload is implemented in the
+frameworks whose file it has) and its extra in ``pyproject.toml``.
 
 A *row* is what a user picks with ``--framework``: usually one framework, but a Keras 3 row is the same Keras model
 code on one backend (``keras-jax``, ``keras-torch``, ``keras-tensorflow``), so it loads that backend's framework
@@ -16,12 +20,23 @@ and is judged against the native rows like any other.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import functools
+import importlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from bakeoff.core.spec import Execution, Parallelism, Precision
 
-__all__ = ["FRAMEWORKS", "FrameworkInfo", "LoadMarkers", "get", "markers", "names"]
+if TYPE_CHECKING:
+    from bakeoff.core.formats import Format
+
+__all__ = ["FRAMEWORKS", "PACKAGE", "Capacity", "FrameworkInfo", "LoadMarkers", "by_folder", "folders", "frozen",
+           "get", "markers", "names", "native", "rediscover"]
+
+PACKAGE = "bakeoff.frameworks"
+"""The package whose folders are the frameworks (one ``<name>/record.py`` each)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +48,22 @@ class LoadMarkers:
     libraries: tuple[str, ...]
 
 
-def _frozen(mapping: Mapping | None = None) -> Mapping:
+@dataclasses.dataclass(frozen=True)
+class Capacity:
+    """What the capacity plan (:mod:`bakeoff.predict.capacity`) knows of a framework: the API a user calls for each
+    strategy kind (``data``, ``zero1`` ... ``parameter_server``) or why it ships none, its mixed-precision recipes
+    (:class:`bakeoff.predict.recipes.Recipe`'s fields but ``frameworks``) and the one each strategy uses by default,
+    and its tag in the plan's tables."""
+
+    tag: str
+    strategies: Mapping[str, str]  # kind -> the API a user calls
+    missing: Mapping[str, str]  # kind -> why it ships none
+    recipes: tuple[Mapping[str, Any], ...] = ()
+    defaults: Mapping[str, str] = dataclasses.field(default_factory=lambda: frozen())  # kind -> recipe name
+
+
+def frozen(mapping: Mapping | None = None) -> Mapping:
+    """A read-only copy of ``mapping`` (a record's fields are immutable)."""
     return MappingProxyType(dict(mapping or {}))
 
 
@@ -56,147 +86,74 @@ class FrameworkInfo:
     precisions: tuple[Precision, ...]  # what its engine implements (device limits are the engine's to say)
     launchers: Mapping[Parallelism, str]  # parallelism -> launcher (bakeoff.run.launchers)
     strategies: Mapping[Parallelism, str]  # parallelism -> what its users call the strategy ("DDP")
-    missing_modes: Mapping[Execution, str] = dataclasses.field(default_factory=_frozen)  # modes it lacks: why
-    missing_strategies: Mapping[Parallelism, str] = dataclasses.field(default_factory=_frozen)  # and why
-    missing_executions: Mapping[tuple[Parallelism, Execution], str] = dataclasses.field(default_factory=_frozen)
+    missing_modes: Mapping[Execution, str] = dataclasses.field(default_factory=frozen)  # modes it lacks: why
+    missing_strategies: Mapping[Parallelism, str] = dataclasses.field(default_factory=frozen)  # and why
+    missing_executions: Mapping[tuple[Parallelism, Execution], str] = dataclasses.field(default_factory=frozen)
     loads: tuple[str, ...] = ()  # the frameworks (by marker) its trial process legitimately loads
     markers: LoadMarkers | None = None  # when it is a framework of its own that a process can load
-    env: Mapping[str, str] = dataclasses.field(default_factory=_frozen)  # set in its trial processes
+    env: Mapping[str, str] = dataclasses.field(default_factory=frozen)  # set in its trial processes
     oom_markers: tuple[str, ...] = ()  # substrings of an exception's type name or message meaning out of memory
     matmul: str = ""  # "module:function" timing its matmul (the MFU ceiling, bakeoff.measure.ceiling)
     deploy: str = ""  # the module that keeps and exports its models (bakeoff.deploy); "" when bakeoff does not
+    formats: tuple[Format, ...] = ()  # the deployment formats it exports (bakeoff.core.formats), in report order
+    runtimes: Mapping[str, str] = dataclasses.field(default_factory=frozen)  # runtime name -> its module
+    probes: str = ""  # the module reading its settings and build (tf32(), cuda_build()); "" for none
+    cache_env: Mapping[str, str] = dataclasses.field(default_factory=frozen)  # compile cache variable -> subfolder
+    function_model: str = ""  # "module:Class" of its model for a workload's keras_function; "" when it runs none
+    model_words: str = ""  # what its model file is written in, as `bakeoff new` describes it ("JAX (Flax Linen)")
+    launch: str = ""  # the module holding its launchers (LAUNCHERS, bakeoff.core.launching); "" for none
+    capacity: Capacity | None = None  # what the capacity plan knows of it; None: not planned
 
     @property
     def install_hint(self) -> str:
         return f"pip install 'bakeoff[{self.extra}]'"
 
 
-_ONE = {Parallelism.NONE: "single"}
+class _Discovered(Mapping[str, FrameworkInfo]):
+    """Every framework row, in the order the CLI lists them: the records of ``bakeoff/frameworks/*/record.py``,
+    read on first use (module docstring)."""
 
-_TORCH = FrameworkInfo(
-    name="torch", display="PyTorch", colour="#ee4c2c", modules=("torch",), extra="torch", dists=("torch",),
-    engine="bakeoff.engines.torch_engine:TorchEngine", model_module="torch_model",
-    matmul="bakeoff.engines.torch_engine:matmul_rates", deploy="bakeoff.deploy.torch_deploy",
-    executions=(Execution.EAGER, Execution.GRAPH),
-    execution_notes=_frozen({Execution.EAGER: "PyTorch eager", Execution.GRAPH: "torch.compile of the whole step"}),
-    # PyTorch users train eagerly; torch.compile is opt-in.
-    production=(Execution.EAGER, Execution.GRAPH), compiled=(Execution.GRAPH,),
-    precisions=(Precision.FP32, Precision.BF16, Precision.FP16),
-    missing_modes=_frozen({Execution.XLA: "PyTorch has no XLA mode here (torch_xla targets TPUs)"}),
-    # "torchrun": one agent, N processes; "torchrun_nodes": one agent per node (multi-worker).
-    launchers=_frozen({**_ONE, Parallelism.DATA_PARALLEL: "torchrun", Parallelism.MULTI_WORKER: "torchrun_nodes"}),
-    strategies=_frozen({Parallelism.DATA_PARALLEL: "DDP", Parallelism.MULTI_WORKER: "DDP multi-worker"}),
-    missing_strategies=_frozen({Parallelism.PARAMETER_SERVER: (
-        "PyTorch has no built-in parameter-server strategy (torch.distributed.rpc's parameter-server example is a "
-        "tutorial, not a maintained strategy); PyTorch trains data-parallel: use data_parallel or multi_worker")}),
-    loads=("torch",), markers=LoadMarkers(("torch",), ("libtorch", "libc10")),
-    oom_markers=("OutOfMemory",),
-)
+    def __getitem__(self, name: str) -> FrameworkInfo:
+        return _discover()[name]
 
-_TENSORFLOW = FrameworkInfo(
-    name="tensorflow", display="TensorFlow", colour="#2c7fb8", modules=("tensorflow",), extra="tf",
-    dists=("tensorflow", "tensorflow-cpu", "keras"),
-    engine="bakeoff.engines.tf_engine:TensorFlowEngine", model_module="tf_model",
-    matmul="bakeoff.engines.tf_engine:matmul_rates", deploy="bakeoff.deploy.tf_deploy",
-    executions=(Execution.EAGER, Execution.GRAPH, Execution.XLA),
-    execution_notes=_frozen({Execution.EAGER: "TensorFlow eager", Execution.GRAPH: "tf.function of the whole step",
-                             Execution.XLA: "tf.function(jit_compile=True) of the whole step"}),
-    # Keras' model.fit runs a tf.function unless told otherwise.
-    production=(Execution.GRAPH, Execution.XLA), compiled=(Execution.GRAPH, Execution.XLA),
-    precisions=(Precision.FP32, Precision.BF16, Precision.FP16),
-    # "single" for data_parallel: MirroredStrategy over the devices one process sees; "tf_config": N processes
-    # with TF_CONFIG; "tf_parameter_server": a chief, workers and parameter servers.
-    launchers=_frozen({**_ONE, Parallelism.DATA_PARALLEL: "single", Parallelism.MULTI_WORKER: "tf_config",
-                       Parallelism.PARAMETER_SERVER: "tf_parameter_server"}),
-    strategies=_frozen({Parallelism.DATA_PARALLEL: "MirroredStrategy",
-                        Parallelism.MULTI_WORKER: "MultiWorkerMirroredStrategy",
-                        Parallelism.PARAMETER_SERVER: "ParameterServerStrategy"}),
-    # Measured: TensorFlow 2.21 on CPU.
-    missing_executions=_frozen({
-        (Parallelism.PARAMETER_SERVER, Execution.EAGER): (
-            "ParameterServerStrategy trains through ClusterCoordinator.schedule, which accepts only a tf.function "
-            "(eager ops would run on the chief, not on the workers): use execution graph"),
-        (Parallelism.PARAMETER_SERVER, Execution.XLA): (
-            "XLA cannot compile a parameter-server step: an XLA cluster runs on one device and the variables live on "
-            "the parameter server (measured, TF 2.21: the whole step fails with 'KernelAndDeviceOp does not support "
-            "EagerFunctionParams', the gradients alone with 'Trying to access resource ... located in device "
-            "/job:ps/... from device /job:worker/...'): use execution graph"),
-    }),
-    loads=("tensorflow",), markers=LoadMarkers(("tensorflow",), ("libtensorflow",)),
-    env=_frozen({"TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow"}),
-    oom_markers=("ResourceExhausted",),
-)
+    def __iter__(self) -> Iterator[str]:
+        return iter(_discover())
 
-_JAX = FrameworkInfo(
-    name="jax", display="JAX", colour="#41ab5d", modules=("jax", "flax", "optax"), extra="jax",
-    dists=("jax", "jaxlib", "flax", "optax"),
-    engine="bakeoff.engines.jax_engine:JaxEngine", model_module="jax_model",
-    matmul="bakeoff.engines.jax_engine:matmul_rates", deploy="bakeoff.deploy.jax_deploy",
-    executions=(Execution.GRAPH, Execution.EAGER),
-    execution_notes=_frozen({Execution.GRAPH: "jax.jit of the whole step, compiled by XLA",
-                             Execution.EAGER: "op by op without jax.jit, each op an XLA kernel"}),
-    # JAX users jit their step: eager JAX is a debugging mode.
-    production=(Execution.GRAPH,), compiled=(Execution.GRAPH,),
-    precisions=(Precision.FP32, Precision.BF16),
-    missing_modes=_frozen({Execution.XLA: "jax.jit is XLA compilation: use graph"}),
-    # data_parallel: one process, its devices in a mesh (N CPU devices on a CPU machine); multi_worker: N
-    # processes joined by jax.distributed.
-    launchers=_frozen({**_ONE, Parallelism.DATA_PARALLEL: "single", Parallelism.MULTI_WORKER: "jax_distributed"}),
-    strategies=_frozen({Parallelism.DATA_PARALLEL: "sharded over a device mesh",
-                        Parallelism.MULTI_WORKER: "jax.distributed"}),
-    missing_strategies=_frozen({Parallelism.PARAMETER_SERVER: (
-        "JAX has no parameter-server strategy: it trains SPMD, params replicated or sharded over a device mesh; "
-        "use data_parallel or multi_worker")}),
-    loads=("jax",), markers=LoadMarkers(("jax", "jaxlib"), ("/jaxlib/",)),
-    # Device memory is taken as used, not 75% of it up front, so peak bytes mean what the model needs.
-    env=_frozen({"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_CPP_MIN_LOG_LEVEL": "2"}),
-    oom_markers=("RESOURCE_EXHAUSTED", "Out of memory"),
-)
+    def __len__(self) -> int:
+        return len(_discover())
+
+    def __repr__(self) -> str:
+        return f"FRAMEWORKS({', '.join(self)})"
 
 
-def _keras(backend: str, display: str, colour: str, backend_info: FrameworkInfo, graph: str,
-           production: tuple[Execution, ...], xla: str = "") -> FrameworkInfo:
-    """The Keras 3 row on ``backend``: the same model code, Keras' own ``train_on_batch`` on that backend.
-
-    ``graph`` is what Keras compiles the train step with there (``jit_compile=True``; read in Keras 3.15's
-    trainers, confirmed by trace and compile counts); ``production`` what Keras' default (``jit_compile="auto"``)
-    runs; ``xla`` the reason a backend has no separate XLA mode (none: it has one).
-    """
-    executions = (Execution.GRAPH, Execution.EAGER) + (() if xla else (Execution.XLA,))
-    notes = {Execution.GRAPH: graph, Execution.EAGER: "Keras run_eagerly=True, op by op"}
-    if not xla:
-        notes[Execution.XLA] = "tf.function(jit_compile=True) of Keras' train step"
-    return FrameworkInfo(
-        name=f"keras-{backend}", display=f"Keras 3 on {display}", colour=colour,
-        modules=("keras", *backend_info.modules), extra=f"keras,{backend_info.extra}",
-        dists=("keras", *backend_info.dists),
-        engine="bakeoff.engines.keras_engine:KerasEngine", model_module="keras_model",
-        executions=executions, execution_notes=_frozen(notes),
-        production=production, compiled=tuple(e for e in executions if e is not Execution.EAGER),
-        precisions=(Precision.FP32, Precision.BF16),
-        missing_modes=_frozen({Execution.XLA: xla} if xla else {}),
-        launchers=_frozen(_ONE), strategies=_frozen({}),
-        loads=backend_info.loads,
-        env=_frozen({**backend_info.env, "KERAS_BACKEND": backend}),
-        oom_markers=backend_info.oom_markers,
-        matmul=backend_info.matmul,  # a Keras row multiplies with its backend
-    )
-
-
-FRAMEWORKS: Mapping[str, FrameworkInfo] = MappingProxyType({
-    info.name: info for info in (
-        _TORCH, _TENSORFLOW, _JAX,
-        # Keras' default: jax.jit on JAX; eager on PyTorch (torch.compile is opt-in, as in PyTorch itself);
-        # tf.function on a CPU-only TensorFlow, XLA when a GPU is present.
-        _keras("jax", "JAX", "#74c476", _JAX, "jax.jit of Keras' whole stateless train step", (Execution.GRAPH,),
-               xla="Keras on JAX compiles with jax.jit, which is XLA: use graph"),
-        _keras("torch", "PyTorch", "#fc9272", _TORCH,
-               "torch.compile of Keras' train step, broken at loss.backward()",
-               (Execution.EAGER, Execution.GRAPH), xla="Keras on PyTorch has no XLA mode"),
-        _keras("tensorflow", "TensorFlow", "#9ecae1", _TENSORFLOW, "tf.function of Keras' train step",
-               (Execution.GRAPH, Execution.XLA)),
-    )})
+FRAMEWORKS: Mapping[str, FrameworkInfo] = _Discovered()
 """Every framework row, in the order the CLI lists them."""
+
+
+def folders() -> list[tuple[str, Path]]:
+    """``(module, folder)`` of each framework folder: a folder of :data:`PACKAGE` holding a ``record.py``."""
+    package = importlib.import_module(PACKAGE)  # an empty package: no framework, no record
+    return [(f"{PACKAGE}.{child.name}", child) for root in package.__path__ for child in sorted(Path(root).iterdir())
+            if (child / "record.py").is_file()]
+
+
+@functools.cache
+def _discover() -> Mapping[str, FrameworkInfo]:
+    found: list[tuple[Any, str, FrameworkInfo]] = []
+    for module_name, _ in folders():
+        module = importlib.import_module(f"{module_name}.record")
+        found += [(module.ORDER, module_name, info) for info in module.RECORDS]
+    found.sort(key=lambda entry: (entry[0], entry[1]))  # stable: a folder's rows keep their own order
+    return MappingProxyType({info.name: info for _, _, info in found})
+
+
+def rediscover() -> None:
+    """Forget the discovered records (a test that adds a framework folder), and the framework choice built from
+    them (:class:`bakeoff.core.spec.Framework`)."""
+    from bakeoff.core import spec
+
+    _discover.cache_clear()
+    spec.framework_choice.cache_clear()
 
 
 def get(name: str) -> FrameworkInfo:
@@ -209,6 +166,21 @@ def get(name: str) -> FrameworkInfo:
 
 def names() -> list[str]:
     return list(FRAMEWORKS)
+
+
+def by_folder() -> dict[str, list[str]]:
+    """Each framework folder's name -> the rows its record declares (``keras`` -> its Keras 3 rows), in the order
+    the CLI lists them."""
+    out = {folder.name: [info.name for info in importlib.import_module(f"{module}.record").RECORDS]
+           for module, folder in folders()}
+    order = list(FRAMEWORKS)
+    return dict(sorted(out.items(), key=lambda item: order.index(item[1][0])))
+
+
+def native() -> list[str]:
+    """The rows that are a framework of their own (their own load markers), not Keras on a backend: what an ad-hoc
+    run, a new workload and the calibration bench take when no framework is named."""
+    return [name for name, info in FRAMEWORKS.items() if info.markers is not None]
 
 
 def markers() -> dict[str, LoadMarkers]:

@@ -54,8 +54,9 @@ OUTPUTS: Mapping[str, str] = {
 DEFAULT_OUTPUTS = {"sparse_categorical_crossentropy": "softmax", "binary_crossentropy": "sigmoid",
                    "mean_squared_error": "identity"}
 
-KERAS_ROWS = tuple(name for name, info in frameworks.FRAMEWORKS.items() if info.model_module == "keras_model")
-"""The rows that run Keras 3 code (keras-jax, keras-torch, keras-tensorflow): those a Keras function implements."""
+ROWS = tuple(name for name, info in frameworks.FRAMEWORKS.items() if info.function_model)
+"""The rows that run Keras 3 code (keras-jax, keras-torch, keras-tensorflow): those a Keras function implements,
+as their records say (``function_model``)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -80,8 +80,8 @@ class Distributed:
 
     The top level is typed; the inner records vary by framework and strategy and stay dicts, documented where
     they are written: ``sync`` (:func:`bakeoff.measure.sync.figures`, or the parameter server's pull and push),
-    ``asynchronous`` (:class:`bakeoff.engines.tf_distributed.ParameterServer`), ``ranks`` (one summary per rank,
-    :func:`bakeoff.run.launchers._rank_summary`). A figure the trial did not record is ``None`` or empty.
+    ``asynchronous`` (:class:`bakeoff.frameworks.tensorflow.distributed.ParameterServer`), ``ranks`` (one summary
+    per rank, :func:`bakeoff.run.launchers._rank_summary`). A figure the trial did not record is ``None`` or empty.
     """
 
     # the engine's strategy, in each rank

@@ -5,17 +5,18 @@
 * The choices (:class:`Framework`, :class:`Execution`, :class:`Precision`, :class:`Parallelism`,
   :class:`Device`) and a result's :class:`Status`; :class:`SpecError`, what bad input raises.
 
-Nothing here imports a framework (nor anything else of bakeoff).
+Nothing here imports a framework (nor anything else of bakeoff but the framework records, read on first use).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 class SpecError(ValueError):
@@ -41,15 +42,25 @@ class _Choice(enum.StrEnum):
             raise SpecError(f"unknown {what} {value!r}{retired}; accepted: {accepted}") from None
 
 
-class Framework(_Choice):
-    TORCH = "torch"
-    TENSORFLOW = "tensorflow"
-    JAX = "jax"
-    # The same Keras 3 model code on each backend (text classifier and MNIST): "should our Keras team move to JAX
-    # or PyTorch underneath?"
-    KERAS_JAX = "keras-jax"
-    KERAS_TORCH = "keras-torch"
-    KERAS_TENSORFLOW = "keras-tensorflow"
+@functools.cache
+def framework_choice() -> type[_Choice]:
+    """:class:`Framework`: the choice of framework rows, one member per row the framework folders declare
+    (:mod:`bakeoff.core.frameworks`), named by their values (``torch`` is ``Framework.TORCH``, ``keras-jax``
+    ``Framework.KERAS_JAX``). Built on first use, from the discovered records: no framework is named here."""
+    from bakeoff.core import frameworks  # the records import this module's choices: read them on first use
+
+    members = {name.upper().replace("-", "_"): name for name in frameworks.names()}
+    return _Choice("Framework", members, module=__name__, qualname="Framework")  # type: ignore[return-value]
+
+
+if TYPE_CHECKING:  # for readers and type checkers; the value comes from __getattr__ below
+    Framework = _Choice
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Framework":  # ``from bakeoff.core.spec import Framework`` (framework_choice)
+        return framework_choice()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Execution(_Choice):
@@ -145,7 +156,7 @@ class RunSpec:
     def __post_init__(self) -> None:
         # Accept plain strings (from TOML, JSON or the CLI) and normalise them, so equal specs hash equally.
         set_ = object.__setattr__
-        set_(self, "framework", Framework.parse(self.framework, "framework"))
+        set_(self, "framework", framework_choice().parse(self.framework, "framework"))
         set_(self, "execution", Execution.parse(self.execution, "execution mode"))
         set_(self, "precision", Precision.parse(self.precision, "precision"))
         set_(self, "parallelism", Parallelism.parse(self.parallelism, "parallelism"))

@@ -8,10 +8,12 @@ The flow::
     python -m bakeoff.deploy.exporting MODEL_DIR FORMAT ...   ──► one format, one process, the source framework
     python -m bakeoff.deploy.infer REQUEST.json RESULT.json    ──► one format, one process, its runtime only
 
-Framework adapters (``<framework>_deploy.py``) and runtimes (``<runtime>_runtime.py``) are the only modules here
-that import a framework; :mod:`bakeoff.core.formats` names which module serves which format.
+Nothing here imports a framework: each framework's adapter and runtime are in its folder
+(``bakeoff.frameworks.<name>.deploy``, ``.runtime``), the framework-free runtimes (``<runtime>_runtime.py``: ONNX
+Runtime, LiteRT) here; :mod:`bakeoff.core.formats` names which module serves which format and holds the contract's
+types (:class:`Unsupported`, :func:`ran_on`).
 
-**Adapter contract** (module ``bakeoff.deploy.<framework>_deploy``)::
+**Adapter contract** (module ``bakeoff.frameworks.<name>.deploy``)::
 
     NATIVE_FILE: str                                                   # e.g. "model.pt"
     save_model(workload: str, config: dict, weights: Weights, directory: Path) -> list[str]
@@ -24,7 +26,7 @@ that import a framework; :mod:`bakeoff.core.formats` names which module serves w
 "notes": "..."}`` and raises :class:`Unsupported` for a format that cannot be made here (TensorRT without CUDA),
 any other exception for a converter failure (recorded ``failed`` with its message).
 
-**Runtime contract** (module ``bakeoff.deploy.<runtime>_runtime``)::
+**Runtime contract** (module ``bakeoff.frameworks.<name>.runtime`` or ``bakeoff.deploy.<runtime>_runtime``)::
 
     load_runtime(fmt: str, path: Path, threads: int) -> Callable[[dict[str, np.ndarray]], np.ndarray]
     runtime_version() -> str
@@ -45,19 +47,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-Run = Callable[[dict[str, Any]], Any]
+from bakeoff.core.formats import Run, Unsupported, ran_on
 
-
-def ran_on(run: Run, device: str, **facts: Any) -> Run:
-    """``run`` labelled with the device its runtime computes on and the settings read from it (module docstring)."""
-    run.device = device  # type: ignore[attr-defined]
-    run.facts = facts  # type: ignore[attr-defined]
-    return run
-
-
-class Unsupported(RuntimeError):
-    """This format cannot be made or run here (recorded as ``unsupported`` with the reason)."""
-
+__all__ = ["Run", "Unsupported", "ran_on", "request_main"]
 
 def request_main(module: str, handle: Callable[[Mapping[str, Any]], dict[str, Any]], argv: list[str] | None) -> int:
     """``python -m module REQUEST.json RESULT.json``: the result of ``handle(request)`` written atomically (a reader

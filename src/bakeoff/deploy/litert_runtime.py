@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
-from bakeoff.deploy import ran_on
+from bakeoff.core.formats import ran_on
 
 SIGNATURE = "serving_default"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from bakeoff.deploy import ran_on
+from bakeoff.core.formats import ran_on
 
 Run = Callable[[dict[str, np.ndarray]], np.ndarray]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import platform
 import shutil
@@ -32,21 +33,11 @@ def package_version(name: str) -> str | None:
         return None
 
 
-CUDA_PLUGINS = {"jax": ("jax-cuda12-plugin", "jax-cuda13-plugin")}
-"""Packages whose presence makes a framework's install able to use an NVIDIA GPU, where its own wheel cannot."""
-
-
 def cuda_build(framework: str) -> bool:
-    """Whether ``framework``'s installed build can use an NVIDIA GPU, read from package metadata (no import):
-    PyTorch's CPU wheels carry a ``+cpu`` local version, JAX needs a CUDA plugin, ``tensorflow-cpu`` has no CUDA."""
-    if framework == "torch":
-        version = package_version("torch")
-        return version is not None and not version.endswith("+cpu")
-    if framework in CUDA_PLUGINS:
-        return any(package_version(name) for name in CUDA_PLUGINS[framework])
-    if framework == "tensorflow":
-        return package_version("tensorflow") is not None
-    return False
+    """Whether ``framework``'s installed build can use an NVIDIA GPU, read from package metadata (no import) by its
+    record's probes (``cuda_build()`` in its folder's ``probes.py``); False for a framework without probes."""
+    probes = frameworks.get(framework).probes if framework in frameworks.FRAMEWORKS else ""
+    return bool(probes) and importlib.import_module(probes).cuda_build()
 
 
 def usable_cores() -> int:

@@ -11,7 +11,7 @@ callables and says, in ``how``, what its call runs; this module owns the loop an
 frameworks' figures mean the same thing.
 
 Parameter servers have no all-reduce: their "sync" is a pull and push of every variable, defined by their
-strategy (``bakeoff.engines.tf_distributed.ParameterServer``), not here.
+strategy (``bakeoff.frameworks.tensorflow.distributed.ParameterServer``), not here.
 """
 
 from __future__ import annotations

@@ -84,6 +84,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from bakeoff.core import frameworks
 from bakeoff.core.spec import Framework, RunSpec, SpecError
 
 TOP_LEVEL = ("name", "description", "repeats", "max_repeats", "timeout_s", "defaults", "config", "matrix", "variant",
@@ -109,7 +110,7 @@ the group-sequential levels (:func:`bakeoff.analysis.intervals.sequential_confid
 1.15x at 5% noise and 1.3x at 10% in at least 80% of simulated bake-offs (``tests/test_calibration.py``); 3 to 6
 called the first in 31% with Bonferroni's levels."""
 
-_HINTS = typing.get_type_hints(RunSpec)
+_HINTS = typing.get_type_hints(RunSpec, localns={"Framework": Framework})  # Framework: built from the records
 
 
 @dataclasses.dataclass
@@ -394,7 +395,7 @@ ADHOC_DEFAULTS: dict[str, Any] = {
     "preset": "tiny", "batch_size": 32, "grad_accum": 1, "max_epochs": 1.0, "eval_every": 25,
     "stop_at_target": False, "checkpoint_every": 0, "seed": 0, "threads": 0, "device": "auto",
 }
-ADHOC_MATRIX: dict[str, list[str]] = {"framework": ["torch", "tensorflow", "jax"], "execution": ["eager", "graph"],
+ADHOC_MATRIX: dict[str, list[str]] = {"framework": frameworks.native(), "execution": ["eager", "graph"],
                                       "precision": ["fp32"]}
 """Ad-hoc trials (``bakeoff run --workload ...``) when a flag is not given: what ``bakeoff run --help`` states."""
 

@@ -5,7 +5,7 @@ Everything is a stated formula over the model's shape, the batch, the precision 
 term says where it comes from, and the plan says what it leaves out. Sources:
 
 * **Model states** (Rajbhandari et al. 2020, "ZeRO", §3.1 and §5), in bytes a parameter for the weights, the
-  gradients and Adam's state as each framework's mixed-precision *recipe* holds them (:mod:`bakeoff.plan.recipes`:
+  gradients and Adam's state as each framework's mixed-precision *recipe* holds them (:mod:`bakeoff.predict.recipes`:
   PyTorch's autocast and Keras' ``mixed_bfloat16`` keep fp32 weights and gradients and cache a bf16 copy for the
   compute, 4 + 2 / 4 / 8; FSDP's mixed precision keeps the fp32 ones sharded and gathers bf16 ones; DeepSpeed's
   ZeRO keeps 16-bit weights and gradients and an fp32 master in the optimizer state, the paper's 2 / 2 / 12); each
@@ -54,6 +54,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bakeoff.core import frameworks
 from bakeoff.core.spec import SpecError
 from bakeoff.predict import recipes
 
@@ -177,32 +178,16 @@ KINDS = {"data": "data parallel", "zero1": "optimizer state sharded (ZeRO-1)",
          "tensor": "tensor parallel (Megatron-style layers)", "pipeline": "pipeline parallel (1F1B)",
          "parameter_server": "parameter servers"}
 
-_NO_TF = ("tf.distribute's strategies replicate the model (Mirrored, MultiWorkerMirrored) or place variables on "
-          "parameter servers; none shards states or layers for Keras training")
-STRATEGIES: tuple[Strategy, ...] = (
-    Strategy("torch", "data", "torch.nn.parallel.DistributedDataParallel"),
-    Strategy("torch", "zero1", "torch.distributed.optim.ZeroRedundancyOptimizer"),
-    Strategy("torch", "zero2", "FullyShardedDataParallel(sharding_strategy=SHARD_GRAD_OP)"),
-    Strategy("torch", "zero3", "torch.distributed.fsdp.fully_shard (FSDP2)"),
-    Strategy("torch", "tensor", "torch.distributed.tensor.parallel.parallelize_module"),
-    Strategy("torch", "pipeline", "torch.distributed.pipelining (Schedule1F1B)"),
-    Strategy("torch", "parameter_server", "", "PyTorch ships RPC (torch.distributed.rpc), no parameter-server "
-                                              "strategy"),
-    Strategy("tensorflow", "data", "tf.distribute.MirroredStrategy / MultiWorkerMirroredStrategy"),
-    Strategy("tensorflow", "zero1", "", _NO_TF),
-    Strategy("tensorflow", "zero2", "", _NO_TF),
-    Strategy("tensorflow", "zero3", "", _NO_TF),
-    Strategy("tensorflow", "tensor", "", _NO_TF),
-    Strategy("tensorflow", "pipeline", "", _NO_TF),
-    Strategy("tensorflow", "parameter_server", "tf.distribute.ParameterServerStrategy"),
-    Strategy("jax", "data", "jax.jit, batch sharded, weights replicated (NamedSharding)"),
-    Strategy("jax", "zero1", "jax.jit, optimizer state sharded over the data axis (NamedSharding)"),
-    Strategy("jax", "zero2", "jax.jit, gradients and optimizer state sharded over the data axis"),
-    Strategy("jax", "zero3", "jax.jit, weights and states sharded over the data axis (FSDP by NamedSharding)"),
-    Strategy("jax", "tensor", "jax.jit, layers sharded over a model axis (NamedSharding)"),
-    Strategy("jax", "pipeline", "", "JAX ships no pipeline schedule (one is written by hand over shard_map)"),
-    Strategy("jax", "parameter_server", "", "JAX has no parameter servers"),
-)
+STRATEGIES: tuple[Strategy, ...] = tuple(
+    Strategy(name, kind, info.capacity.strategies.get(kind, ""), info.capacity.missing.get(kind, ""))
+    for name, info in frameworks.FRAMEWORKS.items() if info.capacity is not None
+    for kind in KINDS if kind in info.capacity.strategies or kind in info.capacity.missing)
+"""Every framework × strategy kind the plan rows: each framework's record's ``capacity`` (its folder)."""
+
+
+def planned() -> list[str]:
+    """The frameworks the capacity plan has rows for (a record with ``capacity``)."""
+    return list(dict.fromkeys(s.framework for s in STRATEGIES))
 
 
 REPLICATED = ("data", "zero1", "zero2", "zero3", "parameter_server")
@@ -537,7 +522,7 @@ class Row:
     kind: str
     api: str
     missing: str = ""
-    recipe: str = ""  # how the model states are held (bakeoff.plan.recipes), its default or the one chosen
+    recipe: str = ""  # how the model states are held (bakeoff.predict.recipes), its default or the one chosen
     recipe_bytes: dict[str, int] = dataclasses.field(default_factory=dict)  # a parameter, unsharded, by part
     weights: float = 0.0  # the parameters this device holds, in the recipe's dtype
     copy: float = 0.0  # the 16-bit weights the compute reads beyond those: casts kept, or layers gathered
@@ -618,7 +603,7 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
     framework to (its model-FLOPs utilisation, where that figure comes from); ``calibrations``: fits to the trials
     on the machine they ran on (:func:`calibrate`) — given, the plan's devices are that machine's, and each
     framework's rows also get the calibrated memory and step (from its calibration at the plan's precision);
-    ``recipe``: how every row holds its model states (:data:`bakeoff.plan.recipes.RECIPES`), each framework's own
+    ``recipe``: how every row holds its model states (:data:`bakeoff.predict.recipes.RECIPES`), each framework's own
     by default; ``rates``: (framework, precision) -> that machine's GEMM rates by shape, covering this plan's
     GEMMs, for a calibration fitted on them (:attr:`Calibration.rated`)."""
     applied = {c.framework: c for c in calibrations if c.precision == precision}
@@ -649,7 +634,7 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
             row.missing = (f"{n}-way tensor parallelism needs heads ({shape.heads}) and ffn ({shape.ffn}) divisible "
                            f"by {n}")
             continue
-        # model states, as the row's recipe holds them (bakeoff.plan.recipes)
+        # model states, as the row's recipe holds them (bakeoff.predict.recipes)
         held = chosen or recipes.default(strategy.framework, kind, precision)
         row.recipe = held.name
         row.recipe_bytes = {"weights": held.weights, "copy": held.copy, "gradients": held.gradients,
@@ -920,7 +905,7 @@ def _grouped(lacking: Mapping[str, str]) -> dict[str, list[str]]:
 def gemm_rates_for(results: Iterable[Any], calibrations: Iterable[Any], shape: Shape, per_device_batch: float,
                    recompute: bool = False, measure: bool = True) -> dict[tuple[str, str], RateTable]:
     """The GEMM rates a calibrated plan on this machine needs: for each calibration fitted on this machine's CPU
-    (:class:`bakeoff.plan.capacity.Calibration`), every shape of its trials' steps (``results``: the stored
+    (:class:`bakeoff.predict.capacity.Calibration`), every shape of its trials' steps (``results``: the stored
     trials) and of the plan's own step on a device (``shape`` at ``per_device_batch``); ``measure=False``: only
     what is kept (a report measures nothing)."""
     from bakeoff.measure import gemm_rates

@@ -319,7 +319,7 @@ def _plan(value: Any, gpus: int, fail: Any) -> dict[str, Any]:
     if not gpus:
         raise fail("plan", "a plan answers for hardware this machine may lack: give needs = {gpus = N} with it")
     try:
-        capacity_plan(value, "tensorflow", {})
+        capacity_plan(value, "", {})  # the framework is not read: every framework's rows
     except SpecError as exc:
         raise fail("plan", str(exc)) from None
     return dict(value)

@@ -2,7 +2,7 @@
 for the weights, the gradients and the optimizer state (Adam), as its own API does it (issue #49).
 
 The recipes differ by 2.4–2.8× per device once ZeRO shards some of the states and not others, so the capacity plan
-(:mod:`bakeoff.plan.capacity`) names the recipe of every row, and ``bakeoff plan --recipe NAME`` changes it.
+(:mod:`bakeoff.predict.capacity`) names the recipe of every row, and ``bakeoff plan --recipe NAME`` changes it.
 
 Bytes a parameter, weights (+ the 16-bit copy the compute reads) / gradients / Adam:
 
@@ -45,6 +45,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from bakeoff.core import frameworks
+
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
@@ -79,33 +81,17 @@ class Recipe:
         return {**dataclasses.asdict(self), "per_param": self.per_param}
 
 
-_ALL = ("torch", "tensorflow", "jax")
+_PLANNED = {name: info.capacity for name, info in frameworks.FRAMEWORKS.items() if info.capacity is not None}
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
-    Recipe("fp32", "no mixed precision: fp32 weights, gradients and Adam state", 4, 0, 4, 8, _ALL, mixed=False),
-    Recipe("torch-autocast", "torch.autocast(dtype=torch.bfloat16) over fp32 parameters (casts cached for the "
-                             "backward); fp32 gradients and Adam state", 4, 2, 4, 8, ("torch",)),
-    Recipe("fsdp-mixed", "FSDP MixedPrecision / fully_shard(mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, "
-                         "reduce_dtype=torch.float32)): fp32 sharded parameters, gradients and Adam state, bf16 "
-                         "parameters gathered to compute", 4, 2, 4, 8, ("torch",), gathered=True),
-    Recipe("zero", "DeepSpeed ZeRO ({'bf16': {'enabled': true}} or fp16, zero_optimization.stage 0-3), as the ZeRO "
-                   "paper counts it: 16-bit parameters and gradients, fp32 master weights + Adam m, v in the "
-                   "optimizer state (K = 12)", 2, 0, 2, 12, ("torch",)),
-    Recipe("keras-mixed", "keras.mixed_precision.set_global_policy('mixed_bfloat16') (or 'mixed_float16'): fp32 "
-                          "variables cast to the compute dtype by each layer; fp32 gradients and Adam state",
-           4, 2, 4, 8, ("tensorflow",)),
-    Recipe("flax-mixed", "Flax modules with param_dtype=jnp.float32, dtype=jnp.bfloat16: fp32 parameters cast to "
-                         "bf16 to compute; fp32 gradients and Optax Adam state", 4, 2, 4, 8, ("jax",)),
-    Recipe("flax-bf16", "Flax modules with param_dtype=jnp.bfloat16: bf16 parameters and gradients, an fp32 master "
-                        "copy beside Optax's fp32 m and v", 2, 0, 2, 12, ("jax",)),
+    Recipe("fp32", "no mixed precision: fp32 weights, gradients and Adam state", 4, 0, 4, 8, tuple(_PLANNED),
+           mixed=False),
+    *(Recipe(**fields, frameworks=(name,)) for name, capacity in _PLANNED.items() for fields in capacity.recipes),
 )}
-"""Every recipe by name (``bakeoff plan --recipe NAME``, a plan file's ``recipe``)."""
+"""Every recipe by name (``bakeoff plan --recipe NAME``, a plan file's ``recipe``): fp32, then each framework's
+own (its record's ``capacity.recipes``)."""
 
 DEFAULTS: dict[tuple[str, str], str] = {
-    ("torch", "data"): "torch-autocast", ("torch", "zero1"): "torch-autocast", ("torch", "zero2"): "fsdp-mixed",
-    ("torch", "zero3"): "fsdp-mixed", ("torch", "tensor"): "torch-autocast", ("torch", "pipeline"): "torch-autocast",
-    ("tensorflow", "data"): "keras-mixed", ("tensorflow", "parameter_server"): "keras-mixed",
-    **{("jax", kind): "flax-mixed" for kind in ("data", "zero1", "zero2", "zero3", "tensor")},
-}
+    (name, kind): recipe for name, capacity in _PLANNED.items() for kind, recipe in capacity.defaults.items()}
 """The recipe a framework's strategy uses with mixed precision when none is chosen (at fp32: ``fp32``)."""
 
 GATHERED_LAYERS = 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bakeoff.core import frameworks
 from bakeoff.core.result import TrialResult
 from bakeoff.predict.capacity import (
     KINDS,
@@ -29,7 +30,7 @@ from bakeoff.report.templates import Block, Facts, Heading, Para, Table
 
 SHORT = {"data": "data parallel", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3/FSDP", "tensor": "tensor",
          "pipeline": "pipeline", "parameter_server": "param. servers"}
-TAG = {"torch": "torch", "tensorflow": "tf", "jax": "jax"}
+TAG = {name: info.capacity.tag for name, info in frameworks.FRAMEWORKS.items() if info.capacity is not None}
 NONE = "—"
 
 

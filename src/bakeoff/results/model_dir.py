@@ -15,13 +15,13 @@ Framework-free: the trial calls :func:`keep` with its framework's adapter alread
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -75,18 +75,27 @@ def directory_name(spec: RunSpec) -> str:
     return f"{spec.workload}-{spec.preset}-{spec.label().replace('/', '-')}-{spec.key()[:12]}"
 
 
-def keep(spec: RunSpec, config: Mapping[str, Any], weights: Weights, serving: Mapping[str, Any],
-         result: TrialResult, directory: Path) -> Manifest:
-    """Write a model directory for the trained ``weights`` of this trial (atomically: a reader never sees half a
-    directory, and an existing one is replaced whole)."""
-    from bakeoff.core import formats, registry
-    from bakeoff.core.identity import bakeoff_version
+def check_keepable(spec: RunSpec) -> None:
+    """:class:`ModelDirError` when ``spec``'s framework has no deployment adapter (its record's ``deploy``)."""
+    from bakeoff.core import formats
 
     framework = spec.framework.value
     if framework not in formats.exporting_frameworks():
         raise ModelDirError(f"{framework} models cannot be kept: bakeoff keeps and exports models of "
                             f"{', '.join(formats.exporting_frameworks())}")
-    adapter = importlib.import_module(formats.adapter_module(framework))
+
+
+def keep(spec: RunSpec, config: Mapping[str, Any], weights: Weights, serving: Mapping[str, Any],
+         result: TrialResult, directory: Path, adapter: ModuleType) -> Manifest:
+    """Write a model directory for the trained ``weights`` of this trial (atomically: a reader never sees half a
+    directory, and an existing one is replaced whole). ``adapter``: the framework's deployment adapter
+    (:mod:`bakeoff.deploy`'s contract: ``save_model``, ``NATIVE_FILE``), imported by the trial from the module its
+    record names, so that nothing here loads a framework's module by name."""
+    from bakeoff.core import registry
+    from bakeoff.core.identity import bakeoff_version
+
+    check_keepable(spec)
+    framework = spec.framework.value
     workload = registry.workload(spec)
     tmp = directory.with_name(directory.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)

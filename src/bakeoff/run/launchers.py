@@ -7,8 +7,10 @@ deadline and kills every member (each in its own session, so a member's children
 hangs or the run is interrupted; :func:`merge` folds the ranks' results into one :class:`TrialResult`, keeping
 per-rank figures in its :class:`~bakeoff.core.result.Distributed` section's ``ranks``.
 
-Which launcher a framework's parallelism uses is data: its record's ``launchers`` (:mod:`bakeoff.core.frameworks`).
-The frameworks' own engines do the distributing: ``torch.distributed.run`` (torchrun) starts PyTorch's ranks,
+Which launcher a framework's parallelism uses is data: its record's ``launchers`` (:mod:`bakeoff.core.frameworks`);
+a framework's own launchers are records in its folder's ``launch.py`` (:data:`LAUNCHERS` finds them through its
+record's ``launch``), the contract they follow is :mod:`bakeoff.core.launching`. The frameworks' own engines do the
+distributing: ``torch.distributed.run`` (torchrun) starts PyTorch's ranks,
 TensorFlow reads ``TF_CONFIG``. Nothing here imports a framework.
 
 Ports are free ports on loopback, chosen just before the start (:func:`free_ports`); a group whose log shows one
@@ -37,53 +39,35 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import json
 import os
-import re
 import socket
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from bakeoff.core import frameworks, registry
+
+# The launcher contract, read from here by the parent side (PARAMETER_SERVERS and local_ranks too: re-exported).
+from bakeoff.core.launching import (  # noqa: F401
+    HOST,
+    PARAMETER_SERVERS,
+    Launcher,
+    Member,
+    Plan,
+    Start,
+    local_ranks,
+    trial_command,
+)
 from bakeoff.core.result import Distributed, Energy, TrialResult
 from bakeoff.core.spec import Device, Parallelism, RunSpec, Status
-from bakeoff.measure.environment import LOCAL_RANK_ENV, cuda_build, cuda_devices, usable_cores
+from bakeoff.measure.environment import cuda_build, cuda_devices, usable_cores
 from bakeoff.run.process import proc_status, process_groups, processes
 
-HOST = "127.0.0.1"
 PORT_IN_USE = ("address already in use", "eaddrinuse", "errno 98", "address in use")
 """What a member's log says when its port was taken between :func:`free_ports` and its start."""
-
-TF_SERVER_MODULE = "bakeoff.engines.tf_server"
-"""Run as ``python -m`` by each worker and parameter server of a TensorFlow parameter-server cluster."""
-
-PARAMETER_SERVERS = 1
-"""Parameter-server processes of a ``parameter_server`` trial (``workers`` counts the workers)."""
-
-
-@dataclasses.dataclass
-class Member:
-    """One process of a trial's group."""
-
-    name: str  # "trial", "torchrun", "node 1", "worker 0", "ps 0"
-    command: list[str]
-    env: dict[str, str]
-    writes_result: bool  # the group is done when every such member has exited
-    host: str = ""  # the machine of its worker (plan's ``hosts``); an executor's placement starts it there
-
-
-@dataclasses.dataclass
-class Plan:
-    launcher: str
-    members: list[Member]
-    ranks: int  # rank results expected (result.json, result.rank1.json, ...)
-    processes: int  # trial processes (torchrun's agents not counted; servers counted)
-    threads: int  # CPU threads each computing process is given
-    warnings: list[str] = dataclasses.field(default_factory=list)
-
 
 def free_ports(count: int) -> list[int]:
     """``count`` distinct ports that nothing listens on at loopback now (the kernel's choice of free ports)."""
@@ -96,126 +80,35 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def _trial(args: Sequence[str]) -> list[str]:
-    return [sys.executable, "-m", "bakeoff.trial", *args]
-
-
-def _tf_config(cluster: dict[str, list[str]], kind: str, index: int) -> str:
-    return json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}})
-
-
-@dataclasses.dataclass
-class Start:
-    """What a launcher starts its members from (:func:`plan`)."""
-
-    spec: RunSpec
-    args: Sequence[str]  # the trial's command-line arguments
-    env: dict[str, str]  # the environment every member starts from
-    ports: list[int]  # free ports, as many as the launcher's ``ports(workers)``
-    hosts: list[str]  # one per worker (loopback for every worker on this machine)
-    threads: int
-    warnings: list[str]
-
-    @property
-    def workers(self) -> int:
-        return self.spec.workers
-
-    def plan(self, launcher: str, members: list[Member], ranks: int, processes: int) -> Plan:
-        return Plan(launcher, members, ranks, processes, self.threads, self.warnings)
-
-
-@dataclasses.dataclass(frozen=True)
-class Launcher:
-    """One kind of process group: how many ports it needs, how its members start, and how its failures are read.
-    A framework's record names one per parallelism (:mod:`bakeoff.core.frameworks`); adding a launcher is one
-    record here and the function that starts its members."""
-
-    name: str
-    start: Callable[[Start], Plan]
-    program: str = "bakeoff"  # what starts the members and reports on them: bakeoff itself, or the framework's own
-    ports: Callable[[int], int] = lambda workers: 0  # free ports to choose for ``workers`` workers
-    group: bool = True  # several processes: each computing process shares the cores, ports can clash, ranks merge
-    gpu_per_rank: bool = False  # on GPUs, each rank takes the GPU at its local rank (NCCL: one rank per GPU)
-    root_cause: Callable[[str], tuple[int, int] | None] = lambda log: None
-    """(rank, exit code) of the failure the launcher's own log names as the one that ended the group, if any."""
-
-
 def _single(s: Start) -> Plan:
-    return s.plan("single", [Member("trial", _trial(s.args), s.env, True)], 1, 1)
+    return s.plan("single", [Member("trial", trial_command(s.args), s.env, True)], 1, 1)
 
 
-def _torchrun_command(s: Start, nodes: int, node: int, per_node: int) -> list[str]:
-    # Static rendezvous at the first host: its agent serves the store on the port (a port taken meanwhile
-    # fails with EADDRINUSE, and the group is started again on another).
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node-rank", str(node),
-            "--nproc-per-node", str(per_node), "--master-addr", s.hosts[0], "--master-port", str(s.ports[0]),
-            "--max-restarts", "0", "--monitor-interval", "0.5", "-m", "bakeoff.trial", *s.args]
+SINGLE = Launcher("single", _single, group=False)
+"""bakeoff's own launcher: one trial process (a framework that distributes within one process uses it too)."""
 
 
-def _torchrun(s: Start) -> Plan:
-    n = s.workers
-    return s.plan("torchrun", [Member("torchrun", _torchrun_command(s, 1, 0, n), s.env, True)], n, n)
+class _Discovered(Mapping[str, Launcher]):
+    """Every launcher by name: :data:`SINGLE` and each framework's, the ``LAUNCHERS`` of the module its record
+    names (``launch``: ``launch.py`` in its folder), read on first use."""
+
+    @staticmethod
+    def _all() -> dict[str, Launcher]:  # each time: the modules are imported once, the records may be rediscovered
+        modules = dict.fromkeys(info.launch for info in frameworks.FRAMEWORKS.values() if info.launch)
+        found = [launcher for module in modules for launcher in importlib.import_module(module).LAUNCHERS]
+        return {launcher.name: launcher for launcher in (SINGLE, *found)}
+
+    def __getitem__(self, name: str) -> Launcher:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
-def _torchrun_nodes(s: Start) -> Plan:  # one agent per node: the multi-host path, also on one machine
-    n = s.workers
-    members = [Member(f"node {i}", _torchrun_command(s, n, i, 1), {**s.env, LOCAL_RANK_ENV: str(local)}, True, host)
-               for i, (local, host) in enumerate(zip(local_ranks(s.hosts), s.hosts, strict=True))]
-    return s.plan("torchrun_nodes", members, n, n)
-
-
-def torchrun_root_cause(log: str) -> tuple[int, int] | None:
-    """(rank, exit code) of the failure torchrun reports as the root cause of ending its group, if it says."""
-    match = re.search(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", log,
-                      re.DOTALL)
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def _tf_workers(s: Start) -> Plan:
-    n = s.workers
-    cluster = {"worker": [f"{h}:{p}" for h, p in zip(s.hosts, s.ports[:n], strict=True)]}
-    members = [Member(f"worker {i}", _trial(s.args),
-                      {**s.env, "TF_CONFIG": _tf_config(cluster, "worker", i), "BAKEOFF_RANK": str(i),
-                       LOCAL_RANK_ENV: str(local)}, True, host)
-               for i, (local, host) in enumerate(zip(local_ranks(s.hosts), s.hosts, strict=True))]
-    return s.plan("tf_config", members, n, n)
-
-
-def _jax_distributed(s: Start) -> Plan:
-    n = s.workers
-    # jax.distributed.initialize() reads these: process 0 serves the coordinator on the first host's port.
-    coordinator = {"JAX_COORDINATOR_ADDRESS": f"{s.hosts[0]}:{s.ports[0]}", "JAX_NUM_PROCESSES": str(n)}
-    members = [Member(f"process {i}", _trial(s.args),
-                      {**s.env, **coordinator, "JAX_PROCESS_ID": str(i), "BAKEOFF_RANK": str(i),
-                       LOCAL_RANK_ENV: str(local)}, True, host)
-               for i, (local, host) in enumerate(zip(local_ranks(s.hosts), s.hosts, strict=True))]
-    return s.plan("jax_distributed", members, n, n)
-
-
-def _tf_parameter_server(s: Start) -> Plan:
-    # The chief runs the trial (its ClusterCoordinator schedules steps on the workers).
-    n, ports = s.workers, s.ports
-    cluster = {"chief": [f"{HOST}:{ports[0]}"], "worker": [f"{HOST}:{p}" for p in ports[1:1 + n]],
-               "ps": [f"{HOST}:{p}" for p in ports[1 + n:]]}
-    members = [Member("chief", _trial(s.args), {**s.env, "TF_CONFIG": _tf_config(cluster, "chief", 0)}, True)]
-    for kind in ("worker", "ps"):
-        for i in range(len(cluster[kind])):
-            members.append(Member(f"{kind} {i}", [sys.executable, "-m", TF_SERVER_MODULE],
-                                  {**s.env, "TF_CONFIG": _tf_config(cluster, kind, i)}, False))
-    return s.plan("tf_parameter_server", members, 1, len(members))
-
-
-LAUNCHERS = {launcher.name: launcher for launcher in (
-    Launcher("single", _single, group=False),
-    Launcher("torchrun", _torchrun, "torchrun", ports=lambda n: 1, gpu_per_rank=True,
-             root_cause=torchrun_root_cause),
-    Launcher("torchrun_nodes", _torchrun_nodes, "torchrun", ports=lambda n: 1, gpu_per_rank=True,
-             root_cause=torchrun_root_cause),
-    # TensorFlow's workers share GPUs round-robin when there are fewer than workers (its engine's choice).
-    Launcher("tf_config", _tf_workers, ports=lambda n: n),
-    Launcher("jax_distributed", _jax_distributed, ports=lambda n: 1, gpu_per_rank=True),
-    Launcher("tf_parameter_server", _tf_parameter_server, ports=lambda n: 1 + n + PARAMETER_SERVERS),
-)}
+LAUNCHERS: Mapping[str, Launcher] = _Discovered()
 """Every launcher, by the name a framework's record gives it."""
 
 
@@ -240,17 +133,6 @@ def plan(spec: RunSpec, args: Sequence[str], env: dict[str, str], ports: Sequenc
     if len(set(hosts)) > 1 and launcher.group:  # the cores of one machine are shared by the workers placed on it
         threads = spec.threads or max(1, cores // max(1, sum(h == hosts[0] for h in hosts)))
     return launcher.start(Start(spec, args, env, ports, hosts, threads, warnings))
-
-
-def local_ranks(hosts: Sequence[str]) -> list[int]:
-    """Each worker's index among the trial's workers on its machine (the workers of each host numbered in rank
-    order)."""
-    seen: dict[str, int] = {}
-    out = []
-    for host in hosts:
-        out.append(seen.get(host, 0))
-        seen[host] = out[-1] + 1
-    return out
 
 
 def unsupported_here(spec: RunSpec, gpus: int | None = None, here: int | None = None) -> str:

@@ -8,6 +8,7 @@ status and reason when the trial could not finish; the exit code is 0 when a res
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import logging
 import os
@@ -131,11 +132,14 @@ def _profile(spec: RunSpec, engine, data, result: TrialResult) -> None:
 
 def _keep(spec: RunSpec, config: dict, engine, serving: dict, result: TrialResult, directory: Path) -> None:
     """Keep the trained model (:mod:`bakeoff.results.model_dir`); a trial asked to keep one fails when it cannot."""
-    from bakeoff.results.model_dir import keep
+    from bakeoff.core import formats
+    from bakeoff.results.model_dir import check_keepable, keep
 
     t0 = time.perf_counter()
     try:
-        keep(spec, config, engine.impl.get_weights(), serving, result, directory)
+        check_keepable(spec)
+        adapter = importlib.import_module(formats.adapter_module(spec.framework.value))  # its record's ``deploy``
+        keep(spec, config, engine.impl.get_weights(), serving, result, directory, adapter)
     except Exception as exc:  # noqa: BLE001 - recorded as the trial's failure, with the message
         result.status = Status.FAILED
         result.reason = f"trained, but the model could not be kept in {directory}: {type(exc).__name__}: {exc}"

@@ -37,10 +37,11 @@ from string import Template
 from bakeoff.core import discover, frameworks
 from bakeoff.core.spec import SpecError
 
-MODEL_FILES = {"torch": "torch_model", "tensorflow": "tf_model", "jax": "jax_model", "keras": "keras_model"}
-"""What ``--framework`` takes -> the model file it writes. One ``keras_model.py`` serves every Keras 3 row."""
 
-DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
+def model_files() -> dict[str, str]:
+    """What ``--framework`` takes, a framework folder's name -> the model file it writes (its rows' ``model_module``:
+    one ``keras_model.py`` serves every Keras 3 row), in the order the CLI lists them."""
+    return {folder: frameworks.get(rows[0]).model_module for folder, rows in frameworks.by_folder().items()}
 
 NAME_RULE = "a lowercase Python identifier (a letter, then letters, digits or underscores), e.g. my_task"
 
@@ -68,16 +69,19 @@ def class_prefix(name: str) -> str:
 def rows_of(chosen: Sequence[str]) -> tuple[str, ...]:
     """The framework rows (``--framework`` of ``bakeoff run``) that the chosen model files implement, in the order
     chosen: ``keras`` is every Keras 3 row."""
+    files = model_files()
     return tuple(row for choice in chosen for row, info in frameworks.FRAMEWORKS.items()
-                 if info.model_module == MODEL_FILES[choice])
+                 if info.model_module == files[choice])
 
 
 def check_frameworks(chosen: Sequence[str]) -> list[str]:
     """The chosen frameworks without repeats; raises :class:`SpecError` for an unknown one, or for none."""
-    accepted = (f"accepted: {', '.join(MODEL_FILES)} (keras: one keras_model.py for keras-jax, keras-torch and "
-                "keras-tensorflow)")
+    files, folders = model_files(), frameworks.by_folder()
+    shared = "; ".join(f"{folder}: one {files[folder]}.py for {', '.join(rows[:-1])} and {rows[-1]}"
+                       for folder, rows in folders.items() if len(rows) > 1)
+    accepted = f"accepted: {', '.join(files)}" + (f" ({shared})" if shared else "")
     for framework in chosen:
-        if framework not in MODEL_FILES:
+        if framework not in files:
             raise SpecError(f"--framework {','.join(chosen)}: unknown framework {framework!r}; {accepted}")
     if not chosen:
         raise SpecError(f"--framework: give at least one framework; {accepted}")
@@ -142,12 +146,16 @@ def render(name: str, chosen: Sequence[str]) -> dict[str, str]:
     prefix = class_prefix(name)
     reference = f"{name}.workload:{prefix}Workload"
     rows = rows_of(chosen)
-    models = {f"{MODEL_FILES[c]}.py": _framework_words(c) for c in chosen}
+    files = model_files()
+    models = {f"{files[c]}.py": frameworks.get(frameworks.by_folder()[c][0]).model_words for c in chosen}
     modes = ", ".join(f"{frameworks.get(r).display} {frameworks.get(r).production[0].value}" for r in rows)
     values = {
         "name": name, "reference": reference,
         "workload_class": f"{prefix}Workload", "model_class": f"{prefix}Model", "net_class": f"{prefix}Net",
         "rows": json.dumps(list(rows)),
+        # the top-level module of each framework folder's first row: what the workload module must not import
+        "framework_modules": repr(tuple(frameworks.get(folder_rows[0]).modules[0]
+                                        for folder_rows in frameworks.by_folder().values())),
         "header": textwrap.fill(f"{name}'s bake-off: each framework in the mode its users train in ({modes}), "
                                 "preset tiny, until the target or 2 epochs, 3 repeats (seeds 0-2) per framework so "
                                 "that every verdict has an interval.", 116, initial_indent="# ",
@@ -159,28 +167,29 @@ def render(name: str, chosen: Sequence[str]) -> dict[str, str]:
         "commands": "\n".join(f"# {what}\n{command}" for command, what in next_steps(name, reference, rows)),
     }
     templates = resources.files("bakeoff.workloads").joinpath("templates")
-    return {file: Template(templates.joinpath(f"{file}.tmpl").read_text()).substitute(values)
+    # a model file's template is in its framework's folder (model.py.tmpl), the others here
+    sources = {file: templates.joinpath(f"{file}.tmpl")
+               for file in ["__init__.py", "workload.py", "suite.toml", "test_parity.py", "README.md"]}
+    sources.update({f"{files[c]}.py": resources.files(f"{frameworks.PACKAGE}.{c}").joinpath("model.py.tmpl")
+                    for c in chosen})
+    return {file: Template(sources[file].read_text()).substitute(values)
             for file in ["__init__.py", "workload.py", *models, "suite.toml", "test_parity.py", "README.md"]}
 
 
-def _framework_words(choice: str) -> str:
-    return {"torch": "PyTorch", "tensorflow": "TensorFlow (Keras 3 layers)", "jax": "JAX (Flax Linen)",
-            "keras": "Keras 3, any backend (keras-jax, keras-torch, keras-tensorflow)"}[choice]
-
-
-def new_workload(name: str, chosen: Sequence[str] = DEFAULT_FRAMEWORKS, folder: str | Path = ".") -> Skeleton:
+def new_workload(name: str, chosen: Sequence[str] | None = None, folder: str | Path = ".") -> Skeleton:
     """Write the workload package ``folder/name/`` and return what was written.
 
     Args:
         name: the workload's name (its package, and what results are stored by): :data:`NAME_RULE`.
-        chosen: the frameworks to write a model for, the first being parity's reference: of :data:`MODEL_FILES`.
+        chosen: the frameworks to write a model for, the first being parity's reference: of :func:`model_files`
+            (None: the native rows, :func:`bakeoff.core.frameworks.native`).
         folder: where the package goes (created when missing); the workload is then found by module from there.
 
     Raises:
         SpecError: a bad name, an existing ``folder/name``, an unknown framework; nothing is written.
     """
     folder = Path(folder)
-    chosen = check_frameworks(chosen)
+    chosen = check_frameworks(frameworks.native() if chosen is None else chosen)
     check_name(name, folder)
     texts = render(name, chosen)
     created = not folder.exists()

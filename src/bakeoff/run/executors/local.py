@@ -88,8 +88,10 @@ def _trial_env(spec: RunSpec, tmp: str, keep_dir: Path | None = None, probe_ceil
     if probe_ceiling:
         env[ceiling.PROBE_ENV] = "1"
     # Compile caches start empty in every trial, so graph-mode compile time is the cold cost, measured the same
-    # way on every run, rather than whatever an earlier trial left on disk.
-    env.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"), TRITON_CACHE_DIR=os.path.join(tmp, "triton"))
+    # way on every run, rather than whatever an earlier trial left on disk: every framework's caches (its record's
+    # cache_env), whichever framework this trial is, as before.
+    env.update({name: os.path.join(tmp, folder) for info in frameworks.FRAMEWORKS.values()
+                for name, folder in info.cache_env.items()})
     threads = str(spec.threads or usable_cores())
     env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONUNBUFFERED="1")
     env.update(frameworks.get(spec.framework.value).env)  # its record's settings (KERAS_BACKEND, XLA's allocator)

@@ -163,19 +163,12 @@ def choose_network(peers: Sequence[str], environ: dict[str, str]) -> dict:
 
 
 def taken_port(env: dict[str, str]) -> int | None:
-    """The port a TensorFlow worker with this environment serves on (its ``TF_CONFIG``), when it is taken here."""
-    try:
-        config = json.loads(env["TF_CONFIG"])
-        task = config["task"]
-        port = int(config["cluster"][task["type"]][task["index"]].rpartition(":")[2])
-    except (KeyError, ValueError, IndexError, TypeError):
-        return None
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("", port))
-        except OSError:
-            return port
-    return None
+    """The port a member with this environment serves on, when it is taken here: read by its launcher
+    (:attr:`bakeoff.core.launching.Launcher.served_port`; a TensorFlow worker's, from its cluster variable)."""
+    from bakeoff.run.launchers import LAUNCHERS
+
+    readers = dict.fromkeys(launcher.served_port for launcher in LAUNCHERS.values())
+    return next((port for read in readers if (port := read(env)) is not None), None)
 
 
 def networks(folder: Path) -> list[dict]:
@@ -283,9 +276,13 @@ def run_share(raw: dict) -> int:
     return code
 
 
-CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
-"""Compile caches, which start empty in every trial (:func:`bakeoff.run.executors.local._trial_env`): on a node,
-in its own temporary folder rather than the trial's folder on the shared file system (slow, and shared by nodes)."""
+def cache_variables() -> tuple[str, ...]:
+    """Compile caches, which start empty in every trial (:func:`bakeoff.run.executors.local._trial_env`; each
+    framework's record's ``cache_env``): on a node, in its own temporary folder rather than the trial's folder on
+    the shared file system (slow, and shared by nodes)."""
+    from bakeoff.core import frameworks
+
+    return tuple(dict.fromkeys(name for info in frameworks.FRAMEWORKS.values() for name in info.cache_env))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         # a unit whose janitor a job step's end killed too (scancel) are removed by the next unit on this node.
         sweep_orphans(NODE_FOLDER)
         with interruptible(), temporary_folder(owned_prefix(NODE_FOLDER)) as caches:
-            for name in CACHE_VARIABLES:
+            for name in cache_variables():
                 os.environ[name] = os.path.join(caches, name.lower())
             code = run_share(raw)
     except Interrupted as exc:

@@ -1,5 +1,5 @@
 """Bakeoff's model for every workload whose Keras rows are one Keras 3 function (:mod:`bakeoff.core.keras_function`):
-the user's ``keras.Model``, wrapped so that :class:`bakeoff.engines.keras_engine.KerasEngine` trains it as it
+the user's ``keras.Model``, wrapped so that :class:`bakeoff.frameworks.keras.engine.KerasEngine` trains it as it
 trains a hand-written ``keras_model.py``, on any backend (``keras.layers``, ``keras.ops``; the backend is
 ``KERAS_BACKEND``'s).
 

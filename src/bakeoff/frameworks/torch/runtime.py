@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from bakeoff.deploy import ran_on
-from bakeoff.measure import numerics
+from bakeoff.core.formats import ran_on
+from bakeoff.frameworks.torch import probes
 
 META = "bakeoff.json"  # as torch_deploy writes it
 
@@ -58,7 +58,7 @@ def load_runtime(fmt: str, path: Path, threads: int) -> Run:
             return call(*args).float().cpu().numpy()  # .cpu() waits for the device
 
     where = f"cuda:{torch.cuda.current_device()}" if device == "cuda" else str(torch.device(device))
-    return ran_on(run, where, **numerics.tf32("torch"))
+    return ran_on(run, where, **probes.tf32())
 
 
 def meta_beside(path: Path) -> Path:

@@ -22,8 +22,8 @@ engine has (measured on MNIST: 7 frames compiled, graph breaks 3 in the step, th
 
 Gradient accumulation is Keras' own (``Optimizer(gradient_accumulation_steps=k)``): it averages the k micro-batches'
 mean-loss gradients, which is the gradient of the whole batch exactly when the micro-batches are the same size
-(checked per step). Adam is :class:`bakeoff.engines.tf_optim.Adam`: PyTorch's update, in ``keras.ops`` only (on
-TensorFlow with embedding gradients densified first: :func:`_adam_class` says why).
+(checked per step). Adam is :class:`bakeoff.frameworks.tensorflow.optim.Adam`: PyTorch's update, in ``keras.ops``
+only (on TensorFlow with embedding gradients densified first: :func:`_adam_class` says why).
 
 ``gradients()`` (the parity probe, never on the training clock) cannot go through ``train_on_batch``, which
 updates the weights; Keras 3 has no backend-agnostic autodiff, so it is the one place with a branch per
@@ -139,7 +139,7 @@ class KerasEngine(Engine):
             self._count_traces()
         self.compiled = "eager (run_eagerly=True)" if eager else COMPILED_PATH[self.backend, spec.execution]
         if self.backend == "torch" and spec.execution is Execution.GRAPH:
-            from bakeoff.engines.torch_engine import compile_settings
+            from bakeoff.frameworks.torch.engine import compile_settings
 
             self._graph_breaks = compile_settings()
         # Compiled like the step on jax and tensorflow (the probes check what the compiled code computes); eager
@@ -226,11 +226,11 @@ class KerasEngine(Engine):
         if self.backend == "torch":
             import torch
 
-            from bakeoff.engines.torch_engine import _CudaProbe
+            from bakeoff.frameworks.torch.engine import _CudaProbe
 
             return _CudaProbe(torch.device(self.device))
         if self.backend == "tensorflow":
-            from bakeoff.engines.tf_engine import _GpuProbe
+            from bakeoff.frameworks.tensorflow.engine import _GpuProbe
 
             return _GpuProbe("GPU:0")
         return _JaxDeviceProbe()
@@ -238,14 +238,14 @@ class KerasEngine(Engine):
     def profiler(self, directory: Path) -> contextlib.AbstractContextManager[Any]:
         """The backend framework's own profiler, as its engine runs it (Keras has none of its own)."""
         if self.backend == "torch":
-            from bakeoff.engines.torch_engine import trace
+            from bakeoff.frameworks.torch.engine import trace
 
             return trace(directory, cuda=self.device.startswith("cuda"))
         if self.backend == "tensorflow":
-            from bakeoff.engines.tf_engine import trace
+            from bakeoff.frameworks.tensorflow.engine import trace
 
             return trace(directory)
-        from bakeoff.engines.jax_engine import trace
+        from bakeoff.frameworks.jax.engine import trace
 
         return trace(directory)
 
@@ -325,7 +325,7 @@ def _pin_device_and_threads(backend: str, device: Device, threads: int) -> str:
     if backend == "torch":
         import torch
 
-        from bakeoff.engines.torch_engine import _pin_threads
+        from bakeoff.frameworks.torch.engine import _pin_threads
 
         _pin_threads(threads)
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -359,7 +359,7 @@ def _pin_device_and_threads(backend: str, device: Device, threads: int) -> str:
 
 
 def _adam_class(backend: str) -> type:
-    """PyTorch's Adam in Keras (:mod:`bakeoff.engines.tf_optim`, ``keras.ops`` only); on TensorFlow with the
+    """PyTorch's Adam in Keras (:mod:`bakeoff.frameworks.tensorflow.optim`, ``keras.ops`` only); on TensorFlow with the
     embedding's gradient densified first.
 
     On the TensorFlow backend an Embedding's gradient is a ``tf.IndexedSlices`` with one row per token occurrence,
@@ -369,7 +369,7 @@ def _adam_class(backend: str) -> type:
     own ``keras.optimizers.Adam`` has the same arithmetic, so this is what an unmodified Keras-on-TF model computes;
     bakeoff densifies, as its TensorFlow engine does, so that the rows train the same algorithm.
     """
-    from bakeoff.engines.tf_optim import Adam
+    from bakeoff.frameworks.tensorflow.optim import Adam
 
     if backend != "tensorflow":
         return Adam

@@ -1,7 +1,7 @@
 """How the PyTorch engine distributes a trial: one device, or ``DistributedDataParallel`` under torchrun.
 
 A strategy is picked from ``spec.parallelism`` (:func:`strategy_for`) and composed into
-:class:`bakeoff.engines.torch_engine.TorchEngine`, which calls the same hooks whatever the strategy: which device
+:class:`bakeoff.frameworks.torch.engine.TorchEngine`, which calls the same hooks whatever the strategy: which device
 and shard this process takes, the module the forward pass goes through, whether a micro-batch's backward
 synchronises, the global loss totals and what the synchronised gradients are divided by.
 

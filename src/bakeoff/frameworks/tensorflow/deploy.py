@@ -29,8 +29,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from bakeoff.core import registry  # noqa: E402
+from bakeoff.core.formats import Unsupported  # noqa: E402
 from bakeoff.core.workload import Weights  # noqa: E402
-from bakeoff.deploy import Unsupported  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ and loss (whose backward AOTAutograd compiles with it) and the update — the gr
 count and the Adam step (PyTorch's "compiling the optimizer" recipe). What stays eager between the two graphs is
 the autograd engine adding each micro-batch's gradients into ``.grad``.
 
-Distribution is a strategy composed from ``spec.parallelism`` (:mod:`bakeoff.engines.torch_distributed`): one
+Distribution is a strategy composed from ``spec.parallelism`` (:mod:`bakeoff.frameworks.torch.distributed`): one
 device, or ``DistributedDataParallel`` under torchrun. The step calls the same strategy hooks either way; under
 DDP in graph mode, Dynamo's DDPOptimizer splits the compiled forward at DDP's bucket boundaries so the
 all-reduces still overlap the backward pass.
@@ -27,8 +27,8 @@ from bakeoff.core.registry import model_class
 from bakeoff.core.spec import Device, Execution, Parallelism, Precision
 from bakeoff.core.workload import Batch
 from bakeoff.engines.base import Engine, Unsupported, threads_for
-from bakeoff.engines.torch_distributed import strategy_for
-from bakeoff.measure import numerics
+from bakeoff.frameworks.torch import probes
+from bakeoff.frameworks.torch.distributed import strategy_for
 from bakeoff.measure.memory import MemoryProbe
 
 
@@ -256,7 +256,7 @@ class TorchEngine(Engine):
             "device": str(self.device),
             "intra_op_threads": torch.get_num_threads(),
             "inter_op_threads": torch.get_num_interop_threads(),
-            **numerics.tf32("torch"),  # as read, after setup turned it off
+            **probes.tf32(),  # as read, after setup turned it off
             "mixed_precision": f"torch.autocast({self._amp_dtype})" if self._amp_dtype else "off",
             "loss_scaling": "GradScaler" if self.scaler.is_enabled() else "off",
         }

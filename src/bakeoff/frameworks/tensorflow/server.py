@@ -1,4 +1,5 @@
-"""``python -m bakeoff.engines.tf_server``: one worker or parameter server of a TensorFlow parameter-server cluster.
+"""``python -m bakeoff.frameworks.tensorflow.server``: one worker or parameter server of a TensorFlow
+parameter-server cluster.
 
 The launcher (:func:`bakeoff.run.launchers.plan`) starts one per worker and parameter server, each with its
 ``TF_CONFIG``, beside the chief (the trial process). This starts a ``tf.distribute.Server`` for its task and

@@ -18,7 +18,7 @@ import jaxlib
 import numpy as np
 from jax import export as jax_export
 
-from bakeoff.deploy import ran_on
+from bakeoff.core.formats import ran_on
 
 log = logging.getLogger(__name__)
 

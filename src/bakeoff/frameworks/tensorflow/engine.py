@@ -1,14 +1,14 @@
 """TensorFlow engine: eager, ``tf.function`` (graph) or ``tf.function(jit_compile=True)`` (XLA), on one device or
-under a ``tf.distribute`` strategy (:mod:`bakeoff.engines.tf_distributed`).
+under a ``tf.distribute`` strategy (:mod:`bakeoff.frameworks.tensorflow.distributed`).
 
 The loop is a custom ``GradientTape`` step, the same shape as the PyTorch step, with Keras' Adam running the
-same update as ``torch.optim.Adam`` (see :mod:`bakeoff.engines.tf_optim`; epsilon pinned to PyTorch's 1e-8).
+same update as ``torch.optim.Adam`` (see :mod:`bakeoff.frameworks.tensorflow.optim`; epsilon pinned to PyTorch's 1e-8).
 Embedding gradients arrive as ``tf.IndexedSlices``; they are densified before the update, because Adam on
 slices squares each repeated token's gradient separately (a different second moment from PyTorch's dense one).
 
 The step is written once, per replica (``replica_step``), and composed with the spec's distribution: on one
 device it is the whole step; under a strategy each replica runs it on its shard and the distribution sums counts
-and gradients across replicas (the arithmetic is in :mod:`bakeoff.engines.tf_distributed`). XLA compiles the
+and gradients across replicas (the arithmetic is in :mod:`bakeoff.frameworks.tensorflow.distributed`). XLA compiles the
 whole step on one device; under a strategy only each replica's forward and backward (``local_sums``), because
 XLA on CPU compiles no collectives (measured, TF 2.21: "Collectives are not yet implemented for CPU devices when
 compiling with XLA") and one XLA cluster cannot reach the other replicas' variables (MirroredStrategy: "Trying
@@ -33,10 +33,10 @@ import tensorflow as tf  # noqa: E402
 from bakeoff.core import registry  # noqa: E402
 from bakeoff.core.spec import Device, Execution, Precision
 from bakeoff.core.workload import Batch, Weights  # noqa: E402
-from bakeoff.engines import tf_distributed  # noqa: E402
 from bakeoff.engines.base import Engine, Unsupported, threads_for  # noqa: E402
-from bakeoff.engines.tf_optim import Adam, LossScaleOptimizer  # noqa: E402
-from bakeoff.measure import numerics  # noqa: E402
+from bakeoff.frameworks.tensorflow import distributed as tf_distributed  # noqa: E402
+from bakeoff.frameworks.tensorflow import probes  # noqa: E402
+from bakeoff.frameworks.tensorflow.optim import Adam, LossScaleOptimizer  # noqa: E402
 from bakeoff.measure.memory import MemoryProbe  # noqa: E402
 
 
@@ -249,7 +249,7 @@ class TensorFlowEngine(Engine):
             "device": self.device,
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
             "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
-            **numerics.tf32("tensorflow"),  # as read, after setup turned it off
+            **probes.tf32(),  # as read, after setup turned it off
             "mixed_precision": self.policy,
             "loss_scaling": "LossScaleOptimizer" if self.policy == "mixed_float16" else "off",
             "distribution": self.dist.words,

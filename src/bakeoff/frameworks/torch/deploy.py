@@ -27,9 +27,9 @@ import torch
 from torch import nn
 
 from bakeoff.core import formats, registry
+from bakeoff.core.formats import Unsupported
 from bakeoff.core.workload import Weights
-from bakeoff.deploy import Unsupported
-from bakeoff.deploy.torch_runtime import meta_beside
+from bakeoff.frameworks.torch.runtime import meta_beside
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +252,7 @@ def _tensorrt(serving: Serving, args: tuple, axes: Axes, out: Path, meta: str) -
 def save_tensorrt(save: Callable[..., Any], compiled: Any, out: Path, args: tuple, meta: str) -> list[str]:
     """``torch_tensorrt.save`` (``save``) of the compiled module as TorchScript, and its ``bakeoff.json`` beside
     it: that save traces the module and ``torch.jit.save``s it with no extra files, so the runtime reads the file
-    beside it (:func:`bakeoff.deploy.torch_runtime.meta_beside`). Returns the files written."""
+    beside it (:func:`bakeoff.frameworks.torch.runtime.meta_beside`). Returns the files written."""
     save(compiled, str(out), output_format="torchscript", arg_inputs=list(args))
     side = meta_beside(out)
     side.write_text(meta)

@@ -37,8 +37,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     Keras' ``LossScaleOptimizer`` assumes the gradients it is given are already all-reduced: it decides "finite or
     not" from each replica's own gradients (or, through a merge call, from replica 0's) *before* its inner
     optimizer sums them. bakeoff hands each replica its local gradients, so that the inner optimizer's sum is the
-    step's one gradient reduction (:mod:`bakeoff.engines.tf_distributed`). An overflow on one replica then let
-    another apply the update with an infinite gradient in the sum (measured with MirroredStrategy over 2 logical
+    step's one gradient reduction (:mod:`bakeoff.frameworks.tensorflow.distributed`). An overflow on one replica then
+    let another apply the update with an infinite gradient in the sum (measured with MirroredStrategy over 2 logical
     CPUs: replica 1's inf reached the weights), and under MultiWorkerMirroredStrategy workers could take
     different branches, one waiting forever in the update's all-reduce. Here the finiteness flag is itself summed
     over the replicas before the branch: a step is skipped everywhere when any replica's gradients overflowed,

@@ -40,9 +40,9 @@ import optax
 from bakeoff.core.registry import model_class
 from bakeoff.core.spec import Device, Execution, Precision, RunSpec
 from bakeoff.core.workload import Batch, Weights
-from bakeoff.engines import jax_distributed
 from bakeoff.engines.base import Engine, Unsupported, threads_for
-from bakeoff.measure import numerics
+from bakeoff.frameworks.jax import distributed as jax_distributed
+from bakeoff.frameworks.jax import probes
 from bakeoff.measure.environment import usable_cores
 from bakeoff.measure.memory import MemoryProbe
 
@@ -264,7 +264,7 @@ class JaxEngine(Engine):
             "intra_op_threads": usable_cores(),
             "threads_requested": threads_for(self.spec),
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
-            **numerics.tf32("jax"),  # as read, after setup turned it off
+            **probes.tf32(),  # as read, after setup turned it off
             "matmul_precision": jax.config.jax_default_matmul_precision,
             "mixed_precision": ("flax dtype=bfloat16 (params, gradients, Adam state and loss fp32)"
                                 if self.compute_dtype == jnp.bfloat16 else "off"),

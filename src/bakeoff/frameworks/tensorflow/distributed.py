@@ -11,7 +11,7 @@ The engine composes its step builder with one :class:`Distribution`, chosen from
 * :class:`ParameterServer` (parameter_server): ``ParameterServerStrategy`` and a ``ClusterCoordinator`` in the
   chief; variables live on the parameter server, each step is one global batch scheduled on whichever worker is
   free (asynchronous; :meth:`ParameterServer.execute` says how it is timed). The workers and the parameter
-  server are ``python -m bakeoff.engines.tf_server`` processes.
+  server are ``python -m bakeoff.frameworks.tensorflow.server`` processes.
 
 Exact gradient accumulation under the synchronous strategies (``replica_step`` in the engine). Replica r of R holds
 its shards s_r1 … s_rk of the step's k global micro-batches. It computes, without any communication,

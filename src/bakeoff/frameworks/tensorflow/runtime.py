@@ -17,8 +17,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads: i
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bakeoff.deploy import ran_on  # noqa: E402
-from bakeoff.measure import numerics  # noqa: E402
+from bakeoff.core.formats import ran_on  # noqa: E402
+from bakeoff.frameworks.tensorflow import probes  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def load_runtime(fmt: str, path: Path, threads: int) -> Callable[[dict[str, np.n
 
     # TensorFlow places a signature's ops on its first GPU when it sees one, else on the CPU
     device = "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
-    return ran_on(run, device, **numerics.tf32("tensorflow"))
+    return ran_on(run, device, **probes.tf32())
 
 
 def runtime_version() -> str:
