@@ -22,15 +22,16 @@ machine itself; the first is the rendezvous host (torchrun's master address, TF_
 GPUs: each rank of a PyTorch or JAX group takes a GPU of its own, the one at its *local rank*, its index among the
 trial's ranks on its machine (NCCL refuses two ranks of a communicator on one GPU). A torchrun agent of several
 ranks numbers them itself (``LOCAL_RANK``); a member that is one rank (one torchrun agent per node, a
-``jax.distributed`` process, a TensorFlow worker) is told its machine-wide local rank in ``BAKEOFF_LOCAL_RANK``
-(:func:`bakeoff.measure.environment.local_rank` reads it), since torchrun says ``LOCAL_RANK=0`` to
-each one-process agent. Every GPU stays visible to every rank, so NCCL can still reach its peers directly. A group
-that would put more such ranks on this machine than it has visible GPUs is refused before any process starts
-(:func:`unsupported_here`; a trial spread over nodes, each node's share of its ranks, checked on that node).
+``jax.distributed`` process, a TensorFlow worker) is told its machine-wide local rank in its
+:class:`~bakeoff.core.contract.Placement` (:func:`bakeoff.measure.environment.local_rank` reads it), since
+torchrun says ``LOCAL_RANK=0`` to each one-process agent. Every GPU stays visible to every rank, so NCCL can still
+reach its peers directly. A group that would put more such ranks on this machine than it has visible GPUs is refused
+before any process starts (:func:`unsupported_here`; a trial spread over nodes, each node's share of its ranks,
+checked on that node).
 
-Threads: on one host, the cores are shared out among the processes that compute (``BAKEOFF_THREADS``, read by
-:func:`bakeoff.engines.base.threads_for`), so N replicas on N cores do not oversubscribe them; more replicas than
-cores is allowed on CPU and recorded as a warning.
+Threads: on one host, the cores are shared out among the processes that compute (the placement's ``threads``, read
+by :func:`bakeoff.engines.base.threads_for`), so N replicas on N cores do not oversubscribe them; more replicas
+than cores is allowed on CPU and recorded as a warning.
 """
 
 from __future__ import annotations
@@ -48,9 +49,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bakeoff.core import frameworks, registry
+from bakeoff.core.contract import Placement
 from bakeoff.core.result import Distributed, Energy, TrialResult
 from bakeoff.core.spec import Device, Parallelism, RunSpec, Status
-from bakeoff.measure.environment import LOCAL_RANK_ENV, cuda_build, cuda_devices, usable_cores
+from bakeoff.measure.environment import cuda_build, cuda_devices, usable_cores
 from bakeoff.run.process import proc_status, process_groups, processes
 
 HOST = "127.0.0.1"
@@ -109,7 +111,7 @@ class Start:
     """What a launcher starts its members from (:func:`plan`)."""
 
     spec: RunSpec
-    args: Sequence[str]  # the trial's command-line arguments
+    args: Sequence[str]  # the trial's command-line arguments (its request file)
     env: dict[str, str]  # the environment every member starts from
     ports: list[int]  # free ports, as many as the launcher's ``ports(workers)``
     hosts: list[str]  # one per worker (loopback for every worker on this machine)
@@ -159,7 +161,8 @@ def _torchrun(s: Start) -> Plan:
 
 def _torchrun_nodes(s: Start) -> Plan:  # one agent per node: the multi-host path, also on one machine
     n = s.workers
-    members = [Member(f"node {i}", _torchrun_command(s, n, i, 1), {**s.env, LOCAL_RANK_ENV: str(local)}, True, host)
+    members = [Member(f"node {i}", _torchrun_command(s, n, i, 1), {**s.env, **Placement(local_rank=local).env()},
+                      True, host)
                for i, (local, host) in enumerate(zip(local_ranks(s.hosts), s.hosts, strict=True))]
     return s.plan("torchrun_nodes", members, n, n)
 
@@ -175,8 +178,8 @@ def _tf_workers(s: Start) -> Plan:
     n = s.workers
     cluster = {"worker": [f"{h}:{p}" for h, p in zip(s.hosts, s.ports[:n], strict=True)]}
     members = [Member(f"worker {i}", _trial(s.args),
-                      {**s.env, "TF_CONFIG": _tf_config(cluster, "worker", i), "BAKEOFF_RANK": str(i),
-                       LOCAL_RANK_ENV: str(local)}, True, host)
+                      {**s.env, "TF_CONFIG": _tf_config(cluster, "worker", i),
+                       **Placement(rank=i, local_rank=local).env()}, True, host)
                for i, (local, host) in enumerate(zip(local_ranks(s.hosts), s.hosts, strict=True))]
     return s.plan("tf_config", members, n, n)
 
@@ -186,8 +189,8 @@ def _jax_distributed(s: Start) -> Plan:
     # jax.distributed.initialize() reads these: process 0 serves the coordinator on the first host's port.
     coordinator = {"JAX_COORDINATOR_ADDRESS": f"{s.hosts[0]}:{s.ports[0]}", "JAX_NUM_PROCESSES": str(n)}
     members = [Member(f"process {i}", _trial(s.args),
-                      {**s.env, **coordinator, "JAX_PROCESS_ID": str(i), "BAKEOFF_RANK": str(i),
-                       LOCAL_RANK_ENV: str(local)}, True, host)
+                      {**s.env, **coordinator, "JAX_PROCESS_ID": str(i),
+                       **Placement(rank=i, local_rank=local).env()}, True, host)
                for i, (local, host) in enumerate(zip(local_ranks(s.hosts), s.hosts, strict=True))]
     return s.plan("jax_distributed", members, n, n)
 
@@ -221,16 +224,16 @@ LAUNCHERS = {launcher.name: launcher for launcher in (
 
 def plan(spec: RunSpec, args: Sequence[str], env: dict[str, str], ports: Sequence[int] | None = None,
          cores: int | None = None, hosts: Sequence[str] | None = None) -> Plan:
-    """The process group that runs ``spec``: ``args`` are the trial's command-line arguments (spec file, result
-    file, checkpoint and TensorBoard folders), ``env`` the environment every member starts from, ``hosts`` the
+    """The process group that runs ``spec``: ``args`` are the trial's command-line arguments (its request file,
+    :class:`bakeoff.core.contract.TrialRequest`), ``env`` the environment every member starts from, ``hosts`` the
     machine of each worker (default: all here, on loopback), for an executor that starts each member there."""
     launcher = LAUNCHERS[registry.launcher(spec)]
     cores = cores or usable_cores()
     n = spec.workers
     computing = n if launcher.group else 1
     threads = spec.threads or max(1, cores // computing)
-    env = {**env, "BAKEOFF_THREADS": str(threads), "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-           "BAKEOFF_LAUNCHED_AT": repr(time.time())}
+    env = {**env, **Placement(threads=threads, launched_at=time.time()).env(), "OMP_NUM_THREADS": str(threads),
+           "MKL_NUM_THREADS": str(threads)}
     warnings = []
     if spec.parallelism is not Parallelism.NONE and n > cores:
         warnings.append(f"{n} replicas on {cores} CPU cores: replicas share cores, so throughput measures "
@@ -359,7 +362,7 @@ def _rank_summary(rank: int, result: TrialResult) -> dict:
     return {"rank": rank, "status": result.status.value, "reason": result.reason[:300],
             "steady_step_s": result.steady_step_s, "peak_memory_bytes": result.peak_memory_bytes,
             "memory_baseline_bytes": result.memory_baseline_bytes,
-            "memory_increment_bytes": result.memory_increment_bytes, "launch_s": result.extras.get("launch_s"),
+            "memory_increment_bytes": result.memory_increment_bytes, "launch_s": result.setup.launch_s,
             "import_s": result.import_s, "build_s": result.build_s,
             "final_loss": result.losses[-1] if result.losses else None, "step_times_s": list(result.step_times_s),
             # this rank's synchronisation per optimizer step, timed in its training step (the group's figure is
