@@ -132,7 +132,7 @@ def test_killing_bakeoff_run_leaves_no_trial_folder_in_the_temporary_folder(tmp_
             assert run.poll() is None, "the run ended before its trial started"
             time.sleep(0.1)
         [folder] = temporary.glob("bakeoff-trial-*")
-        assert (folder / "spec.json").is_file()  # the trial's own folder, in use
+        assert (folder / "request.json").is_file()  # the trial's own folder, in use
     finally:
         run.kill()
         run.wait()
