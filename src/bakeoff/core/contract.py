@@ -3,9 +3,10 @@ process and what a launcher tells each process of the trial's group.
 
 - :class:`TrialRequest` — what the parent asks of one trial: the spec, where its result goes, its checkpoint and
   TensorBoard folders, whether to keep the trained model (and where), to probe the matmul ceiling, to profile, to
-  evaluate, and how often to say its progress. Written once, as one JSON file (:meth:`TrialRequest.write`), whose
-  path is the trial process's one argument (``python -m bakeoff.trial REQUEST.json``); read once, by
-  :func:`bakeoff.trial.main.main`. Every process of a group reads the same file.
+  evaluate, and how often to say its progress. Written once, as one JSON file (:meth:`TrialRequest.write`; the
+  local executor's ``request_file``, beside the trial's log), whose path is the trial process's one argument
+  (``python -m bakeoff.trial REQUEST.json``); read once, by :func:`bakeoff.trial.main.main`. Every process of a
+  group reads the same file.
 - :class:`Placement` — what differs between the processes of one group, set by the launcher in each member's
   environment (:mod:`bakeoff.run.launchers`), since a launcher such as torchrun starts the ranks itself from one
   command line: the rank, the local rank (the GPU it takes), its threads and when the group was launched. Its
@@ -33,9 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.core.spec import RunSpec, SpecError
-
-REQUEST_FILE = "request.json"
-"""The request's file name in the trial's folder."""
 
 RANK_ENV = "BAKEOFF_RANK"
 """A member's rank, set by bakeoff's own launchers (TensorFlow's workers, ``jax.distributed`` processes); torchrun

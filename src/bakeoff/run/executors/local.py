@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from bakeoff.core import frameworks, registry
-from bakeoff.core.contract import REQUEST_FILE, TrialRequest, progress_every
+from bakeoff.core.contract import TrialRequest, progress_every
 from bakeoff.core.files import sweep_orphans, temporary_folder
 from bakeoff.core.result import Distributed, TrialResult
 from bakeoff.core.spec import Parallelism, RunSpec, Status
@@ -80,6 +80,12 @@ def _trial_env(spec: RunSpec, tmp: str) -> dict[str, str]:
     if spec.device.value == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     return env
+
+
+def request_file(log_dir: Path, spec: RunSpec) -> Path:
+    """Where a trial's request (:class:`TrialRequest`) is while its group runs: ``<key>.request.json`` beside its
+    log."""
+    return log_dir / f"{spec.key()}.request.json"
 
 
 def shared_prefix(spec: RunSpec) -> str:
@@ -210,18 +216,24 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         request = TrialRequest(spec, result_path, checkpoint_dir, tensorboard_dir, keep_dir, probe_ceiling,
                                evaluate=evaluate, progress_s=progress_every(),
                                **(profile.asked() if profile is not None else {}))
-        request_path = request.write(Path(tmp) / REQUEST_FILE)
-        started, oom_before = time.perf_counter(), read_oom_kills()
-        group = launchers.plan(spec, [str(request_path)], _trial_env(spec, tmp), hosts=hosts)
-        logs = rank_logs = _log_paths(log_dir, spec, group)
-        if shared is not None:  # one unit per node starts its members there (a Slurm job step, a Ray task)
-            group.members, logs = node.fold(group.members, rank_logs, Path(tmp), log_dir, spec.key(),
-                                            fixed_threads=spec.threads is not None, request_file=request_path)
-        if place is not None:  # units on other nodes start there, the first node's here
-            group.members = [place(member) for member in group.members]
-        names = [m.name for m in group.members]
-        what = spec.title()
-        outcome = launchers.run_group(group, logs, timeout_s, memory_cap, what)
+        # Beside the trial's log, in the store's folder: every node sees it, and a trial's processes name the store
+        # on their command line (``ps`` finds a run's processes by its folder, as they named their checkpoints).
+        request_path = request_file(log_dir, spec)
+        request.write(request_path)
+        try:
+            started, oom_before = time.perf_counter(), read_oom_kills()
+            group = launchers.plan(spec, [str(request_path)], _trial_env(spec, tmp), hosts=hosts)
+            logs = rank_logs = _log_paths(log_dir, spec, group)
+            if shared is not None:  # one unit per node starts its members there (a Slurm job step, a Ray task)
+                group.members, logs = node.fold(group.members, rank_logs, Path(tmp), log_dir, spec.key(),
+                                                fixed_threads=spec.threads is not None, request_file=request_path)
+            if place is not None:  # units on other nodes start there, the first node's here
+                group.members = [place(member) for member in group.members]
+            names = [m.name for m in group.members]
+            what = spec.title()
+            outcome = launchers.run_group(group, logs, timeout_s, memory_cap, what)
+        finally:  # the group is over: nothing reads the request again (the result and the log say what ran)
+            request_path.unlink(missing_ok=True)
         if shared is not None:  # this node's units' compile caches, if a job step's end killed their janitors too
             sweep_orphans(node.NODE_FOLDER)
         # where the ranks meet (the first node: torchrun's store, TF's worker 0, JAX's coordinator), and what each
