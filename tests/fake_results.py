@@ -18,7 +18,7 @@ median of each trial's steady steps is exactly ``32 / examples_per_s``. The whol
 plus 8 MiB of evaluation. Threads: PyTorch 16 intra / 16 inter, TensorFlow 16 / 1 (as the engines set them).
 
 Each trial records what a real one does besides its measurements: the spec's ``content`` (bakeoff version, config
-hash, framework version, and a hash per data file), the resolved config and the data set's facts in ``extras``
+hash, framework version, and a hash per data file), the resolved config and the data set's facts in ``setup``
 (the shipped fine-foods reviews unless told otherwise), steady steps, epochs (``training``) and its place in the
 run order (``order``).
 """
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bakeoff.core.result import Order, Training, TrialResult
+from bakeoff.core.result import Order, Setup, Training, TrialResult
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.results.store import Store
 
@@ -141,7 +141,7 @@ def trial(framework: str, execution: str, *, repeat: int = 0, seed: int = 0, exa
         training=Training(steady_steps=steps - 1 - spec.warmup_steps, epochs=steps * batch_size / TRAIN_ROWS,
                           **target_record(preset, data_info)),
         order=Order(position=1, of=1, seed=0),
-        extras={"config": dict(CONFIG), "data": dict(DATA_INFO if data_info is None else data_info)})
+        setup=Setup(config=dict(CONFIG), data=dict(DATA_INFO if data_info is None else data_info)))
 
 
 def target_record(preset: str, data_info: dict | None) -> dict[str, str]:
@@ -160,7 +160,7 @@ def failed(framework: str, execution: str, *, repeat: int = 0, seed: int = 0, re
                    seed=seed, repeat=repeat, batch_size=BATCH, eval_every=10, content=content(framework))
     return TrialResult(spec=spec.to_dict(), key=spec.key(), status=status, reason=reason,
                        environment=environment(framework), import_s=3.4, metric_name="accuracy", target=TARGET,
-                       extras={"config": dict(CONFIG), "data": dict(DATA_INFO)})
+                       setup=Setup(config=dict(CONFIG), data=dict(DATA_INFO)))
 
 
 def repeats(framework: str, execution: str, examples_per_s: Sequence[float], time_to_target_s: Sequence, *,

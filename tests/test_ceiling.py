@@ -249,7 +249,7 @@ def test_a_run_probes_the_ceiling_once_in_its_first_trial_and_keeps_it(tmp_path)
     # data needs none): conv1 3·3·1 → 8 on 26×26, max-pool to 13×13, conv2 3·3·8 → 16 on 11×11, max-pool to 5×5,
     # dense 400 → 10.
     flops = 3 * 2 * (26 * 26 * 8 * 9 + 11 * 11 * 16 * 72 + 400 * 10) - 2 * 26 * 26 * 8 * 9
-    assert registry.workload("mnist").flops_per_example(first.extras["config"]) == flops
+    assert registry.workload("mnist").flops_per_example(first.setup.config) == flops
     for r in (first, second):
         assert r.mfu.ceiling_flops_per_s == peak
         assert r.mfu.value == pytest.approx(flops * r.throughput["examples_per_s"] / peak)

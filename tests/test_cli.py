@@ -308,7 +308,7 @@ def test_flags_with_a_suite_override_it_and_the_run_says_so(overridden):
 def test_set_changes_the_model_that_trains(overridden):
     _, result = overridden
     wl = registry.workload("text_classifier")
-    config = result["extras"]["config"]
+    config = result["setup"]["config"]
     assert (config["d_model"], config["num_heads"], config["num_layers"]) == (32, 2, 2)
     assert result["num_params"] == wl.num_params(config) == 157_537  # what the framework counted, and numpy
 

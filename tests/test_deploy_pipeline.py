@@ -39,7 +39,7 @@ def test_a_trial_keeps_its_model_with_a_manifest_canonical_weights_and_the_nativ
     assert manifest.serving_inputs == {"images": ["batch", None, None]}
     assert manifest.serving["input"] == "(B, 28, 28) float32 pixels / 255"
     trial = store.results(keys=[spec.key()])[0]
-    assert trial.extras["kept_model"]["directory"] == str(directory)
+    assert trial.setup.kept_model["directory"] == str(directory)
     assert manifest.final_metric == trial.final_metric
     # The canonical weights are the trained ones, not the initial ones.
     workload = registry.workload("mnist")

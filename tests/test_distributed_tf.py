@@ -192,7 +192,7 @@ def test_killed_worker_fails_the_trial_and_leaves_no_process(tmp_path, monkeypat
     result = run_one(spec, TIMEOUT_S, tmp_path / "logs", tensorboard_dir=events)
     killer.join(timeout=5)
     assert killed, "worker 1 was never found training"
-    assert Path(str(killed["spec_path"])).name == "spec.json"
+    assert Path(str(killed["spec_path"])).name == f"{spec.key()}.request.json"
     assert result.status is Status.FAILED
     assert result.reason.startswith("worker 1 ") and "killed by SIGKILL" in result.reason, result.reason
     assert result.distributed.first_failure.startswith("worker 1")

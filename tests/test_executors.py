@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 import pytest
 
-from bakeoff.core.result import TrialResult
+from bakeoff.core.result import Setup, TrialResult
 from bakeoff.core.spec import RunSpec, SpecError, Status
 from bakeoff.results.store import Store
 from bakeoff.run import runner
@@ -82,14 +82,14 @@ def test_the_local_executor_runs_the_next_job_only_after_the_last_is_stored(tmp_
             stored_before.append(len(store.results()))
         spec = job.spec
         return TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.FAILED, reason="made here",
-                           extras={"started_at": 1000.0 + job.position})
+                           setup=Setup(started_at=1000.0 + job.position))
 
     monkeypatch.setattr(local, "run_here", run_here)
     with Store(tmp_path / "r.sqlite") as store:
         runner.run(_specs(), store, "s", executor=LocalExecutor())
         results = store.results()
     assert stored_before == [0, 1, 2, 3]
-    record = results[0].extras["executor"]
+    record = results[0].execution.executor
     assert record["name"] == "local" and record["started_at"] > 1000 and "scheduling_s" in record
 
 

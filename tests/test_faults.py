@@ -444,14 +444,14 @@ def test_a_stored_timeout_is_explained_and_runs_again_under_a_longer_timeout(tmp
 
 
 def test_a_timeout_stored_before_its_budget_was_kept_is_read_from_its_reason(tmp_path):
-    from bakeoff.core.result import TrialResult
+    from bakeoff.core.result import Execution, TrialResult
     from bakeoff.results.store import Store
 
     spec = RunSpec(workload="mnist", framework="torch", max_steps=2)
     old = TrialResult(spec=spec.to_dict(), key="k1", status=Status.TIMEOUT, reason="no result after 8 s; killed "
                       "(log: x.log)")
     new = TrialResult(spec=spec.to_dict(), key="k2", status=Status.TIMEOUT, reason="no result after 60 s; killed",
-                      extras={"timeout_s": 59.5})
+                      execution=Execution(timeout_s=59.5))
     with Store(tmp_path / "r.sqlite") as store:
         store.put(old, "s")
         store.put(new, "s")

@@ -17,6 +17,7 @@ import pytest
 
 import fake_results
 from bakeoff.core import registry
+from bakeoff.core.contract import TrialRequest
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.data import DataError
 from bakeoff.data.text import load_text_dataset
@@ -132,7 +133,8 @@ def test_killing_bakeoff_run_leaves_no_trial_folder_in_the_temporary_folder(tmp_
             assert run.poll() is None, "the run ended before its trial started"
             time.sleep(0.1)
         [folder] = temporary.glob("bakeoff-trial-*")
-        assert (folder / "spec.json").is_file()  # the trial's own folder, in use
+        [request] = (tmp_path / "r" / "logs").glob("*.request.json")  # beside the trial's log
+        assert TrialRequest.read(request).result.parent == folder  # the trial's own folder, in use
     finally:
         run.kill()
         run.wait()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bakeoff.core import registry
-from bakeoff.core.result import Distributed, TrialResult
+from bakeoff.core.result import Distributed, Setup, TrialResult
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.measure import environment
 from bakeoff.run import launchers
@@ -189,7 +189,7 @@ def _rank(rank: int, digest: str, status: Status = Status.OK, reason: str = "", 
     return TrialResult(spec=spec.to_dict(), key=spec.key(), status=status, reason=reason, import_s=1.0, build_s=0.5,
                        steady_step_s=step, step_times_s=[1.0] + [step] * 8, examples_per_step=32,
                        throughput={"examples_per_s": 32 / step}, losses=[0.5], peak_memory_bytes=(300 + rank) * 2**20,
-                       extras={"launch_s": 0.8 + rank},
+                       setup=Setup(launch_s=0.8 + rank),
                        distributed=Distributed(strategy="DDP", replica_weights_sha256=[digest]))
 
 
@@ -248,8 +248,8 @@ def test_a_taken_port_is_replaced_by_another(tmp_path, monkeypatch) -> None:
         taken.close()
     assert len(handed) == 2, handed
     assert result.status is Status.OK, result.reason
-    assert result.extras["port_retries"] == 1
-    assert Path(result.extras["log"]).exists()
+    assert result.execution.port_retries == 1
+    assert Path(result.execution.log).exists()
 
 
 def test_an_interrupt_kills_every_member(tmp_path) -> None:

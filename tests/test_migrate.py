@@ -67,7 +67,8 @@ def test_a_store_of_schema_2_reads_with_the_training_figures_in_their_section(ol
         graph = r.run_spec.label() == "tensorflow/graph"
         assert (r.training.graph_builds, r.training.graph_build_steps) == ((1, [1]) if graph else (0, []))
         assert r.training.graph_build_s == (0.25 if graph else None)
-        assert "config" in r.extras and "data" in r.extras  # free notes stay where they were
+        assert r.setup.config is not None and r.setup.data is not None  # 4 → 5: into their section
+        assert not {"config", "data"} & set(r.extras)  # moved, not copied
         assert r.order == Order(1, 1, 0) and not set(MOVED_IN_4) & set(r.extras)  # 2 → 3 → 4
     assert sorted(len(row.training.resumed_at_steps) for row in rows) == [0, 0, 0, 1]
     moved = {"batch_search", "profile", "profile_error", "profile_traceback"}
@@ -126,7 +127,7 @@ def test_a_store_of_schema_3_reads_with_distributed_mfu_probe_order_and_plan_in_
     assert len(results) == 10 and {r.schema_version for r in results} == {SCHEMA_VERSION}
     assert not set(MOVED_IN_4) & {k for r in results for k in r.extras}  # moved, not copied
     assert not set(MOVED_IN_4) & {k for row in rows for k in row.extras}  # listing rows alike
-    assert sum("config" in r.extras for r in results) == 9  # every trial but the group that wrote no result
+    assert sum(r.setup.config is not None for r in results) == 9  # every trial but the group that wrote no result
     assert [r.order for r in results] == [Order(i, 10, 7) for i in range(1, 11)]
     assert all(r.adaptive_repeats == AdaptiveRepeats(first=3, max=5, looks=3) for r in results)
 
@@ -158,7 +159,7 @@ def test_a_store_of_schema_3_reads_with_distributed_mfu_probe_order_and_plan_in_
         assert d.sync["per_step_s"] == 0.005 and d.sync["buckets"] == 1
         assert d.startup_s == pytest.approx(0.9 + 2.0 + 0.1)  # rank 1's launch, import and build
         assert d.member_peak_rss_bytes == {"torchrun": 90 * MIB} and d.other == {}
-        assert "log" in r.extras  # a free note
+        assert r.execution.log and "log" not in r.extras  # a free note until schema 5, its section's since
     [ps] = by_label["tensorflow/graph/parameter_serverx2"]
     assert ps.distributed.synchronous is False and ps.distributed.servers_wait_s == 0.7
     assert ps.distributed.asynchronous == {"in_flight": 2, "step_losses": [0.69, 0.68]}
@@ -212,4 +213,5 @@ def test_a_schema_3_result_migrates_its_extras_and_keeps_a_figure_it_has_no_fiel
     assert migrated.extras == result.extras
     row = migrate({"schema_version": 3, "extras": {"log": "a.log", "order": {"position": 1, "of": 1, "seed": 0}},
                    "training": {}})  # a listing row's part of a result
-    assert row["extras"] == {"log": "a.log"} and row["order"] == {"position": 1, "of": 1, "seed": 0}
+    assert row["extras"] == {} and row["order"] == {"position": 1, "of": 1, "seed": 0}
+    assert row["execution"] == {"log": "a.log"}  # 4 → 5

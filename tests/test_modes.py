@@ -87,7 +87,7 @@ def test_interrupted_trial_resumes_to_the_same_losses(tmp_path, monkeypatch, fra
     assert resumed.losses == straight.losses  # bit-for-bit on CPU, steps 5-8 computed after the restore
     assert not (tmp_path / "resumed" / "r" / "checkpoints" / key).exists()  # cleaned up after success
     logdir = tmp_path / "resumed" / "r" / "tensorboard" / "text_classifier" / "tiny" / f"{framework}-eager" / "seed0"
-    assert resumed.extras["tensorboard"] == str(logdir)
+    assert resumed.execution.tensorboard == str(logdir)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(logdir))

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bakeoff.core.contract import TrialRequest
 from bakeoff.core.spec import RunSpec
 from bakeoff.run import launchers
 from bakeoff.run.executors import node
@@ -90,9 +91,9 @@ def test_a_node_whose_gpus_are_too_few_for_its_share_refuses_it_before_starting_
     monkeypatch.setattr(launching, "cuda_build", lambda framework: True)  # the CUDA builds the README names
     monkeypatch.setattr(launching, "cuda_devices", lambda: (1, ""))  # this node: one GPU
     spec = RunSpec(workload="mnist", framework="jax", parallelism="multi_worker", workers=4, max_steps=2)
-    (tmp_path / "spec.json").write_text(json.dumps(spec.to_dict()))
+    TrialRequest(spec, tmp_path / "result.json").write(tmp_path / "request.json")
     never = [sys.executable, "-c", f"open({str(tmp_path / 'started')!r}, 'w')"]
-    raw = {"fixed_threads": False, "spec": str(tmp_path / "spec.json"),
+    raw = {"fixed_threads": False, "request": str(tmp_path / "request.json"),
            "members": [{"name": f"process {i}", "command": never, "log": str(tmp_path / f"{i}.log"), "env": {}}
                        for i in (2, 3)]}
     assert node.run_share(raw) == node.UNSUPPORTED_EXIT

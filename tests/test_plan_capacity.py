@@ -305,7 +305,7 @@ def sized_trials(framework: str = "torch", precision: str = "fp32", sizes=SIZES,
                    config=tuple((k, str(v)) for k, v in changes.items()), seed=i)
         jitter = rng.uniform(1 - noise, 1 + noise, 2)
         out.append(dataclasses.replace(
-            r, extras={**r.extras, "config": config},
+            r, setup=dataclasses.replace(r.setup, config=config),
             memory_increment_bytes=int((m["fixed"] + m["scale"] * p.count) * jitter[0]),
             steady_step_s=(m["per_flop"] * p.flops + m["per_element"] * p.elements) * jitter[1]))
     return out

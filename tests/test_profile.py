@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from bakeoff.core import registry
+from bakeoff.core.contract import TrialRequest
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.engines.base import Unsupported
@@ -110,10 +111,13 @@ def test_a_profiler_failure_is_recorded_not_raised(tmp_path, fail, steps_taken, 
     assert len(engine.trained) == 4 + steps_taken
 
 
-def test_request_travels_in_the_environment(tmp_path):
+def test_request_travels_in_the_trial_request(tmp_path):
     request = profile.Request(tmp_path, 7)
-    assert profile.Request.from_env(request.env()) == request
-    assert profile.Request.from_env({}) is None
+    spec = RunSpec(workload="mnist", framework="torch", max_steps=2)
+    asked = TrialRequest.read(TrialRequest(spec, tmp_path / "result.json", **request.asked()).write(
+        tmp_path / "request.json"))
+    assert profile.Request.from_trial(asked) == request
+    assert profile.Request.from_trial(TrialRequest(spec, tmp_path / "result.json")) is None
     with pytest.raises(ValueError, match="profile steps must be a positive integer, got 0"):
         profile.Request(tmp_path, 0)
 

@@ -9,6 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
+from bakeoff.core.contract import TrialRequest
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.run import launchers
@@ -26,9 +27,11 @@ def _writes_result(rank: int) -> str:
 
 
 def _stand_ins(monkeypatch, *scripts: str) -> None:
-    """The launcher's plan for SPEC, its ranks replaced by ``scripts`` (each given the result path)."""
+    """The launcher's plan for SPEC, its ranks replaced by ``scripts`` (each given the result path its request
+    names)."""
     def plan(spec, args, env, hosts=None, **_):
-        members = [launchers.Member(f"worker {i}", [sys.executable, "-c", script, args[1]], env, True,
+        result = str(TrialRequest.read(Path(args[0])).result)
+        members = [launchers.Member(f"worker {i}", [sys.executable, "-c", script, result], env, True,
                                     hosts[i] if hosts else "") for i, script in enumerate(scripts)]
         return launchers.Plan("tf_config", members, len(scripts), len(scripts), 1)
 

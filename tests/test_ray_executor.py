@@ -286,14 +286,14 @@ def test_a_suite_fans_out_over_the_cluster_each_result_stored_once_then_resumed(
     nodes = set()
     for *_, text in rows:
         result = json.loads(text)
-        record = result["extras"]["executor"]
+        record = result["execution"]["executor"]
         assert record["name"] == "ray" and record["address"] == ray_cluster.address
         assert record["resources"] == {"num_cpus": 1.0, "num_gpus": 0.0}
         assert record["main_thread"] is True  # the tether holds: its members die with the worker, not a thread
         assert record["nice"] == 0 or os.geteuid() != 0  # Ray's niceness 15 undone where allowed (root here)
         assert record["submitted_at"] <= record["started_at"] and record["scheduling_s"] >= 0
         assert record["host"] == result["environment"]["host"]
-        assert Path(tmp_path, result["extras"]["log"]).is_file()  # in the run's folder, not the worker's
+        assert Path(tmp_path, result["execution"]["log"]).is_file()  # in the run's folder, not the worker's
         nodes.add(record["node"])
     assert len(nodes) == 2  # both nodes ran trials (one CPU each: two trials at once need both)
     again = ray_cluster.bakeoff(*SUITE, "--store", "r.sqlite", cwd=tmp_path)
@@ -321,7 +321,7 @@ def test_a_trial_whose_worker_is_killed_is_recorded_failed_and_leaves_no_process
     [(_, label, _, status, reason, text)] = stored(tmp_path / "r.sqlite")
     assert (label, status) == ("torch/eager", "failed")
     assert reason.startswith("Ray: WorkerCrashedError: The worker died unexpectedly while executing this task")
-    assert json.loads(text)["extras"]["executor"]["worker_pid"] == worker
+    assert json.loads(text)["execution"]["executor"]["worker_pid"] == worker
     wait_for(lambda: not ray_cluster.trial_processes(), timeout=30, what="the trial's processes to end")
     assert run.returncode == 1, out + err
 
@@ -380,19 +380,19 @@ def test_a_multi_worker_trial_spans_both_nodes_two_workers_on_each_through_a_pla
     [(_, label, _, status, reason, text)] = stored(tmp_path / "r.sqlite")
     assert (label, status) == ("torch/eager/multi_workerx4", "ok"), reason
     result = json.loads(text)
-    extras = result["extras"]
+    execution = result["execution"]
     assert len(result["distributed"]["ranks"]) == 4  # every rank's result read
     # Two workers on each node, whichever holds the first bundle (the head's address is this machine's, not loopback)
-    first, second = extras["hosts"][0], extras["hosts"][2]
-    assert extras["hosts"] == [first, first, second, second] and "127.0.0.2" in (first, second) and first != second
-    assert len(set(extras["nodes"])) == 2 and extras["executor"]["node"] == extras["nodes"][0]
-    assert extras["executor"]["resources"] == {"num_cpus": 1.0, "num_gpus": 0.0}  # each bundle: its node's one CPU
+    first, second = execution["hosts"][0], execution["hosts"][2]
+    assert execution["hosts"] == [first, first, second, second] and "127.0.0.2" in (first, second) and first != second
+    assert len(set(execution["nodes"])) == 2 and execution["executor"]["node"] == execution["nodes"][0]
+    assert execution["executor"]["resources"] == {"num_cpus": 1.0, "num_gpus": 0.0}  # each bundle: its node's one CPU
     # the ranks' network: met at the first node; each node's interface the one its route to the other leaves from
-    assert extras["network"]["rendezvous"] == first
-    assert [n["host"] for n in extras["network"]["nodes"]] == [first, second]
-    assert {n["how"] for n in extras["network"]["nodes"]} == {f"the route to {second}", f"the route to {first}"}
+    assert execution["network"]["rendezvous"] == first
+    assert [n["host"] for n in execution["network"]["nodes"]] == [first, second]
+    assert {n["how"] for n in execution["network"]["nodes"]} == {f"the route to {second}", f"the route to {first}"}
     log = member_log(tmp_path)
-    assert log is not None and f"on Ray node {extras['nodes'][1]} (" in log.read_text()
+    assert log is not None and f"on Ray node {execution['nodes'][1]} (" in log.read_text()
     wait_for(lambda: not processes_mentioning(str(tmp_path)), timeout=30, what="the trial's processes to end")
 
 

@@ -189,7 +189,7 @@ def test_each_state_squeue_reports_becomes_the_matching_status_with_the_job_name
         assert result.key == job.spec.key()
     assert states["110"].state == "CANCELLED"
     assert "(TimeLimit) on node8" in slurm.settle(job, "105", states["105"], None).reason
-    assert slurm.settle(job, "105", states["105"], None).extras["timeout_s"] == 600
+    assert slurm.settle(job, "105", states["105"], None).execution.timeout_s == 600
     never = slurm.settle(job, "112", states["112"], None)
     assert never.status is Status.FAILED and never.reason.startswith("Slurm job 112 can never start "
                                                                      "(PartitionNodeLimit")
@@ -237,7 +237,7 @@ class FakeSlurm:
         assert raw.pop("workers_per_node") is None
         job = slurm_job.job_from_dict(raw)
         result = TrialResult(spec=job.spec.to_dict(), key=job.spec.key(), status=status)
-        result.extras["started_at"] = time.time()
+        result.setup.started_at = time.time()
         slurm_job.Paths.of(self.scripts[job_id].parent, job.spec.key()).result.write_text(json.dumps(result.to_dict()))
         self.states[job_id] = "COMPLETED"
 
@@ -284,7 +284,7 @@ def test_the_driver_stores_each_job_once_started_before_done_and_records_its_job
     assert [stored[s].status for s in range(3)] == [Status.OK, Status.FAILED, Status.FAILED]
     assert stored[1].reason == ""  # its own result, not the job's state
     assert stored[2].reason.startswith("Slurm job 102 ended CANCELLED on node1 without a result")
-    record = stored[0].extras["executor"]
+    record = stored[0].execution.executor
     assert (record["name"], record["job_id"], record["node"]) == ("slurm", "100", "node1")
     assert record["scheduling_s"] >= 0
     assert cluster.cancelled == []
@@ -330,7 +330,7 @@ def test_a_look_without_an_answer_decides_nothing_and_a_forgotten_job_is_failed(
     (result,) = stored
     assert result.status is Status.FAILED
     assert result.reason.startswith("Slurm job 100 is gone (neither squeue nor sacct knows it) without a result")
-    assert result.extras["executor"]["node"] == "node1"
+    assert result.execution.executor["node"] == "node1"
 
 
 def test_a_submission_slurm_refuses_is_that_trial_failed_and_the_run_goes_on(tmp_path, fake, monkeypatch):
@@ -368,7 +368,7 @@ def test_a_suite_through_run_suite_is_stored_from_the_jobs_without_this_machines
     done = session.run_suite(suite, tmp_path / "s.sqlite", executor=executor)
     assert sorted(r.run_spec.framework.value for r in done.summary.ran) == ["jax", "torch"]
     stored = Store(tmp_path / "s.sqlite", readonly=True).results()
-    assert sorted(r.extras["executor"]["job_id"] for r in stored) == ["100", "101"]
+    assert sorted(r.execution.executor["job_id"] for r in stored) == ["100", "101"]
     assert all(r.status is Status.OK and r.order.of == 2 for r in stored)
 
 
@@ -432,8 +432,8 @@ def _two_on_each_of_two_nodes(tmp_path: Path) -> TrialResult:
 
     (result,) = Store(tmp_path / "s.sqlite", readonly=True).results()
     assert result.status is Status.OK, result.reason
-    first, second = result.extras["hosts"][0], result.extras["hosts"][2]
-    assert result.extras["hosts"] == [first, first, second, second] and first != second
+    first, second = result.execution.hosts[0], result.execution.hosts[2]
+    assert result.execution.hosts == [first, first, second, second] and first != second
     return result
 
 
@@ -482,7 +482,7 @@ def test_a_suite_runs_as_slurm_jobs_each_trial_stored_once_with_its_job(tmp_path
     assert sorted(r.run_spec.framework.value for r in results) == ["jax", "torch"]
     for result in results:
         assert result.status is Status.OK, result.reason
-        record = result.extras["executor"]
+        record = result.execution.executor
         assert record["name"] == "slurm" and record["job_id"].isdigit()
         assert record["node"] in nodes and record["scheduling_s"] >= 0
     again = _bakeoff(tmp_path, "--framework", "torch,jax", "--max-steps", "3")
@@ -513,7 +513,7 @@ def test_scancel_is_recorded_and_ctrl_c_cancels_every_job_leaving_no_process(tmp
         (cancelled,) = store.results()
     assert cancelled.status is Status.FAILED
     assert cancelled.reason.startswith(f"Slurm job {victim} ended CANCELLED"), cancelled.reason
-    assert cancelled.extras["executor"]["job_id"] == victim
+    assert cancelled.execution.executor["job_id"] == victim
     assert not any(cancelled.key in line for line in _processes_of(tmp_path, but=run.pid))
     run.send_signal(signal.SIGINT)
     out, _ = run.communicate(timeout=150)
@@ -537,7 +537,7 @@ def test_a_multi_worker_trial_spans_two_nodes_two_workers_on_each_and_a_cancelle
     assert run.returncode == 0, out
     result = _two_on_each_of_two_nodes(tmp_path)
     assert result.distributed.launcher == "torchrun_nodes" and len(result.distributed.ranks) == 4
-    log = Path(result.extras["log"])
+    log = Path(result.execution.log)
     assert "node 2 on cpus" in log.with_name(log.stem + ".host1.log").read_text()  # the second node's unit
 
     run = _bakeoff(tmp_path, *flags, "--max-steps", "100000", "--seed", "1", threads=False)  # no --max-seconds
@@ -603,7 +603,7 @@ def test_a_rank_killed_on_the_second_node_fails_its_trial_at_once_naming_it_and_
     assert result.status is Status.FAILED, out  # not a timeout: the group ended when its rank died
     assert "rank 3" in result.reason and "SIGKILL" in result.reason, result.reason  # torchrun's root cause
     if result.reason.startswith("rank 3 of 4"):  # named by torchrun's report: the node it ran on, not this one's cgroup
-        assert f"killed by SIGKILL on {result.extras['hosts'][3]}" in result.reason, result.reason
+        assert f"killed by SIGKILL on {result.execution.hosts[3]}" in result.reason, result.reason
     assert _our_jobs(tmp_path) == [] and _processes_of(tmp_path) == []
     assert list((tmp_path / "s" / "tmp").glob("bakeoff-trial-*")) == []
 
@@ -632,5 +632,5 @@ def test_a_trial_past_its_timeout_is_killed_on_its_node_recorded_timeout_and_lea
     out, _ = run.communicate(timeout=300)
     (result,) = Store(tmp_path / "s.sqlite", readonly=True).results()
     assert result.status is Status.TIMEOUT and "no result after 15 s; killed" in result.reason, out
-    assert result.extras["executor"]["name"] == "slurm"
+    assert result.execution.executor["name"] == "slurm"
     assert _our_jobs(tmp_path) == [] and _processes_of(tmp_path) == []

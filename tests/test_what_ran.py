@@ -90,11 +90,11 @@ def test_what_ran_states_the_trials_own_facts(tmp_path):
     results = pair()
     facts = block(markdown(results, tmp_path), "What ran")
     first = results[0]
-    data = first.extras["data"]
+    data = first.setup.data
     majority = registry.workload("text_classifier").load_data(first.run_spec).info["majority_rate"]
     assert f"majority class {majority:.3f} of the test split" in facts and data["majority_rate"] == majority
     assert ", ".join(data["classes"]) in facts and f"{len(data['classes'])} classes" in facts
-    model = " · ".join(f"{k} {v}" for k, v in first.extras["config"].items())
+    model = " · ".join(f"{k} {v}" for k, v in first.setup.config.items())
     assert f"- **Model:** {model}\n" in facts
     assert f"- **Parameters:** {first.num_params:,}\n" in facts
     assert f"- **Batch:** {first.run_spec.batch_size} per step\n" in facts
@@ -327,7 +327,7 @@ def test_a_different_model_config_names_the_entries_that_differ():
     (:func:`test_other_sizes_of_a_preset_are_separate_sections_never_one_verdict`)."""
     torch = runs("torch", "eager")
     for r in torch:
-        r.extras["config"]["d_model"] = 512
+        r.setup.config["d_model"] = 512
     summaries = summarise_groups(torch + tf_runs())
     assert [m.text() for m in section_mixes(summaries)] == [
         "model config: d_model 64 (tensorflow/graph); d_model 512 (torch/eager)"]

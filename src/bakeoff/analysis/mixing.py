@@ -80,7 +80,7 @@ def budget_text(spec: RunSpec) -> str:
 
 def config_of(r: TrialResult) -> dict[str, Any]:
     """The resolved model configuration the trial recorded; its spec's overrides when it recorded none."""
-    config = r.extras.get("config")
+    config = r.setup.config
     return dict(config) if isinstance(config, Mapping) else dict(r.run_spec.config)
 
 

@@ -51,7 +51,7 @@ class Start:
     """What a launcher starts its members from (:func:`plan`)."""
 
     spec: RunSpec
-    args: Sequence[str]  # the trial's command-line arguments
+    args: Sequence[str]  # the trial's command-line arguments (its request file)
     env: dict[str, str]  # the environment every member starts from
     ports: list[int]  # free ports, as many as the launcher's ``ports(workers)``
     hosts: list[str]  # one per worker (loopback for every worker on this machine)

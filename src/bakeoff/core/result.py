@@ -1,7 +1,10 @@
 """What one trial measured (:class:`TrialResult`), with every raw sample, versioned (:data:`SCHEMA_VERSION`).
 
-A result's figures live in typed fields and sections (:data:`SECTIONS`); ``extras`` holds free notes only (the
-resolved configuration, the data set's facts, log paths, a kept model, a traceback, compile counters). A stored
+A result's figures live in typed fields and sections (:data:`SECTIONS`), among them what the trial process set up
+(:class:`Setup`: the resolved configuration, the data set's facts, when it started, a kept model) and how the
+parent ran it (:class:`Execution`: the executor, its hosts, the logs, the timeout); ``extras`` holds free notes
+only (a traceback, an error beside the result, an engine's own counters). The request that travels the other way is
+:class:`bakeoff.core.contract.TrialRequest`. A stored
 result of an older schema is read through :func:`migrate`, which upgrades it one version at a time
 (:data:`MIGRATIONS`, as asv's result loader does), so a store keeps working across bakeoff releases; a result of
 a newer schema than this bakeoff knows is refused, naming both versions.
@@ -18,11 +21,13 @@ from typing import Any
 
 from bakeoff.core.spec import RunSpec, SpecError, Status
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """3: the training loop's figures, the batch-size search and the profile moved from ``extras`` into typed sections
 (:class:`Training`, :class:`BatchSearch`, :class:`Profile`; 2 → 3: :func:`_sections`). 4: so did the distributed
 figures, the MFU, the ceiling probe, the run order and the adaptive-repeats plan (:class:`Distributed`,
-:class:`Mfu`, :class:`CeilingProbe`, :class:`Order`, :class:`AdaptiveRepeats`; 3 → 4: :func:`_more_sections`)."""
+:class:`Mfu`, :class:`CeilingProbe`, :class:`Order`, :class:`AdaptiveRepeats`; 3 → 4: :func:`_more_sections`).
+5: so did the free keys of the parent–child contract, by the same names (:class:`Setup`, :class:`Execution`;
+4 → 5: :func:`_contract_sections`)."""
 
 
 @dataclasses.dataclass
@@ -212,9 +217,40 @@ class Energy:
     not_read: dict[str, str] = dataclasses.field(default_factory=dict)  # left to another process: why
 
 
+@dataclasses.dataclass
+class Setup:
+    """What the trial process set up and when (:mod:`bakeoff.trial.main`), by the names these had in ``extras``
+    before schema 5."""
+
+    # None where the trial did not record it (a trial that failed before its build; a result stored before)
+    config: dict[str, Any] | None = None  # the resolved model configuration
+    data: dict[str, Any] | None = None  # the data set's facts, its rows by split
+    started_at: float | None = None  # the trial's first line, time.time() on its node: executors' scheduling time
+    launch_s: float | None = None  # from the launcher's start of the group to this process's first line
+    rank: int | None = None  # this process's rank (a distributed trial; the merged result is rank 0's)
+    kept_model: dict[str, Any] | None = None  # directory, keep_s: the model kept (asked to keep it)
+
+
+@dataclasses.dataclass
+class Execution:
+    """How the parent ran the trial (:mod:`bakeoff.run.executors`), by the names these had in ``extras`` before
+    schema 5. Empty where the parent did not say (a trial run by hand)."""
+
+    executor: dict[str, Any] | None = None  # bakeoff.run.executors.base.executor_record
+    timeout_s: float | None = None  # the deadline a timed-out trial was killed at (a longer one runs it again)
+    hosts: list[str] | None = None  # each worker's machine (a trial over nodes)
+    nodes: list[str] | None = None  # the cluster's node ids of those (Ray)
+    host: str = ""  # the machine the trial's job ran on (Slurm)
+    log: str = ""  # the first member's log
+    tensorboard: str = ""  # the TensorBoard folder
+    network: dict[str, Any] | None = None  # a trial over nodes: the ranks' rendezvous and interfaces
+    port_retries: int = 0  # starts again on new ports, a port taken before the group bound it
+    suite: str = ""  # the suite, in results stored before the store kept it in its own column
+
+
 SECTIONS = {"training": Training, "batch_search": BatchSearch, "profile": Profile, "distributed": Distributed,
             "mfu": Mfu, "ceiling_probe": CeilingProbe, "order": Order, "adaptive_repeats": AdaptiveRepeats,
-            "loss_scaling": LossScaling, "energy": Energy}
+            "loss_scaling": LossScaling, "energy": Energy, "setup": Setup, "execution": Execution}
 """The typed sections of a result, by field name."""
 
 
@@ -269,6 +305,8 @@ class TrialResult:
     adaptive_repeats: AdaptiveRepeats | None = None  # with --repeats auto
     loss_scaling: LossScaling | None = None  # fp16 trials
     energy: Energy | None = None  # every trial that trained (its figures, or why there are none)
+    setup: Setup = dataclasses.field(default_factory=Setup)
+    execution: Execution = dataclasses.field(default_factory=Execution)
     extras: dict[str, Any] = dataclasses.field(default_factory=dict)  # free notes, no figures of a section
     schema_version: int = SCHEMA_VERSION
 
@@ -340,7 +378,22 @@ def _more_sections(raw: dict[str, Any]) -> dict[str, Any]:
     return {**raw, "extras": extras, **moved, "schema_version": 4}
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {2: _sections, 3: _more_sections}
+MOVED_IN_5 = {"setup": tuple(f.name for f in dataclasses.fields(Setup)),
+              "execution": tuple(f.name for f in dataclasses.fields(Execution))}
+"""The ``extras`` keys schema 5 moved into the :class:`Setup` and :class:`Execution` sections, by section."""
+
+
+def _contract_sections(raw: dict[str, Any]) -> dict[str, Any]:
+    """Schema 4 → 5: the free keys of the parent–child contract move out of ``extras`` into the ``setup`` and
+    ``execution`` sections, by the same names (a key a result did not have stays absent: the field's default)."""
+    extras = dict(raw.get("extras") or {})
+    moved = {section: {**{name: extras.pop(name) for name in names if name in extras}, **(raw.get(section) or {})}
+             for section, names in MOVED_IN_5.items()}
+    return {**raw, "extras": extras, **moved, "schema_version": 5}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {2: _sections, 3: _more_sections,
+                                                                     4: _contract_sections}
 """How a stored result of each older schema upgrades to the next one: ``{version: upgrade}``."""
 
 

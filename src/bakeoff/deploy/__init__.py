@@ -3,7 +3,7 @@ inference in a fresh process per format with that format's own runtime.
 
 The flow::
 
-    trial (BAKEOFF_KEEP_MODEL=DIR) ──► model directory: manifest.json + weights.npz (canonical) + native file
+    trial (request keep_dir=DIR) ──► model directory: manifest.json + weights.npz (canonical) + native file
     python -m bakeoff.deploy.exporting MODEL_DIR --reference  ──► eval inputs + the framework model's outputs
     python -m bakeoff.deploy.exporting MODEL_DIR FORMAT ...   ──► one format, one process, the source framework
     python -m bakeoff.deploy.infer REQUEST.json RESULT.json    ──► one format, one process, its runtime only

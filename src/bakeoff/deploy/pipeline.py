@@ -106,7 +106,6 @@ def row_key(manifest: model_dir.Manifest, fmt: str, settings: Settings) -> str:
 
 def _env(frameworks_loaded: Sequence[str], threads: int) -> dict[str, str]:
     env = dict(os.environ)
-    env.pop(model_dir.KEEP_MODEL_ENV, None)
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
     for name in frameworks_loaded:
         env.update(records.get(name).env)

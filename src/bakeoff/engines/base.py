@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from bakeoff.core.contract import Placement
 from bakeoff.core.spec import RunSpec
 from bakeoff.core.workload import Batch, Weights, Workload
 from bakeoff.measure.environment import usable_cores
@@ -30,9 +30,9 @@ class Unsupported(RuntimeError):
 
 def threads_for(spec: RunSpec) -> int:
     """CPU threads this trial process gives its framework: the spec's, else what the launcher allotted to each
-    process of the group (``BAKEOFF_THREADS``: the cores shared out among the processes on this host), else all
-    the cores this process may run on."""
-    return spec.threads or int(os.environ.get("BAKEOFF_THREADS") or 0) or usable_cores()
+    process of the group (its :class:`~bakeoff.core.contract.Placement`'s threads: the cores shared out among the
+    processes on this host), else all the cores this process may run on."""
+    return spec.threads or Placement.read().threads or usable_cores()
 
 
 def weights_digest(weights: Weights) -> str:

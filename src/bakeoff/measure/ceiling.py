@@ -3,7 +3,8 @@ trial would use, measured once per machine, framework version and thread count, 
 
 Where it is measured: ``bakeoff env`` runs one probe process per framework (``python -m bakeoff.measure.ceiling
 FRAMEWORK RESULT.json [N [THREADS]]``), loading only that framework, as a trial does. A run whose store keeps no
-ceiling for a trial's fingerprint asks that trial to probe (:data:`PROBE_ENV`): after its result is complete (off
+ceiling for a trial's fingerprint asks that trial to probe (its request's ``probe_ceiling``,
+:class:`bakeoff.core.contract.TrialRequest`): after its result is complete (off
 every clock and memory figure), in the process that trained, with the threads the trial was given. Either way:
 ``REPEATS`` timed ``(N, N) @ (N, N)`` products after warm-up, through the framework's own ``matmul_rates`` in its
 engine module; the median is the ceiling and every sample is kept. A precision the framework cannot multiply in here
@@ -55,8 +56,6 @@ REPEATS = 20  # about 0.6 s of fp32 products on a 2-core CPU: what a trial's pro
 BUDGET_S = 3.0
 """Seconds of products (warm-up included) a precision may take; a slower one is timed on a smaller ``n``."""
 PRECISIONS = ("fp32", "bf16")
-PROBE_ENV = "BAKEOFF_PROBE_CEILING"
-"""Set by the runner for a trial whose ceiling the store does not keep yet: the trial probes after its result."""
 
 
 def family(framework: str) -> str:
@@ -150,9 +149,10 @@ def higher(new: dict[str, Any], kept: dict[str, Any] | None, precision: str = "f
 
 
 def in_trial(spec: RunSpec, result: TrialResult) -> None:
-    """In a trial process asked to (:data:`PROBE_ENV`), after its result is complete: probe with the threads the
-    trial set, into its ``ceiling_probe`` section (the runner keeps it in the store). A failure is recorded there."""
-    if not os.environ.get(PROBE_ENV) or result.status is not Status.OK:
+    """In a trial process asked to (its request's ``probe_ceiling``), after its result is complete: probe with the
+    threads the trial set, into its ``ceiling_probe`` section (the runner keeps it in the store). A failure is
+    recorded there."""
+    if result.status is not Status.OK:
         return
     t0 = time.perf_counter()
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.core import frameworks
+from bakeoff.core.contract import Placement
 
 
 def cpu_model() -> str:
@@ -65,17 +66,12 @@ def cuda_devices(dev: Path = Path("/dev"), environ: Mapping[str, str] | None = N
     return min(len(wanted), len(found)), ""
 
 
-LOCAL_RANK_ENV = "BAKEOFF_LOCAL_RANK"
-"""Set by the launchers whose members are one rank each: the member's index among its trial's ranks on its
-machine (:mod:`bakeoff.run.launchers`)."""
-
-
 def local_rank(environ: Mapping[str, str] | None = None) -> int:
-    """This rank's index among its trial's ranks on its machine, the GPU it takes: the launcher's
-    ``BAKEOFF_LOCAL_RANK`` (a member that is one rank) plus torchrun's ``LOCAL_RANK`` (a rank among its agent's
-    ranks; 0 for a one-process agent); 0 outside a group."""
+    """This rank's index among its trial's ranks on its machine, the GPU it takes: the launcher's local rank
+    (:class:`bakeoff.core.contract.Placement`, a member that is one rank) plus torchrun's ``LOCAL_RANK`` (a rank
+    among its agent's ranks; 0 for a one-process agent); 0 outside a group."""
     environ = os.environ if environ is None else environ
-    return int(environ.get(LOCAL_RANK_ENV) or 0) + int(environ.get("LOCAL_RANK") or 0)
+    return (Placement.read(environ).local_rank or 0) + int(environ.get("LOCAL_RANK") or 0)
 
 
 OTHER_WORK_SHARE = 0.25

@@ -452,7 +452,7 @@ CALIBRATED_WORKLOAD = "text_classifier"
 
 def trial_shape(result: TrialResult) -> Shape | None:
     """The :class:`Shape` a stored text-classifier trial trained (its resolved configuration), or None."""
-    config = result.extras.get("config") or {}
+    config = result.setup.config or {}
     try:
         return Shape(int(config["num_layers"]), int(config["d_model"]), int(config["num_heads"]),
                      int(config["seq_len"]), int(config["vocab_size"]), int(config["d_ff"]), lm_head=False)

@@ -130,7 +130,7 @@ def render_report(results: Sequence[TrialResult], out_dir: Path, weights: Mappin
         qualitative: ``{criterion: {framework: 0..5}}`` for criteria that cannot be measured.
         title: the report's heading.
         suites: trial key -> the suite it was stored under, for the ``bakeoff run --suite NAME`` line of "Reproduce"
-            (``extras["suite"]`` is read when a key is missing).
+            (a result's ``execution.suite`` is read when a key is missing).
         decisions: :func:`bakeoff.analysis.decide.decide_each` of these results with these weights, when the caller
             already has them (the bootstrap is not run twice); computed here otherwise.
         deployments: stored deployment rows (:meth:`bakeoff.results.store.Store.deployments`) for the Deployment

@@ -120,7 +120,7 @@ def suite_commands(configs: Sequence[ConfigSummary], suites: Mapping[str, str],
     the flag lines are their command."""
     from bakeoff.plan.suite import shipped_suites
 
-    names = sorted({n for c in configs for r in c.trials if (n := suites.get(r.key) or r.extras.get("suite"))})
+    names = sorted({n for c in configs for r in c.trials if (n := suites.get(r.key) or r.execution.suite)})
     shipped = shipped_suites()
     lines = []
     for name in names:

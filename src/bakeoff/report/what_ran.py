@@ -3,8 +3,8 @@ the machine settings and versions, the machines (when its trials ran on several)
 and a warning when the section's trials differ in what a comparison needs equal (:mod:`bakeoff.analysis.mixing`).
 
 A fact the configurations share is one value; one that differs lists each value with its configurations:
-``32 (torch/eager); 64 (tensorflow/graph)``. Everything is read from the stored results (spec, ``extras["data"]``,
-``extras["config"]``, ``training.steady_steps``, ``training.epochs``, ``order``); a fact the trials
+``32 (torch/eager); 64 (tensorflow/graph)``. Everything is read from the stored results (spec, ``setup.data``,
+``setup.config``, ``training.steady_steps``, ``training.epochs``, ``order``); a fact the trials
 did not record is left out rather than guessed.
 """
 
@@ -65,7 +65,7 @@ def _span(values: Sequence[float], digits: int = 3) -> str:
 
 
 def _info(c: ConfigSummary) -> dict[str, Any]:
-    info = _first(c).extras.get("data")
+    info = _first(c).setup.data
     return dict(info) if isinstance(info, Mapping) else {}
 
 
@@ -157,7 +157,7 @@ def preset_text(c: ConfigSummary) -> str:
 
 def model_text(c: ConfigSummary) -> str | None:
     """The resolved configuration, compact: ``"vocab_size 4000 · d_model 64 · ..."``."""
-    config = _first(c).extras.get("config")
+    config = _first(c).setup.config
     if not isinstance(config, Mapping) or not config:
         return None
     return " · ".join(f"{k} {json.dumps(v) if isinstance(v, list | dict) else v}" for k, v in config.items())
@@ -196,8 +196,8 @@ def trained_text(c: ConfigSummary) -> str | None:
 
 def target_rule(r: TrialResult) -> str | None:
     """How the trial's target was set, as recorded: ``training.target_rule``, or the rule of the target the
-    workload derived from user data (``extras["data"]["target"]``)."""
-    info = r.extras.get("data") if isinstance(r.extras.get("data"), Mapping) else {}
+    workload derived from user data (``setup.data["target"]``)."""
+    info = r.setup.data if isinstance(r.setup.data, Mapping) else {}
     derived = info.get("target")
     for rule in (r.training.target_rule, derived.get("rule") if isinstance(derived, Mapping) else None,
                  info.get("target_source")):
@@ -213,7 +213,7 @@ def target_source(r: TrialResult) -> str | None:
     target "measured" too, so its word is not taken."""
     if r.training.target_source in TARGET_SOURCES:
         return r.training.target_source
-    info = r.extras.get("data") if isinstance(r.extras.get("data"), Mapping) else {}
+    info = r.setup.data if isinstance(r.setup.data, Mapping) else {}
     rule = r.training.target_rule
     if r.run_spec.target is not None or rule.startswith(TARGET_SOURCES["user"]):
         return "user"

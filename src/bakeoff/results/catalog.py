@@ -117,8 +117,9 @@ def remove(store: Store, rows: Sequence[TrialRow]) -> int:
     inside :attr:`Store.artifacts`). Returns how many trials were deleted."""
     root = store.artifacts.resolve()
     for row in rows:
-        paths = [store.artifacts / "checkpoints" / row.key, store.artifacts / "logs" / f"{row.key}.log"]
-        paths += [Path(row.extras[k]) for k in ("log", "tensorboard") if row.extras.get(k)]
+        paths = [store.artifacts / "checkpoints" / row.key, store.artifacts / "logs" / f"{row.key}.log",
+                 store.artifacts / "logs" / f"{row.key}.request.json"]  # a request a killed run left
+        paths += [Path(p) for p in (row.execution.log, row.execution.tensorboard) if p]
         for path in paths:
             if not path.resolve().is_relative_to(root) or not path.exists():
                 continue

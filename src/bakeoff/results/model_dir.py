@@ -33,8 +33,6 @@ from bakeoff.core.workload import Weights
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.npz"
 MODEL_DIR_VERSION = 1
-KEEP_MODEL_ENV = "BAKEOFF_KEEP_MODEL"
-"""Set by the runner for `bakeoff train`: the directory in which a trial that succeeds keeps its model."""
 
 
 class ModelDirError(SpecError):

@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bakeoff.core.result import SCHEMA_VERSION, Training, TrialResult, migrate
+from bakeoff.core.result import SCHEMA_VERSION, Execution, Training, TrialResult, migrate
 from bakeoff.core.spec import RETIRED_VALUES, SpecError, Status
 from bakeoff.results.disk import journal_mode, no_space
 from bakeoff.results.tables import ROW_QUERY, SCHEMA, TrialRow
@@ -306,7 +306,7 @@ class Store:
         out = {}
         for key, raw in self._db.execute("SELECT key, result FROM trials WHERE status = ?", (Status.TIMEOUT.value,)):
             result = json.loads(raw)
-            seconds = result.get("extras", {}).get("timeout_s")
+            seconds = migrate(result)["execution"].get("timeout_s")
             said = re.match(r"no result after (\d+(?:\.\d+)?) s", result.get("reason", ""))
             if seconds is None and said:
                 seconds = float(said.group(1))
@@ -354,16 +354,16 @@ class Store:
         query = ROW_QUERY + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY finished_at, rowid"
         rows = []
         for (key, suite_, wl, preset, fw, label, seed, repeat, status, reason, finished, spec, eps, ttt, final,
-             metric, wall, extras, training, version) in self._db.execute(query, args):
+             metric, wall, extras, training, version, execution) in self._db.execute(query, args):
             at = datetime.fromisoformat(finished)
             if before is not None and at >= before:
                 continue
             # A row of an older schema reads as its result would: its sections migrated (bakeoff.core.result).
             sections = migrate({"schema_version": version, "extras": json.loads(extras or "{}"),
-                                "training": json.loads(training or "{}")})
+                                "training": json.loads(training or "{}"), "execution": json.loads(execution or "{}")})
             rows.append(TrialRow(key, suite_, wl, preset, fw, label, seed, repeat, Status(status), reason, at,
                                  json.loads(spec), eps, ttt, final, metric or "", wall, sections["extras"],
-                                 Training(**sections["training"])))
+                                 Training(**sections["training"]), Execution(**sections["execution"])))
         return rows
 
     def delete(self, keys: Iterable[str]) -> int:

@@ -7,7 +7,7 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
-from bakeoff.core.result import Training
+from bakeoff.core.result import Execution, Training
 from bakeoff.core.spec import Status
 
 SCHEMA = """
@@ -67,6 +67,7 @@ class TrialRow:
     wall_s: float | None
     extras: dict[str, Any]
     training: Training
+    execution: Execution
 
 
 ROW_QUERY = """
@@ -74,5 +75,5 @@ SELECT key, suite, workload, preset, framework, label, seed, repeat, status, rea
   json_extract(result, '$.spec'), json_extract(result, '$.throughput.examples_per_s'),
   json_extract(result, '$.time_to_target_s'), json_extract(result, '$.final_metric'),
   json_extract(result, '$.metric_name'), json_extract(result, '$.wall_s'), json_extract(result, '$.extras'),
-  json_extract(result, '$.training'), json_extract(result, '$.schema_version')
+  json_extract(result, '$.training'), json_extract(result, '$.schema_version'), json_extract(result, '$.execution')
 FROM trials"""

@@ -24,15 +24,16 @@ machine itself; the first is the rendezvous host (torchrun's master address, TF_
 GPUs: each rank of a PyTorch or JAX group takes a GPU of its own, the one at its *local rank*, its index among the
 trial's ranks on its machine (NCCL refuses two ranks of a communicator on one GPU). A torchrun agent of several
 ranks numbers them itself (``LOCAL_RANK``); a member that is one rank (one torchrun agent per node, a
-``jax.distributed`` process, a TensorFlow worker) is told its machine-wide local rank in ``BAKEOFF_LOCAL_RANK``
-(:func:`bakeoff.measure.environment.local_rank` reads it), since torchrun says ``LOCAL_RANK=0`` to
-each one-process agent. Every GPU stays visible to every rank, so NCCL can still reach its peers directly. A group
-that would put more such ranks on this machine than it has visible GPUs is refused before any process starts
-(:func:`unsupported_here`; a trial spread over nodes, each node's share of its ranks, checked on that node).
+``jax.distributed`` process, a TensorFlow worker) is told its machine-wide local rank in its
+:class:`~bakeoff.core.contract.Placement` (:func:`bakeoff.measure.environment.local_rank` reads it), since
+torchrun says ``LOCAL_RANK=0`` to each one-process agent. Every GPU stays visible to every rank, so NCCL can still
+reach its peers directly. A group that would put more such ranks on this machine than it has visible GPUs is refused
+before any process starts (:func:`unsupported_here`; a trial spread over nodes, each node's share of its ranks,
+checked on that node).
 
-Threads: on one host, the cores are shared out among the processes that compute (``BAKEOFF_THREADS``, read by
-:func:`bakeoff.engines.base.threads_for`), so N replicas on N cores do not oversubscribe them; more replicas than
-cores is allowed on CPU and recorded as a warning.
+Threads: on one host, the cores are shared out among the processes that compute (the placement's ``threads``, read
+by :func:`bakeoff.engines.base.threads_for`), so N replicas on N cores do not oversubscribe them; more replicas
+than cores is allowed on CPU and recorded as a warning.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from bakeoff.core import frameworks, registry
+from bakeoff.core.contract import Placement
 
 # The launcher contract, read from here by the parent side (PARAMETER_SERVERS and local_ranks too: re-exported).
 from bakeoff.core.launching import (  # noqa: F401
@@ -114,16 +116,16 @@ LAUNCHERS: Mapping[str, Launcher] = _Discovered()
 
 def plan(spec: RunSpec, args: Sequence[str], env: dict[str, str], ports: Sequence[int] | None = None,
          cores: int | None = None, hosts: Sequence[str] | None = None) -> Plan:
-    """The process group that runs ``spec``: ``args`` are the trial's command-line arguments (spec file, result
-    file, checkpoint and TensorBoard folders), ``env`` the environment every member starts from, ``hosts`` the
+    """The process group that runs ``spec``: ``args`` are the trial's command-line arguments (its request file,
+    :class:`bakeoff.core.contract.TrialRequest`), ``env`` the environment every member starts from, ``hosts`` the
     machine of each worker (default: all here, on loopback), for an executor that starts each member there."""
     launcher = LAUNCHERS[registry.launcher(spec)]
     cores = cores or usable_cores()
     n = spec.workers
     computing = n if launcher.group else 1
     threads = spec.threads or max(1, cores // computing)
-    env = {**env, "BAKEOFF_THREADS": str(threads), "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-           "BAKEOFF_LAUNCHED_AT": repr(time.time())}
+    env = {**env, **Placement(threads=threads, launched_at=time.time()).env(), "OMP_NUM_THREADS": str(threads),
+           "MKL_NUM_THREADS": str(threads)}
     warnings = []
     if spec.parallelism is not Parallelism.NONE and n > cores:
         warnings.append(f"{n} replicas on {cores} CPU cores: replicas share cores, so throughput measures "
@@ -241,7 +243,7 @@ def _rank_summary(rank: int, result: TrialResult) -> dict:
     return {"rank": rank, "status": result.status.value, "reason": result.reason[:300],
             "steady_step_s": result.steady_step_s, "peak_memory_bytes": result.peak_memory_bytes,
             "memory_baseline_bytes": result.memory_baseline_bytes,
-            "memory_increment_bytes": result.memory_increment_bytes, "launch_s": result.extras.get("launch_s"),
+            "memory_increment_bytes": result.memory_increment_bytes, "launch_s": result.setup.launch_s,
             "import_s": result.import_s, "build_s": result.build_s,
             "final_loss": result.losses[-1] if result.losses else None, "step_times_s": list(result.step_times_s),
             # this rank's synchronisation per optimizer step, timed in its training step (the group's figure is

@@ -189,7 +189,7 @@ def _utilisation(store: Store, wanted: ceiling.Need, kept: dict | None, result: 
     if wanted.key is not None and kept is None and probed is not None and probed.status == "ok":
         store.put_ceiling(wanted.key, wanted.fingerprint, probed.kept())
         kept = store.ceiling(wanted.key)
-    config = result.extras.get("config")
+    config = result.setup.config
     flops = registry.workload(result.run_spec).flops_per_example(config) if config else None
     return ceiling.utilisation(result, kept, wanted, flops)
 

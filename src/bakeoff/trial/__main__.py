@@ -1,4 +1,5 @@
-"""``python -m bakeoff.trial SPEC.json RESULT.json [CHECKPOINT_DIR [TENSORBOARD_DIR]]``: one trial (:mod:`.main`)."""
+"""``python -m bakeoff.trial REQUEST.json`` (or, by hand, ``SPEC.json RESULT.json [CHECKPOINT_DIR [TENSORBOARD_DIR]]``):
+one trial (:mod:`.main`)."""
 
 # First, before any other import: a rank whose launcher (torchrun) dies goes with it.
 from bakeoff.core.tether import die_with_parent

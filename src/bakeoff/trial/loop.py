@@ -28,17 +28,15 @@ from typing import Any
 
 import numpy as np
 
+from bakeoff.core.contract import Placement
 from bakeoff.core.result import Distributed, Energy, TrialResult
 from bakeoff.core.spec import Parallelism, RunSpec
 from bakeoff.core.workload import Batch, Dataset, Workload, shard_batch
 from bakeoff.engines.base import Engine, SummaryWriter, weights_digest
 from bakeoff.measure.energy import EnergyMeter
-from bakeoff.measure.environment import LOCAL_RANK_ENV, CpuSharing, cuda_devices, local_rank
+from bakeoff.measure.environment import CpuSharing, cuda_devices, local_rank
 from bakeoff.measure.memory import MemoryProbe
 from bakeoff.trial.progress import Reporter
-
-NO_EVALUATION_ENV = "BAKEOFF_NO_EVALUATION"
-"""Set by the runner for a trial that measures only training (a batch-size probe): :func:`train` evaluates never."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +163,7 @@ class MemoryPhases:
 
 def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: int = 256,
           checkpoint_dir: Path | None = None, tensorboard_dir: Path | None = None,
-          evaluate_quality: bool = True) -> TrialResult:
+          evaluate_quality: bool = True, progress_s: float | None = None) -> TrialResult:
     """Run the training loop under the spec's budget, filling ``result`` in place.
 
     The training clock is the sum of ``train_step`` times: it includes the first step (graph build or
@@ -176,6 +174,9 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     many steps, and a checkpoint found there at the start is resumed from: same batches, same RNG streams, so
     the losses after resuming equal those of an uninterrupted run.
 
+    ``progress_s``: seconds between the progress lines the loop writes to the trial's log (default
+    :data:`bakeoff.trial.progress.EVERY_S`).
+
     Without ``evaluate_quality`` (a batch-size probe, which asks only whether the steps fit in memory), the test
     split is never evaluated: the result has no curve and no quality, and ``training.evaluation`` says why.
     """
@@ -185,7 +186,8 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     result.training.target_rule, result.training.target_source = resolved.rule, resolved.source
     result.target, result.metric_name, result.higher_is_better = target, workload.metric_name, workload.higher_is_better
     budget = Budget.of(spec, data)
-    progress = Reporter(budget.max_steps)  # a line in the trial's log now and then: the parent's heartbeat reads it
+    # a line in the trial's log now and then (every progress_s, the request's): the parent's heartbeat reads it
+    progress = Reporter(budget.max_steps, progress_s)
     accum = spec.grad_accum
     writer = _writer(engine, tensorboard_dir, result)
     shard = engine.data_shard()
@@ -392,7 +394,7 @@ def energy_meter(spec: RunSpec, environment: Mapping[str, Any], environ: Mapping
     gpus: list[int] = []
     shared = {}
     if _on_gpu(environment):
-        if LOCAL_RANK_ENV in environ or "LOCAL_RANK" in environ:
+        if Placement.read(environ).local_rank is not None or "LOCAL_RANK" in environ:
             rank, visible = local_rank(environ), cuda_devices(dev, environ)[0]
             gpus = [rank % visible if visible else rank]
             if visible and rank >= visible:

@@ -1,8 +1,14 @@
-"""One trial, one process: ``python -m bakeoff.trial SPEC.json RESULT.json [CHECKPOINT_DIR [TENSORBOARD_DIR]]``.
+"""One trial, one process: ``python -m bakeoff.trial REQUEST.json``.
 
 The runner starts this in a fresh interpreter per trial, so import cost, threads and memory are measured clean
-and a crash takes down only its own trial. The result file is written whatever happens (atomically), with the
-status and reason when the trial could not finish; the exit code is 0 when a result was written.
+and a crash takes down only its own trial. What the parent asks is one :class:`bakeoff.core.contract.TrialRequest`
+(the spec, the result's path, the folders, keep, probe, profile, evaluate), read here once; where this process
+stands in its group (its rank, its threads) is the launcher's :class:`bakeoff.core.contract.Placement`. The result
+file is written whatever happens (atomically), with the status and reason when the trial could not finish; the exit
+code is 0 when a result was written.
+
+By hand, ``python -m bakeoff.trial SPEC.json RESULT.json [CHECKPOINT_DIR [TENSORBOARD_DIR]]`` asks for the trial
+and nothing more.
 """
 
 from __future__ import annotations
@@ -18,12 +24,12 @@ import traceback
 from pathlib import Path
 
 from bakeoff.core import frameworks
+from bakeoff.core.contract import Placement, TrialRequest
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import Parallelism, RunSpec, Status
 from bakeoff.measure import ceiling
 from bakeoff.measure.environment import host_environment
 from bakeoff.measure.isolation import foreign_frameworks, loaded_frameworks, refuse_foreign
-from bakeoff.results.model_dir import KEEP_MODEL_ENV
 from bakeoff.trial.build import build_trial
 
 
@@ -38,9 +44,9 @@ def _classify(exc: BaseException, framework: str) -> Status:
 
 
 def process_rank() -> int:
-    """This process's rank in its trial's group: ``RANK`` (torchrun), ``BAKEOFF_RANK`` (bakeoff's TensorFlow
-    launchers), else 0."""
-    return int(os.environ.get("RANK") or os.environ.get("BAKEOFF_RANK") or 0)
+    """This process's rank in its trial's group: ``RANK`` (torchrun), the launcher's (:class:`Placement`: bakeoff's
+    TensorFlow and JAX launchers), else 0."""
+    return int(os.environ.get("RANK") or Placement.read().rank or 0)
 
 
 def rank_result_path(path: Path, rank: int) -> Path:
@@ -48,23 +54,24 @@ def rank_result_path(path: Path, rank: int) -> Path:
     return path if rank == 0 else path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
 
 
-def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir: Path | None = None) -> TrialResult:
-    """Run one trial in this process and return its result (never raises for a trial failure)."""
+def run_trial(request: TrialRequest) -> TrialResult:
+    """Run the requested trial in this process and return its result (never raises for a trial failure)."""
+    spec = request.spec
     started = time.perf_counter()
     result = TrialResult(spec=spec.to_dict(), key=spec.key(), status=Status.FAILED)
     result.environment = host_environment()
-    result.extras["started_at"] = _MAIN_AT  # the trial's first line, on its node's clock: executors' scheduling time
-    launched = os.environ.get("BAKEOFF_LAUNCHED_AT")
-    if launched:  # the launcher's clock when it started the group: process start, torchrun's agent included
-        result.extras["launch_s"] = max(0.0, _MAIN_AT - float(launched))
+    result.setup.started_at = _MAIN_AT  # the trial's first line, on its node's clock: executors' scheduling time
+    launched = Placement.read().launched_at
+    if launched is not None:  # the launcher's clock when it started the group: process start, torchrun's included
+        result.setup.launch_s = max(0.0, _MAIN_AT - launched)
     if spec.parallelism is not Parallelism.NONE:
-        result.extras["rank"] = process_rank()
+        result.setup.rank = process_rank()
     engine = None
     try:
         parts = build_trial(spec)
         data, config = parts.data, parts.config
-        result.extras["config"] = config
-        result.extras["data"] = {**data.info, "rows": {"train": data.num_train, "test": data.num_test}}
+        result.setup.config = config
+        result.setup.data = {**data.info, "rows": {"train": data.num_train, "test": data.num_test}}
         try:
             engine_cls = parts.engine_class()  # imports the framework
         except ImportError as exc:
@@ -79,18 +86,17 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
         result.num_params = engine.num_params()
         result.environment.update(engine.environment())
 
-        from bakeoff.trial.loop import NO_EVALUATION_ENV, train
+        from bakeoff.trial.loop import train
 
-        train(engine, data, result, checkpoint_dir=checkpoint_dir, tensorboard_dir=tensorboard_dir,
-              evaluate_quality=not os.environ.get(NO_EVALUATION_ENV))
+        train(engine, data, result, checkpoint_dir=request.checkpoint_dir, tensorboard_dir=request.tensorboard_dir,
+              evaluate_quality=request.evaluate, progress_s=request.progress_s)
         # One trial, one framework: another one in this process would be charged to the framework under test.
         loaded = loaded_frameworks()
         result.environment["frameworks_loaded"] = loaded
         foreign = foreign_frameworks(spec.framework.value, loaded)
         result.status, result.reason = (Status.FAILED, foreign) if foreign else (Status.OK, "")
-        keep_dir = os.environ.get(KEEP_MODEL_ENV)
-        if keep_dir and result.status is Status.OK and engine.is_chief():
-            _keep(spec, config, engine, data.serving, result, Path(keep_dir))
+        if request.keep_dir is not None and result.status is Status.OK and engine.is_chief():
+            _keep(spec, config, engine, data.serving, result, request.keep_dir)
     except Exception as exc:  # a trial failure is data, not a crash of the run
         from bakeoff.engines.base import Unsupported
 
@@ -112,17 +118,18 @@ def run_trial(spec: RunSpec, checkpoint_dir: Path | None = None, tensorboard_dir
         result.environment["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
         result.wall_s = time.perf_counter() - started
     if engine is not None and result.status is Status.OK:
-        _profile(spec, engine, data, result)
+        _profile(request, engine, data, result)
     return result
 
 
-def _profile(spec: RunSpec, engine, data, result: TrialResult) -> None:
+def _profile(asked: TrialRequest, engine, data, result: TrialResult) -> None:
     """When the runner asks (:mod:`bakeoff.trial.profile`), profile a few more steps: after every figure of the
     result is final, so that none of them changes. Each process of a distributed trial into its ``rank<N>``."""
     from bakeoff.trial import profile
     from bakeoff.trial.loop import next_steps
 
-    request = profile.Request.from_env()
+    spec = asked.spec
+    request = profile.Request.from_trial(asked)
     if request is None:
         return
     if spec.parallelism is not Parallelism.NONE:
@@ -145,7 +152,7 @@ def _keep(spec: RunSpec, config: dict, engine, serving: dict, result: TrialResul
         result.reason = f"trained, but the model could not be kept in {directory}: {type(exc).__name__}: {exc}"
         result.extras["traceback"] = traceback.format_exc()[-4000:]
         return
-    result.extras["kept_model"] = {"directory": str(directory), "keep_s": time.perf_counter() - t0}
+    result.setup.kept_model = {"directory": str(directory), "keep_s": time.perf_counter() - t0}
 
 
 def write_result(result: TrialResult, path: Path) -> None:
@@ -158,17 +165,33 @@ def write_result(result: TrialResult, path: Path) -> None:
 _MAIN_AT = time.time()  # when this interpreter reached this module (wall clock, comparable across processes)
 
 
+USAGE = ("usage: python -m bakeoff.trial REQUEST.json\n"
+         "       python -m bakeoff.trial SPEC.json RESULT.json [CHECKPOINT_DIR [TENSORBOARD_DIR]]\n")
+
+
+def request_from_args(argv: list[str]) -> TrialRequest | None:
+    """The trial's request: the file of its one argument, or, by hand, a spec file, a result path and optional
+    checkpoint and TensorBoard folders (asking for nothing more); None for other arguments."""
+    if len(argv) == 1:
+        return TrialRequest.read(Path(argv[0]))
+    if not 2 <= len(argv) <= 4:
+        return None
+    dirs = [Path(a) if a else None for a in argv[2:]] + [None, None]
+    return TrialRequest(spec=RunSpec.from_dict(json.loads(Path(argv[0]).read_text())), result=Path(argv[1]),
+                        checkpoint_dir=dirs[0], tensorboard_dir=dirs[1])
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not 2 <= len(argv) <= 4:
-        sys.stderr.write("usage: python -m bakeoff.trial SPEC.json RESULT.json [CHECKPOINT_DIR [TENSORBOARD_DIR]]\n")
+    request = request_from_args(argv)
+    if request is None:
+        sys.stderr.write(USAGE)
         return 2
     logging.basicConfig(level=logging.WARNING)
-    spec = RunSpec.from_dict(json.loads(Path(argv[0]).read_text()))
-    refused = refuse_foreign(spec.framework.value)
-    dirs = [Path(a) if a else None for a in argv[2:]] + [None, None]
-    result = run_trial(spec, dirs[0], dirs[1])
+    refused = refuse_foreign(request.spec.framework.value)
+    result = run_trial(request)
     result.environment["imports_refused"] = refused
-    ceiling.in_trial(spec, result)  # when the runner asks: after every figure of the result is final
-    write_result(result, rank_result_path(Path(argv[1]), process_rank()))
+    if request.probe_ceiling:  # when the runner asks: after every figure of the result is final
+        ceiling.in_trial(request.spec, result)
+    write_result(result, rank_result_path(request.result, process_rank()))
     return 0

@@ -1,13 +1,13 @@
 """Profiles on request (``bakeoff run --profile``): a few steady training steps under the framework's own profiler,
 off the training clock, written where TensorBoard or Perfetto opens them.
 
-The runner asks a trial to profile through :data:`PROFILE_ENV` (the trace's folder) and :data:`PROFILE_STEPS_ENV`
-(how many steps), as it asks one to keep its model; the request is no part of the spec, so the trial's key, and
-what it measures, are those of the same trial without it. The trial profiles after its result is complete — every
-step time, the memory figures (read before profiling: the profiler's buffers are no training memory), the metric
-and curve, the kept model and the wall time — so profiling changes no recorded figure; it adds the result's
-``profile`` section (:class:`bakeoff.core.result.Profile`; with its ``error`` only when the profiler failed, which
-leaves the trial as it was).
+The runner asks a trial to profile in its request (:class:`bakeoff.core.contract.TrialRequest`: ``profile_dir``,
+the trace's folder, and ``profile_steps``), as it asks one to keep its model; the request is no part of the spec,
+so the trial's key, and what it measures, are those of the same trial without it. The trial profiles after its
+result is complete — every step time, the memory figures (read before profiling: the profiler's buffers are no
+training memory), the metric and curve, the kept model and the wall time — so profiling changes no recorded figure;
+it adds the result's ``profile`` section (:class:`bakeoff.core.result.Profile`; with its ``error`` only when the
+profiler failed, which leaves the trial as it was).
 
 What is profiled: :data:`WARMUP_STEPS` step unprofiled (a batch of a new shape compiles there, not in the trace),
 then the requested steps under the profiler, each marked as a step, on the training batches that follow the last
@@ -26,20 +26,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import time
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+from bakeoff.core.contract import TrialRequest
 from bakeoff.core.result import Profile, TrialResult
 from bakeoff.core.workload import Batch
 from bakeoff.engines.base import Engine, Unsupported
 
-PROFILE_ENV = "BAKEOFF_PROFILE"
-"""Set by the runner for ``bakeoff run --profile``: the folder the trial writes its trace into."""
-PROFILE_STEPS_ENV = "BAKEOFF_PROFILE_STEPS"
-"""How many steps the trial profiles (default :data:`DEFAULT_STEPS`)."""
 DEFAULT_STEPS = 5
 WARMUP_STEPS = 1
 
@@ -63,18 +60,17 @@ class Request:
         if self.steps < 1:
             raise ValueError(f"profile steps must be a positive integer, got {self.steps}")
 
-    def env(self) -> dict[str, str]:
-        """The trial process's environment variables that carry this request."""
-        return {PROFILE_ENV: str(self.directory), PROFILE_STEPS_ENV: str(self.steps)}
+    def asked(self) -> dict[str, Any]:
+        """This request as the trial request's fields (``profile_dir``, ``profile_steps``)."""
+        return {"profile_dir": self.directory, "profile_steps": self.steps}
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Request | None:
-        """The request the runner made of this trial process, or ``None``."""
-        environ = os.environ if environ is None else environ
-        directory = environ.get(PROFILE_ENV)
-        if not directory:
+    def from_trial(cls, request: TrialRequest) -> Request | None:
+        """The profile the runner asked of this trial process (its request's ``profile_dir``, ``profile_steps``,
+        default :data:`DEFAULT_STEPS`), or ``None``."""
+        if request.profile_dir is None:
             return None
-        return cls(Path(directory), int(environ.get(PROFILE_STEPS_ENV) or DEFAULT_STEPS))
+        return cls(request.profile_dir, request.profile_steps or DEFAULT_STEPS)
 
 
 def _files(directory: Path) -> dict[Path, int]:

@@ -13,9 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-EVERY_S = 10.0
-"""Seconds between a trial's progress lines (``BAKEOFF_PROGRESS_S`` sets another)."""
-EVERY_ENV = "BAKEOFF_PROGRESS_S"
+from bakeoff.core.contract import PROGRESS_S
+
+EVERY_S = PROGRESS_S
+"""Seconds between a trial's progress lines, unless its request says another (``BAKEOFF_PROGRESS_S``, read by the
+parent: :func:`bakeoff.core.contract.progress_every`)."""
 PREFIX = "bakeoff progress:"
 _LINE = re.compile(rf"^{PREFIX} step (\d+)/(\d+|\?)", re.MULTILINE)
 _TAIL_BYTES = 16_384
@@ -39,7 +41,7 @@ class Reporter:
 
     def __init__(self, max_steps: float, every_s: float | None = None) -> None:
         self._max = str(int(max_steps)) if math.isfinite(max_steps) else "?"
-        self._every = every_s if every_s is not None else float(os.environ.get(EVERY_ENV) or EVERY_S)
+        self._every = every_s if every_s is not None else EVERY_S
         self._last = -math.inf
 
     def step(self, step: int) -> None:

@@ -3,9 +3,9 @@ serving the coordinator (:mod:`bakeoff.core.launching`). Imports no framework.""
 
 from __future__ import annotations
 
+from bakeoff.core.contract import Placement
 from bakeoff.core.launching import Launcher, Member, Plan, Start, local_ranks
 from bakeoff.core.launching import trial_command as _trial
-from bakeoff.measure.environment import LOCAL_RANK_ENV
 
 
 def _jax_distributed(s: Start) -> Plan:
@@ -13,8 +13,8 @@ def _jax_distributed(s: Start) -> Plan:
     # jax.distributed.initialize() reads these: process 0 serves the coordinator on the first host's port.
     coordinator = {"JAX_COORDINATOR_ADDRESS": f"{s.hosts[0]}:{s.ports[0]}", "JAX_NUM_PROCESSES": str(n)}
     members = [Member(f"process {i}", _trial(s.args),
-                      {**s.env, **coordinator, "JAX_PROCESS_ID": str(i), "BAKEOFF_RANK": str(i),
-                       LOCAL_RANK_ENV: str(local)}, True, host)
+                      {**s.env, **coordinator, "JAX_PROCESS_ID": str(i),
+                       **Placement(rank=i, local_rank=local).env()}, True, host)
                for i, (local, host) in enumerate(zip(local_ranks(s.hosts), s.hosts, strict=True))]
     return s.plan("jax_distributed", members, n, n)
 

@@ -10,9 +10,9 @@ import socket
 import sys
 from collections.abc import Mapping
 
+from bakeoff.core.contract import Placement
 from bakeoff.core.launching import HOST, PARAMETER_SERVERS, Launcher, Member, Plan, Start, local_ranks
 from bakeoff.core.launching import trial_command as _trial
-from bakeoff.measure.environment import LOCAL_RANK_ENV
 
 SERVER_MODULE = "bakeoff.frameworks.tensorflow.server"
 """Run as ``python -m`` by each worker and parameter server of a TensorFlow parameter-server cluster."""
@@ -26,8 +26,8 @@ def _tf_workers(s: Start) -> Plan:
     n = s.workers
     cluster = {"worker": [f"{h}:{p}" for h, p in zip(s.hosts, s.ports[:n], strict=True)]}
     members = [Member(f"worker {i}", _trial(s.args),
-                      {**s.env, "TF_CONFIG": _tf_config(cluster, "worker", i), "BAKEOFF_RANK": str(i),
-                       LOCAL_RANK_ENV: str(local)}, True, host)
+                      {**s.env, "TF_CONFIG": _tf_config(cluster, "worker", i),
+                       **Placement(rank=i, local_rank=local).env()}, True, host)
                for i, (local, host) in enumerate(zip(local_ranks(s.hosts), s.hosts, strict=True))]
     return s.plan("tf_config", members, n, n)
 

@@ -6,7 +6,7 @@ The launcher (:func:`bakeoff.run.launchers.plan`) starts one per worker and para
 serves until the launcher kills it when the chief is done: the chief's ``ClusterCoordinator`` sends every step,
 and the variables live on the parameter servers. A server exiting on its own is a failure of the trial.
 
-Threads: the intra-op pool gets the cores the launcher allotted each process (``BAKEOFF_THREADS``); the inter-op
+Threads: the intra-op pool gets the cores the launcher allotted each process (its ``Placement``); the inter-op
 pool at least 2, because with one a worker deadlocks on its first step (measured, TF 2.21: a scheduled step that
 reads its variables from the parameter server never completed with ``inter_op_parallelism_threads=1``).
 A worker with GPUs uses one of them (its task index, round-robin); a parameter server keeps variables in host
@@ -23,6 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
+from bakeoff.core.contract import Placement  # noqa: E402
 from bakeoff.measure.environment import usable_cores  # noqa: E402
 
 log = logging.getLogger("bakeoff.tf_server")
@@ -44,7 +45,7 @@ def main() -> int:
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         tf.config.set_visible_devices([gpus[index % len(gpus)]] if kind == "worker" else [], "GPU")
-    threads = int(os.environ.get("BAKEOFF_THREADS") or 0) or usable_cores()
+    threads = Placement.read().threads or usable_cores()
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=kind, task_index=index,
                                   protocol=resolver.rpc_layer or "grpc", config=server_config(threads), start=True)
     log.info("%s %d serving at %s with %d intra-op threads", kind, index, server.target, threads)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 import sys
 
+from bakeoff.core.contract import Placement
 from bakeoff.core.launching import Launcher, Member, Plan, Start, local_ranks
-from bakeoff.measure.environment import LOCAL_RANK_ENV
 
 
 def _torchrun_command(s: Start, nodes: int, node: int, per_node: int) -> list[str]:
@@ -26,7 +26,8 @@ def _torchrun(s: Start) -> Plan:
 
 def _torchrun_nodes(s: Start) -> Plan:  # one agent per node: the multi-host path, also on one machine
     n = s.workers
-    members = [Member(f"node {i}", _torchrun_command(s, n, i, 1), {**s.env, LOCAL_RANK_ENV: str(local)}, True, host)
+    members = [Member(f"node {i}", _torchrun_command(s, n, i, 1), {**s.env, **Placement(local_rank=local).env()},
+                      True, host)
                for i, (local, host) in enumerate(zip(local_ranks(s.hosts), s.hosts, strict=True))]
     return s.plan("torchrun_nodes", members, n, n)
 

@@ -63,7 +63,7 @@ class TrialJob:
 
 
 def executor_record(name: str, *, submitted_at: float, started_at: float | None = None, **more: object) -> dict:
-    """The ``extras["executor"]`` section of a result: which executor ran it, when it was handed over (``time.time()``)
+    """A result's ``execution.executor`` record: which executor ran it, when it was handed over (``time.time()``)
     and when its trial began on its node, and the scheduling overhead between the two."""
     record: dict = {"name": name, "submitted_at": submitted_at, "started_at": started_at}
     if started_at is not None:

@@ -25,18 +25,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from bakeoff.core import frameworks, registry
+from bakeoff.core.contract import TrialRequest, progress_every
 from bakeoff.core.files import sweep_orphans, temporary_folder
 from bakeoff.core.result import Distributed, TrialResult
 from bakeoff.core.spec import Parallelism, RunSpec, Status
-from bakeoff.measure import ceiling
 from bakeoff.measure.environment import usable_cores
-from bakeoff.results.model_dir import KEEP_MODEL_ENV
 from bakeoff.run import launchers
 from bakeoff.run.executors import node
 from bakeoff.run.executors.executor import Done, Executor, Placement, Started, TrialJob, executor_record
 from bakeoff.run.process import OomKills, read_oom_kills
-from bakeoff.trial.loop import NO_EVALUATION_ENV
-from bakeoff.trial.profile import PROFILE_ENV, PROFILE_STEPS_ENV
 from bakeoff.trial.profile import Request as ProfileRequest
 
 log = logging.getLogger("bakeoff.run.executors.local")
@@ -56,9 +53,8 @@ class LocalExecutor(Executor):
             started(job)
             submitted = time.time()
             result = run_here(job)
-            launched = result.extras.get("started_at")
-            result.extras["executor"] = executor_record(self.name, submitted_at=submitted,
-                                                        started_at=launched if isinstance(launched, float) else None)
+            result.execution.executor = executor_record(self.name, submitted_at=submitted,
+                                                        started_at=result.setup.started_at)
             done(job, result)
 
 
@@ -71,22 +67,10 @@ def run_here(job: TrialJob, hosts: Sequence[str] | None = None, place: Placement
                    evaluate=job.evaluate, hosts=hosts, place=place)
 
 
-def _trial_env(spec: RunSpec, tmp: str, keep_dir: Path | None = None, probe_ceiling: bool = False,
-               profile: ProfileRequest | None = None, evaluate: bool = True) -> dict[str, str]:
+def _trial_env(spec: RunSpec, tmp: str) -> dict[str, str]:
+    """The environment a trial's group starts from: this one, with fresh compile caches, its threads and its
+    framework record's settings. What the trial is asked is its request (:class:`TrialRequest`), not this."""
     env = dict(os.environ)
-    env.pop(NO_EVALUATION_ENV, None)  # only a trial asked not to evaluate skips it
-    if not evaluate:
-        env[NO_EVALUATION_ENV] = "1"
-    for name in (PROFILE_ENV, PROFILE_STEPS_ENV):  # only a trial asked to profile profiles
-        env.pop(name, None)
-    if profile is not None:
-        env.update(profile.env())
-    env.pop(KEEP_MODEL_ENV, None)  # only a trial asked to keep its model keeps one
-    env.pop(ceiling.PROBE_ENV, None)  # only a trial asked to probe probes
-    if keep_dir is not None:
-        env[KEEP_MODEL_ENV] = str(keep_dir)
-    if probe_ceiling:
-        env[ceiling.PROBE_ENV] = "1"
     # Compile caches start empty in every trial, so graph-mode compile time is the cold cost, measured the same
     # way on every run, rather than whatever an earlier trial left on disk: every framework's caches (its record's
     # cache_env), whichever framework this trial is, as before.
@@ -98,6 +82,12 @@ def _trial_env(spec: RunSpec, tmp: str, keep_dir: Path | None = None, probe_ceil
     if spec.device.value == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     return env
+
+
+def request_file(log_dir: Path, spec: RunSpec) -> Path:
+    """Where a trial's request (:class:`TrialRequest`) is while its group runs: ``<key>.request.json`` beside its
+    log."""
+    return log_dir / f"{spec.key()}.request.json"
 
 
 def shared_prefix(spec: RunSpec) -> str:
@@ -171,7 +161,7 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
     A checkpoint left in ``checkpoint_dir`` by an interrupted attempt is resumed from; it is deleted once the
     trial succeeds. ``tensorboard_dir`` receives the trial's TensorBoard event files. With ``memory_cap`` (bytes),
     the trial is killed and recorded as out of memory when its group's resident set grows past it. A group whose
-    port was taken before it bound it is started again on new ports (``extras["port_retries"]``). With
+    port was taken before it bound it is started again on new ports (``execution.port_retries``). With
     ``keep_dir``, a trial that succeeds keeps its trained model there (:mod:`bakeoff.results.model_dir`). With
     ``probe_ceiling``, the trial probes the matmul ceiling after its result (:mod:`bakeoff.measure.ceiling`). With
     ``profile``, a trial that succeeds profiles a few more steps after its result (:mod:`bakeoff.trial.profile`).
@@ -198,7 +188,7 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
         retries += 1
         log.warning("%s: a port was taken before the group bound it; starting again on new ports", spec.label())
     if retries:
-        result.extras["port_retries"] = retries
+        result.execution.port_retries = retries
     return result
 
 
@@ -224,21 +214,28 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         shared.mkdir(parents=True, exist_ok=True)
     # removed even when bakeoff is killed; across nodes named by its key, for an executor to remove (remove_shared)
     with temporary_folder(shared_prefix(spec) if shared else "bakeoff-trial-", shared) as tmp:
-        spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
-        spec_path.write_text(spec.to_json())
-        started, oom_before = time.perf_counter(), read_oom_kills()
-        args = [str(spec_path), str(result_path), str(checkpoint_dir or ""), str(tensorboard_dir or "")]
-        group = launchers.plan(spec, args, _trial_env(spec, tmp, keep_dir, probe_ceiling, profile, evaluate),
-                               hosts=hosts)
-        logs = rank_logs = _log_paths(log_dir, spec, group)
-        if shared is not None:  # one unit per node starts its members there (a Slurm job step, a Ray task)
-            group.members, logs = node.fold(group.members, rank_logs, Path(tmp), log_dir, spec.key(),
-                                            fixed_threads=spec.threads is not None, spec_file=spec_path)
-        if place is not None:  # units on other nodes start there, the first node's here
-            group.members = [place(member) for member in group.members]
-        names = [m.name for m in group.members]
-        what = spec.title()
-        outcome = launchers.run_group(group, logs, timeout_s, memory_cap, what)
+        result_path = Path(tmp) / "result.json"
+        request = TrialRequest(spec, result_path, checkpoint_dir, tensorboard_dir, keep_dir, probe_ceiling,
+                               evaluate=evaluate, progress_s=progress_every(),
+                               **(profile.asked() if profile is not None else {}))
+        # Beside the trial's log, in the store's folder: every node sees it, and a trial's processes name the store
+        # on their command line (``ps`` finds a run's processes by its folder, as they named their checkpoints).
+        request_path = request_file(log_dir, spec)
+        request.write(request_path)
+        try:
+            started, oom_before = time.perf_counter(), read_oom_kills()
+            group = launchers.plan(spec, [str(request_path)], _trial_env(spec, tmp), hosts=hosts)
+            logs = rank_logs = _log_paths(log_dir, spec, group)
+            if shared is not None:  # one unit per node starts its members there (a Slurm job step, a Ray task)
+                group.members, logs = node.fold(group.members, rank_logs, Path(tmp), log_dir, spec.key(),
+                                                fixed_threads=spec.threads is not None, request_file=request_path)
+            if place is not None:  # units on other nodes start there, the first node's here
+                group.members = [place(member) for member in group.members]
+            names = [m.name for m in group.members]
+            what = spec.title()
+            outcome = launchers.run_group(group, logs, timeout_s, memory_cap, what)
+        finally:  # the group is over: nothing reads the request again (the result and the log say what ran)
+            request_path.unlink(missing_ok=True)
         if shared is not None:  # this node's units' compile caches, if a job step's end killed their janitors too
             sweep_orphans(node.NODE_FOLDER)
         # where the ranks meet (the first node: torchrun's store, TF's worker 0, JAX's coordinator), and what each
@@ -247,7 +244,7 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         if outcome.killed:
             status = Status.TIMEOUT if outcome.killed.startswith("no result") else Status.OUT_OF_MEMORY
             failed = _failure(spec, status, f"{outcome.killed} (log: {rank_logs[0]})")
-            failed.extras["timeout_s"] = timeout_s  # a later run with a longer timeout runs it again (to_run)
+            failed.execution.timeout_s = timeout_s  # a later run with a longer timeout runs it again (to_run)
             return failed, False
         # A rank on another node wrote its result there: a shared file system may show it here only later.
         grace = RANK_GRACE_S if shared is not None and not outcome.first_failure else 0.0
@@ -265,11 +262,11 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
         if not missing and not outcome.first_failure:
             result = launchers.merge(spec, group, results, outcome) if spec.parallelism is not Parallelism.NONE \
                 else results[0]
-            result.extras["log"] = str(rank_logs[0])
+            result.execution.log = str(rank_logs[0])
             if network:
-                result.extras["network"] = network
+                result.execution.network = network
             if tensorboard_dir is not None:
-                result.extras["tensorboard"] = str(tensorboard_dir)
+                result.execution.tensorboard = str(tensorboard_dir)
             if result.status is Status.OK and checkpoint_dir is not None:
                 shutil.rmtree(checkpoint_dir, ignore_errors=True)
             return result, False
@@ -310,7 +307,7 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
     else:
         result = _failure(spec, Status.FAILED, f"{who} exited with code {code} and wrote no result: {tail}")
     if network:
-        result.extras["network"] = network
+        result.execution.network = network
     if launcher.group:
         result.distributed = Distributed(launcher=group.launcher, first_failure=who, exit_codes=outcome.codes,
                                          logs=[str(p) for p in dict.fromkeys((*rank_logs, *logs))])

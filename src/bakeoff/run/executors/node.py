@@ -23,7 +23,7 @@ On its node the unit:
   machine's own name, which Debian maps to 127.0.1.1, and would hand its peers a loopback address): the interface
   that carries this node's traffic to the trial's other nodes, given to the ranks as ``GLOO_SOCKET_IFNAME`` and
   ``NCCL_SOCKET_IFNAME`` (unless the environment sets either: then both are as given), and recorded in
-  ``<folder>/hostI.network.json``, which the trial puts in ``extras["network"]``; TensorFlow's workers talk
+  ``<folder>/hostI.network.json``, which the trial puts in ``execution.network``; TensorFlow's workers talk
   gRPC at the addresses of their ``TF_CONFIG`` (NCCL's variable covers its GPU collectives);
 - checks, on this node, that the port each TensorFlow worker here will serve on is free (chosen on the first
   node): one taken says "address already in use", and the trial starts again on new ports;
@@ -45,6 +45,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from bakeoff.core.contract import THREADS_ENV
 from bakeoff.core.files import owned_prefix, sweep_orphans, temporary_folder
 from bakeoff.run.launchers import Member
 
@@ -54,7 +55,7 @@ NODE_FOLDER = "bakeoff-node-"
 """The prefix of a unit's folder of compile caches in its node's temporary folder (then its process id)."""
 
 MODULE = "bakeoff.run.executors.node"
-THREAD_VARIABLES = ("BAKEOFF_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+THREAD_VARIABLES = (THREADS_ENV, "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 UNSUPPORTED_EXIT = 3
 """The unit's exit code when its node cannot hold its share (too few GPUs for its ranks): nothing was started."""
 OUT_OF_MEMORY_SAYS = "by the kernel's out-of-memory killer"
@@ -89,19 +90,21 @@ def common_env(members: Sequence[Member]) -> dict[str, str]:
 
 
 def fold(members: Sequence[Member], logs: Sequence[Path], folder: Path, log_dir: Path, key: str,
-         fixed_threads: bool, spec_file: Path | None = None) -> tuple[list[Member], list[Path]]:
+         fixed_threads: bool, request_file: Path | None = None) -> tuple[list[Member], list[Path]]:
     """One member per node in place of the node's members: ``python -m bakeoff.run.executors.node FILE``, FILE
     (in ``folder``, which every node sees) naming each member's command, own environment and log. The unit's name
     is ``host I`` (I the node's index: 0 is where the trial's group starts) and its log ``<key>.hostI.log`` in
     ``log_dir``. ``fixed_threads``: the trial says its threads; otherwise each node counts its own cores.
-    ``spec_file``: the trial's spec, for each unit to check its share against its node's GPUs."""
+    ``request_file``: the trial's request (:class:`bakeoff.core.contract.TrialRequest`), for each unit to check its
+    share against its node's GPUs by its spec."""
     units, unit_logs = [], []
     every = shares(members, logs)
     for index, share in enumerate(every):
         env = common_env(share.members)
         node_file = folder / f"host{index}.json"
         node_file.write_text(json.dumps({
-            "fixed_threads": fixed_threads, "spec": str(spec_file) if spec_file else None, "host": share.host,
+            "fixed_threads": fixed_threads, "request": str(request_file) if request_file else None,
+            "host": share.host,
             "peers": [other.host for other in every if other.host != share.host],
             "record": str(folder / f"host{index}.network.json"),
             "members": [{"name": m.name, "command": m.command, "log": str(path),
@@ -212,11 +215,11 @@ def run_share(raw: dict) -> int:
 
     entries = raw["members"]
     host = socket.gethostname()
-    if raw.get("spec"):  # this node's share of the ranks, against this node's GPUs
-        from bakeoff.core.spec import RunSpec
+    if raw.get("request"):  # this node's share of the ranks, against this node's GPUs
+        from bakeoff.core.contract import TrialRequest
         from bakeoff.run.launchers import unsupported_here
 
-        reason = unsupported_here(RunSpec.from_dict(json.loads(Path(raw["spec"]).read_text())), here=len(entries))
+        reason = unsupported_here(TrialRequest.read(Path(raw["request"])).spec, here=len(entries))
         if reason:
             sys.stdout.write(f"{UNSUPPORTED_SAYS}{host}: {reason}\n")
             return UNSUPPORTED_EXIT

@@ -17,7 +17,7 @@ another node is started there by a small proxy process (``python -m bakeoff.run.
 ...``, a member of the group here like any other) that runs it as a Ray task in that node's bundle, writing to the
 unit's log, and ends with it: killed with the group, it takes its Ray connection with it, so Ray ends the remote
 task, whose unit is tethered to its worker (and the unit's ranks to the unit). The placement group is
-removed when the trial ends. The trial's hosts and nodes are in ``extras["hosts"]`` and ``extras["nodes"]``.
+removed when the trial ends. The trial's hosts and nodes are in ``execution.hosts`` and ``execution.nodes``.
 
 A task (:func:`_trial`) runs :func:`~bakeoff.run.executors.local.run_here` on its node: the local executor's
 process group, whose members are tethered to the task's worker (:mod:`bakeoff.core.tether`; Ray runs a task on its
@@ -289,9 +289,8 @@ class RayExecutor(Executor):
     @staticmethod
     def _record(result: TrialResult, current: _Flight, cluster: Cluster) -> TrialResult:
         where = current.where or {}
-        began = result.extras.get("started_at")
-        result.extras["executor"] = executor_record(
-            "ray", submitted_at=current.submitted_at, started_at=began if isinstance(began, float) else None,
+        result.execution.executor = executor_record(
+            "ray", submitted_at=current.submitted_at, started_at=result.setup.started_at,
             address=cluster.address, node=where.get("node"), host=where.get("host"),
             worker_pid=where.get("worker_pid"), main_thread=where.get("main_thread"), nice=where.get("nice"),
             resources=current.asked)

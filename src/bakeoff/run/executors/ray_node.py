@@ -85,7 +85,7 @@ def _trial(job: TrialJob, folder: str, where_file: str, group: Group | None = No
     finally:
         os.chdir(before)
     if hosts is not None:
-        result.extras.update(hosts=hosts, nodes=where["nodes"])
+        result.execution.hosts, result.execution.nodes = hosts, where["nodes"]
     return {"where": where, "result": result.to_dict()}
 
 

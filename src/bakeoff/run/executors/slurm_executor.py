@@ -14,7 +14,7 @@ unit (:mod:`bakeoff.run.executors.node`), the first node's here and each other n
 asking for every CPU the job has on that node (#51: a step per member asked for them K times, and the second
 waited for ever): torchrun agents with their rendezvous on the first node, TensorFlow workers with their
 ``TF_CONFIG``, ``jax.distributed`` processes with the coordinator on the first node. The result is stored under the
-trial's own spec (its key does not depend on where it ran); its hosts are in ``extras["hosts"]``.
+trial's own spec (its key does not depend on where it ran); its hosts are in ``execution.hosts``.
 
 Why one job per trial and not a job array: an array's tasks share one resource request, while trials differ in
 CPUs, GPUs and time limit; one job per trial is also what ``squeue`` and ``scancel`` show the user, named
@@ -146,7 +146,7 @@ def settle(job: TrialJob, job_id: str, state: JobState | None, result: TrialResu
         reason = f"Slurm job {job_id} ended {state.state}{why}{on}"
     failed = TrialResult(spec=spec.to_dict(), key=spec.key(), status=status, reason=f"{reason} without a result")
     if status is Status.TIMEOUT:
-        failed.extras["timeout_s"] = job.timeout_s  # a later run with a longer timeout runs it again (to_run)
+        failed.execution.timeout_s = job.timeout_s  # a later run with a longer timeout runs it again (to_run)
     return failed
 
 
@@ -289,11 +289,9 @@ class SlurmExecutor(Executor):
             if result is None:
                 final.reason += f"; its output: {_tail(sub.paths.output)}"
                 remove_shared(sub.job)  # a job killed before its trial could remove its folder on the store's
-            launched = final.extras.get("started_at")
-            final.extras["executor"] = executor_record(
-                self.name, submitted_at=sub.submitted_at,
-                started_at=launched if isinstance(launched, float) else None, job_id=job_id,
-                node=sub.node or final.extras.get("host") or None, partition=self.partition or self.default)
+            final.execution.executor = executor_record(
+                self.name, submitted_at=sub.submitted_at, started_at=final.setup.started_at, job_id=job_id,
+                node=sub.node or final.execution.host or None, partition=self.partition or self.default)
             del waiting[job_id]
             done(sub.job, final)
 
@@ -396,8 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s: %s; its processes were killed, no result written", job.what, exc.signal_name)
         return exc.exit_code
     if hosts is not None:
-        result.extras["hosts"] = hosts
-    result.extras.setdefault("host", socket.gethostname())
+        result.execution.hosts = hosts
+    result.execution.host = result.execution.host or socket.gethostname()
     target = path.with_name(path.name.replace(".job.json", ".result.json"))
     partial = target.with_suffix(".part")
     partial.write_text(json.dumps(result.to_dict()))
