@@ -233,8 +233,15 @@ class Ray:
             time.sleep(0.5)
 
     def trial_processes(self) -> dict[int, str]:
-        """The live processes of this module's trials (their command lines hold their spec files' folder)."""
-        return {pid: c for pid, c in processes_mentioning(str(self.trials)).items() if "bakeoff" in c}
+        """The live processes of this module's trials: bakeoff's, started by the nodes' workers (whose ``TMPDIR``
+        is this module's folder; a trial's command line names only its request file, under the test's store)."""
+        marker = f"TMPDIR={self.trials}".encode()
+        found = {}
+        for pid, command in processes_mentioning("-m bakeoff.trial").items():
+            with contextlib.suppress(OSError):
+                if marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                    found[pid] = command
+        return found
 
     def bakeoff(self, *args: str, cwd: Path, options: str = "", **popen) -> subprocess.Popen:
         command = [sys.executable, "-m", "bakeoff.cli", "run", "--executor", f"ray={self.address}{options}",

@@ -33,7 +33,7 @@ from bakeoff.trial.profile import Request as ProfileRequest
 if TYPE_CHECKING:
     from bakeoff.run.launchers import Member
 
-Placement = Callable[["Member"], "Member"]
+MemberPlacer = Callable[["Member"], "Member"]
 """How a member of a trial's group starts on its host (:attr:`Member.host`): the member itself where it starts here."""
 Started = Callable[["TrialJob"], None]
 Done = Callable[["TrialJob", TrialResult], None]

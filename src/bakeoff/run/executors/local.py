@@ -32,7 +32,7 @@ from bakeoff.core.spec import Parallelism, RunSpec, Status
 from bakeoff.measure.environment import usable_cores
 from bakeoff.run import launchers
 from bakeoff.run.executors import node
-from bakeoff.run.executors.executor import Done, Executor, Placement, Started, TrialJob, executor_record
+from bakeoff.run.executors.executor import Done, Executor, MemberPlacer, Started, TrialJob, executor_record
 from bakeoff.run.process import OomKills, read_oom_kills
 from bakeoff.trial.profile import Request as ProfileRequest
 
@@ -58,7 +58,7 @@ class LocalExecutor(Executor):
             done(job, result)
 
 
-def run_here(job: TrialJob, hosts: Sequence[str] | None = None, place: Placement | None = None) -> TrialResult:
+def run_here(job: TrialJob, hosts: Sequence[str] | None = None, place: MemberPlacer | None = None) -> TrialResult:
     """Run ``job``'s trial process group from this machine, now (:func:`run_one`); never raises for a trial that
     fails, only for an interrupt. A multi-node executor gives each worker's ``hosts`` and how a member is started
     on its host (``place``: a Slurm job step, a Ray proxy); by default every member starts here."""
@@ -154,7 +154,7 @@ def run_one(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: Path
             tensorboard_dir: Path | None = None, memory_cap: int | None = None,
             keep_dir: Path | None = None, probe_ceiling: bool = False,
             profile: ProfileRequest | None = None, evaluate: bool = True, hosts: Sequence[str] | None = None,
-            place: Placement | None = None) -> TrialResult:
+            place: MemberPlacer | None = None) -> TrialResult:
     """Run one spec as a fresh process group (:mod:`bakeoff.run.launchers`); a crash, hang or kill of any
     member becomes a result, never an exception.
 
@@ -204,7 +204,7 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
                tensorboard_dir: Path | None, memory_cap: int | None,
                keep_dir: Path | None = None, probe_ceiling: bool = False,
                profile: ProfileRequest | None = None, evaluate: bool = True, hosts: Sequence[str] | None = None,
-               place: Placement | None = None) -> tuple[TrialResult, bool]:
+               place: MemberPlacer | None = None) -> tuple[TrialResult, bool]:
     """One start of the group: its result, and whether it failed because a port was in use. A group spread over
     machines keeps its spec and rank results under the store's folder, which its nodes share (a node's ``/tmp`` is
     its own); otherwise in this machine's temporary folder."""

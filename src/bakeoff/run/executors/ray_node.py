@@ -23,7 +23,7 @@ from typing import Any
 
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import Status
-from bakeoff.run.executors.executor import Placement, TrialJob, spread
+from bakeoff.run.executors.executor import MemberPlacer, TrialJob, spread
 from bakeoff.run.executors.local import run_here
 from bakeoff.run.launchers import Member
 
@@ -89,7 +89,7 @@ def _trial(job: TrialJob, folder: str, where_file: str, group: Group | None = No
     return {"where": where, "result": result.to_dict()}
 
 
-def _placed(group: Group, workers: int) -> tuple[list[str], list[str], Placement]:
+def _placed(group: Group, workers: int) -> tuple[list[str], list[str], MemberPlacer]:
     """In a multi-node trial's task: each worker's host (its bundle's node address, K workers a node in rank
     order), each bundle's node, and how a member whose host is another node starts there (:func:`_proxied`)."""
     import ray
