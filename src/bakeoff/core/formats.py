@@ -6,11 +6,11 @@ only in their own processes."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from bakeoff.core import frameworks
+from bakeoff.core.frameworks import Format, adapter_module, exporting_frameworks  # noqa: F401  (read from here too)
 from bakeoff.core.spec import SpecError
 
 Run = Callable[[dict[str, Any]], Any]
@@ -26,50 +26,6 @@ def ran_on(run: Run, device: str, **facts: Any) -> Run:
 
 class Unsupported(RuntimeError):
     """This format cannot be made or run here (recorded as ``unsupported`` with the reason)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Format:
-    """One deployment format of one source framework.
-
-    ``name`` is unique across frameworks (``torch-onnx`` and ``tf-onnx`` are two formats: two converters).
-    ``runtime`` names the runtime that loads and runs it in the inference process: a framework's own (its
-    record's ``runtimes`` give the module in its folder) or ``bakeoff.deploy.<runtime>_runtime``; ``loads`` the
-    frameworks that process may import (none for ONNX Runtime and LiteRT).
-    ``tolerance`` is the largest absolute output difference from the framework model accepted for a float format;
-    ``None`` for a quantised one, whose metric change is reported instead. ``targets`` are where such a file is
-    deployed (server, mobile, browser, edge: LiteRT's interpreter is what a phone or an edge box runs); a target
-    counts for a framework only when its format exported and ran.
-    """
-
-    name: str
-    display: str
-    framework: str
-    runtime: str
-    file: str  # file or directory name inside the format's export directory
-    tolerance: float | None
-    targets: tuple[str, ...]
-    loads: tuple[str, ...]
-    packages: tuple[str, ...]  # Python packages the export and the runtime need, for the "not installed" message
-    extra: str  # pip extra that installs them
-    quantised: str = ""  # "" for float formats; else what is quantised ("int8 weights, dynamic range")
-    needs: str = ""  # "" or "cuda": the format needs a CUDA GPU (TensorRT)
-    notes: str = ""
-
-    @property
-    def adapter(self) -> str:
-        return adapter_module(self.framework)
-
-    @property
-    def runtime_module(self) -> str:
-        for info in frameworks.FRAMEWORKS.values():  # a framework's own runtime is in its folder
-            if self.runtime in info.runtimes:
-                return info.runtimes[self.runtime]
-        return f"bakeoff.deploy.{self.runtime}_runtime"  # a framework-free one (ONNX Runtime, LiteRT)
-
-    @property
-    def install_hint(self) -> str:
-        return f"pip install 'bakeoff[{self.extra}]'"
 
 
 FLOAT_TOLERANCE = 1e-4  # fp32 graphs re-lowered by another compiler: fused and reordered sums, not new rounding
@@ -105,16 +61,3 @@ def get(name: str) -> Format:
     if name not in FORMATS:
         raise SpecError(f"unknown deployment format {name!r}; accepted: {', '.join(FORMATS)}")
     return FORMATS[name]
-
-
-def exporting_frameworks() -> list[str]:
-    """The frameworks whose models bakeoff keeps and exports: those whose record names a deployment adapter."""
-    return [name for name, info in frameworks.FRAMEWORKS.items() if info.deploy]
-
-
-def adapter_module(framework: str) -> str:
-    """The module that keeps and exports ``framework``'s models (its record's ``deploy``)."""
-    module = frameworks.get(framework).deploy
-    if not module:
-        raise KeyError(f"bakeoff keeps and exports no {framework} models; it does {', '.join(exporting_frameworks())}")
-    return module

@@ -25,18 +25,60 @@ import importlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from bakeoff.core.spec import Execution, Parallelism, Precision
+from bakeoff.core.choices import Execution, Parallelism, Precision
 
-if TYPE_CHECKING:
-    from bakeoff.core.formats import Format
-
-__all__ = ["FRAMEWORKS", "PACKAGE", "Capacity", "FrameworkInfo", "LoadMarkers", "by_folder", "folders", "frozen",
-           "get", "markers", "names", "native", "rediscover"]
+__all__ = ["FRAMEWORKS", "PACKAGE", "Capacity", "Format", "FrameworkInfo", "LoadMarkers", "adapter_module",
+           "by_folder", "exporting_frameworks", "folders", "frozen", "get", "markers", "names", "native",
+           "rediscover"]
 
 PACKAGE = "bakeoff.frameworks"
 """The package whose folders are the frameworks (one ``<name>/record.py`` each)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+    """One deployment format of one source framework.
+
+    ``name`` is unique across frameworks (``torch-onnx`` and ``tf-onnx`` are two formats: two converters).
+    ``runtime`` names the runtime that loads and runs it in the inference process: a framework's own (its
+    record's ``runtimes`` give the module in its folder) or ``bakeoff.deploy.<runtime>_runtime``; ``loads`` the
+    frameworks that process may import (none for ONNX Runtime and LiteRT).
+    ``tolerance`` is the largest absolute output difference from the framework model accepted for a float format;
+    ``None`` for a quantised one, whose metric change is reported instead. ``targets`` are where such a file is
+    deployed (server, mobile, browser, edge: LiteRT's interpreter is what a phone or an edge box runs); a target
+    counts for a framework only when its format exported and ran.
+    """
+
+    name: str
+    display: str
+    framework: str
+    runtime: str
+    file: str  # file or directory name inside the format's export directory
+    tolerance: float | None
+    targets: tuple[str, ...]
+    loads: tuple[str, ...]
+    packages: tuple[str, ...]  # Python packages the export and the runtime need, for the "not installed" message
+    extra: str  # pip extra that installs them
+    quantised: str = ""  # "" for float formats; else what is quantised ("int8 weights, dynamic range")
+    needs: str = ""  # "" or "cuda": the format needs a CUDA GPU (TensorRT)
+    notes: str = ""
+
+    @property
+    def adapter(self) -> str:
+        return adapter_module(self.framework)
+
+    @property
+    def runtime_module(self) -> str:
+        for info in FRAMEWORKS.values():  # a framework's own runtime is in its folder
+            if self.runtime in info.runtimes:
+                return info.runtimes[self.runtime]
+        return f"bakeoff.deploy.{self.runtime}_runtime"  # a framework-free one (ONNX Runtime, LiteRT)
+
+    @property
+    def install_hint(self) -> str:
+        return f"pip install 'bakeoff[{self.extra}]'"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,10 +192,7 @@ def _discover() -> Mapping[str, FrameworkInfo]:
 def rediscover() -> None:
     """Forget the discovered records (a test that adds a framework folder), and the framework choice built from
     them (:class:`bakeoff.core.spec.Framework`)."""
-    from bakeoff.core import spec
-
-    _discover.cache_clear()
-    spec.framework_choice.cache_clear()
+    _discover.cache_clear()  # the spec's framework choice follows the rows it finds (spec.framework_choice)
 
 
 def get(name: str) -> FrameworkInfo:
@@ -186,3 +225,16 @@ def native() -> list[str]:
 def markers() -> dict[str, LoadMarkers]:
     """``{framework: markers}`` for each framework a process can load (the Keras rows load their backend's)."""
     return {name: info.markers for name, info in FRAMEWORKS.items() if info.markers is not None}
+
+
+def exporting_frameworks() -> list[str]:
+    """The frameworks whose models bakeoff keeps and exports: those whose record names a deployment adapter."""
+    return [name for name, info in FRAMEWORKS.items() if info.deploy]
+
+
+def adapter_module(framework: str) -> str:
+    """The module that keeps and exports ``framework``'s models (its record's ``deploy``)."""
+    module = get(framework).deploy
+    if not module:
+        raise KeyError(f"bakeoff keeps and exports no {framework} models; it does {', '.join(exporting_frameworks())}")
+    return module

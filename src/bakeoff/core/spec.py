@@ -18,38 +18,32 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-
-class SpecError(ValueError):
-    """A spec, suite or option that cannot be run; the message names the bad value and the accepted ones."""
-
-
-RETIRED_VALUES = {"horovod": "bakeoff never had a horovodrun launcher, so every horovod trial was recorded "
-                             "unsupported, with nothing measured; the mode was removed (#53)"}
-"""Values an older bakeoff accepted that this one refuses, each with why (a stored trial of one is read past:
-:meth:`bakeoff.results.store.Store.results`)."""
-
-
-class _Choice(enum.StrEnum):
-    @classmethod
-    def parse(cls, value: str | enum.Enum, what: str) -> Any:
-        if isinstance(value, cls):
-            return value
-        try:
-            return cls(str(value))
-        except ValueError:
-            accepted = ", ".join(m.value for m in cls)
-            retired = f" ({RETIRED_VALUES[str(value)]})" if str(value) in RETIRED_VALUES else ""
-            raise SpecError(f"unknown {what} {value!r}{retired}; accepted: {accepted}") from None
+from bakeoff.core.choices import (  # noqa: F401  (the choices are read from here too)
+    RETIRED_VALUES,
+    Device,
+    Execution,
+    Parallelism,
+    Precision,
+    SpecError,
+    Status,
+    _Choice,
+)
 
 
-@functools.cache
 def framework_choice() -> type[_Choice]:
     """:class:`Framework`: the choice of framework rows, one member per row the framework folders declare
     (:mod:`bakeoff.core.frameworks`), named by their values (``torch`` is ``Framework.TORCH``, ``keras-jax``
     ``Framework.KERAS_JAX``). Built on first use, from the discovered records: no framework is named here."""
-    from bakeoff.core import frameworks  # the records import this module's choices: read them on first use
+    from bakeoff.core import frameworks  # read on first use: the records are discovered then
 
-    members = {name.upper().replace("-", "_"): name for name in frameworks.names()}
+    return _choice_of(tuple(frameworks.names()))
+
+
+@functools.cache
+def _choice_of(names: tuple[str, ...]) -> type[_Choice]:
+    """One class per set of rows, so ``Framework`` is the same class for as long as the rows are the same (a test
+    that adds a framework folder and removes it again gets the first class back)."""
+    members = {name.upper().replace("-", "_"): name for name in names}
     return _Choice("Framework", members, module=__name__, qualname="Framework")  # type: ignore[return-value]
 
 
@@ -61,44 +55,6 @@ def __getattr__(name: str) -> Any:
     if name == "Framework":  # ``from bakeoff.core.spec import Framework`` (framework_choice)
         return framework_choice()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-class Execution(_Choice):
-    EAGER = "eager"  # op by op: PyTorch eager, TF eager
-    GRAPH = "graph"  # compiled graph: torch.compile, tf.function
-    XLA = "xla"  # tf.function(jit_compile=True)
-
-
-class Precision(_Choice):
-    FP32 = "fp32"
-    BF16 = "bf16"
-    FP16 = "fp16"
-
-
-class Parallelism(_Choice):
-    NONE = "none"
-    DATA_PARALLEL = "data_parallel"  # one machine, N replicas: DDP under torchrun, MirroredStrategy
-    MULTI_WORKER = "multi_worker"  # N worker processes (hosts): torchrun rendezvous, MultiWorkerMirroredStrategy
-    PARAMETER_SERVER = "parameter_server"  # TF ParameterServerStrategy: chief, workers, parameter servers
-
-    @property
-    def synchronous(self) -> bool:
-        """Whether every replica takes a shard of each global batch and all apply the same update."""
-        return self in (Parallelism.DATA_PARALLEL, Parallelism.MULTI_WORKER)
-
-
-class Status(_Choice):
-    OK = "ok"
-    FAILED = "failed"
-    TIMEOUT = "timeout"
-    OUT_OF_MEMORY = "out_of_memory"
-    UNSUPPORTED = "unsupported"
-
-
-class Device(_Choice):
-    AUTO = "auto"  # CUDA when the framework sees one, else CPU
-    CPU = "cpu"
-    CUDA = "cuda"
 
 
 RETIRED = ("hosts",)
