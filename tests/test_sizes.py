@@ -31,7 +31,6 @@ LONG_FUNCTIONS = {
     "trial/loop.py:train": SPLIT,
     "frameworks/tensorflow/engine.py:TensorFlowEngine.setup": SPLIT,
     "plan/suite.py:_build": SPLIT,
-    "run/executors/local.py:_run_group": SPLIT + " (the trial contract's part rewrites the group's environment)",
 }
 """Functions over :data:`MAX_FUNCTION_LINES`, as ``path:qualified name``, each with why it may be for now."""
 
