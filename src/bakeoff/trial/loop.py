@@ -5,22 +5,21 @@ returning the loss on the host, ``predict`` over a split, and a memory probe; :f
 the same way for all of them, so no framework is measured differently from another. Its pieces:
 
 * :class:`Budget` — how many steps or seconds the spec allows, and when to stop;
-* :class:`Evaluation` — the test split evaluated on the loop's cadence, off the clock: the quality curve, the
-  best and final metric, time and steps to target (interpolated between evaluations);
-* :class:`MemoryPhases` — the memory baseline, training's own peak (evaluation paused out of it), the trial's peak;
+* :class:`bakeoff.trial.evaluation.Evaluation` — the test split evaluated on the loop's cadence, off the clock: the
+  quality curve, the best and final metric, time and steps to target (interpolated between evaluations);
+* :class:`bakeoff.trial.memory_phases.MemoryPhases` — the memory baseline, training's own peak (evaluation paused
+  out of it), the trial's peak;
 * :func:`steady_statistics` — the steady steps' time, throughput and units, and what building graphs cost;
-* energy (:class:`bakeoff.measure.energy.EnergyMeter`) — the counters read at the step clock's points: per steady
-  step and example, and cumulative on the quality curve (``train_j``), hence energy to target;
-* checkpoints (:func:`_save_state`, :func:`_resume`) — the engine and the loop's state, resumed bit for bit.
+* energy (:mod:`bakeoff.trial.loop_energy`, :class:`bakeoff.measure.energy.EnergyMeter`) — the counters read at the
+  step clock's points: per steady step and example, and cumulative on the quality curve (``train_j``), hence energy
+  to target;
+* checkpoints (:mod:`bakeoff.trial.loop_checkpoint`) — the engine and the loop's state, resumed bit for bit.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import math
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -28,14 +27,16 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.core.contract import Placement
-from bakeoff.core.result import Distributed, Energy, TrialResult
-from bakeoff.core.spec import Parallelism, RunSpec
+from bakeoff.core.result import Distributed, TrialResult
+from bakeoff.core.spec import RunSpec
 from bakeoff.core.workload import Batch, Dataset, Workload, shard_batch
 from bakeoff.engines.base import Engine, SummaryWriter, weights_digest
 from bakeoff.measure.energy import EnergyMeter
-from bakeoff.measure.environment import CpuSharing, cuda_devices, local_rank
-from bakeoff.measure.memory import MemoryProbe
+from bakeoff.measure.environment import CpuSharing
+from bakeoff.trial.evaluation import Evaluation
+from bakeoff.trial.loop_checkpoint import _resume, _save_state
+from bakeoff.trial.loop_energy import energy_figures, energy_meter
+from bakeoff.trial.memory_phases import MemoryPhases
 from bakeoff.trial.progress import Reporter
 
 
@@ -63,102 +64,6 @@ class Budget:
 
     def spent(self, step: int, train_s: float) -> bool:
         return step >= self.max_steps or train_s >= self.max_seconds
-
-
-class Evaluation:
-    """The test split evaluated off the clock (memory paused), each call one point of the quality curve.
-
-    Step 0 is the untrained model: the curve's start, not a training result. Later points update the best and
-    final metric; the first to reach the target sets time and steps to target, interpolated from the point
-    before. Disabled (a batch-size probe), it evaluates nothing.
-    """
-
-    def __init__(self, engine: Engine, data: Dataset, result: TrialResult, memory: MemoryPhases,
-                 writer: SummaryWriter | None, target: float, batch_size: int, enabled: bool = True) -> None:
-        self.engine, self.data, self.result, self.memory, self.writer = engine, data, result, memory, writer
-        self.target, self.batch_size, self.enabled = target, batch_size, enabled
-
-    def __call__(self, step: int, train_s: float, train_j: float | None = None) -> bool:
-        """Evaluate now (``train_j``: the training energy so far, where measured); True when this evaluation is the
-        first to reach the target."""
-        if not self.enabled:
-            return False
-        workload, result = self.engine.workload, self.result
-        with self.memory.paused():  # evaluation stays out of the training memory figure
-            values = workload.metrics(self.engine.predict(self.data.test, self.batch_size), self.data.test)
-        value = values[workload.metric_name]
-        others = {k: v for k, v in values.items() if k != workload.metric_name}
-        previous = result.curve[-1] if result.curve else None
-        energy = {} if train_j is None else {"train_j": train_j}
-        result.curve.append({"step": step, "train_s": train_s, **energy, "metric": value, **others})
-        if self.writer is not None:
-            for name, v in values.items():
-                self.writer.scalar(f"eval/{name}", v, step)
-        if step == 0:
-            return False  # the untrained model: the curve's start, not a training result
-        higher, best = workload.higher_is_better, result.best_metric
-        result.best_metric = value if best is None or (value > best) == higher else best
-        result.final_metric = value
-        if result.time_to_target_s is None and _reached(value, self.target, higher):
-            result.time_to_target_s, result.steps_to_target = _crossing(previous, result.curve[-1], self.target)
-            return True
-        return False
-
-
-class MemoryPhases:
-    """Fills the result's memory figures from a probe: the baseline when training starts (import and model build
-    done, before the step-0 evaluation), the peak over training steps with each evaluation's own peak paused out of
-    it (what an evaluation leaves held is not: training runs beside it), and the whole trial's peak.
-
-    Resetting the probe's peak is what separates the phases (on Linux it also resets the process's ``ru_maxrss``,
-    so the tracker keeps the whole-trial peak itself). A probe that cannot reset leaves the training figures
-    missing, with the reason in ``extras``, rather than reporting the import as training memory.
-    """
-
-    def __init__(self, probe: MemoryProbe, result: TrialResult) -> None:
-        self.probe, self.result = probe, result
-        self.result.memory_kind = probe.kind
-        self.total = 0
-        self.train: int | None = None
-        self.resettable = False
-
-    def _see(self, peak: int | None) -> None:
-        if peak is not None:
-            self.total = max(self.total, peak)
-            self.result.peak_memory_bytes = self.total
-
-    def start(self) -> None:
-        self._see(self.probe.peak())  # import and build
-        self.result.memory_baseline_bytes = self.probe.current()
-        self.resettable = self.probe.reset_peak()
-        if not self.resettable:
-            self.result.extras["memory_increment_missing"] = (f"the {self.probe.kind} probe cannot reset its peak "
-                                                              "here, so training's own peak is unknown")
-
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """Around evaluation: the training peak so far is kept, evaluation's own is left out of it."""
-        if not self.resettable:
-            yield
-            return
-        peak = self.probe.peak()
-        self._see(peak)
-        if peak is not None:
-            self.train = max(self.train or 0, peak)
-        yield
-        self._see(self.probe.peak())
-        self.probe.reset_peak()
-
-    def stop(self) -> None:
-        peak = self.probe.peak()
-        self._see(peak)
-        if not self.resettable or peak is None:
-            return
-        self.train = max(self.train or 0, peak)
-        baseline = self.result.memory_baseline_bytes
-        self.result.memory_train_peak_bytes = self.train
-        if baseline is not None:
-            self.result.memory_increment_bytes = max(0, self.train - baseline)
 
 
 def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: int = 256,
@@ -198,20 +103,7 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
     state = _resume(checkpoint_dir, engine, result)
     units: dict[str, list[float]] = state["units"]  # e.g. valid tokens in every step's batch
     meter = energy_meter(spec, result.environment)  # before the baseline: NVML's start-up is no training memory
-    # The baseline is the built model, before any evaluation: what an evaluation leaves held (TensorFlow's oneDNN
-    # caches, an allocator's kept pages) counts against training whether it ran at step 0 or mid-run. Taken after
-    # the step-0 evaluation it did not, and TensorFlow's training increment at the text classifier's `small` read
-    # 370 MiB against 1,180 MiB with no evaluation (JAX: 1,182 against 2,034; PyTorch 1,461 against 1,440): the
-    # memory criterion favoured them up to 3x.
-    memory.start()
-    # Energy on the curve from the first step, or not at all: a checkpoint written without it cannot be resumed into
-    # a cumulative figure (the energy before the resume is unknown).
-    on_curve = meter.measuring and (state["step"] == 0 or "train_j" in state)
-    if on_curve:
-        state.setdefault("train_j", 0.0)
-    if state["step"] == 0:
-        # where the curve starts: time to target interpolates from it if the first evaluation hits
-        evaluate(0, 0.0, 0.0 if on_curve else None)
+    on_curve = _start(memory, meter, state, evaluate)
     sharing, first_steady = CpuSharing(), 1 + spec.warmup_steps  # who else used our cores in the steady steps
     done = state["step"] >= budget.max_steps
     while not done:
@@ -223,33 +115,10 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
             micro.append(batch)
             if len(micro) < accum:
                 continue
-            if state["step"] == 0:
-                result.examples_per_step = sum(len(b[next(iter(b))]) for b in micro)
-            for unit, count in _units(workload, micro).items():
-                units.setdefault(unit, []).append(count)
-            local = [shard_batch(b, *shard) for b in micro]
-            builds = engine.graph_builds()
-            steady_step = state["step"] >= first_steady
-            if steady_step:
-                sharing.begin()
-            meter.begin()  # the counters, read outside the clock as close to it as can be
-            start = time.perf_counter()
-            loss = engine.train_step(local)
-            elapsed = time.perf_counter() - start
-            joules = meter.end(elapsed, steady_step)
-            if steady_step:
-                sharing.end()
-            if engine.graph_builds() > builds:  # this step traced / compiled a graph (a new shape, say)
-                result.training.graph_build_steps.append(state["step"] + 1)
+            loss, elapsed = _step(engine, micro, shard, index, state, result, units, sharing, meter, first_steady,
+                                  on_curve)
             micro = []
-            state["step"] += 1
-            state["consumed"] = index + 1
-            state["train_s"] += elapsed
-            if on_curve and joules is not None:
-                state["train_j"] += joules
             step, train_s = state["step"], state["train_s"]
-            result.step_times_s.append(elapsed)
-            result.losses.append(loss)
             progress.step(step)
             if writer is not None:
                 writer.scalar("train/loss", loss, step)
@@ -271,6 +140,69 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
             state["epoch"], state["consumed"] = state["epoch"] + 1, 0
 
     memory.stop()
+    _finish(engine, result, state, units, first_steady, sharing, meter, on_curve, budget, writer)
+    return result
+
+
+def _start(memory: MemoryPhases, meter: EnergyMeter, state: dict[str, Any], evaluate: Evaluation) -> bool:
+    """Before the first step (of the trial, or since its resume): the memory baseline, whether training energy goes
+    on the quality curve (returned), and the curve's start."""
+    # The baseline is the built model, before any evaluation: what an evaluation leaves held (TensorFlow's oneDNN
+    # caches, an allocator's kept pages) counts against training whether it ran at step 0 or mid-run. Taken after
+    # the step-0 evaluation it did not, and TensorFlow's training increment at the text classifier's `small` read
+    # 370 MiB against 1,180 MiB with no evaluation (JAX: 1,182 against 2,034; PyTorch 1,461 against 1,440): the
+    # memory criterion favoured them up to 3x.
+    memory.start()
+    # Energy on the curve from the first step, or not at all: a checkpoint written without it cannot be resumed into
+    # a cumulative figure (the energy before the resume is unknown).
+    on_curve = meter.measuring and (state["step"] == 0 or "train_j" in state)
+    if on_curve:
+        state.setdefault("train_j", 0.0)
+    if state["step"] == 0:
+        # where the curve starts: time to target interpolates from it if the first evaluation hits
+        evaluate(0, 0.0, 0.0 if on_curve else None)
+    return on_curve
+
+
+def _step(engine: Engine, micro: list[Batch], shard: tuple[int, int], index: int, state: dict[str, Any],
+          result: TrialResult, units: dict[str, list[float]], sharing: CpuSharing, meter: EnergyMeter,
+          first_steady: int, on_curve: bool) -> tuple[float, float]:
+    """One training step over the global micro-batches ``micro`` (this process trains on its ``shard`` of them; the
+    last is the epoch's ``index``-th batch), timed on the training clock: the loop's ``state`` and the result's
+    figures moved on by it. Returns the step's loss and time."""
+    if state["step"] == 0:
+        result.examples_per_step = sum(len(b[next(iter(b))]) for b in micro)
+    for unit, count in _units(engine.workload, micro).items():
+        units.setdefault(unit, []).append(count)
+    local = [shard_batch(b, *shard) for b in micro]
+    builds = engine.graph_builds()
+    steady_step = state["step"] >= first_steady
+    if steady_step:
+        sharing.begin()
+    meter.begin()  # the counters, read outside the clock as close to it as can be
+    start = time.perf_counter()
+    loss = engine.train_step(local)
+    elapsed = time.perf_counter() - start
+    joules = meter.end(elapsed, steady_step)
+    if steady_step:
+        sharing.end()
+    if engine.graph_builds() > builds:  # this step traced / compiled a graph (a new shape, say)
+        result.training.graph_build_steps.append(state["step"] + 1)
+    state["step"] += 1
+    state["consumed"] = index + 1
+    state["train_s"] += elapsed
+    if on_curve and joules is not None:
+        state["train_j"] += joules
+    result.step_times_s.append(elapsed)
+    result.losses.append(loss)
+    return loss, elapsed
+
+
+def _finish(engine: Engine, result: TrialResult, state: dict[str, Any], units: Mapping[str, Sequence[float]],
+            first_steady: int, sharing: CpuSharing, meter: EnergyMeter, on_curve: bool, budget: Budget,
+            writer: SummaryWriter | None) -> None:
+    """After the last step: where training stopped, the distributed, steady, energy and epoch figures, and the
+    TensorBoard summary."""
     engine.stopped_at = (state["epoch"], state["consumed"])
     figures = engine.distributed_figures()
     if figures:
@@ -286,7 +218,6 @@ def train(engine: Engine, data: Dataset, result: TrialResult, eval_batch_size: i
         for name, value in result.throughput.items():
             writer.scalar(f"summary/steady_{name}", value, state["step"])
         writer.close()
-    return result
 
 
 def steady_statistics(result: TrialResult, units: Mapping[str, Sequence[float]], first_steady: int,
@@ -340,110 +271,12 @@ def next_steps(engine: Engine, data: Dataset) -> Iterator[list[Batch]]:
         epoch, consumed = epoch + 1, 0
 
 
-def _reached(value: float, target: float, higher_is_better: bool) -> bool:
-    return value >= target if higher_is_better else value <= target
-
-
 def _units(workload: Workload, micro_batches: Sequence[Batch]) -> dict[str, float]:
     totals: dict[str, float] = {}
     for batch in micro_batches:
         for unit, count in workload.units_per_example(batch).items():
             totals[unit] = totals.get(unit, 0.0) + count
     return totals
-
-
-def _crossing(before: Mapping[str, float] | None, after: Mapping[str, float], target: float,
-              clock: str = "train_s") -> tuple[float, float]:
-    """Training seconds (or the ``clock`` named: ``train_j``, joules) and steps at which the metric crossed
-    ``target``, interpolated linearly between the evaluation ``before`` (short of the target) and ``after`` (the
-    first to reach it)."""
-    if before is None or before["metric"] == after["metric"]:
-        return after[clock], after["step"]
-    frac = min(1.0, max(0.0, (target - before["metric"]) / (after["metric"] - before["metric"])))
-    return (before[clock] + frac * (after[clock] - before[clock]),
-            before["step"] + frac * (after["step"] - before["step"]))
-
-
-def energy_to_target(curve: Sequence[Mapping[str, float]], target: float | None,
-                     higher_is_better: bool) -> float | None:
-    """Training joules at which the curve first reached ``target`` (after step 0), interpolated from the evaluation
-    before as time to target is (:func:`_crossing`); None when it never did or a point has no energy."""
-    if target is None:
-        return None
-    for i, point in enumerate(curve):
-        if point["step"] > 0 and _reached(point["metric"], target, higher_is_better):
-            before = curve[i - 1] if i > 0 else None
-            if "train_j" not in point or (before is not None and "train_j" not in before):
-                return None
-            return _crossing(before, point, target, "train_j")[0]
-    return None
-
-
-def _on_gpu(environment: Mapping[str, Any]) -> bool:
-    return any(m in str(environment.get("device", "")).lower() for m in ("cuda", "gpu"))
-
-
-def energy_meter(spec: RunSpec, environment: Mapping[str, Any], environ: Mapping[str, str] | None = None,
-                 dev: Path = Path("/dev")) -> EnergyMeter:
-    """The counters this process reads: NVML on the GPUs it trains on (a rank of a group: its own, the GPU its
-    local rank takes; one process over several replicas: the first ``workers``; else the first), RAPL on this
-    machine's packages when it is the machine's local rank 0 (the packages are shared: read once per machine).
-    Ranks that share a GPU round-robin (TensorFlow's multi-worker workers, more than the GPUs) leave its counter to
-    the first of them, so that no counter is read twice."""
-    environ = os.environ if environ is None else environ
-    gpus: list[int] = []
-    shared = {}
-    if _on_gpu(environment):
-        if Placement.read(environ).local_rank is not None or "LOCAL_RANK" in environ:
-            rank, visible = local_rank(environ), cuda_devices(dev, environ)[0]
-            gpus = [rank % visible if visible else rank]
-            if visible and rank >= visible:
-                gpus, shared = [], {"nvml": f"GPU {rank % visible} is read by local rank {rank % visible}, whose GPU "
-                                            "this rank shares"}
-        elif spec.parallelism is Parallelism.DATA_PARALLEL:
-            gpus = list(range(spec.workers))
-        else:
-            gpus = [0]
-    meter = EnergyMeter.for_trial(gpus, rapl=local_rank(environ) == 0, environ=environ)
-    meter.not_read.update(shared)
-    return meter
-
-
-def energy_figures(meter: EnergyMeter, result: TrialResult, train_j: float | None) -> Energy:
-    """The result's energy section from the meter: the steady steps' figures, the training energy over every step
-    (``train_j``, resumes included; None where not on the curve) and energy to target."""
-    figures = meter.figures(result.examples_per_step)
-    if figures.get("missing") == "" or "train_j" in figures:
-        figures["train_j"] = train_j
-        figures["to_target_j"] = energy_to_target(result.curve, result.target, result.higher_is_better)
-    return Energy(**figures)
-
-
-_RESUMABLE = ("step_times_s", "losses", "curve", "examples_per_step", "best_metric", "final_metric",
-              "time_to_target_s", "steps_to_target")
-
-
-def _save_state(directory: Path, engine: Engine, state: dict[str, Any], result: TrialResult) -> None:
-    """Checkpoint the engine, then the loop's own state; the state file is written last and atomically, so a
-    kill at any moment leaves either the previous complete checkpoint or the new one."""
-    engine.save_checkpoint(directory / "engine")
-    tmp = directory / "loop.json.tmp"
-    tmp.write_text(json.dumps({**state, "result": {k: getattr(result, k) for k in _RESUMABLE}}))
-    os.replace(tmp, directory / "loop.json")
-
-
-def _resume(checkpoint_dir: Path | None, engine: Engine, result: TrialResult) -> dict[str, Any]:
-    """The loop's state: from the checkpoint in ``checkpoint_dir`` when there is one (the engine and the result's
-    figures so far loaded back), else from the start. ``consumed``: micro-batches of the current epoch already
-    trained on (where a resumed run picks up); ``units``: each unit's count in every step's batch."""
-    if checkpoint_dir is None or not (checkpoint_dir / "loop.json").exists():
-        return {"step": 0, "epoch": 0, "consumed": 0, "train_s": 0.0, "units": {}}
-    saved = json.loads((checkpoint_dir / "loop.json").read_text())
-    engine.load_checkpoint(checkpoint_dir / "engine")
-    for key, value in saved.pop("result").items():
-        setattr(result, key, value)
-    result.training.resumed_at_steps.append(saved["step"])
-    return saved
 
 
 def _writer(engine: Engine, tensorboard_dir: Path | None, result: TrialResult) -> SummaryWriter | None:

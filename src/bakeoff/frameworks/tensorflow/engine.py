@@ -91,11 +91,10 @@ def gemm_rates(precision: str, shapes: list[tuple[int, int, int, int]], repeats:
 class TensorFlowEngine(Engine):
     framework = "tensorflow"
 
-    def setup(self, weights: Mapping[str, np.ndarray]) -> None:
+    def _start_runtime(self) -> None:
+        """The runtime as the spec asks, before its first op: threads, visible devices (``self.device``), the
+        distribution strategy (``self.dist``), fp32 without TF32, the seed and the dtype policy (``self.policy``)."""
         spec = self.spec
-        reason = registry.unsupported(spec)  # what no process could run (the runner asks before starting any)
-        if reason:
-            raise Unsupported(reason)
         threads = threads_for(spec)
         # Intra-op and inter-op pools both get all cores (or spec.threads), as PyTorch's do: both frameworks'
         # own defaults, so each runs as its users run it, and the two are sized alike. Set before the runtime
@@ -120,6 +119,13 @@ class TensorFlowEngine(Engine):
         self.policy = {Precision.BF16: "mixed_bfloat16", Precision.FP16: "mixed_float16"}.get(spec.precision,
                                                                                             "float32")
         keras.mixed_precision.set_dtype_policy(self.policy)
+
+    def setup(self, weights: Mapping[str, np.ndarray]) -> None:
+        spec = self.spec
+        reason = registry.unsupported(spec)  # what no process could run (the runner asks before starting any)
+        if reason:
+            raise Unsupported(reason)
+        self._start_runtime()
 
         dist = self.dist
         with dist.scope():  # variables and optimizer state: mirrored, or on the parameter server

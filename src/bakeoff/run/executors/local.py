@@ -270,7 +270,16 @@ def _run_group(spec: RunSpec, timeout_s: float, log_dir: Path, checkpoint_dir: P
             if result.status is Status.OK and checkpoint_dir is not None:
                 shutil.rmtree(checkpoint_dir, ignore_errors=True)
             return result, False
-    elapsed = time.perf_counter() - started
+    return _diagnose(spec, group, outcome, logs, rank_logs, tail, time.perf_counter() - started, oom_before, hosts,
+                     shared, network)
+
+
+def _diagnose(spec: RunSpec, group: launchers.Plan, outcome: launchers.GroupOutcome, logs: Sequence[Path],
+              rank_logs: Sequence[Path], tail: str, elapsed: float, oom_before: OomKills,
+              hosts: Sequence[str] | None, shared: Path | None, network: dict[str, object]) -> tuple[TrialResult, bool]:
+    """A group that wrote no result (or a member that failed): the failure it becomes, and whether a port in use
+    caused it (the start is then tried again)."""
+    names = [m.name for m in group.members]
     first = outcome.first_failure or names[0]
     code = outcome.codes.get(first)
     who = "trial process" if len(names) == 1 else f"{first} of the trial's {len(names)} processes"
