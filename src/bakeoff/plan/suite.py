@@ -54,8 +54,9 @@ Command-line flags override a suite (:func:`load_suite`'s ``overrides``) as if w
 in every trial and removed from the matrix and the variants; a list flag (``--framework torch,tensorflow``)
 becomes the matrix's list; a budget flag replaces the whole budget; ``--data`` and ``--set`` merge key by key;
 ``--repeats`` sets every variant's repeats. ``repeats = "auto"`` (``--repeats auto``) is adaptive: every
-configuration runs :data:`FIRST_REPEATS` times, then each (workload, preset) whose verdict is not settled gets
-one more run per configuration, again and again, up to ``max_repeats`` (``--max-repeats``) runs
+configuration runs :data:`~bakeoff.plan.suite_checks.FIRST_REPEATS` times, then each (workload, preset) whose
+verdict is not settled gets one more run per configuration, again and again, up to ``max_repeats``
+(``--max-repeats``) runs
 (:mod:`bakeoff.run.adaptive`). A configuration without parallelism has one worker whatever the
 matrix's ``workers`` (``--parallelism none,data_parallel --workers 2`` is a single-device baseline and 2 replicas).
 The suite's excludes still apply (``--framework torch`` on a suite
@@ -85,27 +86,22 @@ from bakeoff.core import frameworks
 from bakeoff.core.spec import RunSpec, SpecError
 from bakeoff.plan.suite_checks import (
     BUDGET,
-    FIRST_REPEATS,
     LISTS,
     PRODUCTION,
     SPEC_FIELDS,
     TABLES,
+    adaptive_repeats,
     as_table,
+    batch_search,
+    check_fields,
     check_overrides,
-    field_problem,
     flag_of,
     is_number,
-    parse_size,
     weights_and_scores,
 )
 
 TOP_LEVEL = ("name", "description", "repeats", "max_repeats", "timeout_s", "defaults", "config", "matrix", "variant",
              "exclude", "weights", "qualitative", "batch_search")
-DEFAULT_MAX_REPEATS = 10
-"""Adaptive repeats add runs, one repeat at a time, to the sections whose verdict is unsettled, up to this many: with
-the group-sequential levels (:func:`bakeoff.analysis.intervals.sequential_confidence`), 3 to 10 runs call a true
-1.15x at 5% noise and 1.3x at 10% in at least 80% of simulated bake-offs (``tests/test_calibration.py``); 3 to 6
-called the first in 31% with Bonferroni's levels."""
 
 
 @dataclasses.dataclass
@@ -281,6 +277,32 @@ def _build(raw: dict[str, Any], source: str, text: str, overrides: dict[str, Any
     def fail(key: str, problem: str) -> SpecError:
         return SpecError(f"{source}, {_line_of(text, key)}: {problem}" if text else f"{source}: {problem}")
 
+    raw = _apply_overrides(_checked_tables(raw, fail), overrides)
+    adaptive = adaptive_repeats(raw, overrides, fail)
+    defaults: dict[str, Any] = raw["defaults"]
+    matrix: dict[str, Any] = raw["matrix"]
+    variants, excludes, repeats = raw.get("variant", [{}]), raw.get("exclude", []), raw.get("repeats", 1)
+    auto = defaults.get("batch_size") == "auto"
+    check_fields(defaults, matrix, variants, auto, fail)
+    auto_batch = batch_search(raw.get("batch_search"), auto, overrides, fail)
+    if auto:
+        defaults = {**defaults, "batch_size": 1}  # placeholder: replaced by the searched size before running
+
+    specs = _expand(defaults, matrix, variants, excludes, repeats, overrides, source, fail)
+    if "target" in overrides and len({s.workload for s in specs}) > 1:
+        raise SpecError(f"--target {overrides['target']}: this suite runs several workloads "
+                        f"({', '.join(sorted({s.workload for s in specs}))}), each with its own metric; set target "
+                        "per [[variant]] in the suite, or run one workload ad hoc (without --suite)")
+    weights, qualitative = weights_and_scores(raw, fail)
+    name, description, shown = _named(raw, source, overrides, record)
+    return Suite(name=name, description=description, specs=specs, timeout_s=float(raw.get("timeout_s", 900)),
+                 weights=weights, qualitative=qualitative, source=source, auto_batch=auto_batch, overrides=shown,
+                 adaptive=adaptive)
+
+
+def _checked_tables(raw: dict[str, Any], fail: Callable[[str, str], SpecError]) -> dict[str, Any]:
+    """The suite's top-level keys, tables, timeout, field names and repeats, checked as written (before the
+    overrides); ``raw`` with a ``[config]`` table moved into ``[defaults]``."""
     for key in raw:
         if key not in TOP_LEVEL:
             raise fail(key, f"unknown key {key!r}; accepted: {', '.join(TOP_LEVEL)}")
@@ -314,64 +336,13 @@ def _build(raw: dict[str, Any], source: str, text: str, overrides: dict[str, Any
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise fail("repeats", f"repeats must be a positive integer, got {value!r}"
                                   + (' (or "auto" at the top of the suite)' if value == "auto" else ""))
+    return raw
 
-    raw = _apply_overrides(raw, overrides)
-    adaptive = None
-    if raw.get("repeats", 1) == "auto":
-        most = raw.get("max_repeats", DEFAULT_MAX_REPEATS)
-        if not isinstance(most, int) or isinstance(most, bool) or most < FIRST_REPEATS:
-            raise fail("max_repeats", f"max_repeats must be an integer >= {FIRST_REPEATS}, got {most!r}")
-        adaptive, raw["repeats"] = {"first": FIRST_REPEATS, "max": most}, FIRST_REPEATS
-    elif "max_repeats" in overrides:
-        raise SpecError('--max-repeats applies only with --repeats auto (or repeats = "auto" in the suite)')
-    elif "max_repeats" in raw:
-        raise fail("max_repeats", 'max_repeats applies only with repeats = "auto" (or --repeats auto)')
-    defaults: dict[str, Any] = raw["defaults"]
-    matrix: dict[str, Any] = raw["matrix"]
-    variants, excludes, repeats = raw.get("variant", [{}]), raw.get("exclude", []), raw.get("repeats", 1)
-    for key, values in matrix.items():
-        if not isinstance(values, list) or not values:
-            raise fail(key, f"[matrix] {key} must be a non-empty list, got {values!r}")
-    auto = defaults.get("batch_size") == "auto"
-    checked = [("defaults", {k: v for k, v in defaults.items() if not (auto and k == "batch_size")}),
-               *(("matrix", {k: v}) for k, values in matrix.items() for v in values),
-               *(("variant", {k: v for k, v in variant.items() if k != "repeats"}) for variant in variants)]
-    for table, fields in checked:
-        for key, value in fields.items():
-            if problem := field_problem(key, value):
-                hint = " ('auto' is accepted in [defaults] only)" if value == "auto" else ""
-                raise fail(key, f"[{table}] {problem}{hint}")
 
-    auto_batch = None
-    options = raw.get("batch_search")
-    if auto:
-        options = options or {}
-        unknown = sorted(set(options) - {"memory_cap", "step"})
-        if unknown:
-            raise fail("batch_search", f"unknown key(s) {', '.join(unknown)} in [batch_search]; "
-                                       "accepted: memory_cap, step")
-        cap, step = options.get("memory_cap"), options.get("step")
-        if step is not None and not (isinstance(step, int) and not isinstance(step, bool) and step >= 1):
-            raise fail("batch_search", f"[batch_search] step must be a positive integer, got {step!r}")
-        try:
-            auto_batch = {"memory_cap": parse_size(cap) if cap is not None else None, "step": step}
-        except SpecError as exc:
-            raise fail("batch_search", f"[batch_search] memory_cap: {exc}") from None
-        defaults = {**defaults, "batch_size": 1}  # placeholder: replaced by the searched size before running
-    elif options is not None:
-        given = [flag_of(k) for k in ("memory_cap", "batch_step") if k in overrides]
-        if given:
-            verb = "apply" if len(given) > 1 else "applies"
-            raise SpecError(f"{' and '.join(given)} {verb} only with --batch-size auto "
-                            f"(or batch_size = \"auto\" in the suite's [defaults])")
-        raise fail("batch_search", '[batch_search] applies only with batch_size = "auto" in [defaults]')
-
-    specs = _expand(defaults, matrix, variants, excludes, repeats, overrides, source, fail)
-    if "target" in overrides and len({s.workload for s in specs}) > 1:
-        raise SpecError(f"--target {overrides['target']}: this suite runs several workloads "
-                        f"({', '.join(sorted({s.workload for s in specs}))}), each with its own metric; set target "
-                        "per [[variant]] in the suite, or run one workload ad hoc (without --suite)")
-    weights, qualitative = weights_and_scores(raw, fail)
+def _named(raw: dict[str, Any], source: str, overrides: Mapping[str, Any], record: bool
+           ) -> tuple[str, str, dict[str, str]]:
+    """The suite's name and description, and the flags shown as overriding it: with ``record`` and overrides, the
+    name gets their digest and the description says what they set."""
     name, description = str(raw.get("name", Path(source).stem)), str(raw.get("description", ""))
     shown: dict[str, str] = {}
     if record and overrides:
@@ -379,8 +350,7 @@ def _build(raw: dict[str, Any], source: str, text: str, overrides: dict[str, Any
         name = f"{name}+{_override_digest(shown)}"
         said = ", ".join(f"{flag} {value}" for flag, value in shown.items())
         description = f"{description} (overridden from the command line in every trial: {said})".lstrip()
-    return Suite(name=name, description=description, specs=specs, timeout_s=float(timeout), weights=weights,
-                 qualitative=qualitative, source=source, auto_batch=auto_batch, overrides=shown, adaptive=adaptive)
+    return name, description, shown
 
 
 def _expand(defaults: dict[str, Any], matrix: dict[str, list[Any]], variants: list[dict[str, Any]],

@@ -32,6 +32,11 @@ OVERRIDE_ONLY = ("repeats", "max_repeats", "memory_cap", "batch_step")  # overri
 FIRST_REPEATS = 3
 """Adaptive repeats (``repeats = "auto"``) start with this many runs per configuration: the fewest a verdict may
 say "wins" on (:data:`bakeoff.analysis.verdict.MIN_RUNS`)."""
+DEFAULT_MAX_REPEATS = 10
+"""Adaptive repeats add runs, one repeat at a time, to the sections whose verdict is unsettled, up to this many: with
+the group-sequential levels (:func:`bakeoff.analysis.intervals.sequential_confidence`), 3 to 10 runs call a true
+1.15x at 5% noise and 1.3x at 10% in at least 80% of simulated bake-offs (``tests/test_calibration.py``); 3 to 6
+called the first in 31% with Bonferroni's levels."""
 
 _HINTS = typing.get_type_hints(RunSpec, localns={"Framework": Framework})  # Framework: built from the records
 
@@ -210,6 +215,67 @@ def check_overrides(overrides: Mapping[str, Any], with_suite: bool = True) -> di
         out[key] = value
     return out
 
+
+
+def adaptive_repeats(raw: dict[str, Any], overrides: Mapping[str, Any], fail: Callable[[str, str], SpecError]
+                      ) -> dict[str, int] | None:
+    """With ``repeats = "auto"`` (after the overrides): ``{"first": ..., "max": ...}``, and ``raw``'s repeats set to
+    the first runs; else ``None``, refusing a ``max_repeats`` given without it."""
+    adaptive = None
+    if raw.get("repeats", 1) == "auto":
+        most = raw.get("max_repeats", DEFAULT_MAX_REPEATS)
+        if not isinstance(most, int) or isinstance(most, bool) or most < FIRST_REPEATS:
+            raise fail("max_repeats", f"max_repeats must be an integer >= {FIRST_REPEATS}, got {most!r}")
+        adaptive, raw["repeats"] = {"first": FIRST_REPEATS, "max": most}, FIRST_REPEATS
+    elif "max_repeats" in overrides:
+        raise SpecError('--max-repeats applies only with --repeats auto (or repeats = "auto" in the suite)')
+    elif "max_repeats" in raw:
+        raise fail("max_repeats", 'max_repeats applies only with repeats = "auto" (or --repeats auto)')
+    return adaptive
+
+
+def check_fields(defaults: dict[str, Any], matrix: dict[str, Any], variants: list[dict[str, Any]], auto: bool,
+                  fail: Callable[[str, str], SpecError]) -> None:
+    """Every value of ``[defaults]``, the matrix's lists and the variants, checked as its RunSpec field (``auto``: a
+    batch size searched, so ``batch_size = "auto"`` in ``[defaults]``)."""
+    for key, values in matrix.items():
+        if not isinstance(values, list) or not values:
+            raise fail(key, f"[matrix] {key} must be a non-empty list, got {values!r}")
+    checked = [("defaults", {k: v for k, v in defaults.items() if not (auto and k == "batch_size")}),
+               *(("matrix", {k: v}) for k, values in matrix.items() for v in values),
+               *(("variant", {k: v for k, v in variant.items() if k != "repeats"}) for variant in variants)]
+    for table, fields in checked:
+        for key, value in fields.items():
+            if problem := field_problem(key, value):
+                hint = " ('auto' is accepted in [defaults] only)" if value == "auto" else ""
+                raise fail(key, f"[{table}] {problem}{hint}")
+
+
+def batch_search(options: Any, auto: bool, overrides: Mapping[str, Any], fail: Callable[[str, str], SpecError]
+                  ) -> dict[str, Any] | None:
+    """``[batch_search]`` checked: with ``auto`` (``batch_size = "auto"``), ``{"memory_cap": bytes|None, "step":
+    int|None}``; without, ``None``, refusing the table (or its flags) given."""
+    if auto:
+        options = options or {}
+        unknown = sorted(set(options) - {"memory_cap", "step"})
+        if unknown:
+            raise fail("batch_search", f"unknown key(s) {', '.join(unknown)} in [batch_search]; "
+                                       "accepted: memory_cap, step")
+        cap, step = options.get("memory_cap"), options.get("step")
+        if step is not None and not (isinstance(step, int) and not isinstance(step, bool) and step >= 1):
+            raise fail("batch_search", f"[batch_search] step must be a positive integer, got {step!r}")
+        try:
+            return {"memory_cap": parse_size(cap) if cap is not None else None, "step": step}
+        except SpecError as exc:
+            raise fail("batch_search", f"[batch_search] memory_cap: {exc}") from None
+    if options is not None:
+        given = [flag_of(k) for k in ("memory_cap", "batch_step") if k in overrides]
+        if given:
+            verb = "apply" if len(given) > 1 else "applies"
+            raise SpecError(f"{' and '.join(given)} {verb} only with --batch-size auto "
+                            f"(or batch_size = \"auto\" in the suite's [defaults])")
+        raise fail("batch_search", '[batch_search] applies only with batch_size = "auto" in [defaults]')
+    return None
 
 
 def parse_size(text: str) -> int:
