@@ -102,7 +102,7 @@ def test_interrupted_trial_resumes_to_the_same_losses(tmp_path, monkeypatch, fra
 
 
 def test_batch_size_candidates_and_memory_sizes():
-    from bakeoff.plan.suite import parse_size
+    from bakeoff.plan.suite_checks import parse_size
     from bakeoff.run.batch_search import _sizes
 
     assert _sizes(8, None, 100) == [8, 16, 32, 64]

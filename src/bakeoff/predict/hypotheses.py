@@ -276,7 +276,7 @@ def _needs(value: Any, fail: Any) -> int:
 
 def _fields(value: Any, table: str, fail: Any) -> dict[str, Any]:
     """A table of RunSpec fields, each checked as a suite checks it (its type, range and accepted values)."""
-    from bakeoff.plan.suite import SPEC_FIELDS, field_problem
+    from bakeoff.plan.suite_checks import SPEC_FIELDS, field_problem
 
     if value is None:
         return {}

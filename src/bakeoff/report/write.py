@@ -121,7 +121,8 @@ def stored(store_path: Path, suite: str | None, given_weights: Mapping[str, str]
     with when it ran, ``given_weights`` over them; and the stored deployments of their workloads. ``said``: how
     the weights were given (``--weight a=1``), named when they are refused. ``team``: a team file, whose criteria
     ``given_weights`` may weigh."""
-    from bakeoff.plan.suite import check_weights, load_suite, shipped_suites
+    from bakeoff.plan.suite import load_suite, shipped_suites
+    from bakeoff.plan.suite_checks import check_weights
     from bakeoff.results.store import Store
 
     weights: dict[str, float] = {}

@@ -1,6 +1,6 @@
 """Adaptive repeats (``repeats = "auto"``, ``--repeats auto``): as many runs as the verdicts need, and no more.
 
-Every configuration runs :data:`~bakeoff.plan.suite.FIRST_REPEATS` times. Then, look after look, each section (a
+Every configuration runs :data:`~bakeoff.plan.suite_checks.FIRST_REPEATS` times. Then, look after look, each section (a
 workload at one preset and its overrides, a data set of its own: :func:`bakeoff.analysis.stats.summarise_groups`)
 whose verdict is not settled — no winner, and not shown equal (:attr:`bakeoff.analysis.decision.Decision.settled`) —
 gets one more run of every one of its configurations, until every verdict is settled or the configurations have

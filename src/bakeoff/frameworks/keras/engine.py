@@ -23,7 +23,8 @@ engine has (measured on MNIST: 7 frames compiled, graph breaks 3 in the step, th
 Gradient accumulation is Keras' own (``Optimizer(gradient_accumulation_steps=k)``): it averages the k micro-batches'
 mean-loss gradients, which is the gradient of the whole batch exactly when the micro-batches are the same size
 (checked per step). Adam is :class:`bakeoff.frameworks.tensorflow.optim.Adam`: PyTorch's update, in ``keras.ops``
-only (on TensorFlow with embedding gradients densified first: :func:`_adam_class` says why).
+only (on TensorFlow with embedding gradients densified first: :func:`~bakeoff.frameworks.keras.backends.adam_class`
+says why).
 
 ``gradients()`` (the parity probe, never on the training clock) cannot go through ``train_on_batch``, which
 updates the weights; Keras 3 has no backend-agnostic autodiff, so it is the one place with a branch per
@@ -44,18 +45,25 @@ import contextlib
 import functools
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bakeoff.core.registry import model_class
-from bakeoff.core.spec import Device, Execution, Precision
+from bakeoff.core.spec import Execution, Precision
 from bakeoff.core.workload import Batch
-from bakeoff.engines.base import Engine, Unsupported, threads_for
+from bakeoff.engines.base import Engine, threads_for
+from bakeoff.frameworks.keras.backends import (
+    GRADIENTS,
+    JaxDeviceProbe,
+    adam_class,
+    backend_environment,
+    labels_key,
+    pin_device_and_threads,
+)
 from bakeoff.measure import numerics
-from bakeoff.measure.environment import usable_cores
 from bakeoff.measure.memory import MemoryProbe
 
 BACKENDS = {"keras-jax": "jax", "keras-torch": "torch", "keras-tensorflow": "tensorflow"}
@@ -114,7 +122,7 @@ class KerasEngine(Engine):
                                f"Keras runs on {actual!r} (KERAS_BACKEND={os.environ.get('KERAS_BACKEND')!r}): "
                                f"set KERAS_BACKEND={self.backend} before keras is imported")
         # What the Keras rows cannot run (parallelism, some XLA, fp16) was refused before this process started.
-        self.device = _pin_device_and_threads(self.backend, spec.device, threads_for(spec))
+        self.device = pin_device_and_threads(self.backend, spec.device, threads_for(spec))
         # Dropout masks: each Dropout's SeedGenerator draws its seed from Python's random, seeded here. Keras'
         # set_random_seed also seeds TensorFlow when it can import it: not on the other backends.
         with _blocked(*_foreign(self.backend)):
@@ -127,7 +135,7 @@ class KerasEngine(Engine):
         self.impl.build(dict(weights))
         self.module = self.impl.module
         accum = spec.grad_accum if spec.grad_accum > 1 else None
-        adam = _adam_class(self.backend)
+        adam = adam_class(self.backend)
         self.optimizer = adam(learning_rate=self.config["learning_rate"], beta_1=0.9, beta_2=0.999, epsilon=1e-8,
                               gradient_accumulation_steps=accum)
         self.optimizer.build(self.module.trainable_variables)  # Adam's moments in the memory baseline, as torch's
@@ -144,7 +152,7 @@ class KerasEngine(Engine):
             self._graph_breaks = compile_settings()
         # Compiled like the step on jax and tensorflow (the probes check what the compiled code computes); eager
         # on torch (Keras compiles torch's step, not a gradient function).
-        self._gradient_fn = _GRADIENTS[self.backend](self.impl, spec.execution)
+        self._gradient_fn = GRADIENTS[self.backend](self.impl, spec.execution)
 
     def _count_traces(self) -> None:
         """Count Python calls of the model's compute_loss: once per jax.jit / tf.function trace of the step."""
@@ -161,13 +169,13 @@ class KerasEngine(Engine):
         """The batch as backend tensors: numpy arrays handed to Keras' torch.compile'd step break its graph
         (Dynamo cannot trace Keras' ``ndarray.dtype`` check, measured), so the host→device copy happens here."""
         return (keras.ops.convert_to_tensor(batch[self.impl.input_key]),
-                keras.ops.convert_to_tensor(batch[_labels_key(self.impl)]))
+                keras.ops.convert_to_tensor(batch[labels_key(self.impl)]))
 
     def train_step(self, micro_batches: Sequence[Batch]) -> float:
         if len(micro_batches) != self.spec.grad_accum:
             raise ValueError(f"{len(micro_batches)} micro-batches for an optimizer that accumulates "
                              f"{self.spec.grad_accum} (spec.grad_accum)")
-        sizes = [len(b[_labels_key(self.impl)]) for b in micro_batches]
+        sizes = [len(b[labels_key(self.impl)]) for b in micro_batches]
         if len(set(sizes)) > 1:  # Keras averages micro-batch means: the batch's mean only for equal sizes
             raise ValueError(f"Keras' gradient accumulation needs micro-batches of one size; got {sizes}")
         losses = [self.module.train_on_batch(*self._xy(b), return_dict=True)["loss"] for b in micro_batches]
@@ -213,7 +221,7 @@ class KerasEngine(Engine):
         return self.impl.num_params()
 
     def environment(self) -> dict[str, Any]:
-        return {**_backend_environment(self.backend), "keras_version": keras.__version__,
+        return {**backend_environment(self.backend), "keras_version": keras.__version__,
                 "keras_backend": keras.backend.backend(), "device": self.device,
                 **numerics.tf32(self.backend),
                 "mixed_precision": self.policy, "loss_scaling": "off", "compiled": self.compiled,
@@ -233,7 +241,7 @@ class KerasEngine(Engine):
             from bakeoff.frameworks.tensorflow.engine import _GpuProbe
 
             return _GpuProbe("GPU:0")
-        return _JaxDeviceProbe()
+        return JaxDeviceProbe()
 
     def profiler(self, directory: Path) -> contextlib.AbstractContextManager[Any]:
         """The backend framework's own profiler, as its engine runs it (Keras has none of its own)."""
@@ -306,178 +314,3 @@ class KerasEngine(Engine):
                     "dynamo_graph_breaks": int(sum(counters["graph_break"].values())),
                     "dynamo_graph_breaks_at": self._graph_breaks.sites()}
         return {"train_step_traces": self._traces}
-
-
-# --- the per-backend parts: device and threads, versions, the gradient probe ---------------------------------
-
-GradientFn = Callable[[Any, Any], tuple[list[np.ndarray], float]]
-"""(x, y) -> (summed-loss gradients in trainable_variables order, example count)."""
-
-
-def _labels_key(impl: Any) -> str:
-    """The batch entry a model's loss reads as labels (Keras' y): ``labels``, unless the model names another (a
-    Keras function's declaration may)."""
-    return getattr(impl, "labels_key", "labels")
-
-
-def _pin_device_and_threads(backend: str, device: Device, threads: int) -> str:
-    """Pin threads and fp32 numerics (no TF32), check the device Keras will use against the spec's; returns it."""
-    if backend == "torch":
-        import torch
-
-        from bakeoff.frameworks.torch.engine import _pin_threads
-
-        _pin_threads(threads)
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        from keras.src.backend.torch.core import get_device  # Keras' torch device: cuda if available
-
-        actual = str(get_device())
-    elif backend == "tensorflow":
-        import tensorflow as tf
-
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
-        gpus = tf.config.list_physical_devices("GPU")
-        if device is Device.CPU and gpus:
-            tf.config.set_visible_devices([], "GPU")
-            gpus = []
-        tf.config.experimental.enable_tensor_float_32_execution(False)
-        actual = "gpu:0" if gpus else "cpu:0"
-    else:
-        import jax
-
-        jax.config.update("jax_default_matmul_precision", "highest")  # fp32 matmuls in fp32 on GPU (no TF32)
-        actual = str(jax.devices()[0].platform) + ":0"
-    on_gpu = not actual.startswith("cpu")
-    if device is Device.CUDA and not on_gpu:
-        raise Unsupported(f"device cuda requested but Keras on {backend} sees no GPU")
-    if device is Device.CPU and on_gpu:
-        how = {"torch": "KERAS_TORCH_DEVICE=cpu", "jax": "JAX_PLATFORMS=cpu"}[backend]
-        raise Unsupported(f"device cpu requested but Keras on {backend} runs on {actual}: set {how}")
-    return actual
-
-
-def _adam_class(backend: str) -> type:
-    """PyTorch's Adam in Keras (:mod:`bakeoff.frameworks.tensorflow.optim`, ``keras.ops`` only); on TensorFlow with the
-    embedding's gradient densified first.
-
-    On the TensorFlow backend an Embedding's gradient is a ``tf.IndexedSlices`` with one row per token occurrence,
-    and Keras' Adam arithmetic (``ops.square(gradient)``) squares each occurrence's row before they are summed into
-    the dense second moment: a token seen twice in a batch gets g₁² + g₂², not (g₁ + g₂)² as on jax and torch
-    (measured on the text classifier: the second training loss 1.2002 against 1.1781 on every other row). Keras'
-    own ``keras.optimizers.Adam`` has the same arithmetic, so this is what an unmodified Keras-on-TF model computes;
-    bakeoff densifies, as its TensorFlow engine does, so that the rows train the same algorithm.
-    """
-    from bakeoff.frameworks.tensorflow.optim import Adam
-
-    if backend != "tensorflow":
-        return Adam
-    import tensorflow as tf
-
-    class DenseGradientAdam(Adam):
-        def apply(self, grads, trainable_variables=None):  # noqa: ANN001, ANN201 - Keras' signature
-            grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
-            return super().apply(grads, trainable_variables)
-
-    return DenseGradientAdam
-
-
-def _backend_environment(backend: str) -> dict[str, Any]:
-    if backend == "torch":
-        import torch
-
-        return {"framework_version": torch.__version__, "intra_op_threads": torch.get_num_threads(),
-                "inter_op_threads": torch.get_num_interop_threads()}
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return {"framework_version": tf.__version__,
-                "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
-                "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
-    import jax
-
-    # XLA's CPU client sizes its thread pool itself (all cores); it is fixed before bakeoff can set it.
-    return {"framework_version": jax.__version__, "intra_op_threads": f"XLA default ({usable_cores()} cores)"}
-
-
-def _jax_gradients(impl: Any, execution: Execution) -> GradientFn:
-    import jax
-
-    module = impl.module
-
-    def summed(trainable: list, frozen: list, x: Any, y: Any) -> tuple[Any, Any]:
-        logits, _ = module.stateless_call(trainable, frozen, x, training=True)
-        return module.summed_loss(y, logits)
-
-    grad = jax.value_and_grad(summed, has_aux=True)
-    if execution is not Execution.EAGER:
-        grad = jax.jit(grad)
-
-    def fn(x: Any, y: Any) -> tuple[list[np.ndarray], float]:
-        (_, count), grads = grad([v.value for v in module.trainable_variables],
-                                 [v.value for v in module.non_trainable_variables], x, y)
-        return [np.asarray(g, np.float32) for g in grads], float(count)
-
-    return fn
-
-
-def _torch_gradients(impl: Any, execution: Execution) -> GradientFn:
-    import torch
-
-    def fn(x: Any, y: Any) -> tuple[list[np.ndarray], float]:  # eager in every mode
-        params = [v.value for v in impl.module.trainable_variables]
-        for p in params:
-            p.grad = None
-        summed, count = impl.loss({impl.input_key: x, _labels_key(impl): y}, training=True)
-        summed.backward()
-        grads = [p.grad.detach().float().cpu().numpy().copy() for p in params]
-        with torch.no_grad():
-            for p in params:
-                p.grad = None
-        return grads, float(count)
-
-    return fn
-
-
-def _tf_gradients(impl: Any, execution: Execution) -> GradientFn:
-    import tensorflow as tf
-
-    def grad(x: Any, y: Any) -> tuple[list, Any]:
-        variables = [v.value for v in impl.module.trainable_variables]
-        with tf.GradientTape() as tape:
-            summed, count = impl.loss({impl.input_key: x, _labels_key(impl): y}, training=True)
-        # The embedding's gradient arrives as IndexedSlices: densified (summing repeated rows).
-        return [tf.convert_to_tensor(g) for g in tape.gradient(summed, variables)], count
-
-    if execution is not Execution.EAGER:
-        grad = tf.function(grad, jit_compile=execution is Execution.XLA)
-
-    def fn(x: Any, y: Any) -> tuple[list[np.ndarray], float]:
-        grads, count = grad(tf.convert_to_tensor(x), tf.convert_to_tensor(y))
-        return [np.asarray(g.numpy(), np.float32) for g in grads], float(count)
-
-    return fn
-
-
-_GRADIENTS = {"jax": _jax_gradients, "torch": _torch_gradients, "tensorflow": _tf_gradients}
-
-
-class _JaxDeviceProbe:
-    """JAX's device allocator (``Device.memory_stats``): bytes in use and at peak; the peak cannot be reset."""
-
-    kind = "jax memory_stats"
-
-    def _stats(self) -> dict[str, int]:
-        import jax
-
-        return jax.devices()[0].memory_stats() or {}
-
-    def current(self) -> int | None:
-        return self._stats().get("bytes_in_use")
-
-    def peak(self) -> int | None:
-        return self._stats().get("peak_bytes_in_use")
-
-    def reset_peak(self) -> bool:
-        return False
