@@ -106,6 +106,25 @@ LEFT_OUT = [
 ]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Ask:
+    """What every row of one plan is computed for: :func:`plan`'s arguments, checked, with ``microbatches`` resolved
+    and ``chosen`` the recipe every row holds its model states in (None: each framework's own)."""
+
+    shape: Shape
+    machine: Machine
+    batch: int
+    precision: str
+    recompute: bool
+    fused: bool
+    tokens: float | None
+    mfu: Mapping[str, tuple[float, str]] | None
+    microbatches: int
+    parameter_servers: int
+    chosen: recipes.Recipe | None
+    rates: Mapping[tuple[str, str], RateTable] | None
+
+
 def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", recompute: bool = False,
          fused: bool = True, tokens: float | None = None, mfu: Mapping[str, tuple[float, str]] | None = None,
          microbatches: int | None = None, parameter_servers: int = 1,
@@ -124,118 +143,151 @@ def plan(shape: Shape, machine: Machine, batch: int, precision: str = "bf16", re
     chosen = check_recipe(recipe, precision)
     if not isinstance(batch, int) or batch < 1:
         raise PlanError(f"batch={batch!r}: give a positive integer (the global batch, in sequences)")
-    n, p = machine.devices, shape.params
-    e = BYTES[precision]
-    m = microbatches or min(batch, 4 * n)  # pipeline micro-batches
+    m = microbatches or min(batch, 4 * machine.devices)  # pipeline micro-batches
+    ask = _Ask(shape, machine, batch, precision, recompute, fused, tokens, mfu, m, parameter_servers, chosen, rates)
     rows = []
     for strategy in STRATEGIES:
         row = Row(strategy.framework, strategy.kind, strategy.api, strategy.missing)
         rows.append(row)
-        if strategy.missing:
-            continue
-        kind = strategy.kind
-        replicas = kind in REPLICATED
-        per_device_batch = batch / n if replicas else batch
-        if replicas and batch % n:
-            row.notes.append(f"a global batch of {batch} does not split evenly over {n} devices")
-        tensor = n if kind == "tensor" else 1
-        if kind == "pipeline" and shape.layers < n:
-            row.missing = f"{n} pipeline stages need at least {n} layers; the model has {shape.layers}"
-            continue
-        if kind == "tensor" and (shape.heads % n or shape.ffn % n):
-            row.missing = (f"{n}-way tensor parallelism needs heads ({shape.heads}) and ffn ({shape.ffn}) divisible "
-                           f"by {n}")
-            continue
-        # model states, as the row's recipe holds them (bakeoff.predict.recipes)
-        held = chosen or recipes.default(strategy.framework, kind, precision)
-        row.recipe = held.name
-        row.recipe_bytes = {"weights": held.weights, "copy": held.copy, "gradients": held.gradients,
-                            "optimizer": held.optimizer}
-        if chosen and strategy.framework not in held.frameworks:
-            row.notes.append(f"recipe {held.name} is not a {strategy.framework} API: the row is the bytes it would "
-                             "take")
-        row.weights, row.copy, row.gradients, row.optimizer = recipes.states(held, kind, n, p, shape.layer_params)
-        if kind == "zero3":
-            row.notes.append("ZeRO-3: this device's shard of the states, plus two layers' weights gathered to "
-                             "compute (the one computing, the next)")
-        if kind == "parameter_server":
-            row.notes.append(f"optimizer state on {parameter_servers} parameter server(s): "
-                             f"{p * held.optimizer / parameter_servers:.3g} bytes each, with the weights")
-        # activations
-        if kind == "pipeline":  # 1F1B: the first stage holds p micro-batches of its L/p layers = L layers of one
-            micro = batch / m
-            act_batch = micro
-            row.notes.append(f"{m} micro-batches of {micro:g}; the schedule's bubble is "
-                             f"{(n - 1) / (m + n - 1):.0%} of the step")
-        else:
-            act_batch = per_device_batch
-        per_layer = layer_activations(shape, act_batch, e, tensor, fused)
-        if recompute:  # each layer's input kept (replicated under tensor parallelism), one layer recomputed at a time
-            row.activations = shape.seq * act_batch * shape.width * e * shape.layers + per_layer
-        else:
-            row.activations = per_layer * shape.layers
-        if shape.lm_head and (kind != "pipeline"):  # the last stage's; the first stage's is the larger in 1F1B
-            row.activations += shape.seq * act_batch * shape.vocab * (e + 4) / tensor  # logits, fp32 log-softmax
-        row.total = row.weights + row.copy + row.gradients + row.optimizer + row.activations
-        row.fits = row.total <= machine.memory
-        row.headroom = machine.memory - row.total
-        # communication per step, bytes through each device
-        ring = (n - 1) / n if n > 1 else 0.0
-        if kind in ("data", "zero1", "zero2"):
-            row.comm_bytes = 2 * ring * p * held.gradients  # the recipe's gradients (FSDP: its reduce_dtype, fp32)
-        elif kind == "zero3":  # gather the weights twice (forward, backward) as the compute reads them, scatter grads
-            row.comm_bytes = ring * p * (2 * (held.copy if held.gathered else held.weights) + held.gradients)
-        elif kind == "tensor":
-            row.comm_bytes = shape.layers * 4 * 2 * ring * shape.seq * batch * shape.width * e
-        elif kind == "pipeline":
-            row.comm_bytes = 2 * m * shape.seq * (batch / m) * shape.width * e if n > 1 else 0.0
-        elif kind == "parameter_server":
-            row.comm_bytes = 2 * p * 4  # push gradients, pull weights
-            row.notes.append(f"the parameter servers' links carry {n}× that: {n * 8 * p / parameter_servers:.3g} "
-                             f"bytes a step each")
-        if machine.bandwidth:
-            link = row.comm_bytes
-            if kind == "parameter_server":
-                link = max(link, n * 8 * p / parameter_servers)
-            row.comm_s = link / machine.bandwidth
-        # compute
-        bubble = (m + n - 1) / m if kind == "pipeline" else 1.0
-        if mfu and strategy.framework in mfu and machine.flops:
-            row.mfu, row.mfu_source = mfu[strategy.framework]
-            row.compute_s = training_flops(shape, batch, recompute) / (n * machine.flops * row.mfu) * bubble
-        if (cal := applied.get(strategy.framework)) is not None:
-            row.calibrated_total = (row.weights + row.copy + row.optimizer
-                                    + cal.memory(row.gradients + row.activations))
-            flops = training_flops(shape, batch / n, recompute)
-            elements = attention_elements(shape, batch / n, recompute)
-            table = (rates or {}).get((strategy.framework, precision))
-            gemm_s = (gemm_seconds(gemms(shape, batch / n, recompute), table)
-                      if cal.rated and table is not None else None)
-            if gemm_s is not None:
-                row.calibrated_compute_s = cal.rated_step(gemm_s, elements,
-                                                          activation_elements(shape, batch / n, recompute)) * bubble
-            else:
-                row.calibrated_compute_s = cal.step(flops, elements) * bubble
-            if cal.rated and gemm_s is None:
-                row.notes.append(f"calibrated step ({strategy.framework}): FLOPs at one rate, as no rate table of "
-                                 "this plan's GEMM shapes was measured on that machine")
-            if gemm_s is None and cal.largest_flops and flops > EXTRAPOLATED * cal.largest_flops:
-                row.notes.append(f"calibrated step: an extrapolation, {flops / cal.largest_flops:.0f}× the FLOPs "
-                                 "of the largest step the calibration measured; larger matrices usually run at a "
-                                 "higher FLOP rate, so it is likely too long (bench/plan_accuracy.py --beyond "
-                                 "measures by how much)")
-            comm = row.comm_s if n > 1 else 0.0  # None: no bandwidth given, so no step time
-            row.calibrated_step_s = None if comm is None else row.calibrated_compute_s + comm
-            row.calibration = cal.source
-        if row.compute_s is not None and row.comm_s is not None:
-            row.step_s = row.compute_s + row.comm_s
-            row.step_overlapped_s = max(row.compute_s, row.comm_s)
-            if tokens:
-                row.budget_s = tokens / (batch * shape.seq) * row.step_s
+        if not strategy.missing:
+            _fill(row, ask, applied.get(strategy.framework))
     used = {fw: value for fw, value in (mfu or {}).items()}
     lacking = {fw: "no MFU given" for fw in dict.fromkeys(s.framework for s in STRATEGIES) if fw not in used}
     return Plan(shape, machine, batch, precision, recompute, fused, tokens, rows, list(LEFT_OUT), applied,
                 recipe=chosen.name if chosen else "", mfu=used, mfu_missing=lacking)
+
+
+def _fill(row: Row, ask: _Ask, cal: Calibration | None) -> None:
+    """One row of a strategy its framework ships: its memory by part, communication and times (or, where the
+    model cannot be split that way, why not, in ``row.missing``)."""
+    shape, batch, kind, n = ask.shape, ask.batch, row.kind, ask.machine.devices
+    replicas = kind in REPLICATED
+    per_device_batch = batch / n if replicas else batch
+    if replicas and batch % n:
+        row.notes.append(f"a global batch of {batch} does not split evenly over {n} devices")
+    if kind == "pipeline" and shape.layers < n:
+        row.missing = f"{n} pipeline stages need at least {n} layers; the model has {shape.layers}"
+        return
+    if kind == "tensor" and (shape.heads % n or shape.ffn % n):
+        row.missing = (f"{n}-way tensor parallelism needs heads ({shape.heads}) and ffn ({shape.ffn}) divisible "
+                       f"by {n}")
+        return
+    held = _model_states(row, ask)
+    _activations(row, ask, per_device_batch)
+    row.total = row.weights + row.copy + row.gradients + row.optimizer + row.activations
+    row.fits = row.total <= ask.machine.memory
+    row.headroom = ask.machine.memory - row.total
+    _communication(row, ask, held)
+    # compute
+    m = ask.microbatches
+    bubble = (m + n - 1) / m if kind == "pipeline" else 1.0
+    if ask.mfu and row.framework in ask.mfu and ask.machine.flops:
+        row.mfu, row.mfu_source = ask.mfu[row.framework]
+        row.compute_s = (training_flops(shape, batch, ask.recompute) / (n * ask.machine.flops * row.mfu)
+                         * bubble)
+    if cal is not None:
+        _calibrated(row, ask, cal, bubble)
+    if row.compute_s is not None and row.comm_s is not None:
+        row.step_s = row.compute_s + row.comm_s
+        row.step_overlapped_s = max(row.compute_s, row.comm_s)
+        if ask.tokens:
+            row.budget_s = ask.tokens / (batch * shape.seq) * row.step_s
+
+
+def _model_states(row: Row, ask: _Ask) -> recipes.Recipe:
+    """The row's weights, copy, gradients and optimizer state, as its recipe holds them (bakeoff.predict.recipes):
+    the one chosen, else its framework's own for the strategy; returns that recipe."""
+    kind, n, p = row.kind, ask.machine.devices, ask.shape.params
+    held = ask.chosen or recipes.default(row.framework, kind, ask.precision)
+    row.recipe = held.name
+    row.recipe_bytes = {"weights": held.weights, "copy": held.copy, "gradients": held.gradients,
+                        "optimizer": held.optimizer}
+    if ask.chosen and row.framework not in held.frameworks:
+        row.notes.append(f"recipe {held.name} is not a {row.framework} API: the row is the bytes it would "
+                         "take")
+    row.weights, row.copy, row.gradients, row.optimizer = recipes.states(held, kind, n, p, ask.shape.layer_params)
+    if kind == "zero3":
+        row.notes.append("ZeRO-3: this device's shard of the states, plus two layers' weights gathered to "
+                         "compute (the one computing, the next)")
+    if kind == "parameter_server":
+        row.notes.append(f"optimizer state on {ask.parameter_servers} parameter server(s): "
+                         f"{p * held.optimizer / ask.parameter_servers:.3g} bytes each, with the weights")
+    return held
+
+
+def _activations(row: Row, ask: _Ask, per_device_batch: float) -> None:
+    """The row's activations: a layer's (:func:`layer_activations`) times the layers, or each layer's input and one
+    layer recomputed, plus a language model's logits."""
+    shape, kind, n, m = ask.shape, row.kind, ask.machine.devices, ask.microbatches
+    e = BYTES[ask.precision]
+    tensor = n if kind == "tensor" else 1
+    if kind == "pipeline":  # 1F1B: the first stage holds p micro-batches of its L/p layers = L layers of one
+        micro = ask.batch / m
+        act_batch = micro
+        row.notes.append(f"{m} micro-batches of {micro:g}; the schedule's bubble is "
+                         f"{(n - 1) / (m + n - 1):.0%} of the step")
+    else:
+        act_batch = per_device_batch
+    per_layer = layer_activations(shape, act_batch, e, tensor, ask.fused)
+    if ask.recompute:  # each layer's input kept (replicated under tensor parallelism), one layer recomputed at a time
+        row.activations = shape.seq * act_batch * shape.width * e * shape.layers + per_layer
+    else:
+        row.activations = per_layer * shape.layers
+    if shape.lm_head and (kind != "pipeline"):  # the last stage's; the first stage's is the larger in 1F1B
+        row.activations += shape.seq * act_batch * shape.vocab * (e + 4) / tensor  # logits, fp32 log-softmax
+
+
+def _communication(row: Row, ask: _Ask, held: recipes.Recipe) -> None:
+    """The bytes through each device a step, by the row's strategy, and their time at the stated bandwidth."""
+    shape, kind, n, m, p = ask.shape, row.kind, ask.machine.devices, ask.microbatches, ask.shape.params
+    e, batch, servers = BYTES[ask.precision], ask.batch, ask.parameter_servers
+    ring = (n - 1) / n if n > 1 else 0.0
+    if kind in ("data", "zero1", "zero2"):
+        row.comm_bytes = 2 * ring * p * held.gradients  # the recipe's gradients (FSDP: its reduce_dtype, fp32)
+    elif kind == "zero3":  # gather the weights twice (forward, backward) as the compute reads them, scatter grads
+        row.comm_bytes = ring * p * (2 * (held.copy if held.gathered else held.weights) + held.gradients)
+    elif kind == "tensor":
+        row.comm_bytes = shape.layers * 4 * 2 * ring * shape.seq * batch * shape.width * e
+    elif kind == "pipeline":
+        row.comm_bytes = 2 * m * shape.seq * (batch / m) * shape.width * e if n > 1 else 0.0
+    elif kind == "parameter_server":
+        row.comm_bytes = 2 * p * 4  # push gradients, pull weights
+        row.notes.append(f"the parameter servers' links carry {n}× that: {n * 8 * p / servers:.3g} "
+                         f"bytes a step each")
+    if ask.machine.bandwidth:
+        link = row.comm_bytes
+        if kind == "parameter_server":
+            link = max(link, n * 8 * p / servers)
+        row.comm_s = link / ask.machine.bandwidth
+
+
+def _calibrated(row: Row, ask: _Ask, cal: Calibration, bubble: float) -> None:
+    """The row's memory and step on the machine ``cal`` was fitted on: its GEMMs at that machine's rates by shape
+    where the calibration and a rate table allow, else its FLOPs at the fitted rate."""
+    shape, n, recompute, batch = ask.shape, ask.machine.devices, ask.recompute, ask.batch
+    row.calibrated_total = (row.weights + row.copy + row.optimizer
+                            + cal.memory(row.gradients + row.activations))
+    flops = training_flops(shape, batch / n, recompute)
+    elements = attention_elements(shape, batch / n, recompute)
+    table = (ask.rates or {}).get((row.framework, ask.precision))
+    gemm_s = (gemm_seconds(gemms(shape, batch / n, recompute), table)
+              if cal.rated and table is not None else None)
+    if gemm_s is not None:
+        row.calibrated_compute_s = cal.rated_step(gemm_s, elements,
+                                                  activation_elements(shape, batch / n, recompute)) * bubble
+    else:
+        row.calibrated_compute_s = cal.step(flops, elements) * bubble
+    if cal.rated and gemm_s is None:
+        row.notes.append(f"calibrated step ({row.framework}): FLOPs at one rate, as no rate table of "
+                         "this plan's GEMM shapes was measured on that machine")
+    if gemm_s is None and cal.largest_flops and flops > EXTRAPOLATED * cal.largest_flops:
+        row.notes.append(f"calibrated step: an extrapolation, {flops / cal.largest_flops:.0f}× the FLOPs "
+                         "of the largest step the calibration measured; larger matrices usually run at a "
+                         "higher FLOP rate, so it is likely too long (bench/plan_accuracy.py --beyond "
+                         "measures by how much)")
+    comm = row.comm_s if n > 1 else 0.0  # None: no bandwidth given, so no step time
+    row.calibrated_step_s = None if comm is None else row.calibrated_compute_s + comm
+    row.calibration = cal.source
 
 
 def check_recipe(name: str | None, precision: str) -> recipes.Recipe | None:
