@@ -199,7 +199,8 @@ def test_the_keras_function_module_prints_the_table_init_weights_states(tmp_path
     write_workload(tmp_path / "models")
     backend = INSTALLED[-1].removeprefix("keras-")  # one backend: the paths are the same on all (parity shows it)
     env = {**os.environ, "PYTHONPATH": str(SRC), "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    r = subprocess.run([sys.executable, "-m", "bakeoff.workloads.common.keras_function", "models/blobs.py:KerasBlobs"],
+    r = subprocess.run([sys.executable, "-m", "bakeoff.workloads.common.keras_function_model",
+                        "models/blobs.py:KerasBlobs"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # the README's command
     assert r.returncode == 0, r.stderr
     assert ast.literal_eval(r.stdout) == {"dense/kernel": (4, 16), "dense/bias": (16,),

@@ -44,7 +44,7 @@ GROUP = "bakeoff.workloads"
 
 SHIPPED_PACKAGE = "bakeoff.workloads"
 
-KERAS_FUNCTION_MODEL = "bakeoff.workloads.common.keras_function:KerasFunctionModel"
+KERAS_FUNCTION_MODEL = "bakeoff.workloads.common.keras_function_model:KerasFunctionModel"
 """The model of a Keras row for a workload that declares a ``keras_function``: one class for every such workload,
 bound to it by :func:`bakeoff.core.registry.model_class`."""
 

@@ -5,7 +5,7 @@ A workload sets :attr:`bakeoff.core.workload.Workload.keras_function` to a :clas
 (``"module:function"``, taking the resolved config and returning a built ``keras.Model`` — functional, or
 Sequential starting with ``keras.Input`` — from the batch's input entry to logits or outputs), which batch entries
 are the input and the labels, the loss and what the metric reads. Bakeoff's generic Keras model
-(:mod:`bakeoff.workloads.common.keras_function`) wraps it for the Keras engine, on every backend alike.
+(:mod:`bakeoff.workloads.common.keras_function_model`) wraps it for the Keras engine, on every backend alike.
 
 Canonical weights are the Keras variables' own paths (``model.trainable_variables[i].path``, such as
 ``"dense/kernel"``), the same on every backend: nothing is mapped. Initial weights are the workload's, as for every
@@ -14,7 +14,7 @@ the workload cannot build the Keras model to learn their shapes: the parent proc
 native PyTorch trial of the same workload must not load Keras either. So the workload states them, as a table of
 paths and shapes, and :func:`initial_weights` draws them (Keras' default initializers' distributions, seeded by
 name). The table is checked where it can be: the Keras model refuses a table whose names or shapes differ from its
-variables', and says the table it has, ready to paste — ``python -m bakeoff.workloads.common.keras_function
+variables', and says the table it has, ready to paste — ``python -m bakeoff.workloads.common.keras_function_model
 WORKLOAD`` prints it too. Non-trainable state (BatchNormalization's moving statistics) is not canonical: it starts
 at Keras' own constants (zeros and ones) on every backend.
 

@@ -33,7 +33,8 @@ def _keras(backend: str, display: str, colour: str, backend_info: FrameworkInfo,
         modules=("keras", *backend_info.modules), extra=f"keras,{backend_info.extra}",
         dists=("keras", *backend_info.dists),
         engine="bakeoff.frameworks.keras.engine:KerasEngine", model_module="keras_model",
-        function_model="bakeoff.workloads.common.keras_function:KerasFunctionModel",  # a workload's keras_function
+        # a workload's keras_function
+        function_model="bakeoff.workloads.common.keras_function_model:KerasFunctionModel",
         executions=executions, execution_notes=frozen(notes),
         production=production, compiled=tuple(e for e in executions if e is not Execution.EAGER),
         precisions=(Precision.FP32, Precision.BF16),

@@ -10,7 +10,7 @@ unnamed layers by a per-process counter (``dense``, ``dense_1``, ...): a second 
 ``keras.backend.clear_session()`` resets it, without what else that clears (the dtype policy the engine has just
 set, Dynamo's caches). The initial weights are the workload's (:func:`bakeoff.core.keras_function.initial_weights`
 draws them from its table of paths and shapes); a table that does not fit the model is refused with the one that
-does, which ``python -m bakeoff.workloads.common.keras_function WORKLOAD [--preset P] [--set KEY=VALUE]`` also
+does, which ``python -m bakeoff.workloads.common.keras_function_model WORKLOAD [--preset P] [--set KEY=VALUE]`` also
 prints.
 """
 
@@ -156,7 +156,7 @@ class KerasFunctionModel:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the table of paths and shapes a workload's Keras function makes, for its ``init_weights``."""
-    parser = argparse.ArgumentParser(prog="python -m bakeoff.workloads.common.keras_function",
+    parser = argparse.ArgumentParser(prog="python -m bakeoff.workloads.common.keras_function_model",
                                      description=main.__doc__)
     parser.add_argument("workload", help="workload name, MODULE:CLASS or FILE.py:CLASS")
     parser.add_argument("--preset", default="tiny", help="size preset [tiny]")
