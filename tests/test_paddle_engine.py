@@ -191,7 +191,8 @@ def test_the_matmul_ceiling_multiplies_in_its_precision(precision):
     assert (error > 1e-2) if precision == "bf16" else (error < 1e-4), error
 
 
-def test_the_profiler_writes_a_chrome_trace_with_the_step_markers(tmp_path):
+def test_the_profiler_writes_a_chrome_trace_with_the_step_markers(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where Paddle's default would write ./profiler_log/
     engine, wl, data = _engine(execution="eager")
     batches = wl.batches(data.train, 8, 0, 0)
     with engine.profiler(tmp_path) as trace:
@@ -199,7 +200,7 @@ def test_the_profiler_writes_a_chrome_trace_with_the_step_markers(tmp_path):
             with trace.step(step):
                 engine.train_step([next(batches)])
     files = list(tmp_path.glob("*.paddle_trace.json"))
-    assert len(files) == 1 and trace.tool == "paddle.profiler"
+    assert len(files) == 1 and trace.tool == "paddle.profiler" and not (tmp_path / "profiler_log").exists()
     # Paddle's Chrome export names each span with its duration: "ProfilerStep#1[58.538 ms]"
     names = {str(e.get("name")).split("[")[0] for e in json.loads(files[0].read_text())["traceEvents"]}
     assert {"ProfilerStep#1", "ProfilerStep#2", "Conv2D"} <= names

@@ -381,7 +381,10 @@ def trace(directory: Path, gpu: bool) -> Iterator[_StepTrace]:
     targets = [paddle.profiler.ProfilerTarget.CPU]
     if gpu:
         targets.append(paddle.profiler.ProfilerTarget.GPU)
-    prof = paddle.profiler.Profiler(targets=targets, record_shapes=True, timer_only=False)
+    # on_trace_ready: nothing (Paddle's default writes into ./profiler_log/ when the profiler stops); the one
+    # trace is the export below, into ``directory``.
+    prof = paddle.profiler.Profiler(targets=targets, record_shapes=True, timer_only=False,
+                                    on_trace_ready=lambda _: None)
     prof.start()
     try:
         yield _StepTrace()
