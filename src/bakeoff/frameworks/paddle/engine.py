@@ -315,6 +315,10 @@ class PaddleEngine(Engine):
             "mixed_precision": f"paddle.amp.auto_cast({self._amp_dtype}, O1)" if self._amp_dtype else "off",
             "loss_scaling": "GradScaler" if self._loss_scaling else "off",
         }
+        if self.spec.execution is Execution.EAGER:
+            env["inter_op_threads"] = 1  # dygraph runs its ops one after another on the calling thread
+        else:  # to_static's programs run on the PIR interpreter, whose host work queue Paddle sizes itself
+            env["executor_serial_run"] = probes.flag("FLAGS_new_executor_serial_run")
         if self.kind == "gpu":
             env["device_name"] = paddle.device.cuda.get_device_name()
         env.update(self.strategy.environment())
