@@ -336,7 +336,7 @@ class PaddleEngine(Engine):
     def save_checkpoint(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         state = {"model": self.impl.module.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "scaler": self.scaler.state_dict(), "rng": paddle.get_rng_state()}
+                 "scaler": self.scaler.state_dict(), "rng": {kind: paddle.get_rng_state(kind) for kind in self._rngs()}}
         tmp = directory / "state.pdckpt.tmp"
         paddle.save(state, str(tmp))
         tmp.replace(directory / "state.pdckpt")
@@ -347,7 +347,12 @@ class PaddleEngine(Engine):
         self.optimizer.set_state_dict(state["optimizer"])
         if state["scaler"]:
             self.scaler.load_state_dict(state["scaler"])
-        paddle.set_rng_state(state["rng"])
+        for kind, rng in state["rng"].items():
+            paddle.set_rng_state(rng, kind)
+
+    def _rngs(self) -> tuple[str, ...]:
+        """The devices whose generators a checkpoint keeps: the CPU's, and the GPU's (dropout's there) on one."""
+        return ("cpu", "gpu") if self.kind == "gpu" else ("cpu",)
 
     def profiler(self, directory: Path) -> contextlib.AbstractContextManager[_StepTrace]:
         if self.spec.parallelism is not Parallelism.NONE:
