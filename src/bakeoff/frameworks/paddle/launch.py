@@ -1,0 +1,103 @@
+"""PaddlePaddle's launchers: ``paddle.distributed.launch`` starts its ranks, one launcher for N processes
+(``paddle_launch``, data parallel) or one launcher per node (``paddle_launch_nodes``, multi-worker), the nodes meeting
+at the first node's launcher, which serves the rendezvous on the chosen port (:mod:`bakeoff.core.launching`).
+Imports no framework: the members' commands start it.
+
+What Paddle's launcher does that bakeoff reads:
+
+- Each rank it starts runs ``python -m bakeoff.frameworks.paddle.launched_rank REQUEST``, which says the rank Paddle
+  gave it (``PADDLE_TRAINER_ID``) in bakeoff's own terms (:class:`bakeoff.core.contract.Placement`) before it runs
+  the trial, so ranks write their own result files (``result.rank1.json``) and take the GPU at their local rank.
+- Its ranks' output goes to ``workerlog.<i>`` files in ``--log_dir``; the launcher copies its first rank's to its own
+  output, and when a rank fails it stops the others and prints ``Container rank <i> ... code <c> log <path>`` then the
+  failed rank's last lines, and exits with the rank's code. Each launcher is given a log folder of its own, named
+  by the first rank it starts (``first-rank<r>``), so the failed rank's global number is read from that line
+  (:func:`paddle_root_cause`).
+- Its ranks run in sessions of their own (``os.setsid``): bakeoff's runner finds them as the launcher's descendants
+  and kills their sessions with the group; a rank whose launcher dies dies with it (the trial's tether).
+- ``CUDA_VISIBLE_DEVICES=""`` (a CPU trial) makes the launcher fail before it starts a rank (it counts one device,
+  named ''), so the launcher runs without it and each rank hides the GPUs again itself
+  (:data:`HIDDEN_DEVICES_ENV`).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bakeoff.core.contract import Placement
+from bakeoff.core.launching import Launcher, Member, Plan, Start, local_ranks
+
+HIDDEN_DEVICES_ENV = "BAKEOFF_PADDLE_CUDA_VISIBLE_DEVICES"
+"""The trial's ``CUDA_VISIBLE_DEVICES``, carried past Paddle's launcher to its ranks
+(:mod:`bakeoff.frameworks.paddle.launched_rank` sets it back)."""
+
+RANK_MODULE = "bakeoff.frameworks.paddle.launched_rank"
+"""What each rank runs: the trial, once it has said its rank in bakeoff's terms."""
+
+
+def log_folder(args: Sequence[str], first_rank: int) -> Path:
+    """Where one launcher's ``workerlog.<i>`` files go: beside the trial's request (its first argument), one folder
+    per launcher, named by the first rank it starts."""
+    request = Path(args[0]).absolute()
+    name = request.name.removesuffix(".json").removesuffix(".request")  # the runner's <key>.request.json
+    return request.with_name(f"{name}.paddle-launch") / f"first-rank{first_rank}"
+
+
+def _paddle_launch_command(s: Start, nodes: int, node: int, per_node: int) -> list[str]:
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(per_node),
+               "--max_restart", "0", "--log_dir", str(log_folder(s.args, node * per_node)),
+               "--log_overwrite", "1"]
+    if nodes > 1:  # the first node's launcher serves the rendezvous (an HTTP store) at the chosen port
+        command += ["--nnodes", str(nodes), "--rank", str(node), "--master", f"{s.hosts[0]}:{s.ports[0]}"]
+    # training_script is an executable, not a .py file: the launcher runs it with the arguments that follow
+    return [*command, sys.executable, "-m", RANK_MODULE, *s.args]
+
+
+def _launcher_env(env: dict[str, str]) -> dict[str, str]:
+    """The launcher's environment: the trial's, less ``CUDA_VISIBLE_DEVICES`` (module docstring), which travels to
+    the ranks under :data:`HIDDEN_DEVICES_ENV`."""
+    out = dict(env)
+    if "CUDA_VISIBLE_DEVICES" in out:
+        out[HIDDEN_DEVICES_ENV] = out.pop("CUDA_VISIBLE_DEVICES")
+    return out
+
+
+def _paddle_launch(s: Start) -> Plan:
+    n = s.workers
+    member = Member("paddle.distributed.launch", _paddle_launch_command(s, 1, 0, n), _launcher_env(s.env), True)
+    return s.plan("paddle_launch", [member], n, n)
+
+
+def _paddle_launch_nodes(s: Start) -> Plan:  # one launcher per node: the multi-host path, also on one machine
+    n = s.workers
+    members = [Member(f"node {i}", _paddle_launch_command(s, n, i, 1),
+                      _launcher_env({**s.env, **Placement(local_rank=local).env()}), True, host)
+               for i, (local, host) in enumerate(zip(local_ranks(s.hosts), s.hosts, strict=True))]
+    return s.plan("paddle_launch_nodes", members, n, n)
+
+
+FAILED_SAYS = "bakeoff: paddle rank {rank} exited with code {code}"
+"""What a rank's last line says when its trial exits non-zero (:mod:`bakeoff.frameworks.paddle.launched_rank`)."""
+
+
+def paddle_root_cause(log: str) -> tuple[int, int] | None:
+    """(rank, exit code) of the failed rank Paddle's launcher names as the one that ended its group, if it says:
+    its ``Container rank <i> status failed ... code <c> log .../first-rank<r>/workerlog.<i>`` line (rank r + i), else
+    the rank's own last word (:data:`FAILED_SAYS`; the launcher's line may be cut from a long log's tail)."""
+    launcher = re.search(r"Container rank (\d+) status failed .*? code (-?\d+) log \S*?first-rank(\d+)/", log)
+    if launcher:
+        return int(launcher.group(3)) + int(launcher.group(1)), int(launcher.group(2))
+    said = re.findall(FAILED_SAYS.format(rank=r"(\d+)", code=r"(-?\d+)"), log)
+    return (int(said[-1][0]), int(said[-1][1])) if said else None
+
+
+LAUNCHERS = (
+    Launcher("paddle_launch", _paddle_launch, "paddle.distributed.launch", gpu_per_rank=True,
+             root_cause=paddle_root_cause),
+    Launcher("paddle_launch_nodes", _paddle_launch_nodes, "paddle.distributed.launch", ports=lambda n: 1,
+             gpu_per_rank=True, root_cause=paddle_root_cause),
+)
+"""Its launchers, by the names its record gives them."""
