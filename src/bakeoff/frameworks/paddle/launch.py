@@ -6,13 +6,16 @@ Imports no framework: the members' commands start it.
 What Paddle's launcher does that bakeoff reads:
 
 - Each rank it starts runs ``python -m bakeoff.frameworks.paddle.launched_rank REQUEST``, which says the rank Paddle
-  gave it (``PADDLE_TRAINER_ID``) in bakeoff's own terms (:class:`bakeoff.core.contract.Placement`) before it runs
-  the trial, so ranks write their own result files (``result.rank1.json``) and take the GPU at their local rank.
+  gave it (``PADDLE_TRAINER_ID``) in bakeoff's own terms (:class:`bakeoff.core.contract.Placement`) and runs the
+  trial as its child, so ranks write their own result files (``result.rank1.json``) and take the GPU at their
+  local rank.
 - Its ranks' output goes to ``workerlog.<i>`` files in ``--log_dir``; the launcher copies its first rank's to its own
-  output, and when a rank fails it stops the others and prints ``Container rank <i> ... code <c> log <path>`` then the
-  failed rank's last lines, and exits with the rank's code. Each launcher is given a log folder of its own, named
-  by the first rank it starts (``first-rank<r>``), so the failed rank's global number is read from that line
-  (:func:`paddle_root_cause`).
+  output, and when it finds a rank dead (it looks once a second) it stops the others, prints ``Container rank <i>
+  ... code <c> log <path>`` for the first dead one in its list, then that rank's last lines, and exits with its code.
+  The first in its list is not always the first to fail (rank 1 killed, rank 0 aborts on the lost peer within the
+  second): each rank's last line says which rank failed first (:data:`FIRST_FAILURE_SAYS`), and the runner reads
+  that (:func:`paddle_root_cause`). Each launcher is given a log folder of its own, named by the first rank it
+  starts (``first-rank<r>``), so the launcher's own line gives a global rank too.
 - Its ranks run in sessions of their own (``os.setsid``): bakeoff's runner finds them as the launcher's descendants
   and kills their sessions with the group; a rank whose launcher dies dies with it (the trial's tether).
 - ``CUDA_VISIBLE_DEVICES=""`` (a CPU trial) makes the launcher fail before it starts a rank (it counts one device,
@@ -79,19 +82,21 @@ def _paddle_launch_nodes(s: Start) -> Plan:  # one launcher per node: the multi-
     return s.plan("paddle_launch_nodes", members, n, n)
 
 
-FAILED_SAYS = "bakeoff: paddle rank {rank} exited with code {code}"
-"""What a rank's last line says when its trial exits non-zero (:mod:`bakeoff.frameworks.paddle.launched_rank`)."""
+FIRST_FAILURE_SAYS = "bakeoff: the first paddle rank to fail was rank {rank}, with exit code {code}"
+"""A failed rank's last line: the rank that failed first of the trial's ranks, by the time each failure was recorded
+(:mod:`bakeoff.frameworks.paddle.launched_rank`)."""
 
 
 def paddle_root_cause(log: str) -> tuple[int, int] | None:
-    """(rank, exit code) of the failed rank Paddle's launcher names as the one that ended its group, if it says:
-    its ``Container rank <i> status failed ... code <c> log .../first-rank<r>/workerlog.<i>`` line (rank r + i), else
-    the rank's own last word (:data:`FAILED_SAYS`; the launcher's line may be cut from a long log's tail)."""
+    """(rank, exit code) of the rank that ended a Paddle launcher's group, if its log says: the failed rank's own
+    account of the first failure (:data:`FIRST_FAILURE_SAYS`, the last such line), else the launcher's line
+    ``Container rank <i> status failed ... code <c> log .../first-rank<r>/workerlog.<i>`` (rank r + i), which names
+    the first *in its list* of the ranks dead when it looked (module docstring)."""
+    said = re.findall(FIRST_FAILURE_SAYS.format(rank=r"(\d+)", code=r"(-?\d+)"), log)
+    if said:
+        return int(said[-1][0]), int(said[-1][1])
     launcher = re.search(r"Container rank (\d+) status failed .*? code (-?\d+) log \S*?first-rank(\d+)/", log)
-    if launcher:
-        return int(launcher.group(3)) + int(launcher.group(1)), int(launcher.group(2))
-    said = re.findall(FAILED_SAYS.format(rank=r"(\d+)", code=r"(-?\d+)"), log)
-    return (int(said[-1][0]), int(said[-1][1])) if said else None
+    return (int(launcher.group(3)) + int(launcher.group(1)), int(launcher.group(2))) if launcher else None
 
 
 LAUNCHERS = (
