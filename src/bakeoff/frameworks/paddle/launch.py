@@ -33,7 +33,7 @@ from pathlib import Path
 from bakeoff.core.contract import Placement
 from bakeoff.core.launching import Launcher, Member, Plan, Start, local_ranks
 
-HIDDEN_DEVICES_ENV = "BAKEOFF_PADDLE_CUDA_VISIBLE_DEVICES"
+HIDDEN_DEVICES_ENV = "CUDA_VISIBLE_DEVICES_OF_PADDLE_RANKS"
 """The trial's ``CUDA_VISIBLE_DEVICES``, carried past Paddle's launcher to its ranks
 (:mod:`bakeoff.frameworks.paddle.launched_rank` sets it back)."""
 
