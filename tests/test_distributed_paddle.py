@@ -32,6 +32,7 @@ from bakeoff.core import frameworks, registry
 from bakeoff.core.result import TrialResult
 from bakeoff.core.spec import Parallelism, RunSpec, Status
 from bakeoff.measure import sync as measure_sync
+from bakeoff.measure.environment import usable_cores
 from bakeoff.run import launchers
 from bakeoff.run.executors import local
 from parity_checks import check_losses
@@ -84,6 +85,8 @@ def test_two_replicas_complete_identical_with_their_figures(trials):
     assert sync["gradient_bytes"] == 4 * result.num_params and sync["bytes_per_step"] == 4 * result.num_params + 8
     assert "in_step_missing" in sync  # inside DataParallel's reducer: not timed in the step, and said so
     assert result.environment["distributed"] == "gloo, rank 0 of 2"
+    # the cores shared out among the ranks reached each through Paddle's launcher (Placement's threads)
+    assert result.environment["intra_op_threads"] == dist.threads_per_process == max(1, usable_cores() // 2)
     assert result.setup.rank == 0 and result.examples_per_step == 16
 
 
