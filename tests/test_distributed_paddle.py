@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -188,6 +189,14 @@ def test_launch_plans_name_paddles_launcher_and_one_log_folder_each(tmp_path):
         assert m.command[m.command.index("--rank") + 1] == str(i)
         assert m.command[m.command.index("--master") + 1] == "127.0.0.1:4321"
         assert m.env["BAKEOFF_LOCAL_RANK"] == str(i)  # the machine-wide local rank: Paddle says 0 to each
+    # the first node's launcher serves the rendezvous: a node checks its port is free before starting it
+    launcher = launchers.LAUNCHERS["paddle_launch_nodes"]
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert launcher.served_port({**nodes.members[0].env, "MASTER_PORT_OF_PADDLE_LAUNCH": str(port)}) == port
+    assert launcher.served_port(nodes.members[1].env) is None  # the other nodes serve nothing of their own
 
 
 def test_a_rank_takes_paddles_rank_in_bakeoffs_terms():

@@ -18,6 +18,9 @@ What Paddle's launcher does that bakeoff reads:
   starts (``first-rank<r>``), so the launcher's own line gives a global rank too.
 - Its ranks run in sessions of their own (``os.setsid``): bakeoff's runner finds them as the launcher's descendants
   and kills their sessions with the group; a rank whose launcher dies dies with it (the trial's tether).
+- The first node's launcher serves the rendezvous at the plan's port; on a taken port it does not fail but takes
+  whatever listens there for the rendezvous and waits, so a node checks that port free before it starts
+  (:func:`served_port`); on one machine the port is the kernel's free choice just before the start.
 - ``CUDA_VISIBLE_DEVICES=""`` (a CPU trial) makes the launcher fail before it starts a rank (it counts one device,
   named ''), so the launcher runs without it and each rank hides the GPUs again itself
   (:data:`HIDDEN_DEVICES_ENV`).
@@ -26,8 +29,9 @@ What Paddle's launcher does that bakeoff reads:
 from __future__ import annotations
 
 import re
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bakeoff.core.contract import Placement
@@ -36,6 +40,11 @@ from bakeoff.core.launching import Launcher, Member, Plan, Start, local_ranks
 HIDDEN_DEVICES_ENV = "CUDA_VISIBLE_DEVICES_OF_PADDLE_RANKS"
 """The trial's ``CUDA_VISIBLE_DEVICES``, carried past Paddle's launcher to its ranks
 (:mod:`bakeoff.frameworks.paddle.launched_rank` sets it back)."""
+
+MASTER_PORT_ENV = "MASTER_PORT_OF_PADDLE_LAUNCH"
+"""Set for the first node's launcher only: the port its rendezvous (Paddle's HTTP store) serves on, which a node
+checks free before it starts the launcher (:func:`served_port`). Paddle's launcher does not fail on a taken port: it
+takes whatever listens there for a rendezvous already served, and waits."""
 
 RANK_MODULE = "bakeoff.frameworks.paddle.launched_rank"
 """What each rank runs: the trial, once it has said its rank in bakeoff's terms."""
@@ -76,8 +85,10 @@ def _paddle_launch(s: Start) -> Plan:
 
 def _paddle_launch_nodes(s: Start) -> Plan:  # one launcher per node: the multi-host path, also on one machine
     n = s.workers
+    serves = {MASTER_PORT_ENV: str(s.ports[0])}
     members = [Member(f"node {i}", _paddle_launch_command(s, n, i, 1),
-                      _launcher_env({**s.env, **Placement(local_rank=local).env()}), True, host)
+                      _launcher_env({**s.env, **Placement(local_rank=local).env(), **(serves if i == 0 else {})}),
+                      True, host)
                for i, (local, host) in enumerate(zip(local_ranks(s.hosts), s.hosts, strict=True))]
     return s.plan("paddle_launch_nodes", members, n, n)
 
@@ -99,10 +110,24 @@ def paddle_root_cause(log: str) -> tuple[int, int] | None:
     return (int(launcher.group(3)) + int(launcher.group(1)), int(launcher.group(2))) if launcher else None
 
 
+def served_port(env: Mapping[str, str]) -> int | None:
+    """The port the first node's launcher serves the rendezvous on (:data:`MASTER_PORT_ENV`), when it is taken
+    here."""
+    if not env.get(MASTER_PORT_ENV):
+        return None
+    port = int(env[MASTER_PORT_ENV])
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return port
+    return None
+
+
 LAUNCHERS = (
     Launcher("paddle_launch", _paddle_launch, "paddle.distributed.launch", gpu_per_rank=True,
              root_cause=paddle_root_cause),
     Launcher("paddle_launch_nodes", _paddle_launch_nodes, "paddle.distributed.launch", ports=lambda n: 1,
-             gpu_per_rank=True, root_cause=paddle_root_cause),
+             gpu_per_rank=True, root_cause=paddle_root_cause, served_port=served_port),
 )
 """Its launchers, by the names its record gives them."""
