@@ -89,6 +89,7 @@ def test_two_replicas_complete_identical_with_their_figures(trials):
     # the cores shared out among the ranks reached each through Paddle's launcher (Placement's threads)
     assert result.environment["intra_op_threads"] == dist.threads_per_process == max(1, usable_cores() // 2)
     assert result.setup.rank == 0 and result.examples_per_step == 16
+    assert set(result.environment["frameworks_loaded"]) == {"paddle"}  # a launched rank loads no other framework
 
 
 def test_two_replicas_train_as_one_device(trials):
