@@ -90,6 +90,10 @@ def test_two_replicas_complete_identical_with_their_figures(trials):
     assert result.environment["intra_op_threads"] == dist.threads_per_process == max(1, usable_cores() // 2)
     assert result.setup.rank == 0 and result.examples_per_step == 16
     assert set(result.environment["frameworks_loaded"]) == {"paddle"}  # a launched rank loads no other framework
+    # the ranks' output stays beside the trial's log; Paddle's copies of the whole environment do not
+    launch = next(Path(result.execution.log).parent.glob(f"{result.key}.paddle-launch"))
+    assert sorted(p.name for p in launch.glob("first-rank0/workerlog.*")) == ["workerlog.0", "workerlog.1"]
+    assert not list(launch.glob("*/envlog.*")) and not list(launch.glob("*/backup_env.*"))
 
 
 def test_two_replicas_train_as_one_device(trials):

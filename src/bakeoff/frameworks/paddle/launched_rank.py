@@ -7,7 +7,9 @@ trial as its one child (``python -m bakeoff.trial REQUEST.json``) and reports ho
 - its local rank, the GPU it takes: the launcher's machine-wide one (one launcher per node) plus Paddle's
   ``PADDLE_LOCAL_RANK`` (its index among its launcher's ranks), as torchrun's ``LOCAL_RANK`` is added; Paddle's own
   ``FLAGS_selected_gpus`` (which its launcher sets to the index among the launcher's ranks) is made the same;
-- the trial's ``CUDA_VISIBLE_DEVICES`` comes back, which the launcher ran without.
+- the trial's ``CUDA_VISIBLE_DEVICES`` comes back, which the launcher ran without;
+- the copies of its whole environment Paddle's launcher wrote into the trial's log folder are removed
+  (:func:`forget_environment`).
 
 Why a child. Paddle's launcher names, of the ranks dead when it looks (once a second), the first *in its list*, not
 the first to fail: rank 1 killed, rank 0 aborts on the lost peer a moment later, and the launcher blames rank 0.
@@ -68,9 +70,22 @@ def first_failure(folder: Path, rank: int, code: int, group: str) -> tuple[int, 
     return first, first_code
 
 
+def forget_environment(environ: MutableMapping[str, str], backup: bool) -> None:
+    """Remove a copy of this rank's whole environment that Paddle's launcher wrote beside its log before it started
+    the rank: ``envlog.<i>``, which nothing reads, or (``backup``) ``backup_env.<rank>.json``, which Paddle reads
+    for variables too long to pass (``paddle.distributed.backup_env``), once the trial has ended. The trial's log
+    folder is the store's, and a user's environment (tokens included) has no place there."""
+    if not environ.get("PADDLE_LOG_DIR"):
+        return
+    copy = environ.get("PADDLE_BACKUP_ENV_PATH", "") if backup else f"envlog.{environ.get('PADDLE_LOCAL_RANK', '')}"
+    with contextlib.suppress(OSError):
+        (Path(environ["PADDLE_LOG_DIR"]) / copy).unlink()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Place this rank, run its trial as a child and return the trial's exit code (module docstring)."""
     argv = sys.argv[1:] if argv is None else argv
+    forget_environment(os.environ, backup=False)
     env = dict(os.environ)
     rank = place(env)
     child = subprocess.Popen(trial_command(argv), env=env)
@@ -80,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         except KeyboardInterrupt:  # the launcher's group got SIGINT: the trial got it too, and ends
             continue
+    forget_environment(env, backup=True)
     if code:
         folder = Path(env.get("PADDLE_LOG_DIR", ".")).parent / "failures"
         first, first_code = first_failure(folder, rank, code, env.get(LAUNCHED_AT_ENV, "-"))
