@@ -1,0 +1,159 @@
+"""PaddlePaddle's deployment adapter and runtime, in this process: the native ``state_dict`` file's round trip, and
+each Paddle format (``paddle.jit.save`` run by Paddle Inference; paddle2onnx run by ONNX Runtime) exported from
+every workload's tiny model that has a Paddle model, run by its runtime and compared with the dygraph model within
+the format's tolerance — on test examples, at batch 1 (the harness's latency calls), and on the harness's probe
+batch (another batch size, half the sequence length), which is what the ``dynamic: yes`` claims rest on. Weights
+are perturbed from the initial ones (non-zero biases), so every mapping matters; the dygraph model itself is held
+to PyTorch's outputs from the same canonical weights, so the chain ends at an independent implementation.
+
+Measured: see the closing lines of the module's tests' docstrings (figures from the run that added them).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bakeoff.core import discover, formats, registry
+from bakeoff.deploy.exporting import probe_batch
+from deploy_setups import EXAMPLES, WORKLOADS, Runner, runner, setups_fixture, worst
+
+pytestmark = pytest.mark.skipif(not registry.installed("paddle"), reason="needs paddle installed "
+                                "(pip install 'bakeoff[paddle]')")
+
+FORMATS = [f.name for f in formats.for_framework("paddle")]
+MODELLED = [w for w in WORKLOADS if "paddle" in discover.models(registry.workload_class(w))]
+"""The workloads with a Paddle model (each arrives with its own paddle_model.py)."""
+
+setups = setups_fixture("paddle")
+
+
+def _runner(fmt: str, path: Path) -> Runner:
+    return runner(fmt, path, 1)
+
+
+# --- the native file ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workload", MODELLED)
+def test_native_state_dict_round_trips_exactly(setups, workload):
+    from bakeoff.frameworks.paddle import deploy as paddle_deploy
+
+    s = setups(workload)
+    assert s.saved == [paddle_deploy.NATIVE_FILE] and (s.directory / paddle_deploy.NATIVE_FILE).is_file()
+    loaded = s.model.get_weights()
+    assert sorted(loaded) == sorted(s.weights)
+    for name, value in s.weights.items():
+        np.testing.assert_array_equal(loaded[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("workload", MODELLED)
+def test_predict_matches_pytorch_from_the_same_weights(setups, workload):
+    """The reference every format is held to is itself held to an independent implementation: PyTorch's model
+    built from the same canonical weights (the project's fp32 forward tolerance)."""
+    pytest.importorskip("torch")
+    from bakeoff.analysis.parity_tolerances import compare_outputs
+    from bakeoff.frameworks.torch import deploy as torch_deploy
+
+    s = setups(workload)
+    twin = registry.model_class(workload, "torch")(s.config)
+    twin.build(s.weights)
+    twin.module.eval()
+    got, expected = s.predict(s.inputs), torch_deploy.predict(twin, s.inputs)
+    assert got.dtype == np.float32
+    findings = compare_outputs(got, expected, "fp32")
+    assert all(f.ok for f in findings), findings
+
+
+def test_load_model_refuses_a_config_the_file_does_not_fit(setups):
+    from bakeoff.frameworks.paddle import deploy as paddle_deploy
+
+    s = setups("mnist")
+    with pytest.raises(ValueError, match="expected shape"):
+        paddle_deploy.load_model(s.workload, {**s.config, "filters": [s.config["filters"][0], 3]}, s.directory)
+
+
+# --- the formats ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("workload", MODELLED)
+def test_export_matches_the_dygraph_model_at_every_shape(setups, workload, fmt):
+    s = setups(workload)
+    path, info = s.export(fmt)
+    assert path.exists() and info["files"] == [path.name]
+    named = list(dict.fromkeys(a for names in s.axes.values() for a in names if a))
+    assert info["dynamic"] == {a: "yes" for a in named}, info["dynamic"]
+    run = _runner(fmt, path)
+    tolerance = formats.FORMATS[fmt].tolerance
+    probe = probe_batch(s.test, s.axes)  # the harness's own: 3 examples, seq / frames cut to half
+    for inputs in (s.inputs, {k: v[:1] for k, v in s.inputs.items()}, probe):
+        got = run(inputs)
+        assert got.dtype == np.float32
+        assert worst(got, s.predict(inputs)) <= tolerance, {k: v.shape for k, v in inputs.items()}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_runtimes_cast_the_data_dtypes(setups, fmt):
+    """Float64 images (as a caller's numpy may give them) are cast to the float32 the program declares."""
+    s = setups("mnist")
+    run = _runner(fmt, s.export(fmt)[0])
+    images = s.inputs["images"]
+    np.testing.assert_array_equal(run({"images": images.astype(np.float64)}), run({"images": images}))
+
+
+def test_onnx_graph_names_its_output_and_axes(setups):
+    """bakeoff's ONNX Runtime runtime reads the output called ``outputs``; the batch axis carries its name."""
+    import onnx
+
+    s = setups("mnist")
+    graph = onnx.load(str(s.export("paddle-onnx")[0])).graph
+    assert [o.name for o in graph.output] == ["outputs"]
+    dims = graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == ["batch", 28, 28]
+
+
+def test_inference_program_runs_without_dygraph_model_code(setups, tmp_path):
+    """A fresh process with the paddle runtime only: the directory holds the whole program and its parameters, and
+    no other framework (nor bakeoff's workloads) is imported."""
+    s = setups("mnist")
+    path = s.export("paddle-inference")[0]
+    np.save(tmp_path / "images.npy", s.inputs["images"])
+    script = (
+        "import json, sys, numpy as np\n"
+        "from bakeoff.frameworks.paddle import runtime as paddle_runtime\n"
+        f"run = paddle_runtime.load_runtime('paddle-inference', {str(path)!r}, 1)\n"
+        f"np.save({str(tmp_path / 'out.npy')!r}, run({{'images': np.load({str(tmp_path / 'images.npy')!r})}}))\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'tensorflow', 'jax', 'keras', 'onnxruntime')} | "
+        "{m for m in sys.modules if m.startswith('bakeoff.workloads')})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+    assert worst(np.load(tmp_path / "out.npy"), s.predict(s.inputs)) <= formats.FLOAT_TOLERANCE
+
+
+def test_export_refuses_unknown_formats_and_missing_inputs(setups, tmp_path):
+    from bakeoff.frameworks.paddle import deploy as paddle_deploy
+
+    s = setups("mnist")
+    with pytest.raises(ValueError, match="accepted: paddle-inference, paddle-onnx"):
+        paddle_deploy.export(s.model, "torchscript", tmp_path / "model.ts", s.inputs, s.axes)
+    with pytest.raises(ValueError, match="lacks the serving input"):
+        paddle_deploy.export(s.model, "paddle-onnx", tmp_path / "model.onnx", {}, s.axes)
+
+
+def test_runtime_refuses_other_formats_and_a_bare_program(setups, tmp_path):
+    from bakeoff.frameworks.paddle import runtime as paddle_runtime
+
+    path = setups("mnist").export("paddle-inference")[0]
+    with pytest.raises(ValueError, match="paddle-inference"):
+        paddle_runtime.load_runtime("paddle-onnx", path, 1)
+    with pytest.raises(ValueError, match="bakeoff.json"):
+        paddle_runtime.load_runtime("paddle-inference", tmp_path, 1)
+    assert paddle_runtime.runtime_version().startswith("paddle 3.")
+    assert EXAMPLES == 4
