@@ -157,3 +157,35 @@ def test_runtime_refuses_other_formats_and_a_bare_program(setups, tmp_path):
         paddle_runtime.load_runtime("paddle-inference", tmp_path, 1)
     assert paddle_runtime.runtime_version().startswith("paddle 3.")
     assert EXAMPLES == 4
+
+
+# --- through the real processes ---------------------------------------------------------------------------------
+
+def test_a_kept_paddle_model_exports_and_is_measured_in_its_own_processes(tmp_path):
+    """A Paddle trial keeps its MNIST model; each format exports in its own process (loading Paddle only) and is
+    measured in a fresh one: Paddle Inference loads Paddle alone, ONNX Runtime no framework; both within the
+    tolerance of the dygraph model's outputs on the test examples and on the probe batch, latencies recorded."""
+    from bakeoff.core.spec import RunSpec
+    from bakeoff.deploy import pipeline
+    from bakeoff.results.store import Store
+
+    store = Store(tmp_path / "s.sqlite")
+    spec = RunSpec(workload="mnist", framework="paddle", max_steps=6, eval_every=6, device="cpu")
+    (_, directory, reason), = pipeline.train([spec], store, tmp_path / "models")
+    assert directory is not None, reason
+    settings = pipeline.Settings(threads=1, batch=16, calls=20, warmup=2, rounds=2, examples=48, timeout_s=600)
+    rows = {r["format"]: r for r in pipeline.export_and_measure(directory, store, settings)}
+    assert sorted(rows) == sorted(FORMATS)
+    for name, row in rows.items():
+        assert row["status"] == "ok", row.get("reason")
+        assert row["export"]["refused"] == ["jax", "jaxlib", "tensorflow", "torch"]  # the export loads Paddle only
+        inf = row["inference"]
+        assert inf["parity"] == "ok" and inf["max_abs_diff"] <= formats.FORMATS[name].tolerance
+        assert inf["dynamic"] == "yes" and row["export"]["dynamic"] == {"batch": "yes"}
+        assert len(inf["latency_samples_s"]) == 20 and inf["latency_s"]["p50"] <= inf["latency_s"]["p99"]
+        assert inf["metric"] == pytest.approx(row["reference"]["metric"])
+        assert inf["threads"] == 1 and row["export"]["bytes"] > 0
+    assert set(rows["paddle-inference"]["inference"]["frameworks_loaded"]) == {"paddle"}
+    assert rows["paddle-inference"]["inference"]["math_threads"] == 1  # the threads asked for, as Paddle reads them
+    assert rows["paddle-onnx"]["inference"]["frameworks_loaded"] == {}
+    store.close()
