@@ -96,13 +96,39 @@ def test_export_matches_the_dygraph_model_at_every_shape(setups, workload, fmt):
         assert worst(got, s.predict(inputs)) <= tolerance, {k: v.shape for k, v in inputs.items()}
 
 
+    if workload == "speech_ctc":  # T' = ceil(ceil(frames / 2) / 2): the output length follows the input's
+        frames = probe["features"].shape[1]
+        for _ in range(2):
+            frames = (frames + 1) // 2
+        assert run(probe).shape == (3, frames, s.config["vocab_size"])
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_runtimes_cast_the_data_dtypes(setups, fmt):
-    """Float64 images (as a caller's numpy may give them) are cast to the float32 the program declares."""
+    """Float64 images and int64 tokens (as a caller's numpy or a tokenizer may give them) are cast to the float32
+    and int32 the program declares."""
     s = setups("mnist")
     run = _runner(fmt, s.export(fmt)[0])
     images = s.inputs["images"]
     np.testing.assert_array_equal(run({"images": images.astype(np.float64)}), run({"images": images}))
+    if "text_classifier" in MODELLED:
+        t = setups("text_classifier")
+        run = _runner(fmt, t.export(fmt)[0])
+        tokens = t.inputs["tokens"]
+        np.testing.assert_array_equal(run({"tokens": tokens.astype(np.int64)}), run({"tokens": tokens}))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_sequence_past_the_position_table_is_refused(setups, fmt):
+    """The dynamic seq axis is bounded by the learned position table (seq_len rows): shorter runs (tested above),
+    longer fails in the runtime (the table's slice no longer broadcasts against the tokens) rather than computing
+    with missing positions. Neither exporter records the bound, so it shows only here."""
+    if "text_classifier" not in MODELLED:
+        pytest.skip("no Paddle text classifier model")
+    s = setups("text_classifier")
+    run = _runner(fmt, s.export(fmt)[0])
+    with pytest.raises(Exception, match="broadcast|Broadcast"):
+        run({"tokens": np.ones((1, s.config["seq_len"] + 1), np.int32)})
 
 
 def test_onnx_graph_names_its_output_and_axes(setups):

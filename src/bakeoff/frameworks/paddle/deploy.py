@@ -136,6 +136,8 @@ def save_program(model: Any, prefix: Path, example: Mapping[str, np.ndarray], ax
     serving.eval()
     paddle.jit.save(serving, str(prefix), input_spec=[specs])
     config = paddle.inference.Config(f"{prefix}.json", f"{prefix}.pdiparams")
+    config.disable_glog_info()
+    config.switch_ir_optim(False)  # only the output's name is read here: no passes
     outputs = paddle.inference.create_predictor(config).get_output_names()
     if len(outputs) != 1:
         raise ValueError(f"the saved program has {len(outputs)} outputs ({', '.join(outputs)}); bakeoff serves one")
