@@ -6,7 +6,11 @@ batch (another batch size, half the sequence length), which is what the ``dynami
 are perturbed from the initial ones (non-zero biases), so every mapping matters; the dygraph model itself is held
 to PyTorch's outputs from the same canonical weights, so the chain ends at an independent implementation.
 
-Measured: see the closing lines of the module's tests' docstrings (figures from the run that added them).
+Measured (paddlepaddle 3.3.1 CPU, paddle2onnx 2.0.1, onnxruntime 1.32, 2-core CPU): every workload exports to both
+formats with every named axis dynamic; the largest difference from the dygraph model at any of the three shapes is
+1.2e-7 (MNIST, text classifier), 2.1e-6 (autoencoder) and 6.2e-6 (speech, Paddle Inference's oneDNN kernels),
+against a tolerance of 1e-4. The file takes about 60 s at a load of 10 on 2 cores (20 s of CPU), half of it the
+trial and two processes per format of the last test.
 """
 
 from __future__ import annotations

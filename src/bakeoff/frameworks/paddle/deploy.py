@@ -15,9 +15,11 @@ by its own runtime at other shapes (batch 1, one more example than given, every 
 compared with the dygraph model there: an axis is reported dynamic only when that comparison passed
 (:func:`check_dynamic`).
 
-Paddle Lite (mobile) is not a format here: its converter (``paddle_lite_opt``, the ``paddlelite`` wheel, last
-released 2.12 in 2022) reads the older ProgramDesc ``.pdmodel`` file, not the PIR ``model.json`` that Paddle 3's
-``jit.save`` writes, and no wheel of it is installable for this Python (3.11); ONNX covers mobile here.
+Paddle Lite (mobile) is not a format here: its converter (``paddle_lite_opt``, in the ``paddlelite`` wheel, whose
+last release is 2.12 of November 2022) is not installable from this project's package index (pip finds no
+distribution), and it reads the older ProgramDesc ``.pdmodel``, not the PIR ``model.json`` Paddle 3's ``jit.save``
+writes (Paddle 3 writes a ``.pdmodel`` only with ``FLAGS_enable_pir_api=0``: a second export path, untested
+against any Lite runtime). ONNX (ONNX Runtime Mobile runs the same file) covers mobile here.
 """
 
 from __future__ import annotations
@@ -59,14 +61,15 @@ class Serving(paddle.nn.Layer):
 
 
 def _impl(workload: str, config: dict, weights: Weights) -> Any:
-    paddle.set_device("cpu")  # exports and the reference run on the host, as torch's and JAX's do
     impl = registry.model_class(workload, "paddle")(config, "cpu")
     impl.build(weights)
     return impl
 
 
 def save_model(workload: str, config: dict, weights: Weights, directory: Path) -> list[str]:
-    """Build the model from canonical ``weights`` and write its ``state_dict`` to ``directory / NATIVE_FILE``."""
+    """Build the model from canonical ``weights`` and write its ``state_dict`` to ``directory / NATIVE_FILE``.
+
+    Called at the end of a trial, in its process: Paddle's current device is left as the trial set it."""
     impl = _impl(workload, config, weights)
     Path(directory).mkdir(parents=True, exist_ok=True)
     paddle.save(impl.module.state_dict(), str(Path(directory) / NATIVE_FILE))
@@ -77,8 +80,10 @@ def load_model(workload: str, config: dict, directory: Path) -> Any:
     """The model (its ModelImpl, on CPU, eval mode) rebuilt from ``config`` and the saved ``state_dict``.
 
     A missing or extra tensor, or one of another shape, is refused naming it: ``set_state_dict`` itself only
-    warns and keeps the initial values.
+    warns and keeps the initial values. Called in the export and reference processes, which run on the host as
+    torch's and JAX's do: Paddle's current device is set to the CPU.
     """
+    paddle.set_device("cpu")
     impl = _impl(workload, config, registry.workload(workload).init_weights(config, 0))  # shapes only
     state = paddle.load(str(Path(directory) / NATIVE_FILE))
     own = impl.module.state_dict()
