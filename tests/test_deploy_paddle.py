@@ -25,7 +25,7 @@ import pytest
 
 from bakeoff.core import discover, formats, registry
 from bakeoff.deploy.exporting import probe_batch
-from deploy_setups import EXAMPLES, WORKLOADS, Runner, runner, setups_fixture, worst
+from deploy_setups import WORKLOADS, Runner, runner, setups_fixture, worst
 
 pytestmark = pytest.mark.skipif(not registry.installed("paddle"), reason="needs paddle installed "
                                 "(pip install 'bakeoff[paddle]')")
@@ -186,7 +186,16 @@ def test_runtime_refuses_other_formats_and_a_bare_program(setups, tmp_path):
     with pytest.raises(ValueError, match="bakeoff.json"):
         paddle_runtime.load_runtime("paddle-inference", tmp_path, 1)
     assert paddle_runtime.runtime_version().startswith("paddle 3.")
-    assert EXAMPLES == 4
+
+
+def test_runtime_threads_zero_means_every_usable_core(setups):
+    """0 gives the predictor every core this process may use, as the other runtimes' 0 does (Paddle's own default
+    is one math thread); a number is applied as given. Read back from Paddle's config."""
+    import os
+
+    path = setups("mnist").export("paddle-inference")[0]
+    assert runner("paddle-inference", path, 0).facts["math_threads"] == len(os.sched_getaffinity(0))
+    assert runner("paddle-inference", path, 1).facts["math_threads"] == 1
 
 
 # --- through the real processes ---------------------------------------------------------------------------------
