@@ -79,6 +79,10 @@ def test_load_model_refuses_a_config_the_file_does_not_fit(setups):
     s = setups("mnist")
     with pytest.raises(ValueError, match="expected shape"):
         paddle_deploy.load_model(s.workload, {**s.config, "filters": [s.config["filters"][0], 3]}, s.directory)
+    if "text_classifier" in MODELLED:  # a block the config drops: refused, not ignored
+        t = setups("text_classifier")
+        with pytest.raises(ValueError, match=r"extra \['blocks\.1\."):
+            paddle_deploy.load_model(t.workload, {**t.config, "num_layers": 1}, t.directory)
 
 
 # --- the formats ------------------------------------------------------------------------------------------------
