@@ -6,10 +6,11 @@ dtypes, the output's name, as :mod:`bakeoff.frameworks.paddle.deploy` writes the
 The predictor runs on the CPU with Paddle Inference's defaults for it (its IR passes, and oneDNN where the build
 has it: both recorded). oneDNN is what a Paddle user gets, not always the faster: at batch 1, one thread, on a
 loaded 2-core host, 2.6 ms against 5.2 ms without it on speech's tiny model, 10.6 ms against 4.0 ms on the text
-classifier's. A GPU
-predictor (``Config.enable_use_gpu``, the ``paddlepaddle-gpu`` wheel) is not wired: the ``paddle`` extra installs
-the CPU wheel, and no GPU build has run it here. ``threads`` > 0 sets ``set_cpu_math_library_num_threads``; 0
-gives it every core this process may use, as the other runtimes' 0 does (Paddle's own default is one thread).
+classifier's. A GPU predictor (``Config.enable_use_gpu``, the ``paddlepaddle-gpu`` wheel) is not wired: the
+``paddle`` extra installs the CPU wheel, and no GPU build has run it here.
+
+``threads`` > 0 sets ``set_cpu_math_library_num_threads``; 0 gives it every core this process may use, as the
+other runtimes' 0 does (Paddle's own default is one thread).
 """
 
 from __future__ import annotations
