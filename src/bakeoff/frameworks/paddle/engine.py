@@ -76,19 +76,41 @@ def _settle(kind: str) -> None:
         paddle.device.synchronize()
 
 
+def _bf16_matmul_program(a: paddle.Tensor, b: paddle.Tensor) -> paddle.Tensor:
+    with paddle.amp.auto_cast(dtype="bfloat16", level="O1"):
+        return paddle.matmul(a, b).astype("float32")  # (a program returning bf16 crashes Paddle 3.3.1 on a CPU)
+
+
+def _multiplier(precision: str, kind: str) -> tuple[Any, str]:
+    """``(product, input dtype)``: what multiplies two matrices in ``precision``, the way a trial does.
+
+    fp32, and bf16 on a GPU: ``paddle.matmul`` of tensors of that dtype. bf16 on a CPU: Paddle registers no dygraph
+    bf16 matmul kernel for CPUs (``NotFound``), and its dygraph AMP does not cast there; a trial's bf16 runs as a
+    to_static program through the AMP pass (cast to bf16, oneDNN's bf16 matmul, cast back), so the ceiling is that
+    program's, with fp32 inputs: its two casts are O(n²) beside the product's O(n³)."""
+    if precision == "bf16" and kind == "cpu":
+        return paddle.jit.to_static(_bf16_matmul_program, full_graph=True), "float32"
+    return paddle.matmul, {"fp32": "float32", "bf16": "bfloat16"}[precision]
+
+
+def _random(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> paddle.Tensor:
+    return paddle.to_tensor(rng.standard_normal(shape, dtype=np.float32)).astype(dtype)
+
+
 def matmul_rates(precision: str, n: int, repeats: int, threads: int) -> list[float]:
     """FLOP/s of ``repeats`` dense ``(n, n) @ (n, n)`` products (2·n³ FLOPs each) in ``precision`` on this
     process's device, after warm-up, with ``threads`` pinned as a trial pins them (0: as already set, in a trial
-    process that has trained): Paddle's own matmul ceiling (:mod:`bakeoff.measure.ceiling`)."""
+    process that has trained): Paddle's own matmul ceiling (:mod:`bakeoff.measure.ceiling`; bf16 on a CPU:
+    :func:`_multiplier`)."""
     kind = _device_for(threads)
-    dtype = {"fp32": "float32", "bf16": "bfloat16"}[precision]
+    product, dtype = _multiplier(precision, kind)
     rng = np.random.default_rng(0)
-    a, b = (paddle.to_tensor(rng.standard_normal((n, n), dtype=np.float32)).astype(dtype) for _ in range(2))
+    a, b = _random(rng, (n, n), dtype), _random(rng, (n, n), dtype)
     rates = []
     with paddle.no_grad():
-        for i in range(repeats + 3):  # 3 untimed: allocation, kernel selection
+        for i in range(repeats + 3):  # 3 untimed: allocation, kernel selection (and the program's build)
             t0 = time.perf_counter()
-            c = paddle.matmul(a, b)
+            c = product(a, b)
             _settle(kind)
             if i >= 3:
                 rates.append(2 * n**3 / (time.perf_counter() - t0))
@@ -100,24 +122,24 @@ def gemm_rates(precision: str, shapes: list[tuple[int, int, int, int]], repeats:
                threads: int) -> list[list[float]]:
     """FLOP/s of ``repeats[i]`` products of shape ``i`` ``(batch, m, n, k)`` (``batch`` independent ``(m, k) @ (k, n)``,
     2·batch·m·n·k FLOPs) in ``precision`` on this process's device, each after one untimed product: the rates of a
-    plan's own GEMMs (:mod:`bakeoff.measure.gemm_rates`). bf16 multiplies bf16 tensors, as AMP O1's matmul does."""
+    plan's own GEMMs (:mod:`bakeoff.measure.gemm_rates`). bf16 multiplies in bf16, as AMP O1's matmul does
+    (:func:`_multiplier`)."""
     from bakeoff.measure.gemm_rates import sample
 
     kind = _device_for(threads)
-    dtype = {"fp32": "float32", "bf16": "bfloat16"}[precision]
+    product, dtype = _multiplier(precision, kind)
     rng = np.random.default_rng(0)
     out = []
     with paddle.no_grad():
         for (batch, m, n, k), times in zip(shapes, repeats, strict=True):
             lead = (batch,) if batch > 1 else ()
-            a = paddle.to_tensor(rng.standard_normal((*lead, m, k), dtype=np.float32)).astype(dtype)
-            b = paddle.to_tensor(rng.standard_normal((*lead, k, n), dtype=np.float32)).astype(dtype)
+            a, b = _random(rng, (*lead, m, k), dtype), _random(rng, (*lead, k, n), dtype)
 
-            def product(a: paddle.Tensor = a, b: paddle.Tensor = b) -> None:
-                paddle.matmul(a, b)
+            def one(a: paddle.Tensor = a, b: paddle.Tensor = b) -> None:
+                product(a, b)
                 _settle(kind)
 
-            out.append(sample(product, 2 * batch * m * n * k, times))
+            out.append(sample(one, 2 * batch * m * n * k, times))  # its untimed call builds a new shape's program
             del a, b
     return out
 
@@ -144,18 +166,23 @@ class PaddleEngine(Engine):
         _pin_threads(self.threads)
         paddle.seed(self.strategy.dropout_seed(spec.seed))  # dropout masks
 
-        self.impl = model_class(spec, "paddle")(self.config, paddle.device.get_device())
-        self.impl.build(dict(weights))
+        # Paddle names every parameter and optimizer accumulator from a process-wide counter (conv2d_4.w_0), and
+        # its checkpoints are keyed by those names: a fresh counter per engine gives every engine the same names,
+        # so a checkpoint loads into any engine built for the trial, in this process or another.
+        with paddle.utils.unique_name.guard():
+            self.impl = model_class(spec, "paddle")(self.config, paddle.device.get_device())
+            self.impl.build(dict(weights))
+            self.params = self.impl.trainable()
+            self.optimizer = paddle.optimizer.Adam(learning_rate=self.config["learning_rate"], beta1=0.9,
+                                                   beta2=0.999, epsilon=1e-8, parameters=self.params)
+            # Adam's moments exist from the start, as Keras creates its slots in optimizer.build and the PyTorch
+            # engine fills optimizer.state: the memory baseline holds the optimizer state. Paddle creates its
+            # accumulators (moment1, moment2, beta1_pow_acc, beta2_pow_acc) on the first step; this is that very
+            # call, made early.
+            self.optimizer._create_accumulators(paddle.static.default_main_program().global_block(), self.params)
         # What the training forward goes through: the impl, or under DataParallel a view of it whose module is the
         # wrapper. Prediction, weights and checkpoints use self.impl, the plain layer.
         self._train_impl = self.strategy.wrap(self.impl)
-        self.params = self.impl.trainable()
-        self.optimizer = paddle.optimizer.Adam(learning_rate=self.config["learning_rate"], beta1=0.9, beta2=0.999,
-                                               epsilon=1e-8, parameters=self.params)
-        # Adam's moments exist from the start, as Keras creates its slots in optimizer.build and the PyTorch engine
-        # fills optimizer.state: the memory baseline holds the optimizer state. Paddle creates its accumulators
-        # (moment1, moment2, beta1_pow_acc, beta2_pow_acc) on the first step; this is that very call, made early.
-        self.optimizer._create_accumulators(paddle.static.default_main_program().global_block(), self.params)
         self._amp_dtype = AMP_DTYPES.get(spec.precision)
         if self._amp_dtype and self.kind == "cpu" and spec.execution is Execution.EAGER:
             raise Unsupported("Paddle's dygraph AMP (paddle.amp.auto_cast) runs on GPU, XPU and custom devices only: "
