@@ -41,13 +41,18 @@ pytestmark = [pytest.mark.slow,
                                  reason="Paddle speech parity needs paddle and torch installed")]
 
 
-def _train_batches() -> list[dict[str, np.ndarray]]:
-    """The probe's training batches (bakeoff.trial.parity_probe.probe: batch 16, seed 0, epoch 0), framework-free."""
+def _probe_shapes() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The (batch, frames) shapes the graph probe's step meets, in order (bakeoff.trial.parity_probe.probe: batch 16,
+    seed 0, epoch 0), framework-free: its gradient checks' ACCUM micro-batches and their merged batch, then the
+    training batches."""
     from bakeoff.core.spec import RunSpec
+    from bakeoff.trial.parity_probe import ACCUM
 
     wl = registry.workload("speech_ctc")
     data = wl.load_data(RunSpec(workload="speech_ctc", framework="paddle", preset="tiny", max_steps=STEPS, data=DATA))
-    return list(itertools.islice(wl.batches(data.train, 16, 0, 0), STEPS))
+    micro = list(itertools.islice(wl.batches(data.train, 16 // ACCUM, 0, 0), ACCUM))
+    train = itertools.islice(wl.batches(data.train, 16, 0, 0), STEPS)
+    return [b["features"].shape[:2] for b in (*micro, wl.merge(micro))], [b["features"].shape[:2] for b in train]
 
 
 @pytest.fixture(scope="module")
@@ -111,12 +116,19 @@ def test_ctc_losses_agree_on_the_same_logits(probes):
 
 
 def test_to_static_step_builds_once_per_batch_shape(probes):
-    # Speech batches are padded to their own longest utterance: to_static translates the step into a new program
-    # for each new length, as jax.jit and tf.function retrace, and reuses it for a length it has seen.
+    # Speech batches are padded to their own longest utterance: to_static translates the step's forward and loss
+    # into a new program for each new (batch, frames) shape, as jax.jit and tf.function retrace, and reuses it for a
+    # shape it has seen. Unlike JAX's engine, the gradient checks run before training go through the same program
+    # cache as the training step, so their shapes are built before step 1.
     graph = probes[Mode("paddle", "graph")]
-    frames, builds = [b["features"].shape[1] for b in _train_batches()], graph["graph_builds"]
-    new = [frames[i] not in frames[:i] for i in range(STEPS)]
-    assert builds[0] == 0 and np.array_equal(np.diff(builds), new), (builds, frames)
+    before, train = _probe_shapes()
+    seen = set(before)
+    new = []
+    for shape in train:
+        new.append(shape not in seen)
+        seen.add(shape)
+    builds = graph["graph_builds"]
+    assert builds[0] == len(set(before)) and np.array_equal(np.diff(builds), new), (builds, before, train)
     assert np.all(probes[Mode("paddle")]["graph_builds"] == 0)  # eager: no step program
 
 
