@@ -10,6 +10,8 @@ from bakeoff.core.spec import Execution, Parallelism, Precision
 ORDER = 4
 """Where its rows are listed among the frameworks' (the CLI's order): after the Keras 3 rows."""
 
+# No Paddle Lite format: its converter is not installable here and reads the pre-PIR program file (why in full:
+# bakeoff.frameworks.paddle.deploy's docstring).
 FORMATS = (
     Format("paddle-inference", "Paddle Inference", "paddle", "paddle", "inference", FLOAT_TOLERANCE, ("server",),
            ("paddle",), ("paddle",), "paddle", notes="paddle.jit.save (a static program and its parameters), run "

@@ -1,0 +1,158 @@
+"""Convolution + Transformer CTC acoustic model in PaddlePaddle (``paddle.nn``, dygraph), exchanging canonical weights.
+
+The same computation as :mod:`.torch_model`: two stride-2 convolutions (kernel 3, one frame of zero padding each
+side) with the frames at or past each utterance's length zeroed after each, fixed sinusoidal positions, post-norm
+Transformer blocks with padded frames masked out of attention as keys, a dense head.
+
+Layouts: ``nn.Conv1D`` stores ``(out, in, width)`` as PyTorch's Conv1d does (canonical ``(width, in, out)``: the
+``CONV`` layout); ``nn.Linear`` stores ``(in, out)``, the canonical kernel itself; ``nn.MultiHeadAttention`` keeps
+separate q, k, v projections, so nothing is packed. The block is Paddle's own ``nn.TransformerEncoderLayer``
+(post-norm, relu, ε 1e-5, dropout on attention weights, after the activation and on both residual branches:
+PyTorch's layer, op for op; its boolean ``src_mask`` is True where a key may be attended to).
+
+CTC is ``paddle.nn.functional.ctc_loss`` (warp-ctc), matched to ``F.ctc_loss(blank=0, reduction="sum",
+zero_infinity=False)``:
+  * it takes *logits*, time-major (T, B, vocab), and applies softmax itself (measured: passing log-softmax output
+    gives the same value, as softmax(log_softmax(x)) = softmax(x); logits save one op);
+  * labels int32, lengths int64; ``reduction="none"`` gives each utterance's negative log-likelihood, not divided by
+    its transcript length: summing them is torch's ``reduction="sum"``, and the count is the number of utterances;
+  * warp-ctc returns 0, with a zero gradient, for an utterance with too few frames for its labels (fewer than one per
+    label plus a blank between repeats) where PyTorch's ``zero_infinity=False`` gives +inf: the loss sets those
+    utterances to +inf explicitly, from the lengths (their gradient stays 0 rather than PyTorch's NaN; the shipped
+    data never has one — speech.py checks feasibility).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+from paddle import nn
+
+from bakeoff.core.workload import Weights
+from bakeoff.workloads.common import layouts
+from bakeoff.workloads.speech_ctc.workload import sinusoids
+
+BLANK = 0
+
+
+def _valid(lengths: paddle.Tensor, frames: int) -> paddle.Tensor:
+    """(B, frames) True for the frames before each utterance's length."""
+    return paddle.arange(frames, dtype=lengths.dtype)[None, :] < lengths[:, None]
+
+
+def _mask_past(x: paddle.Tensor, lengths: paddle.Tensor) -> paddle.Tensor:
+    """Zero the frames of ``x`` (B, C, T) at or past each utterance's length."""
+    return x * _valid(lengths, x.shape[-1])[:, None, :].astype(x.dtype)
+
+
+class SpeechCTCNet(nn.Layer):
+    def __init__(self, cfg: Mapping[str, Any]) -> None:
+        super().__init__()
+        d = cfg["d_model"]
+        self.conv1 = nn.Conv1D(cfg["n_mels"], cfg["conv_channels"], 3, stride=2, padding=1)
+        self.conv2 = nn.Conv1D(cfg["conv_channels"], d, 3, stride=2, padding=1)
+        self.register_buffer("positions", paddle.to_tensor(sinusoids(cfg["max_positions"], d)), persistable=False)
+        self.blocks = nn.LayerList(
+            nn.TransformerEncoderLayer(d, cfg["num_heads"], cfg["d_ff"], cfg["dropout"], activation="relu",
+                                       normalize_before=False, layer_norm_eps=cfg["layer_norm_eps"])
+            for _ in range(cfg["num_layers"]))
+        self.drop = nn.Dropout(cfg["dropout"])
+        self.head = nn.Linear(d, cfg["vocab_size"])
+
+    def forward(self, features: paddle.Tensor, lengths: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
+        x = features.transpose([0, 2, 1])  # (B, n_mels, T): Conv1D (NCL) wants channels first
+        lengths = (lengths + 1) // 2
+        x = _mask_past(F.relu(self.conv1(x)), lengths)  # (B, C, ceil(T/2))
+        lengths = (lengths + 1) // 2
+        x = _mask_past(F.relu(self.conv2(x)), lengths)  # (B, d, T'), T' = ceil(ceil(T/2)/2)
+        x = x.transpose([0, 2, 1])  # (B, T', d)
+        x = self.drop(x + self.positions[: x.shape[1]])
+        keep = _valid(lengths, x.shape[1])[:, None, None, :]  # (B, 1, 1, T'): attend to real frames only
+        for block in self.blocks:
+            x = block(x, src_mask=keep)
+        return self.head(x), lengths  # (B, T', vocab) logits, (B,) encoder lengths
+
+
+def ctc_losses(logits: paddle.Tensor, logit_lengths: paddle.Tensor, labels: paddle.Tensor,
+               label_lengths: paddle.Tensor) -> paddle.Tensor:
+    """Per-utterance CTC negative log-likelihood (B,), blank 0, as ``F.ctc_loss(reduction="none")`` of PyTorch (see
+    the module docstring for how warp-ctc's conventions are matched). ``logits`` (B, T, vocab) are cast to fp32."""
+    logit_lengths, label_lengths = logit_lengths.astype("int64"), label_lengths.astype("int64")
+    labels = labels.astype("int32")
+    per = F.ctc_loss(logits.astype("float32").transpose([1, 0, 2]), labels, logit_lengths, label_lengths,
+                     blank=BLANK, reduction="none")  # (B,): warp-ctc applies the softmax
+    real = _valid(label_lengths, labels.shape[1])  # (B, S)
+    repeats = ((labels[:, 1:] == labels[:, :-1]) & real[:, 1:]).astype("int64").sum(axis=1)  # need a blank between
+    infeasible = logit_lengths < label_lengths + repeats
+    return paddle.where(infeasible, paddle.full_like(per, float("inf")), per)
+
+
+class SpeechCTC:
+    """ModelImpl for PaddlePaddle."""
+
+    def __init__(self, config: Mapping[str, Any], device: str = "cpu") -> None:
+        self.config = dict(config)
+        self.device = device
+        self.module: SpeechCTCNet | None = None
+
+    def build(self, weights: Weights) -> None:
+        self.module = SpeechCTCNet(self.config)
+        self.set_weights(weights)
+
+    def logits(self, batch: Mapping[str, paddle.Tensor], training: bool) -> tuple[paddle.Tensor, paddle.Tensor]:
+        if training:
+            self.module.train()
+        else:
+            self.module.eval()
+        return self.module(batch["features"], batch["feature_lengths"].astype("int64"))
+
+    def loss(self, batch: Mapping[str, paddle.Tensor], training: bool = True) -> tuple[paddle.Tensor, paddle.Tensor]:
+        logits, lengths = self.logits(batch, training)
+        summed = ctc_losses(logits, lengths, batch["labels"], batch["label_lengths"]).sum()
+        return summed, paddle.full([], logits.shape[0], dtype=summed.dtype)
+
+    @paddle.no_grad()
+    def outputs(self, batch: Mapping[str, paddle.Tensor]) -> paddle.Tensor:
+        logits, lengths = self.logits(batch, training=False)
+        valid = _valid(lengths, logits.shape[1])  # (B, T')
+        return F.log_softmax(logits.astype("float32"), -1) * valid[..., None].astype("float32")  # zero past length
+
+    def trainable(self) -> list[paddle.Tensor]:
+        return list(self.module.parameters())
+
+    def num_params(self) -> int:
+        return sum(int(np.prod(p.shape)) for p in self.module.parameters() if not p.stop_gradient)
+
+    # --- canonical weights -------------------------------------------------------------------------------
+    def _table(self) -> layouts.Table:
+        """canonical name -> (state_dict name, layout): convolutions transposed, everything else as is."""
+        table: layouts.Table = {}
+        for conv in ("conv1", "conv2"):
+            table[f"frontend.{conv}.kernel"] = (f"{conv}.weight", layouts.CONV)
+            table[f"frontend.{conv}.bias"] = (f"{conv}.bias", layouts.AS_IS)
+        native = {"attn.q": "self_attn.q_proj", "attn.k": "self_attn.k_proj", "attn.v": "self_attn.v_proj",
+                  "attn.o": "self_attn.out_proj", "ffn.in": "linear1", "ffn.out": "linear2"}
+        for i in range(len(self.module.blocks)):
+            for canon, name in native.items():
+                table[f"blocks.{i}.{canon}.kernel"] = (f"blocks.{i}.{name}.weight", layouts.AS_IS)
+                table[f"blocks.{i}.{canon}.bias"] = (f"blocks.{i}.{name}.bias", layouts.AS_IS)
+            for norm in ("norm1", "norm2"):
+                table[f"blocks.{i}.{norm}.gamma"] = (f"blocks.{i}.{norm}.weight", layouts.AS_IS)
+                table[f"blocks.{i}.{norm}.beta"] = (f"blocks.{i}.{norm}.bias", layouts.AS_IS)
+        table["head.kernel"], table["head.bias"] = ("head.weight", layouts.AS_IS), ("head.bias", layouts.AS_IS)
+        return table
+
+    def get_weights(self) -> Weights:
+        state = {k: v.astype("float32").numpy() for k, v in self.module.state_dict().items()}
+        return layouts.to_canonical(state, self._table())
+
+    @paddle.no_grad()
+    def set_weights(self, weights: Weights) -> None:
+        state = self.module.state_dict()
+        native = layouts.from_canonical(weights, self._table(), {k: v.shape for k, v in state.items()})
+        for name, value in native.items():
+            state[name].set_value(value)
