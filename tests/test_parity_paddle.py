@@ -11,7 +11,8 @@ PyTorch, eager and graph alike: outputs 1.8e-7, losses relative 3.1e-7, gradient
 trained weights 5.8e-6; bf16 (to_static) against PyTorch's autocast: outputs 1.6e-3 (0.4u of the largest
 output, u = 2⁻⁸), losses relative 9.3e-4 (0.24u). Each probe is one framework in one mode, in its own process
 (``python -m bakeoff.trial.parity_probe``), through the real engine, dropout off; the PyTorch probes are shared
-with test_parity.py. Runtime: 38 s on 2 shared CPUs, its two PyTorch probes included (fewer when test_parity.py ran them).
+with test_parity.py. Runtime: 38 s on 2 shared CPUs, its two PyTorch probes included (less when test_parity.py
+ran them).
 """
 
 from __future__ import annotations

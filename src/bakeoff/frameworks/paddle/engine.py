@@ -230,38 +230,21 @@ class PaddleEngine(Engine):
         self.optimizer.clear_grad(set_to_zero=False)
         total, count = paddle.zeros([]), paddle.zeros([])
         for i, batch in enumerate(micro_batches):
-            tensors = self._tensors(batch)
-            kept = self._gradients_before_new_program(tensors, first=i == 0)
             with self.strategy.micro_step(last=i == len(micro_batches) - 1):
-                summed, n = self._forward(tensors)
+                # Building a to_static program (a new shape) drops every parameter's .grad (Paddle 3.3.1): the
+                # earlier micro-batches' gradients are held (references, no copy) and added back when one was built.
+                held, builds = [p.grad for p in self.params] if i else None, self.graph_builds()
+                summed, n = self._forward(self._tensors(batch))
+                built = self.graph_builds() > builds
                 self.scaler.scale(summed).backward()
-            if kept is not None:
-                self._add_gradients(kept)
+                if held and built:
+                    self._add_grads(held)
             total, count = total + summed.detach(), count + n.detach().astype("float32")
         return self.strategy.global_totals(total, count)
 
-    def _gradients_before_new_program(self, batch: Mapping[str, paddle.Tensor],
-                                      first: bool) -> list[paddle.Tensor | None] | None:
-        """Copies of the gradients accumulated so far when ``batch``'s shapes will run a to_static program for the
-        first time and it is not the ``first`` micro-batch of a step, else None.
-
-        Paddle 3.3.1 drops every parameter's gradient the first time a new training program runs
-        (PirPartialProgramLayer sets each parameter's grad type then, which replaces the gradient tensor): measured,
-        a micro-batch padded to a length not seen before lost the earlier micro-batches' gradients (26% off on
-        speech_ctc's accumulation probe); :meth:`_add_gradients` puts them back after its backward. (Under
-        DataParallel they would be put back after the all-reduce: not yet handled.)"""
-        if self.spec.execution is not Execution.GRAPH:
-            return None
-        seen = self.__dict__.setdefault("_program_shapes", set())
-        key = tuple((k, tuple(v.shape), str(v.dtype)) for k, v in sorted(batch.items()))
-        if key in seen:
-            return None
-        seen.add(key)
-        return None if first else [None if p.grad is None else p.grad.clone() for p in self.params]
-
     @paddle.no_grad()
-    def _add_gradients(self, kept: Sequence[paddle.Tensor | None]) -> None:
-        for p, g in zip(self.params, kept, strict=True):
+    def _add_grads(self, grads: list[paddle.Tensor | None]) -> None:
+        for p, g in zip(self.params, grads, strict=True):
             if g is not None:
                 p.grad.add_(g)
 
@@ -398,7 +381,10 @@ def trace(directory: Path, gpu: bool) -> Iterator[_StepTrace]:
     targets = [paddle.profiler.ProfilerTarget.CPU]
     if gpu:
         targets.append(paddle.profiler.ProfilerTarget.GPU)
-    prof = paddle.profiler.Profiler(targets=targets, record_shapes=True, timer_only=False)
+    # on_trace_ready: nothing (Paddle's default writes into ./profiler_log/ when the profiler stops); the one
+    # trace is the export below, into ``directory``.
+    prof = paddle.profiler.Profiler(targets=targets, record_shapes=True, timer_only=False,
+                                    on_trace_ready=lambda _: None)
     prof.start()
     try:
         yield _StepTrace()
