@@ -24,6 +24,8 @@ called through the same hooks as PyTorch's engine calls.
 from __future__ import annotations
 
 import contextlib
+import gzip
+import shutil
 import socket
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -376,8 +378,8 @@ class _StepTrace:
 @contextlib.contextmanager
 def trace(directory: Path, gpu: bool) -> Iterator[_StepTrace]:
     """``paddle.profiler`` over the block (host ops with their input shapes; GPU kernels too with ``gpu``), written
-    when it ends as a Chrome trace, ``<host>.paddle_trace.json``, which Perfetto and chrome://tracing open
-    (:mod:`bakeoff.trial.profile`)."""
+    when it ends as a gzipped Chrome trace, ``<host>.perfetto_trace.json.gz``, which Perfetto opens (the ending
+    :mod:`bakeoff.trial.profile` tells the viewer by)."""
     targets = [paddle.profiler.ProfilerTarget.CPU]
     if gpu:
         targets.append(paddle.profiler.ProfilerTarget.GPU)
@@ -390,7 +392,12 @@ def trace(directory: Path, gpu: bool) -> Iterator[_StepTrace]:
         yield _StepTrace()
     finally:
         prof.stop()
-    prof.export(str(directory / f"{socket.gethostname()}.paddle_trace.json"), format="json")
+    plain = directory / f"{socket.gethostname()}.trace.json"
+    prof.export(str(plain), format="json")
+    with plain.open("rb") as source, gzip.open(directory / f"{socket.gethostname()}.perfetto_trace.json.gz",
+                                               "wb") as target:
+        shutil.copyfileobj(source, target)
+    plain.unlink()
 
 
 class _GpuProbe:
