@@ -92,7 +92,8 @@ def ctc_losses(logits: paddle.Tensor, logit_lengths: paddle.Tensor, labels: padd
 
 
 class SpeechCTC:
-    """ModelImpl for PaddlePaddle."""
+    """ModelImpl for PaddlePaddle. ``device`` is recorded only: Paddle puts new tensors and parameters on its current
+    device, which the engine sets (``paddle.set_device``) before it builds the model."""
 
     def __init__(self, config: Mapping[str, Any], device: str = "cpu") -> None:
         self.config = dict(config)
