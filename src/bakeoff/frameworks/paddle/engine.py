@@ -244,10 +244,22 @@ class PaddleEngine(Engine):
         total, count = paddle.zeros([]), paddle.zeros([])
         for i, batch in enumerate(micro_batches):
             with self.strategy.micro_step(last=i == len(micro_batches) - 1):
+                # Building a to_static program (a new shape) drops every parameter's .grad (Paddle 3.3.1): the
+                # earlier micro-batches' gradients are held (references, no copy) and added back when one was built.
+                held, builds = [p.grad for p in self.params] if i else None, self.graph_builds()
                 summed, n = self._forward(self._train_tensors(batch))
+                built = self.graph_builds() > builds
                 self.scaler.scale(summed).backward()
+                if held and built:
+                    self._add_grads(held)
             total, count = total + summed.detach(), count + n.detach().astype("float32")
         return self.strategy.global_totals(total, count)
+
+    @paddle.no_grad()
+    def _add_grads(self, grads: list[paddle.Tensor | None]) -> None:
+        for p, g in zip(self.params, grads, strict=True):
+            if g is not None:
+                p.grad.add_(g)
 
     @paddle.no_grad()
     def _divide(self, divisor: paddle.Tensor) -> None:
@@ -382,7 +394,10 @@ def trace(directory: Path, gpu: bool) -> Iterator[_StepTrace]:
     targets = [paddle.profiler.ProfilerTarget.CPU]
     if gpu:
         targets.append(paddle.profiler.ProfilerTarget.GPU)
-    prof = paddle.profiler.Profiler(targets=targets, record_shapes=True, timer_only=False)
+    # on_trace_ready: nothing (Paddle's default writes into ./profiler_log/ when the profiler stops); the one
+    # trace is the export below, into ``directory``.
+    prof = paddle.profiler.Profiler(targets=targets, record_shapes=True, timer_only=False,
+                                    on_trace_ready=lambda _: None)
     prof.start()
     try:
         yield _StepTrace()

@@ -49,7 +49,8 @@ RECORD = FrameworkInfo(
     matmul="bakeoff.frameworks.paddle.engine:matmul_rates", deploy="bakeoff.frameworks.paddle.deploy",
     executions=(Execution.EAGER, Execution.GRAPH),
     execution_notes=frozen({Execution.EAGER: "Paddle dygraph, op by op",
-                            Execution.GRAPH: "paddle.jit.to_static of the step (a static program)"}),
+                            Execution.GRAPH: "paddle.jit.to_static of the forward and loss (a static program "
+                                             "and its gradient program; Adam stays dygraph)"}),
     # Paddle users train in dygraph; to_static is opt-in (and how a model is exported).
     production=(Execution.EAGER, Execution.GRAPH), compiled=(Execution.GRAPH,),
     precisions=(Precision.FP32, Precision.BF16, Precision.FP16),
