@@ -8,8 +8,10 @@ Runtime: about 40 s on 2 shared CPUs (three trials, two at a time, then the in-p
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -192,17 +194,18 @@ def test_the_matmul_ceiling_multiplies_in_its_precision(precision):
 
 
 def test_the_profiler_writes_a_chrome_trace_with_the_step_markers(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # where Paddle's default would write ./profiler_log/
+    monkeypatch.chdir(tmp_path)
     engine, wl, data = _engine(execution="eager")
     batches = wl.batches(data.train, 8, 0, 0)
     with engine.profiler(tmp_path) as trace:
         for step in (1, 2):
             with trace.step(step):
                 engine.train_step([next(batches)])
-    files = list(tmp_path.glob("*.paddle_trace.json"))
-    assert len(files) == 1 and trace.tool == "paddle.profiler" and not (tmp_path / "profiler_log").exists()
+    assert [f.name for f in tmp_path.iterdir()] == [f"{socket.gethostname()}.perfetto_trace.json.gz"]
+    assert trace.tool == "paddle.profiler"  # and no ./profiler_log/, where Paddle's default would write
     # Paddle's Chrome export names each span with its duration: "ProfilerStep#1[58.538 ms]"
-    names = {str(e.get("name")).split("[")[0] for e in json.loads(files[0].read_text())["traceEvents"]}
+    events = json.loads(gzip.decompress(next(tmp_path.iterdir()).read_bytes()))["traceEvents"]
+    names = {str(e.get("name")).split("[")[0] for e in events}
     assert {"ProfilerStep#1", "ProfilerStep#2", "Conv2D"} <= names
 
 

@@ -24,6 +24,8 @@ called through the same hooks as PyTorch's engine calls.
 from __future__ import annotations
 
 import contextlib
+import gzip
+import shutil
 import socket
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -326,6 +328,10 @@ class PaddleEngine(Engine):
             "mixed_precision": f"paddle.amp.auto_cast({self._amp_dtype}, O1)" if self._amp_dtype else "off",
             "loss_scaling": "GradScaler" if self._loss_scaling else "off",
         }
+        if self.spec.execution is Execution.EAGER:
+            env["inter_op_threads"] = 1  # dygraph runs its ops one after another on the calling thread
+        else:  # to_static's programs run on the PIR interpreter, whose host work queue Paddle sizes itself
+            env["executor_serial_run"] = probes.flag("FLAGS_new_executor_serial_run")
         if self.kind == "gpu":
             env["device_name"] = paddle.device.cuda.get_device_name()
         env.update(self.strategy.environment())
@@ -343,7 +349,7 @@ class PaddleEngine(Engine):
     def save_checkpoint(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         state = {"model": self.impl.module.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "scaler": self.scaler.state_dict(), "rng": paddle.get_rng_state()}
+                 "scaler": self.scaler.state_dict(), "rng": {kind: paddle.get_rng_state(kind) for kind in self._rngs()}}
         tmp = directory / "state.pdckpt.tmp"
         paddle.save(state, str(tmp))
         tmp.replace(directory / "state.pdckpt")
@@ -354,7 +360,12 @@ class PaddleEngine(Engine):
         self.optimizer.set_state_dict(state["optimizer"])
         if state["scaler"]:
             self.scaler.load_state_dict(state["scaler"])
-        paddle.set_rng_state(state["rng"])
+        for kind, rng in state["rng"].items():
+            paddle.set_rng_state(rng, kind)
+
+    def _rngs(self) -> tuple[str, ...]:
+        """The devices whose generators a checkpoint keeps: the CPU's, and the GPU's (dropout's there) on one."""
+        return ("cpu", "gpu") if self.kind == "gpu" else ("cpu",)
 
     def profiler(self, directory: Path) -> contextlib.AbstractContextManager[_StepTrace]:
         if self.spec.parallelism is not Parallelism.NONE:
@@ -389,8 +400,8 @@ class _StepTrace:
 @contextlib.contextmanager
 def trace(directory: Path, gpu: bool) -> Iterator[_StepTrace]:
     """``paddle.profiler`` over the block (host ops with their input shapes; GPU kernels too with ``gpu``), written
-    when it ends as a Chrome trace, ``<host>.paddle_trace.json``, which Perfetto and chrome://tracing open
-    (:mod:`bakeoff.trial.profile`)."""
+    when it ends as a gzipped Chrome trace, ``<host>.perfetto_trace.json.gz``, which Perfetto opens (the ending
+    :mod:`bakeoff.trial.profile` tells the viewer by)."""
     targets = [paddle.profiler.ProfilerTarget.CPU]
     if gpu:
         targets.append(paddle.profiler.ProfilerTarget.GPU)
@@ -403,7 +414,12 @@ def trace(directory: Path, gpu: bool) -> Iterator[_StepTrace]:
         yield _StepTrace()
     finally:
         prof.stop()
-    prof.export(str(directory / f"{socket.gethostname()}.paddle_trace.json"), format="json")
+    plain = directory / f"{socket.gethostname()}.trace.json"
+    prof.export(str(plain), format="json")
+    with plain.open("rb") as source, gzip.open(directory / f"{socket.gethostname()}.perfetto_trace.json.gz",
+                                               "wb") as target:
+        shutil.copyfileobj(source, target)
+    plain.unlink()
 
 
 class _GpuProbe:
