@@ -9,10 +9,14 @@ exact, every tensor moved, the to_static program built once per input shape). bf
 dygraph AMP does nothing there (the engine refuses eager bf16, checked below). Measured worst, MNIST tiny against
 PyTorch, eager and graph alike: outputs 1.8e-7, losses relative 3.1e-7, gradients per tensor relative 6.9e-7,
 trained weights 5.8e-6; bf16 (to_static) against PyTorch's autocast: outputs 1.6e-3 (0.4u of the largest
-output, u = 2⁻⁸), losses relative 9.3e-4 (0.24u). Each probe is one framework in one mode, in its own process
-(``python -m bakeoff.trial.parity_probe``), through the real engine, dropout off; the PyTorch probes are shared
-with test_parity.py. Runtime: 38 s on 2 shared CPUs, its two PyTorch probes included (less when test_parity.py
-ran them).
+output, u = 2⁻⁸), losses relative 9.3e-4 (0.24u). The Transformers (text classifier, autoencoder; tiny), eager and
+to_static alike (equal to the last bit): outputs 4.7e-7, losses relative 1.8e-6, gradients per tensor 1.3e-5,
+trained weights 1.0e-3 (the token embedding, as PyTorch against TensorFlow; every other tensor ≤ 6.4e-6 on the
+autoencoder); bf16 against autocast: outputs 1.9u of the largest output, first loss 0.08u, later losses 1.1u.
+Each probe is one framework in one mode, in its own process (``python -m bakeoff.trial.parity_probe``), through the
+real engine, dropout off; the PyTorch probes are shared with test_parity.py. Runtime: 38 s on 2 shared CPUs for
+MNIST, its two PyTorch probes included (fewer when test_parity.py ran them); the Transformers add 10 probes, 6 Paddle
+(9-14 s each) and 4 PyTorch (19-50 s each, shared with test_parity.py): 329 s for the file at a load of 7-10 on 2 CPUs.
 """
 
 from __future__ import annotations
@@ -40,12 +44,13 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not all(registry.installed(f) for f in ("paddle", "torch")),
                                  reason="Paddle parity needs paddle and torch (pip install 'bakeoff[paddle]')")]
 
-PARAMS = {"mnist": 5_258}  # as tests/test_parity.py counts (the workload's docstring: 5,258 for tiny)
+PARAMS = {"mnist": 5_258, "text_classifier": 331_201, "autoencoder": 71_104}  # as tests/test_parity.py counts
 EAGER, GRAPH = Mode("paddle"), Mode("paddle", "graph")
 BF16 = (Mode("paddle", "graph", "bf16"), Mode("torch", precision="bf16"))
 TORCH = Mode("torch")
 # One line per workload: the Paddle probes and the PyTorch ones they are compared with.
-MODES = {"mnist": (TORCH, EAGER, GRAPH, *BF16)}
+MODES = {"mnist": (TORCH, EAGER, GRAPH, *BF16), "text_classifier": (TORCH, EAGER, GRAPH, *BF16),
+         "autoencoder": (TORCH, EAGER, GRAPH, *BF16)}
 PAIRS = [(w, p, t) for w, modes in MODES.items() for p in modes if p.framework == "paddle"
          for t in modes if t.framework == "torch" and t.precision == p.precision]
 PADDLE_PROBES = [(w, m) for w, modes in MODES.items() for m in modes if m.framework == "paddle"]

@@ -13,9 +13,9 @@ bf16 is to_static's only (Paddle's dygraph ``auto_cast`` is a no-op on a CPU, wh
 refuses eager bf16 there), against PyTorch's autocast, losses and log-probabilities at the bf16 tolerances.
 
 Measured worst (2026-12-07, CPU), fp32 against PyTorch, eager and to_static alike (bitwise equal to each other on a
-CPU): log-probabilities 3.5e-7 of the tolerance's scale, losses 1.4e-6 relative, gradients 9.2e-6 (blocks.1.norm2
+CPU): log-probabilities 3.5e-7 of the tolerance's scale, losses 9.8e-7 relative, gradients 9.2e-6 (blocks.1.norm2
 .gamma), accumulated 9.0e-6, trained weights 1.4e-4 (blocks.0.attn.q.kernel), CTC alone 6.7e-8; bf16: outputs
-5.6e-3 (0.18 of its tolerance), losses 0.27u. About 105 s on two busy cores (five probes, two at a time).
+5.6e-3 (0.18 of its tolerance), losses 0.35u. About 35 to 105 s on two busy cores (five probes, two at a time).
 """
 
 from __future__ import annotations

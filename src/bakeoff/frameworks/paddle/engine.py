@@ -221,6 +221,19 @@ class PaddleEngine(Engine):
     def _tensors(self, batch: Batch) -> dict[str, paddle.Tensor]:
         return {k: paddle.to_tensor(v, place=self.device) for k, v in batch.items()}
 
+    def _train_tensors(self, batch: Batch) -> dict[str, paddle.Tensor]:
+        """The batch as the training forward takes it. bf16 on a CPU (to_static's AMP) marks its floating inputs as
+        needing a gradient: Paddle 3.3.1's oneDNN bf16 ``matmul_grad`` kernel segfaults writing the gradient of an
+        operand that needs none (a model whose first op is a matmul of its input, as the autoencoder's first
+        attention projection; tests/test_paddle_encoder.py reproduces it). The unused input gradient costs one
+        product of the input's shape per step, in that mode only."""
+        tensors = self._tensors(batch)
+        if self.kind == "cpu" and self._amp_dtype is not None:
+            for t in tensors.values():
+                if t.is_floating_point():
+                    t.stop_gradient = False
+        return tensors
+
     def _accumulate(self, micro_batches: Sequence[Batch]) -> tuple[paddle.Tensor, paddle.Tensor]:
         """Gradients of the *summed* loss over all micro-batches into ``.grad`` (dygraph adds each backward's
         gradients to what is there; synchronised over the replicas by the strategy, on the last micro-batch only);
@@ -236,7 +249,7 @@ class PaddleEngine(Engine):
                 # Building a to_static program (a new shape) drops every parameter's .grad (Paddle 3.3.1): the
                 # earlier micro-batches' gradients are held (references, no copy) and added back when one was built.
                 held, builds = [p.grad for p in self.params] if i else None, self.graph_builds()
-                summed, n = self._forward(self._tensors(batch))
+                summed, n = self._forward(self._train_tensors(batch))
                 built = self.graph_builds() > builds
                 self.scaler.scale(summed).backward()
                 if held and built:

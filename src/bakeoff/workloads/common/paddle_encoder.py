@@ -4,9 +4,9 @@ in :mod:`.encoder`).
 The block computes what ``common.torch_encoder.EncoderLayer`` computes, in the same order: one packed q, k, v
 projection of the batch-first input, the heads split by a reshape, ``softmax(q kᵀ / √hd + mask)`` with dropout on the
 attention weights, the output projection; then the post-norm residuals ``x = LN1(x + Drop(MHA(x)));
-x = LN2(x + Drop(FFN(x)))`` with ``FFN = Linear(ff) → relu → Dropout → Linear(d)``. Paddle has no
-``TransformerEncoderLayer`` with torch's packed parameters (``paddle.nn.TransformerEncoderLayer`` keeps separate
-q, k, v projections and its own dropout placement), so the block is written out, as nanoGPT writes its attention.
+x = LN2(x + Drop(FFN(x)))`` with ``FFN = Linear(ff) → relu → Dropout → Linear(d)``. It is written out, as
+nanoGPT writes its attention, rather than taken from ``paddle.nn.TransformerEncoderLayer``, whose attention projects
+q, k and v with three matmuls (``q_proj``, ``k_proj``, ``v_proj``) where torch's layer does one.
 
 Paddle's ``nn.Linear.weight`` is ``(in, out)`` for ``x @ weight``, the canonical kernel layout, so every weight moves
 :data:`~bakeoff.workloads.common.layouts.AS_IS` through a table (:func:`block_table`) but q, k, v, which the packed
@@ -47,7 +47,8 @@ class SelfAttention(nn.Layer):
         # reshape's 0 keeps the input's size on that axis: batch and length stay symbolic under to_static
         qkv = self.qkv(x).reshape([0, 0, 3, self.heads, self.head_dim])  # (B, T, 3, h, hd)
         q, k, v = qkv.transpose([2, 0, 3, 1, 4]).unbind(0)  # each (B, h, T, hd)
-        scores = paddle.matmul(q, k, transpose_y=True) * (1.0 / np.sqrt(self.head_dim))  # (B, h, T, T)
+        # q scaled before the product, as the Flax twin does: T/hd times fewer multiplications than the scores'
+        scores = paddle.matmul(q * (1.0 / np.sqrt(self.head_dim)), k, transpose_y=True)  # (B, h, T, T)
         scores = scores.astype("float32")  # mask and softmax in fp32, as autocast runs softmax
         if mask is not None:  # (B, 1, 1, T): 0 for keys to attend to, MASKED for padding
             scores = scores + mask

@@ -4,11 +4,10 @@ The same computation as :mod:`.torch_model`: two stride-2 convolutions (kernel 3
 side) with the frames at or past each utterance's length zeroed after each, fixed sinusoidal positions, post-norm
 Transformer blocks with padded frames masked out of attention as keys, a dense head.
 
-Layouts: ``nn.Conv1D`` stores ``(out, in, width)`` as PyTorch's Conv1d does (canonical ``(width, in, out)``: the
-``CONV`` layout); ``nn.Linear`` stores ``(in, out)``, the canonical kernel itself; ``nn.MultiHeadAttention`` keeps
-separate q, k, v projections, so nothing is packed. The block is Paddle's own ``nn.TransformerEncoderLayer``
-(post-norm, relu, ε 1e-5, dropout on attention weights, after the activation and on both residual branches:
-PyTorch's layer, op for op; its boolean ``src_mask`` is True where a key may be attended to).
+The Transformer block and the canonical-weights mapping are :mod:`bakeoff.workloads.common.paddle_encoder`'s (the
+text classifier's and autoencoder's: torch's layer computed in its order, q, k, v packed in one projection). The front
+end's ``nn.Conv1D`` stores ``(out, in, width)`` as PyTorch's Conv1d does (canonical ``(width, in, out)``: the ``CONV``
+layout); ``nn.Linear`` stores ``(in, out)``, the canonical kernel itself.
 
 CTC is ``paddle.nn.functional.ctc_loss`` (warp-ctc), matched to ``F.ctc_loss(blank=0, reduction="sum",
 zero_infinity=False)``:
@@ -27,13 +26,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from bakeoff.core.workload import Weights
 from bakeoff.workloads.common import layouts
+from bakeoff.workloads.common.paddle_encoder import EncoderBlock, PaddleModel, block_table, padding_mask
 from bakeoff.workloads.speech_ctc.workload import sinusoids
 
 BLANK = 0
@@ -56,10 +54,8 @@ class SpeechCTCNet(nn.Layer):
         self.conv1 = nn.Conv1D(cfg["n_mels"], cfg["conv_channels"], 3, stride=2, padding=1)
         self.conv2 = nn.Conv1D(cfg["conv_channels"], d, 3, stride=2, padding=1)
         self.register_buffer("positions", paddle.to_tensor(sinusoids(cfg["max_positions"], d)), persistable=False)
-        self.blocks = nn.LayerList(
-            nn.TransformerEncoderLayer(d, cfg["num_heads"], cfg["d_ff"], cfg["dropout"], activation="relu",
-                                       normalize_before=False, layer_norm_eps=cfg["layer_norm_eps"])
-            for _ in range(cfg["num_layers"]))
+        layer = (d, cfg["num_heads"], cfg["d_ff"], cfg["dropout"], cfg["layer_norm_eps"])
+        self.blocks = nn.LayerList([EncoderBlock(*layer) for _ in range(cfg["num_layers"])])
         self.drop = nn.Dropout(cfg["dropout"])
         self.head = nn.Linear(d, cfg["vocab_size"])
 
@@ -71,9 +67,9 @@ class SpeechCTCNet(nn.Layer):
         x = _mask_past(F.relu(self.conv2(x)), lengths)  # (B, d, T'), T' = ceil(ceil(T/2)/2)
         x = x.transpose([0, 2, 1])  # (B, T', d)
         x = self.drop(x + self.positions[: x.shape[1]])
-        keep = _valid(lengths, x.shape[1])[:, None, None, :]  # (B, 1, 1, T'): attend to real frames only
+        mask = padding_mask(paddle.logical_not(_valid(lengths, x.shape[1])))  # (B, 1, 1, T'): real frames only
         for block in self.blocks:
-            x = block(x, src_mask=keep)
+            x = block(x, mask)
         return self.head(x), lengths  # (B, T', vocab) logits, (B,) encoder lengths
 
 
@@ -91,23 +87,14 @@ def ctc_losses(logits: paddle.Tensor, logit_lengths: paddle.Tensor, labels: padd
     return paddle.where(infeasible, paddle.full_like(per, float("inf")), per)
 
 
-class SpeechCTC:
+class SpeechCTC(PaddleModel):
     """ModelImpl for PaddlePaddle."""
 
-    def __init__(self, config: Mapping[str, Any], device: str = "cpu") -> None:
-        self.config = dict(config)
-        self.device = device
-        self.module: SpeechCTCNet | None = None
-
-    def build(self, weights: Weights) -> None:
-        self.module = SpeechCTCNet(self.config)
-        self.set_weights(weights)
+    def net(self) -> SpeechCTCNet:
+        return SpeechCTCNet(self.config)
 
     def logits(self, batch: Mapping[str, paddle.Tensor], training: bool) -> tuple[paddle.Tensor, paddle.Tensor]:
-        if training:
-            self.module.train()
-        else:
-            self.module.eval()
+        self.mode(training)
         return self.module(batch["features"], batch["feature_lengths"].astype("int64"))
 
     def loss(self, batch: Mapping[str, paddle.Tensor], training: bool = True) -> tuple[paddle.Tensor, paddle.Tensor]:
@@ -121,38 +108,14 @@ class SpeechCTC:
         valid = _valid(lengths, logits.shape[1])  # (B, T')
         return F.log_softmax(logits.astype("float32"), -1) * valid[..., None].astype("float32")  # zero past length
 
-    def trainable(self) -> list[paddle.Tensor]:
-        return list(self.module.parameters())
+    # --- canonical weights: convolutions transposed, the rest as is; the blocks' table is common.paddle_encoder's
 
-    def num_params(self) -> int:
-        return sum(int(np.prod(p.shape)) for p in self.module.parameters() if not p.stop_gradient)
-
-    # --- canonical weights -------------------------------------------------------------------------------
-    def _table(self) -> layouts.Table:
-        """canonical name -> (state_dict name, layout): convolutions transposed, everything else as is."""
-        table: layouts.Table = {}
+    def table(self) -> layouts.Table:
+        table: dict[str, tuple[str, layouts.Layout]] = {}
         for conv in ("conv1", "conv2"):
             table[f"frontend.{conv}.kernel"] = (f"{conv}.weight", layouts.CONV)
             table[f"frontend.{conv}.bias"] = (f"{conv}.bias", layouts.AS_IS)
-        native = {"attn.q": "self_attn.q_proj", "attn.k": "self_attn.k_proj", "attn.v": "self_attn.v_proj",
-                  "attn.o": "self_attn.out_proj", "ffn.in": "linear1", "ffn.out": "linear2"}
-        for i in range(len(self.module.blocks)):
-            for canon, name in native.items():
-                table[f"blocks.{i}.{canon}.kernel"] = (f"blocks.{i}.{name}.weight", layouts.AS_IS)
-                table[f"blocks.{i}.{canon}.bias"] = (f"blocks.{i}.{name}.bias", layouts.AS_IS)
-            for norm in ("norm1", "norm2"):
-                table[f"blocks.{i}.{norm}.gamma"] = (f"blocks.{i}.{norm}.weight", layouts.AS_IS)
-                table[f"blocks.{i}.{norm}.beta"] = (f"blocks.{i}.{norm}.bias", layouts.AS_IS)
+        for prefix, native in self.blocks().items():
+            table.update(block_table(prefix, native))
         table["head.kernel"], table["head.bias"] = ("head.weight", layouts.AS_IS), ("head.bias", layouts.AS_IS)
         return table
-
-    def get_weights(self) -> Weights:
-        state = {k: v.astype("float32").numpy() for k, v in self.module.state_dict().items()}
-        return layouts.to_canonical(state, self._table())
-
-    @paddle.no_grad()
-    def set_weights(self, weights: Weights) -> None:
-        state = self.module.state_dict()
-        native = layouts.from_canonical(weights, self._table(), {k: v.shape for k, v in state.items()})
-        for name, value in native.items():
-            state[name].set_value(value)
