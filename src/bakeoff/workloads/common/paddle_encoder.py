@@ -19,6 +19,7 @@ attention scores are cast to fp32 before the mask and softmax, as ``torch.autoca
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import paddle
@@ -148,7 +149,7 @@ class PaddleModel:
     and canonical weights through a table (:meth:`table`, :meth:`blocks`) a workload's impl supplies with
     :meth:`net`."""
 
-    def __init__(self, config: Mapping[str, object], device: str | None = None) -> None:
+    def __init__(self, config: Mapping[str, Any], device: str | None = None) -> None:
         self.config = dict(config)
         self.device = device  # a Paddle place ("cpu", "gpu:0"); None: Paddle's current device
         self.module: nn.Layer | None = None
