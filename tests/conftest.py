@@ -19,6 +19,7 @@ from bakeoff.run.machine import LOCK_ENV
 from parity_checks import Probes, parity_command
 
 SHARED_FIXTURES = {"test_parity_jax": "test_parity", "test_keras_backends": "test_parity",
+                   "test_parity_paddle": "test_parity",
                    "test_parity_speech_ctc_jax": "test_parity_speech_ctc",
                    "test_parity_speech_ctc_paddle": "test_parity_speech_ctc"}
 """Files that share a session fixture (the parity probes) run on one worker, so it is made once."""
