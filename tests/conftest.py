@@ -19,7 +19,9 @@ from bakeoff.run.machine import LOCK_ENV
 from parity_checks import Probes, parity_command
 
 SHARED_FIXTURES = {"test_parity_jax": "test_parity", "test_keras_backends": "test_parity",
-                   "test_parity_speech_ctc_jax": "test_parity_speech_ctc"}
+                   "test_parity_paddle": "test_parity",
+                   "test_parity_speech_ctc_jax": "test_parity_speech_ctc",
+                   "test_parity_speech_ctc_paddle": "test_parity_speech_ctc"}
 """Files that share a session fixture (the parity probes) run on one worker, so it is made once."""
 FIRST = ("test_readme", "test_parity", "test_parity_jax", "test_parity_speech_ctc_jax", "test_distributed_torch")
 """The longest files start first (longest first: 660, 560, 130, 460, 300 s on one core, 2026-12-03), so the

@@ -69,7 +69,7 @@ def test_the_shipped_claims_load_with_their_measurable_forms():
     (c,) = sync.comparisons
     assert [s.label() for s in (c.a[0], c.b[0])] == ["torch/eager/accum2/data_parallelx2",
                                                      "torch/eager/data_parallelx2"]
-    assert [c.label for c in claims["static_graphs_faster"].comparisons] == ["torch", "tensorflow", "jax"]
+    assert [c.label for c in claims["static_graphs_faster"].comparisons] == ["torch", "tensorflow", "jax", "paddle"]
     assert claims["mirrored_48h_to_8h"].gpus == 8 and claims["mirrored_48h_to_8h"].plan["devices"] == 8
     assert claims["tflite_mobile"].deployment == {"framework": "tensorflow", "format": "litert", "target": "mobile"}
     assert claims["ddp_libraries"].form == "untestable" and "not quantities" in claims["ddp_libraries"].why

@@ -128,7 +128,7 @@ def test_every_exception_is_still_needed():
 
 def test_each_folder_has_a_record_and_an_engine_and_its_records_name_its_own_modules():
     folders = frameworks.by_folder()
-    assert list(folders) == ["torch", "tensorflow", "jax", "keras"]  # the CLI's order: the native rows, then Keras'
+    assert list(folders) == ["torch", "tensorflow", "jax", "keras", "paddle"]  # the CLI's order (records' ORDER)
     assert folders["keras"] == ["keras-jax", "keras-torch", "keras-tensorflow"]
     modules = {folder: {p.stem for p in (FOLDERS / folder).glob("*.py")} for folder in folders}
     for folder, names in modules.items():
@@ -137,9 +137,9 @@ def test_each_folder_has_a_record_and_an_engine_and_its_records_name_its_own_mod
     # backend's)
     assert modules["torch"] - {"__init__"} >= {"record", "engine", "distributed", "probes", "launch", "deploy",
                                                 "runtime"}
+    own = {"tensorflow": {"server", "optim"}, "paddle": {"launched_rank"}}  # what only that framework needs
     assert {folder: names for folder, names in modules.items() if folder != "keras"} == {
-        folder: modules["torch"] | ({"server", "optim"} if folder == "tensorflow" else set())
-        for folder in ("torch", "tensorflow", "jax")}
+        folder: modules["torch"] | own.get(folder, set()) for folder in ("torch", "tensorflow", "jax", "paddle")}
     for folder, rows in folders.items():
         for row in rows:
             info = frameworks.get(row)
@@ -158,7 +158,7 @@ def test_a_record_module_imports_only_core_and_records():
 def test_discovering_the_frameworks_imports_none():
     code = ("import sys; from bakeoff.core import frameworks; from bakeoff.core.spec import Framework; "
             "frameworks.names(); list(Framework); "
-            "print(sorted(m for m in ('torch', 'tensorflow', 'jax', 'keras', 'flax') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'tensorflow', 'jax', 'keras', 'flax', 'paddle') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["[]"]
@@ -195,7 +195,7 @@ def test_a_new_framework_folder_is_a_framework_without_touching_another_file(fak
     from bakeoff.core.spec import Framework, RunSpec
 
     assert frameworks.names() == ["torch", "tensorflow", "jax", "keras-jax", "keras-torch", "keras-tensorflow",
-                                  "fakefw"]
+                                  "paddle", "fakefw"]
     assert Framework.FAKEFW.value == "fakefw"
     spec = RunSpec(workload="mnist", framework="fakefw", execution="eager", max_steps=1)
     assert spec.framework == "fakefw" and spec.label().startswith("fakefw")
@@ -212,7 +212,7 @@ def test_bakeoff_list_lists_a_new_framework_folder(fake_framework):
     lines = [line for line in out.stdout.splitlines() if line.startswith("framework ")]
     assert [line.split(":")[0] for line in lines] == [
         "framework torch", "framework tensorflow", "framework jax", "framework keras-jax", "framework keras-torch",
-        "framework keras-tensorflow", "framework fakefw"]
+        "framework keras-tensorflow", "framework paddle", "framework fakefw"]
     # (the install hint's "[fakefw]" is read as console markup there, as any framework's is: not this test's subject)
     assert lines[-1].startswith("framework fakefw: not installed (pip install 'bakeoff")
     assert lines[-1].endswith("(Fake); execution modes: eager (fake eager); precisions: fp32; parallelism: none")

@@ -85,8 +85,9 @@ def test_the_matmul_ceiling_and_the_deployment_adapter_are_named_in_the_record()
     for name, info in frameworks.FRAMEWORKS.items():  # a Keras row multiplies with its backend's matmul
         backend = frameworks.get(family(name))
         assert info.matmul == backend.matmul == f"{backend.engine.split(':')[0]}:matmul_rates", name
-    assert formats.exporting_frameworks() == ["torch", "tensorflow", "jax"]
+    assert formats.exporting_frameworks() == ["torch", "tensorflow", "jax", "paddle"]
     assert [formats.adapter_module(n) for n in formats.exporting_frameworks()] == [
-        "bakeoff.frameworks.torch.deploy", "bakeoff.frameworks.tensorflow.deploy", "bakeoff.frameworks.jax.deploy"]
+        "bakeoff.frameworks.torch.deploy", "bakeoff.frameworks.tensorflow.deploy", "bakeoff.frameworks.jax.deploy",
+        "bakeoff.frameworks.paddle.deploy"]
     with pytest.raises(KeyError, match="bakeoff keeps and exports no keras-jax models"):
         formats.adapter_module("keras-jax")

@@ -111,4 +111,4 @@ def test_a_trial_refuses_the_frameworks_its_row_does_not_load():
     lines = run.stdout.strip().splitlines()
     if registry.installed("jax"):
         assert lines[0] == "refused: import of jax halted; None in sys.modules"
-    assert lines[-1] == "['jax', 'jaxlib', 'torch'] ['tensorflow']"
+    assert lines[-1] == "['jax', 'jaxlib', 'paddle', 'torch'] ['tensorflow']"

@@ -27,11 +27,11 @@ import pytest
 from bakeoff.core import registry
 from test_own_workload import SRC, bakeoff
 
-NATIVE = ("torch", "tensorflow", "jax")
+NATIVE = ("torch", "tensorflow", "jax", "paddle")
 INSTALLED = [fw for fw in NATIVE if registry.installed(fw)]
-TWO = pytest.mark.skipif(len(INSTALLED) < 2, reason="parity needs two of torch, tensorflow, jax")
+TWO = pytest.mark.skipif(len(INSTALLED) < 2, reason="parity needs two of torch, tensorflow, jax, paddle")
 REFERENCE = "my_task.workload:MyTaskWorkload"  # the names README.md quotes: its commands are these tests'
-FILES = ["__init__.py", "workload.py", "torch_model.py", "tf_model.py", "jax_model.py", "suite.toml",
+FILES = ["__init__.py", "workload.py", "torch_model.py", "tf_model.py", "jax_model.py", "paddle_model.py", "suite.toml",
          "test_parity.py", "README.md"]
 
 
@@ -52,7 +52,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert r.returncode == 0, r.stdout + r.stderr
     said = _lines(r.stdout)
     assert f"wrote my_task/: {', '.join(FILES)}" in said, said
-    assert f"bakeoff parity --workload {REFERENCE} --framework torch,tensorflow,jax" in said
+    assert f"bakeoff parity --workload {REFERENCE} --framework torch,tensorflow,jax,paddle" in said
     return folder
 
 
@@ -107,7 +107,8 @@ def test_the_suite_runs_each_framework_in_its_production_mode(project):
         if status == "ok":
             assert len(result["losses"]) == 4 and all(math.isfinite(x) and x > 0 for x in result["losses"])
     assert trials == {(fw, mode): "ok" if fw in INSTALLED else "unsupported"
-                      for fw, mode in (("torch", "eager"), ("tensorflow", "graph"), ("jax", "graph"))}
+                      for fw, mode in (("torch", "eager"), ("tensorflow", "graph"), ("jax", "graph"),
+                                       ("paddle", "eager"))}
 
 
 @TWO
@@ -143,7 +144,7 @@ def test_help_says_what_is_written_and_what_to_run_next(tmp_path):
     said = _lines(r.stdout)
     for file in FILES:
         assert f"NAME/{file}" in said, file
-    assert f"bakeoff parity --workload {REFERENCE} --framework torch,tensorflow,jax" in said
+    assert f"bakeoff parity --workload {REFERENCE} --framework torch,tensorflow,jax,paddle" in said
     assert "bakeoff run --suite my_task/suite.toml" in said and "pytest my_task/test_parity.py" in said
 
 
@@ -157,7 +158,7 @@ def test_help_says_what_is_written_and_what_to_run_next(tmp_path):
     (("json",), "workload name 'json': `import json` already finds"),
     (("taken",), "taken exists: nothing is overwritten"),
     (("fresh", "--framework", "torch,mxnet"), "--framework torch,mxnet: unknown framework 'mxnet'; accepted: torch, "
-                                              "tensorflow, jax, keras (keras: one keras_model.py for keras-jax"),
+                                              "tensorflow, jax, keras, paddle (keras: one keras_model.py for"),
     (("fresh", "--dir", "notes.txt"), "--dir notes.txt: not a folder"),
 ])
 def test_bad_input_exits_2_naming_it_and_writes_nothing(tmp_path, args, message):

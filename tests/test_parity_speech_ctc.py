@@ -76,6 +76,14 @@ def probe(framework: str, execution: str = "eager", precision: str = "fp32") -> 
     rng = np.random.default_rng(3)  # CTC alone, on fixed logits: (4 utterances, 30 frames, 29 classes)
     ctc_case = (rng.normal(0, 2, (4, 30, 29)).astype(np.float32), rng.integers(1, 29, (4, 12)).astype(np.int32),
                 np.array([12, 1, 7, 10], np.int32), np.array([30, 9, 30, 21], np.int32))
+    if framework == "paddle":
+        import paddle
+
+        from bakeoff.workloads.speech_ctc.paddle_model import ctc_losses as paddle_ctc
+
+        logits, labels, label_lengths, logit_lengths = map(paddle.to_tensor, ctc_case)
+        out["ctc"] = paddle_ctc(logits, logit_lengths, labels, label_lengths).numpy()
+        return out
     if framework == "jax":
         import jax.numpy as jnp
 

@@ -173,10 +173,15 @@ def test_each_frameworks_strategy_holds_its_states_as_its_mixed_precision_api_do
                       ("torch", "zero2"): "fsdp-mixed", ("torch", "zero3"): "fsdp-mixed",
                       ("torch", "tensor"): "torch-autocast", ("torch", "pipeline"): "torch-autocast",
                       ("tensorflow", "data"): "keras-mixed", ("tensorflow", "parameter_server"): "keras-mixed",
-                      **{("jax", k): "flax-mixed" for k in ("data", "zero1", "zero2", "zero3", "tensor")}}
+                      **{("jax", k): "flax-mixed" for k in ("data", "zero1", "zero2", "zero3", "tensor")},
+                      **{("paddle", k): "paddle-amp-o1" for k in ("data", "zero1", "zero2", "zero3", "tensor",
+                                                                  "pipeline", "parameter_server")}}
     held = {key: (r.weights, r.copy, r.gradients, r.optimizer) for key, r in rows.items()}
-    for key in (("torch", "data"), ("tensorflow", "data"), ("jax", "data")):
+    for key in (("torch", "data"), ("tensorflow", "data"), ("jax", "data"), ("paddle", "data")):
         assert held[key] == (4 * p, 2 * p, 4 * p, 8 * p)
+    # Paddle's group_sharded_parallel: level 'os' shards the optimizer state, 'os_g' the gradients too
+    assert held["paddle", "zero1"] == (4 * p, 2 * p, 4 * p, 8 * p / n)
+    assert held["paddle", "zero2"] == (4 * p, 2 * p, 4 * p / n, 8 * p / n)
     assert held["torch", "zero1"] == (4 * p, 2 * p, 4 * p, 8 * p / n)  # ZeroRedundancyOptimizer: only Adam sharded
     assert held["torch", "zero2"] == (4 * p / n, 2 * p, 4 * p / n, 8 * p / n)
     assert held["torch", "zero3"] == pytest.approx((4 * p / n, 2 * lp * 2, 4 * p / n, 8 * p / n))
@@ -378,7 +383,7 @@ def test_a_calibrated_step_far_beyond_the_measured_sizes_says_so():
 def test_a_plan_every_framework_of_which_is_calibrated_does_not_ask_for_flops():
     from bakeoff.report.capacity_tables import remarks
 
-    trials = [r for framework in ("torch", "tensorflow", "jax") for r in sized_trials(framework, noise=0.0)]
+    trials = [r for framework in ("torch", "tensorflow", "jax", "paddle") for r in sized_trials(framework, noise=0.0)]
     shape = capacity.shape_from({"preset": "paper"})
     missing = [text for label, text in remarks(plan(shape, Machine(1, 16 * GB), 8, "fp32",
                                                     calibrations=capacity.calibrate(trials)))

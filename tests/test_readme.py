@@ -68,8 +68,10 @@ def test_every_readme_command_runs(tmp_path):
     assert outputs["bakeoff --version"].startswith("bakeoff 0.1.0+")
     assert outputs["bakeoff show --suite quick"].count("text_classifier/tiny") == 6
     assert "verdict" in outputs["bakeoff run"]
-    distributed, jax_distributed = (c for c in outputs if "--parallelism" in c)
+    distributed, jax_distributed, paddle_distributed = (c for c in outputs if "--parallelism" in c)
     jax_said = " ".join(outputs[jax_distributed].split())
+    assert "PaddlePaddle paddle.DataParallel (graph) at 2 replicas runs at" in " ".join(
+        outputs[paddle_distributed].split())
     assert "scaling: JAX sharded over a device mesh (graph) at 2 replicas runs at" in jax_said
     assert "JAX jax.distributed (graph) at 2 replicas runs at" in jax_said
     said = " ".join(outputs[distributed].split())
@@ -90,7 +92,8 @@ def test_every_readme_command_runs(tmp_path):
     deploy, export = (outputs[c] for c in outputs if c.startswith(("bakeoff deploy", "bakeoff export")))
     deploy = " ".join(deploy.split())
     for name in ("PyTorch TorchScript", "PyTorch ONNX (torch.onnx)", "TensorFlow SavedModel", "TensorFlow LiteRT "
-                 "(float)", "TensorFlow ONNX (tf2onnx)", "JAX jax.export (StableHLO)", "JAX SavedModel (jax2tf)"):
+                 "(float)", "TensorFlow ONNX (tf2onnx)", "JAX jax.export (StableHLO)", "JAX SavedModel (jax2tf)",
+                 "PaddlePaddle Paddle Inference", "PaddlePaddle ONNX (paddle2onnx)"):
         assert f"{name}: ok" in deploy and "dynamic axes yes" in deploy
     assert "PyTorch TensorRT (Torch-TensorRT): unsupported" in deploy
     assert "PyTorch TorchScript: ok" in export and "PyTorch ONNX (torch.onnx): ok" in export
@@ -99,7 +102,7 @@ def test_every_readme_command_runs(tmp_path):
                      r"\1\)", evaluated), evaluated
     formats = {f for (f,) in db.execute("SELECT format FROM deployments WHERE status = 'ok'")}
     assert {"torchscript", "torch-onnx", "savedmodel", "litert", "litert-int8", "tf-onnx", "jax-export",
-            "jax2tf"} <= formats
+            "jax2tf", "paddle-inference", "paddle-onnx"} <= formats
     assert "## Deployment" in (tmp_path / "reports" / "deploy-mnist" / "report.md").read_text()
     # bakeoff claims --no-run, after bakeoff deploy: TF Lite's claim judged on the LiteRT row deploy stored, the
     # others (no trials of theirs stored, nothing run) unsettled, needing 8 GPUs, or not testable

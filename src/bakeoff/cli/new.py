@@ -9,16 +9,25 @@ from pathlib import Path
 from bakeoff.cli.options import comma_list
 from bakeoff.core import frameworks
 
-HELP = """\
+
+def _help() -> str:
+    """What ``bakeoff new workload --help`` says: the model files and the parity command follow the framework
+    records (a framework's folder adds its file here; no framework is imported)."""
+    native = frameworks.native()
+    models = [f"NAME/{frameworks.get(name).model_module}.py" for name in native]
+    described = ["one model file per --framework, the same class name in each: loss as (sum, count), never",
+                 "a mean; weights under the canonical names through a table of names",
+                 "(bakeoff.workloads.common.layouts; Flax names its modules as the canonical weights)"]
+    lines = [f"  {model:<22} {words}".rstrip() for model, words in
+             zip(models, described + [""] * (len(models) - len(described)), strict=False)]
+    return f"""\
 Writes into --dir (the current folder by default) a workload package NAME/ that runs as written, a small MLP
 telling apart Gaussian blobs generated from a fixed seed, for you to make yours. Each file's docstrings state the
 contract it keeps:
   NAME/__init__.py
   NAME/workload.py       the framework-free half: presets, the data as numpy, initial weights under canonical
                          names, the metric, targets (to be measured: the comment says how), FLOPs
-  NAME/torch_model.py    one model file per --framework, the same class name in each: loss as (sum, count), never
-  NAME/tf_model.py       a mean; weights under the canonical names through a table of names
-  NAME/jax_model.py      (bakeoff.workloads.common.layouts; Flax names its modules as the canonical weights)
+{chr(10).join(lines)}
   NAME/keras_model.py    with --framework keras: one file for keras-jax, keras-torch and keras-tensorflow
   NAME/suite.toml        the bake-off: each framework in the mode its users train in, 3 repeats
   NAME/test_parity.py    pytest: `bakeoff parity` on the ports must pass
@@ -26,7 +35,7 @@ contract it keeps:
 
 Next, from the folder that holds NAME/ (bakeoff finds the workload by module under the current folder), e.g. for
 NAME my_task:
-  bakeoff parity --workload my_task.workload:MyTaskWorkload --framework torch,tensorflow,jax
+  bakeoff parity --workload my_task.workload:MyTaskWorkload --framework {",".join(native)}
   bakeoff run --suite my_task/suite.toml --max-steps 20 --repeats 1
   pytest my_task/test_parity.py
 
@@ -40,7 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                          description="Write a new workload package: `bakeoff new workload NAME` (see its --help).")
     kinds = new.add_subparsers(dest="kind", metavar="KIND", required=True)
     workload = kinds.add_parser("workload", help="a workload package: workload, models, suite, parity test",
-                                description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                description=_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     workload.add_argument("name", metavar="NAME", help="the workload's name and package, e.g. my_task")
     workload.add_argument("--framework", type=comma_list, default=frameworks.native(),
                           help="comma-separated, the first is parity's reference: "
