@@ -24,7 +24,6 @@ against any Lite runtime). ONNX (ONNX Runtime Mobile runs the same file) covers 
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import tempfile
@@ -35,7 +34,7 @@ from typing import Any
 import numpy as np
 import paddle
 
-from bakeoff.core import formats, registry
+from bakeoff.core import dynamic_axes, registry
 from bakeoff.core.workload import Weights
 from bakeoff.frameworks.paddle.runtime import META, PROGRAM
 
@@ -194,53 +193,9 @@ def name_graph(graph: Any, output: str, axes: Axes) -> None:
 _EXPORTERS = {"paddle-inference": _paddle_inference, "paddle-onnx": _paddle_onnx}
 
 
-# --- the dynamic-axes claim, tested -----------------------------------------------------------------------------
-
-
-def resize(x: np.ndarray, dims: tuple[str | None, ...], batch: int, halve: bool) -> np.ndarray:
-    """``x`` with ``batch`` rows (cycling its own) and, if ``halve``, every other named axis cut to half."""
-    for i, axis in enumerate(dims):
-        if axis == "batch":
-            x = np.take(x, np.arange(batch) % x.shape[i], axis=i)
-        elif axis and halve:
-            x = np.take(x, np.arange(max(1, x.shape[i] // 2)), axis=i)
-    return np.ascontiguousarray(x)
-
-
-def _difference(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if a.shape != b.shape or not np.array_equal(np.isnan(a), np.isnan(b)):
-        return float("inf")
-    return float(np.nanmax(np.abs(a - b), initial=0.0))
+# --- the dynamic-axes claim, tested (bakeoff.core.dynamic_axes) ------------------------------------------------
 
 
 def check_dynamic(model: Any, fmt: str, path: Path, example: dict[str, np.ndarray], axes: Axes) -> dict[str, str]:
-    """Run the export with its own runtime at other shapes and compare with the model there: ``{axis: "yes" |
-    "no: <why>"}``. Batch is tried at 1 and at one more example than given; every other axis at half its length
-    (a ``(batch,)`` lengths input clipped to it, as the inference harness's probe does)."""
-    record = formats.get(fmt)
-    run = importlib.import_module(record.runtime_module).load_runtime(fmt, path, 0)
-    names = list(dict.fromkeys(a for dims in axes.values() for a in dims if a))
-    rows = next((len(example[n]) for n, dims in axes.items() if "batch" in dims), 1)
-    trials = [({"batch"}, 1, False), ({"batch"}, rows + 1, False)] if "batch" in names else []
-    if set(names) - {"batch"}:
-        trials.append((set(names) - {"batch"}, rows, True))
-    failed: dict[str, str] = {}
-    for tested, batch, halve in trials:
-        inputs = {n: resize(example[n], dims, batch, halve) for n, dims in axes.items()}
-        if halve:
-            shortest = min(x.shape[i] for n, x in inputs.items() for i, a in enumerate(axes[n]) if a not in
-                           (None, "batch"))
-            inputs = {n: np.minimum(x, shortest).astype(x.dtype) if axes[n] == ("batch",) else x
-                      for n, x in inputs.items()}
-        shape = ", ".join(f"{n} {x.shape}" for n, x in inputs.items())
-        try:
-            difference = _difference(run(inputs), predict(model, inputs))
-            why = "" if difference <= record.tolerance else f"at {shape} the output differs by {difference:.3g}"
-        except Exception as error:  # the runtime refused the shape
-            text = str(error).strip().splitlines()
-            why = f"at {shape}: {type(error).__name__}: {text[0][:300] if text else ''}"
-        for axis in tested:
-            if why and axis not in failed:
-                failed[axis] = why
-    return {axis: f"no: {failed[axis]}" if axis in failed else "yes" for axis in names}
+    """``{axis: "yes" | "no: <why>"}``: the export at ``path`` against the model at other shapes."""
+    return dynamic_axes.check(fmt, path, example, axes, lambda inputs: predict(model, inputs))

@@ -12,7 +12,6 @@ that comparison passed (:func:`check_dynamic`).
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import logging
 import math
@@ -26,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bakeoff.core import formats, registry
+from bakeoff.core import dynamic_axes, registry
 from bakeoff.core.formats import Unsupported
 from bakeoff.core.workload import Weights
 from bakeoff.frameworks.torch.runtime import meta_beside
@@ -264,50 +263,12 @@ _EXPORTERS: dict[str, Callable[..., tuple[list[str], str, str]]] = {
     "torch-tensorrt": _tensorrt}
 
 
-# --- the dynamic-axes claim, tested -----------------------------------------------------------------------------
-
-
-def resize(x: np.ndarray, dims: tuple[str | None, ...], batch: int, halve: bool) -> np.ndarray:
-    """``x`` with ``batch`` rows (cycling its own) and, if ``halve``, every other named axis cut to half."""
-    for i, axis in enumerate(dims):
-        if axis == "batch":
-            x = np.take(x, np.arange(batch) % x.shape[i], axis=i)
-        elif axis and halve:
-            x = np.take(x, np.arange(max(1, x.shape[i] // 2)), axis=i)
-    return np.ascontiguousarray(x)
-
-
-def max_difference(a: np.ndarray, b: np.ndarray) -> float:
-    """Largest absolute difference; ``inf`` if the shapes differ or NaNs fall in different places."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if a.shape != b.shape or not np.array_equal(np.isnan(a), np.isnan(b)):
-        return float("inf")
-    return float(np.nanmax(np.abs(a - b), initial=0.0))
+# --- the dynamic-axes claim, tested (bakeoff.core.dynamic_axes) ------------------------------------------------
 
 
 def check_dynamic(model: Any, fmt: str, path: Path, example: dict[str, np.ndarray], axes: Axes) -> dict[str, str]:
-    """Run the export with its own runtime at other shapes and compare with the model there: ``{axis: "yes" |
-    "no: <why>"}``. Batch is tried at 1 and at one more example than given; every other axis at half its length."""
-    record = formats.get(fmt)
-    run = importlib.import_module(record.runtime_module).load_runtime(fmt, path, 0)
-    names = list(dict.fromkeys(a for dims in axes.values() for a in dims if a))
-    rows = next((len(example[n]) for n, dims in axes.items() if "batch" in dims), 1)
-    trials = [({"batch"}, 1, False), ({"batch"}, rows + 1, False)] if "batch" in names else []
-    if set(names) - {"batch"}:
-        trials.append((set(names) - {"batch"}, rows, True))
-    failed: dict[str, str] = {}
-    for tested, batch, halve in trials:
-        inputs = {n: resize(example[n], dims, batch, halve) for n, dims in axes.items()}
-        shape = ", ".join(f"{n} {x.shape}" for n, x in inputs.items())
-        try:
-            difference = max_difference(run(inputs), predict(model, inputs))
-            why = "" if difference <= record.tolerance else f"at {shape} the output differs by {difference:.3g}"
-        except Exception as error:  # the runtime refused the shape
-            why = f"at {shape}: {_first_line(error)}"
-        for axis in tested:
-            if why and axis not in failed:
-                failed[axis] = why
-    return {axis: f"no: {failed[axis]}" if axis in failed else "yes" for axis in names}
+    """``{axis: "yes" | "no: <why>"}``: the export at ``path`` against the model at other shapes."""
+    return dynamic_axes.check(fmt, path, example, axes, lambda inputs: predict(model, inputs))
 
 
 def _first_line(error: BaseException) -> str:
