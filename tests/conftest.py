@@ -9,6 +9,7 @@ compiling, Python) run side by side instead of one after another.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -36,7 +37,15 @@ def pytest_configure(config: pytest.Config) -> None:
     if worker and count and hasattr(os, "sched_setaffinity"):
         cores = sorted(os.sched_getaffinity(0))
         if int(count) <= len(cores):  # the cores shared out; with more workers than cores, the OS shares them
-            os.sched_setaffinity(0, set(cores[int(worker.removeprefix("gw"))::int(count)]))
+            # (a worker replacing a crashed one is numbered past the count: gw2 of 2 takes gw0's share)
+            os.sched_setaffinity(0, set(cores[int(worker.removeprefix("gw")) % int(count)::int(count)]))
+    # PaddlePaddle 3.3.1's libpaddle segfaults when it is loaded into a process that has loaded TensorFlow's
+    # libraries (`import tensorflow; import paddle`: SIGSEGV in paddle/base/core.py), while the other order works.
+    # bakeoff never loads both (each trial, probe, export and runtime is a process of its own, refusing frameworks
+    # its row does not load), but a test process does: collecting the tests imports TensorFlow (test_deploy_tf.py),
+    # and the Paddle model tests import Paddle beside it. So Paddle is loaded first, before collection.
+    if importlib.util.find_spec("paddle") is not None:
+        import paddle  # noqa: F401
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
