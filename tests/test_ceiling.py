@@ -20,7 +20,7 @@ from bakeoff.measure import ceiling
 from bakeoff.report.render import render_report
 from bakeoff.results.store import Store
 
-INSTALLED = [fw for fw in ("torch", "tensorflow", "jax") if registry.installed(fw)]
+INSTALLED = [fw for fw in ("torch", "tensorflow", "jax", "paddle") if registry.installed(fw)]
 
 
 @pytest.mark.parametrize("framework", INSTALLED)

@@ -260,12 +260,12 @@ def test_a_shipped_workload_by_module_path_is_the_shipped_workload():
 
 
 def test_the_shipped_workloads_are_found_in_their_folders_with_the_models_they_have():
-    native = ["torch", "tensorflow", "jax"]
+    native = ["torch", "tensorflow", "jax", "paddle"]
     keras = ["keras-jax", "keras-torch", "keras-tensorflow"]
     expected = {"autoencoder": ("TransformerAutoencoder", native), "mnist": ("MnistCNN", native + keras),
                 "speech_ctc": ("SpeechCTC", native), "text_classifier": ("TextClassifier", native + keras)}
     assert registry.workload_names()[:4] == sorted(expected)
-    files = {"torch": "torch_model", "tensorflow": "tf_model", "jax": "jax_model",
+    files = {"torch": "torch_model", "tensorflow": "tf_model", "jax": "jax_model", "paddle": "paddle_model",
              **dict.fromkeys(keras, "keras_model")}
     for name, (cls, frameworks) in expected.items():
         assert registry.models(name) == {fw: f"bakeoff.workloads.{name}.{files[fw]}:{cls}" for fw in frameworks}

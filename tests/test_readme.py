@@ -46,12 +46,13 @@ def readme_commands() -> list[str]:
 def test_readme_lists_the_commands_we_run():
     commands = readme_commands()
     assert commands[0] == "bakeoff list" and commands[1] == "bakeoff run" and commands[-1] == "bakeoff env"
-    assert len(commands) == 18
+    assert len(commands) == 19
 
 
 @pytest.mark.skipif(shutil.which("bakeoff", path=str(BIN)) is None or not registry.installed("tensorflow")
-                    or not registry.installed("torch") or not registry.installed("jax"),
-                    reason="needs the installed console script and the three frameworks")
+                    or not registry.installed("torch") or not registry.installed("jax")
+                    or not registry.installed("paddle"),
+                    reason="needs the installed console script and the four frameworks")
 def test_every_readme_command_runs(tmp_path):
     (tmp_path / "my_suite.toml").write_text(MY_SUITE)
     rows = ["body,stars"] + [f"{'great tasty lovely' if i % 2 else 'stale awful bland'} snack {i},{i % 2 + 4}"
