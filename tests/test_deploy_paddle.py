@@ -171,6 +171,20 @@ def test_inference_program_runs_without_dygraph_model_code(setups, tmp_path):
     assert worst(np.load(tmp_path / "out.npy"), s.predict(s.inputs)) <= formats.FLOAT_TOLERANCE
 
 
+def test_onnx_conversion_survives_a_process_that_holds_tensorflow(setups, tmp_path):
+    """paddle2onnx 2.0.1 segfaults converting in a process that has loaded TensorFlow (a CI test worker did): the
+    adapter converts in a child process, so an export from such a process succeeds."""
+    pytest.importorskip("tensorflow")
+    s = setups("mnist")
+    program = s.export("paddle-inference")[0] / "model"  # a saved program to convert
+    code = ("import sys, pathlib, paddle, tensorflow; from bakeoff.frameworks.paddle.deploy import convert; "
+            "convert(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])); print('converted')")
+    done = subprocess.run([sys.executable, "-c", code, str(program), str(tmp_path / "m.onnx")], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.split()[-1] == "converted", done.stderr[-2000:]
+    assert (tmp_path / "m.onnx").stat().st_size > 0
+
+
 def test_export_refuses_unknown_formats_and_missing_inputs(setups, tmp_path):
     from bakeoff.frameworks.paddle import deploy as paddle_deploy
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -157,21 +159,40 @@ def _paddle_inference(model: Any, out: Path, example: Mapping[str, np.ndarray], 
 
 
 def _paddle_onnx(model: Any, out: Path, example: Mapping[str, np.ndarray], axes: Axes) -> tuple[str, str]:
+    from importlib import metadata
+
     import onnx
-    import paddle2onnx
 
     with tempfile.TemporaryDirectory(dir=out.parent) as scratch:  # the program is an intermediate here
         prefix = Path(scratch) / PROGRAM
         meta = save_program(model, prefix, example, axes)
-        paddle2onnx.export(f"{prefix}.json", f"{prefix}.pdiparams", str(out), opset_version=OPSET,
-                           optimize_tool="None", enable_onnx_checker=True, verbose=False)
+        convert(prefix, out)
     graph = onnx.load(str(out))
     name_graph(graph, meta["output"], axes)
     onnx.checker.check_model(graph)
     onnx.save(graph, str(out))
     return (f"paddle.jit.save + paddle2onnx.export (paddle {paddle.__version__}, paddle2onnx "
-            f"{paddle2onnx.__version__}, opset {OPSET}, optimize_tool='None')",
+            f"{metadata.version('paddle2onnx')}, opset {OPSET}, optimize_tool='None')",
             f"output {meta['output']!r} renamed 'outputs'; dynamic dimensions named after the serving axes")
+
+
+_CONVERT = ("import sys, paddle2onnx; paddle2onnx.export(sys.argv[1] + '.json', sys.argv[1] + '.pdiparams', "
+            "sys.argv[2], opset_version=int(sys.argv[3]), optimize_tool='None', enable_onnx_checker=True, "
+            "verbose=False)")
+
+
+def convert(prefix: Path, out: Path) -> None:
+    """paddle2onnx's conversion of the program at ``prefix`` into ``out``, in a child process of its own:
+    paddle2onnx 2.0.1's library segfaults in a process that has loaded TensorFlow's (measured: with ``import
+    tensorflow`` anywhere before it, before or after Paddle), and an export in a process that holds other frameworks
+    (a test's, a user's notebook) must not take it down. bakeoff's own export process loads Paddle alone; the child
+    costs it one import of paddle2onnx. ``optimize_tool="None"``: the default, polygraphy, pip-installs a package at
+    run time."""
+    done = subprocess.run([sys.executable, "-c", _CONVERT, str(prefix), str(out), str(OPSET)], capture_output=True,
+                          text=True, timeout=600)
+    if done.returncode != 0 or not out.exists():
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise RuntimeError(f"paddle2onnx failed (exit {done.returncode}): {said[-1] if said else 'no output'}")
 
 
 def name_graph(graph: Any, output: str, axes: Axes) -> None:
