@@ -349,7 +349,7 @@ BAD = {
                              "load_data, metric, units_per_example"),
     ("bad/modelless.py:Blobs", "workload 'bad/modelless.py:Blobs': Blobs declares no model in any framework: set "
                                "model_class to its model's class name in the files beside it (jax_model.py, "
-                               "keras_model.py, tf_model.py, torch_model.py), or models"),
+                               "keras_model.py, paddle_model.py, tf_model.py, torch_model.py), or models"),
     ("bad/elsewhere.py:Blobs", "workload 'bad/elsewhere.py:Blobs': Blobs.models['jax'] is "
                                "'nowhere.jax_model:BlobsMLP', but no module nowhere.jax_model is found"),
     ("bad/unknown_fw.py:Blobs", "Blobs.models names unknown framework(s) mxnet; accepted: torch, tensorflow, jax"),

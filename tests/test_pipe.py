@@ -84,7 +84,7 @@ def test_plan_shows_its_tables_headers_whole(folder, columns):
     if columns is None:  # a table at the width its cells need: the rows whole
         row = r"│ data parallel +│ torch-autocast, keras-mixed, flax-mixed"
         assert [line for line in lines if re.search(row, line)]
-        assert max(len(line) for line in lines if line.startswith("│")) < 160
+        assert max(len(line) for line in lines if line.startswith("│")) < 200  # four frameworks' recipes in a cell
     prose = [line for line in lines if line.startswith(("note: ", "left out: ", "  recipe "))]
     assert prose and all(len(line) <= (columns or 100) for line in prose)
 

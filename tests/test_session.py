@@ -75,9 +75,10 @@ def test_production_stands_for_each_frameworks_own_mode():
     from bakeoff.plan.suite import adhoc_suite
 
     suite = adhoc_suite({"workload": "text_classifier", "execution": ["production"]})
-    assert sorted(s.label() for s in suite.specs) == ["jax/graph", "tensorflow/graph", "torch/eager"]
+    assert sorted(s.label() for s in suite.specs) == ["jax/graph", "paddle/eager", "tensorflow/graph", "torch/eager"]
     both = adhoc_suite({"workload": "text_classifier", "execution": ["production", "graph"]})
-    assert sorted(s.label() for s in both.specs) == ["jax/graph", "tensorflow/graph", "torch/eager", "torch/graph"]
+    assert sorted(s.label() for s in both.specs) == ["jax/graph", "paddle/eager", "paddle/graph", "tensorflow/graph",
+                                                     "torch/eager", "torch/graph"]
     with pytest.raises(SpecError, match="unknown execution 'prod'; accepted: eager, graph, xla, production"):
         adhoc_suite({"workload": "text_classifier", "execution": ["prod"]})
 
