@@ -34,6 +34,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
     from bakeoff.cli.console import console
     from bakeoff.core import discover, frameworks, registry
     from bakeoff.plan.suite import shipped_suites
@@ -50,7 +52,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         state = "installed" if registry.installed(fw) else f"not installed ({info.install_hint})"
         modes = ", ".join(f"{m.value} ({info.execution_notes[m]})" for m in info.executions)
         not_on_cpu = ", ".join(f"{e.value} {p.value}" for e, p in info.cpu_missing)
-        console.print(f"framework [bold]{fw}[/]: {state} ({info.display}); execution modes: {modes}; precisions: "
+        # Record text is plain, not markup: escaped, or rich would take "bakeoff[paddle]"'s "[paddle]" for a tag.
+        console.print(f"framework [bold]{fw}[/]: {escape(state)} ({info.display}); execution modes: {escape(modes)}; "
+                      "precisions: "
                       f"{', '.join(p.value for p in info.precisions)}"
                       + (f" (on a CPU, not {not_on_cpu})" if not_on_cpu else "")
                       + f"; parallelism: {', '.join(p.value for p in info.launchers)}", soft_wrap=True)
