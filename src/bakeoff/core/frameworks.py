@@ -22,12 +22,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from bakeoff.core.choices import Execution, Parallelism, Precision
+from bakeoff.core.lazy import Discovered
 
 __all__ = ["FRAMEWORKS", "PACKAGE", "Capacity", "Format", "FrameworkInfo", "LoadMarkers", "adapter_module",
            "by_folder", "exporting_frameworks", "folders", "frozen", "get", "markers", "names", "native",
@@ -154,25 +155,9 @@ class FrameworkInfo:
         return f"pip install 'bakeoff[{self.extra}]'"
 
 
-class _Discovered(Mapping[str, FrameworkInfo]):
-    """Every framework row, in the order the CLI lists them: the records of ``bakeoff/frameworks/*/record.py``,
-    read on first use (module docstring)."""
-
-    def __getitem__(self, name: str) -> FrameworkInfo:
-        return _discover()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(_discover())
-
-    def __len__(self) -> int:
-        return len(_discover())
-
-    def __repr__(self) -> str:
-        return f"FRAMEWORKS({', '.join(self)})"
-
-
-FRAMEWORKS: Mapping[str, FrameworkInfo] = _Discovered()
-"""Every framework row, in the order the CLI lists them."""
+FRAMEWORKS: Mapping[str, FrameworkInfo] = Discovered("FRAMEWORKS", lambda: _discover())  # defined below
+"""Every framework row, in the order the CLI lists them: the records of ``bakeoff/frameworks/*/record.py``, read on
+first use (module docstring)."""
 
 
 def folders() -> list[tuple[str, Path]]:
