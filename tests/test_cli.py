@@ -33,11 +33,25 @@ def test_help_is_fast_path_and_imports_no_framework():
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    c.build_parser().print_help()\n"
             "c.main(['list'])\n"
-            "heavy = ('torch', 'tensorflow', 'jax', 'keras', 'ray', 'mlflow')\n"
+            "heavy = ('torch', 'tensorflow', 'jax', 'keras', 'paddle', 'ray', 'mlflow')\n"
             "print('LEAKED', [m for m in heavy if m in sys.modules])\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "LEAKED []" in out
     assert "workload text_classifier: presets tiny, small, paper" in out
+
+
+def test_the_trial_options_help_names_each_native_frameworks_compiler_mode_and_strategies():
+    # Read off the framework records (a framework added as a folder appears here by itself), so each is asserted
+    # whole here: a framework missing from one list shows.
+    said = " ".join(subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", "--help"], capture_output=True,
+                                   text=True, check=True).stdout.split())
+    assert "graph (compiled: torch.compile, tf.function, jax.jit, paddle.jit.to_static), xla (TensorFlow)" in said
+    assert ("production: each framework in the mode its users train in (PyTorch eager, TensorFlow graph, JAX graph, "
+            "PaddlePaddle eager)") in said
+    assert ("data_parallel (one machine, N replicas: DDP / MirroredStrategy / sharded over a device mesh / "
+            "paddle.DataParallel)") in said
+    assert ("multi_worker (N worker processes: DDP multi-worker / MultiWorkerMirroredStrategy / jax.distributed / "
+            "paddle.DataParallel multi-worker), parameter_server (TensorFlow)") in said
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -116,6 +116,8 @@ def test_a_users_port_wrong_in_one_tensor_is_named(tmp_path):
     (("--workload", "mnist", "--framework", "torch,jax", "--precision", "fp16"),
      "--precision fp16: parity has tolerances for fp32, bf16"),
     (("--workload", "mnist", "--framework", "torch"), "parity compares two or more frameworks, got torch"),
+    (("--workload", "mnist", "--framework", "torch,paddle", "--precision", "bf16"),  # its record's cpu_missing
+     "parity's probes run on the CPU, where PaddlePaddle cannot run eager bf16: Paddle's dygraph AMP"),
     (("--workload", "models/blobs.py:Blobs", "--framework", "torch,jax"),
      "JAX has no blobs implementation; blobs is implemented in torch"),
     (("--workload", "mnist", "--framework", "torch,jax", "--set", "widht=3"), "unknown config key(s) 'widht'"),

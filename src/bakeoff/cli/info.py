@@ -34,6 +34,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
     from bakeoff.cli.console import console
     from bakeoff.core import discover, frameworks, registry
     from bakeoff.plan.suite import shipped_suites
@@ -49,9 +51,13 @@ def cmd_list(args: argparse.Namespace) -> int:
     for fw, info in frameworks.FRAMEWORKS.items():
         state = "installed" if registry.installed(fw) else f"not installed ({info.install_hint})"
         modes = ", ".join(f"{m.value} ({info.execution_notes[m]})" for m in info.executions)
-        console.print(f"framework [bold]{fw}[/]: {state} ({info.display}); execution modes: {modes}; precisions: "
-                      f"{', '.join(p.value for p in info.precisions)}; parallelism: "
-                      f"{', '.join(p.value for p in info.launchers)}", soft_wrap=True)
+        not_on_cpu = ", ".join(f"{e.value} {p.value}" for e, p in info.cpu_missing)
+        # Record text is plain, not markup: escaped, or rich would take "bakeoff[paddle]"'s "[paddle]" for a tag.
+        console.print(f"framework [bold]{fw}[/]: {escape(state)} ({info.display}); execution modes: {escape(modes)}; "
+                      "precisions: "
+                      f"{', '.join(p.value for p in info.precisions)}"
+                      + (f" (on a CPU, not {not_on_cpu})" if not_on_cpu else "")
+                      + f"; parallelism: {', '.join(p.value for p in info.launchers)}", soft_wrap=True)
     console.print("fp16 needs a GPU (loss scaling); on CPU use bf16")
     console.print(f"shipped suites: {', '.join(shipped_suites())}")
     return 0

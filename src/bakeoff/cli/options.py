@@ -45,20 +45,31 @@ def add_trial_options(parser: argparse.ArgumentParser, rules: str = "") -> None:
     grid.add_argument("--target", type=float, help="quality target on the test split [the workload's for the preset, "
                                                    "measured on the shipped data; derived from user data]")
     from bakeoff.core import frameworks  # framework-free records (no framework imported)
+    from bakeoff.core.choices import Execution, Parallelism
     from bakeoff.plan.suite import ADHOC_MATRIX
 
     grid.add_argument("--framework", type=comma_list,
                       help=f"comma-separated frameworks: {', '.join(frameworks.names())} (`bakeoff list` says what "
                            f"each runs) [{','.join(ADHOC_MATRIX['framework'])}: those the workload has a model in]")
+    # The native frameworks' words, from their records: each graph note starts with its compiler's API.
+    native = [frameworks.get(name) for name in frameworks.native()]
+    compilers = ", ".join(info.execution_notes[Execution.GRAPH].split()[0] for info in native)
+    production = ", ".join(f"{info.display} {info.production[0].value}" for info in native)
+    with_xla = " / ".join(info.display for info in native if Execution.XLA in info.executions)
     grid.add_argument("--execution", type=comma_list,
-                      help="comma-separated modes: eager, graph (compiled: torch.compile, tf.function, jax.jit), xla "
-                           "(TensorFlow), or production: each framework in the mode its users train in (PyTorch "
-                           f"eager, TensorFlow graph, JAX jit) [{','.join(ADHOC_MATRIX['execution'])}]")
+                      help=f"comma-separated modes: eager, graph (compiled: {compilers}), xla ({with_xla}), or "
+                           f"production: each framework in the mode its users train in ({production}) "
+                           f"[{','.join(ADHOC_MATRIX['execution'])}]")
     grid.add_argument("--precision", type=comma_list, help="comma-separated: fp32, bf16, fp16 [fp32]")
+
+    def strategies(parallelism: Parallelism) -> str:
+        return " / ".join(info.strategies[parallelism] for info in native if parallelism in info.strategies)
+
+    with_ps = " / ".join(info.display for info in native if Parallelism.PARAMETER_SERVER in info.launchers)
     grid.add_argument("--parallelism", type=comma_list,
-                      help="comma-separated: none, data_parallel (one machine, N replicas: DDP / MirroredStrategy), "
-                           "multi_worker (N worker processes: torchrun / MultiWorkerMirroredStrategy), "
-                           "parameter_server (TensorFlow) [none]")
+                      help="comma-separated: none, data_parallel (one machine, N replicas: "
+                           f"{strategies(Parallelism.DATA_PARALLEL)}), multi_worker (N worker processes: "
+                           f"{strategies(Parallelism.MULTI_WORKER)}), parameter_server ({with_ps}) [none]")
     grid.add_argument("--workers", type=comma_list,
                       help="comma-separated replica / worker counts, e.g. 1,2; --batch-size is the global batch, split "
                            "evenly over them [1]")

@@ -6,11 +6,12 @@ only in their own processes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bakeoff.core import frameworks
 from bakeoff.core.frameworks import Format, adapter_module, exporting_frameworks  # noqa: F401  (read from here too)
+from bakeoff.core.lazy import Discovered
 from bakeoff.core.spec import SpecError
 
 Run = Callable[[dict[str, Any]], Any]
@@ -30,25 +31,10 @@ class Unsupported(RuntimeError):
 
 FLOAT_TOLERANCE = 1e-4  # fp32 graphs re-lowered by another compiler: fused and reordered sums, not new rounding
 
-class _Discovered(Mapping[str, Format]):
-    """Every format, in the order a report lists them: each framework's record's ``formats``, in the frameworks'
-    order (read on first use, with the records)."""
-
-    def _all(self) -> dict[str, Format]:
-        return {f.name: f for info in frameworks.FRAMEWORKS.values() for f in info.formats}
-
-    def __getitem__(self, name: str) -> Format:
-        return self._all()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._all())
-
-    def __len__(self) -> int:
-        return len(self._all())
-
-
-FORMATS: Mapping[str, Format] = _Discovered()
-"""Every deployment format by name, from the frameworks' records."""
+FORMATS: Mapping[str, Format] = Discovered(
+    "FORMATS", lambda: {f.name: f for info in frameworks.FRAMEWORKS.values() for f in info.formats})
+"""Every deployment format by name, in the order a report lists them: each framework's record's ``formats``, in the
+frameworks' order (read on first use, with the records)."""
 
 
 def for_framework(framework: str) -> list[Format]:

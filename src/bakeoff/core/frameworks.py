@@ -22,12 +22,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from bakeoff.core.choices import Execution, Parallelism, Precision
+from bakeoff.core.lazy import Discovered
 
 __all__ = ["FRAMEWORKS", "PACKAGE", "Capacity", "Format", "FrameworkInfo", "LoadMarkers", "adapter_module",
            "by_folder", "exporting_frameworks", "folders", "frozen", "get", "markers", "names", "native",
@@ -125,12 +126,15 @@ class FrameworkInfo:
     execution_notes: Mapping[Execution, str]  # what each mode is in this framework's own words
     production: tuple[Execution, ...]  # how its users train by default: a verdict must include one of these
     compiled: tuple[Execution, ...]  # its compiled modes (a verdict without any of them says so)
-    precisions: tuple[Precision, ...]  # what its engine implements (device limits are the engine's to say)
+    precisions: tuple[Precision, ...]  # what its engine implements (on a CPU: less cpu_missing, and no fp16)
     launchers: Mapping[Parallelism, str]  # parallelism -> launcher (bakeoff.run.launchers)
     strategies: Mapping[Parallelism, str]  # parallelism -> what its users call the strategy ("DDP")
     missing_modes: Mapping[Execution, str] = dataclasses.field(default_factory=frozen)  # modes it lacks: why
     missing_strategies: Mapping[Parallelism, str] = dataclasses.field(default_factory=frozen)  # and why
     missing_executions: Mapping[tuple[Parallelism, Execution], str] = dataclasses.field(default_factory=frozen)
+    # (execution, precision) pairs its engine cannot run on a CPU: why (refused in the trial on a CPU, and by
+    # parity before any probe starts: probes run on the CPU)
+    cpu_missing: Mapping[tuple[Execution, Precision], str] = dataclasses.field(default_factory=frozen)
     loads: tuple[str, ...] = ()  # the frameworks (by marker) its trial process legitimately loads
     markers: LoadMarkers | None = None  # when it is a framework of its own that a process can load
     env: Mapping[str, str] = dataclasses.field(default_factory=frozen)  # set in its trial processes
@@ -151,25 +155,9 @@ class FrameworkInfo:
         return f"pip install 'bakeoff[{self.extra}]'"
 
 
-class _Discovered(Mapping[str, FrameworkInfo]):
-    """Every framework row, in the order the CLI lists them: the records of ``bakeoff/frameworks/*/record.py``,
-    read on first use (module docstring)."""
-
-    def __getitem__(self, name: str) -> FrameworkInfo:
-        return _discover()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(_discover())
-
-    def __len__(self) -> int:
-        return len(_discover())
-
-    def __repr__(self) -> str:
-        return f"FRAMEWORKS({', '.join(self)})"
-
-
-FRAMEWORKS: Mapping[str, FrameworkInfo] = _Discovered()
-"""Every framework row, in the order the CLI lists them."""
+FRAMEWORKS: Mapping[str, FrameworkInfo] = Discovered("FRAMEWORKS", lambda: _discover())  # defined below
+"""Every framework row, in the order the CLI lists them: the records of ``bakeoff/frameworks/*/record.py``, read on
+first use (module docstring)."""
 
 
 def folders() -> list[tuple[str, Path]]:

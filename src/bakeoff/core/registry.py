@@ -46,6 +46,13 @@ def unsupported(spec: RunSpec) -> str:
     return ""
 
 
+def unsupported_on_cpu(spec: RunSpec) -> str:
+    """Why ``spec``'s execution and precision cannot run on a CPU in its framework ('' when they can): its record's
+    ``cpu_missing``. Its engine refuses them in a trial on a CPU; parity, whose probes always run on the CPU, before
+    any starts."""
+    return frameworks.get(spec.framework.value).cpu_missing.get((spec.execution, spec.precision), "")
+
+
 def data_problem(spec: RunSpec, entries: Sequence[str]) -> str:
     """Why the model of ``spec``'s framework cannot read batches holding ``entries`` ('' when it can): checked for
     a Keras function, whose input and labels are declared by name (a ModelImpl reads the batch itself)."""

@@ -46,13 +46,11 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bakeoff.core import frameworks, registry
 from bakeoff.core.contract import Placement
-
-# The launcher contract, read from here by the parent side (PARAMETER_SERVERS and local_ranks too: re-exported).
 from bakeoff.core.launching import (  # noqa: F401
     HOST,
     PARAMETER_SERVERS,
@@ -63,6 +61,9 @@ from bakeoff.core.launching import (  # noqa: F401
     local_ranks,
     trial_command,
 )
+
+# The launcher contract, read from here by the parent side (PARAMETER_SERVERS and local_ranks too: re-exported).
+from bakeoff.core.lazy import Discovered
 from bakeoff.core.result import Distributed, Energy, TrialResult
 from bakeoff.core.spec import Device, Parallelism, RunSpec, Status
 from bakeoff.measure.environment import cuda_build, cuda_devices, usable_cores
@@ -90,28 +91,16 @@ SINGLE = Launcher("single", _single, group=False)
 """bakeoff's own launcher: one trial process (a framework that distributes within one process uses it too)."""
 
 
-class _Discovered(Mapping[str, Launcher]):
-    """Every launcher by name: :data:`SINGLE` and each framework's, the ``LAUNCHERS`` of the module its record
-    names (``launch``: ``launch.py`` in its folder), read on first use."""
-
-    @staticmethod
-    def _all() -> dict[str, Launcher]:  # each time: the modules are imported once, the records may be rediscovered
-        modules = dict.fromkeys(info.launch for info in frameworks.FRAMEWORKS.values() if info.launch)
-        found = [launcher for module in modules for launcher in importlib.import_module(module).LAUNCHERS]
-        return {launcher.name: launcher for launcher in (SINGLE, *found)}
-
-    def __getitem__(self, name: str) -> Launcher:
-        return self._all()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._all())
-
-    def __len__(self) -> int:
-        return len(self._all())
+def _all_launchers() -> dict[str, Launcher]:  # each time: the modules are imported once, the records may be
+    # rediscovered
+    modules = dict.fromkeys(info.launch for info in frameworks.FRAMEWORKS.values() if info.launch)
+    found = [launcher for module in modules for launcher in importlib.import_module(module).LAUNCHERS]
+    return {launcher.name: launcher for launcher in (SINGLE, *found)}
 
 
-LAUNCHERS: Mapping[str, Launcher] = _Discovered()
-"""Every launcher, by the name a framework's record gives it."""
+LAUNCHERS: Mapping[str, Launcher] = Discovered("LAUNCHERS", _all_launchers)
+"""Every launcher by name, read on first use: :data:`SINGLE` and each framework's, the ``LAUNCHERS`` of the module its
+record names (``launch``: ``launch.py`` in its folder)."""
 
 
 def plan(spec: RunSpec, args: Sequence[str], env: dict[str, str], ports: Sequence[int] | None = None,

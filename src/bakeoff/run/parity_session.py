@@ -28,7 +28,7 @@ from bakeoff.core.spec import RunSpec, SpecError
 from bakeoff.measure.environment import usable_cores
 from bakeoff.plan.suite import ADHOC_MATRIX
 from bakeoff.run.process import process_group
-from bakeoff.trial.parity_probe import perturbed
+from bakeoff.trial.parity_probe import UNSUPPORTED_EXIT, perturbed
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,10 @@ def plan(workload: str, frameworks: Sequence[str] | None = None, executions: Seq
             spec = RunSpec(**registry.workload_fields(workload), framework=framework, preset=preset,
                            execution=mode.execution, precision=mode.precision, config=tuple(config), max_steps=STEPS,
                            data=tuple(data))
-            why = registry.unsupported(spec) or registry.not_installed(framework)
+            why = registry.unsupported(spec)
+            if not why and (cpu := registry.unsupported_on_cpu(spec)):
+                why = f"parity's probes run on the CPU, where {FRAMEWORKS[framework].display} cannot run {mode}: {cpu}"
+            why = why or registry.not_installed(framework)
             if why:
                 raise SpecError(why)
             registry.workload(spec).preset_config(preset, spec)  # an unknown preset or --set key
@@ -245,6 +248,8 @@ def check_parity(workload: str, frameworks: Sequence[str] | None = None, executi
                     _, stderr = proc.communicate(timeout=PROBE_TIMEOUT_S)
                 except subprocess.TimeoutExpired:
                     return job, f"timed out after {PROBE_TIMEOUT_S:g} s"
+            if proc.returncode == UNSUPPORTED_EXIT and stderr.strip():  # the engine refused: why, its last line
+                return job, stderr.strip().splitlines()[-1]
             if proc.returncode != 0:
                 return job, stderr.strip()[-2000:] or f"exit status {proc.returncode}"
             return job, dict(np.load(out))

@@ -21,7 +21,9 @@ execution mode and precision — the modes trials are timed in — with dropout 
   count of graphs built before those steps and after each; with ``accum_steps``,
   ``losses_accum`` — the losses of that many steps of a fresh engine with ``grad_accum = 4`` (each step 4
   micro-batches of ``batch_size / 4``).
-The parity tests run this once per framework and mode, and compare.
+The parity tests run this once per framework and mode, and compare. When the engine refuses the mode here
+(:class:`~bakeoff.engines.base.Unsupported`) it writes nothing, says why in its last line of standard error and
+exits with :data:`UNSUPPORTED_EXIT`.
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ from bakeoff.analysis.parity_tolerances import flatten, per_tensor_errors, unfla
 from bakeoff.core import registry
 from bakeoff.core.spec import Execution, Precision, RunSpec
 from bakeoff.core.workload import Weights, Workload
+from bakeoff.engines.base import Unsupported
 from bakeoff.trial.build import build_trial
 
-__all__ = ["ACCUM", "flatten", "main", "per_tensor_errors", "perturbed", "probe", "unflatten"]
+__all__ = ["ACCUM", "UNSUPPORTED_EXIT", "flatten", "main", "per_tensor_errors", "perturbed", "probe", "unflatten"]
 
 ACCUM = 4  # micro-batches per step in the accumulation checks
 
@@ -113,6 +116,10 @@ def probe(workload_name: str, framework: str, preset: str = "tiny", steps: int =
     return out
 
 
+UNSUPPORTED_EXIT = 4
+"""The probe's exit status when its engine refuses the mode (a status no uncaught exception gives)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bakeoff.trial.parity_probe", description=__doc__.splitlines()[0])
     parser.add_argument("workload")
@@ -128,8 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = tuple(tuple(item.split("=", 1)) for item in args.config)
     data = tuple(tuple(item.split("=", 1)) for item in args.data)
-    result = probe(args.workload, args.framework, args.preset, args.steps, execution=args.execution,
-                   precision=args.precision, accum_steps=args.accum_steps, config=config, data=data)
+    try:
+        result = probe(args.workload, args.framework, args.preset, args.steps, execution=args.execution,
+                       precision=args.precision, accum_steps=args.accum_steps, config=config, data=data)
+    except Unsupported as e:
+        sys.stderr.write(f"unsupported: {e}\n")
+        return UNSUPPORTED_EXIT
     np.savez(args.out, **result)
     return 0
 

@@ -3,7 +3,7 @@
 
 A strategy is picked from ``spec.parallelism`` (:func:`strategy_for`) and composed into
 :class:`bakeoff.frameworks.paddle.engine.PaddleEngine`, which calls the same hooks whatever the strategy — the ones
-PyTorch's engine calls (:mod:`bakeoff.frameworks.torch.distributed`): which device and shard this process takes,
+PyTorch's engine calls (:class:`bakeoff.engines.strategy.Strategy`): which device and shard this process takes,
 the layer the training forward goes through, whether a micro-batch's backward synchronises, the global loss totals
 and what the synchronised gradients are divided by.
 
@@ -20,7 +20,7 @@ import os
 import statistics
 import time
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import paddle
@@ -29,83 +29,23 @@ from paddle.distributed.fleet.utils.hybrid_parallel_util import fused_allreduce_
 from paddle.distributed.parallel import sync_params_buffers
 
 from bakeoff.core.spec import Execution, Parallelism, RunSpec
+from bakeoff.engines import strategy
 from bakeoff.engines.base import Unsupported
 from bakeoff.measure import sync
 from bakeoff.measure.environment import local_rank
 
-
-class Strategy(Protocol):
-    """What the engine asks of a distribution strategy."""
-
-    rank: int
-    world: int
-
-    def device(self, kind: str) -> str:
-        """The device this process trains on (``paddle.set_device``'s name), given the kind the engine chose
-        (``cpu`` or ``gpu``)."""
-
-    def dropout_seed(self, seed: int) -> int:
-        """The seed of this process's dropout masks."""
-
-    def wrap(self, impl: Any) -> Any:
-        """The model implementation whose ``loss`` the training step calls (``impl`` itself, or a view of it)."""
-
-    def micro_step(self, last: bool) -> contextlib.AbstractContextManager[None]:
-        """Around one micro-batch's forward and backward; ``last``: the step's final micro-batch."""
-
-    def global_totals(self, total: paddle.Tensor, count: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
-        """The step's summed loss and count over the whole global batch (every rank's shard)."""
-
-    def gradient_divisor(self, count: paddle.Tensor) -> paddle.Tensor:
-        """What the synchronised gradients are divided by to become the mean-loss gradient of the global batch,
-        given the global count."""
-
-    def figures(self) -> dict[str, Any]:
-        """The result's ``distributed`` figures: the strategy, its set-up and synchronisation ({} on one device)."""
-
-    def environment(self) -> dict[str, Any]:
-        """What the trial's environment records of the strategy."""
+Strategy = strategy.Strategy[str, paddle.Tensor]
 
 
-class SingleDevice:
+class SingleDevice(strategy.OneDevice):
     """``parallelism = "none"``: the whole global batch on one device, nothing to synchronise."""
-
-    rank, world = 0, 1
-
-    def __init__(self, spec: RunSpec) -> None:
-        self.spec = spec
 
     def device(self, kind: str) -> str:
         return "gpu:0" if kind == "gpu" else "cpu"
 
-    def dropout_seed(self, seed: int) -> int:
-        return seed
-
-    def wrap(self, impl: Any) -> Any:
-        return impl
-
-    def micro_step(self, last: bool) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
-
-    def global_totals(self, total: paddle.Tensor, count: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
-        return total, count
-
-    def gradient_divisor(self, count: paddle.Tensor) -> paddle.Tensor:
-        return count
-
-    def figures(self) -> dict[str, Any]:
-        return {}
-
-    def environment(self) -> dict[str, Any]:
-        return {}
-
 
 def _env_int(name: str) -> int:
-    value = os.environ.get(name)
-    if value is None:
-        raise Unsupported(f"distributed training needs paddle.distributed.launch's environment, and {name} is not "
-                          "set: start the trial through bakeoff's runner (it launches paddle.distributed.launch)")
-    return int(value)
+    return strategy.launcher_env_int(name, "paddle.distributed.launch")
 
 
 class DataParallel:

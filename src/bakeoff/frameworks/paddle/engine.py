@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import paddle
 
-from bakeoff.core.registry import model_class
+from bakeoff.core.registry import model_class, unsupported_on_cpu
 from bakeoff.core.spec import Device, Execution, Parallelism, Precision
 from bakeoff.core.workload import Batch
 from bakeoff.engines.base import Engine, Unsupported, threads_for
@@ -186,11 +186,8 @@ class PaddleEngine(Engine):
         # wrapper. Prediction, weights and checkpoints use self.impl, the plain layer.
         self._train_impl = self.strategy.wrap(self.impl)
         self._amp_dtype = AMP_DTYPES.get(spec.precision)
-        if self._amp_dtype and self.kind == "cpu" and spec.execution is Execution.EAGER:
-            raise Unsupported("Paddle's dygraph AMP (paddle.amp.auto_cast) runs on GPU, XPU and custom devices only: "
-                              "on a CPU it warns and computes in fp32 (paddle/amp/auto_cast.py, 3.3.1), so eager "
-                              f"{spec.precision.value} would be fp32 under its name; use graph (to_static's AMP pass "
-                              "casts on a CPU too) or a GPU")
+        if self.kind == "cpu" and (why := unsupported_on_cpu(spec)):
+            raise Unsupported(why)  # eager bf16: dygraph AMP does nothing on a CPU (the record's cpu_missing)
         self._loss_scaling = spec.precision is Precision.FP16
         self.scaler = paddle.amp.GradScaler(enable=self._loss_scaling)
         self.skipped_steps = 0  # fp16 steps the scaler skipped (their gradients overflowed)

@@ -58,6 +58,10 @@ RECORD = FrameworkInfo(
     precisions=(Precision.FP32, Precision.BF16, Precision.FP16),
     missing_modes=frozen({Execution.XLA: "Paddle has no XLA mode (its own compiler, CINN, is to_static's "
                                          "backend on GPUs): use graph"}),
+    cpu_missing=frozen({(Execution.EAGER, Precision.BF16): (
+        "Paddle's dygraph AMP (paddle.amp.auto_cast) runs on GPU, XPU and custom devices only: on a CPU it warns "
+        "and computes in fp32 (paddle/amp/auto_cast.py, 3.3.1), so eager bf16 would be fp32 under its name; use "
+        "graph (to_static's AMP pass casts on a CPU too) or a GPU")}),
     # "paddle_launch": one paddle.distributed.launch for N processes; "paddle_launch_nodes": one per node.
     launchers=frozen({Parallelism.NONE: "single", Parallelism.DATA_PARALLEL: "paddle_launch",
                       Parallelism.MULTI_WORKER: "paddle_launch_nodes"}),

@@ -1,9 +1,10 @@
 """How the PyTorch engine distributes a trial: one device, or ``DistributedDataParallel`` under torchrun.
 
 A strategy is picked from ``spec.parallelism`` (:func:`strategy_for`) and composed into
-:class:`bakeoff.frameworks.torch.engine.TorchEngine`, which calls the same hooks whatever the strategy: which device
-and shard this process takes, the module the forward pass goes through, whether a micro-batch's backward
-synchronises, the global loss totals and what the synchronised gradients are divided by.
+:class:`bakeoff.frameworks.torch.engine.TorchEngine`, which calls the same hooks whatever the strategy
+(:class:`bakeoff.engines.strategy.Strategy`, Paddle's engine's too): which device and shard this process takes, the
+module the forward pass goes through, whether a micro-batch's backward synchronises, the global loss totals and what
+the synchronised gradients are divided by.
 
 ``data_parallel`` (one torchrun agent, N ranks) and ``multi_worker`` (one agent per node) differ only in how
 torchrun starts the ranks; in each rank the strategy is the same: a process group from torchrun's environment
@@ -17,11 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import statistics
 import time
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,82 +30,23 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from bakeoff.core.spec import Parallelism, RunSpec
+from bakeoff.engines import strategy
 from bakeoff.engines.base import Unsupported
 from bakeoff.measure import sync
 from bakeoff.measure.environment import local_rank
 
-
-class Strategy(Protocol):
-    """What the engine asks of a distribution strategy."""
-
-    rank: int
-    world: int
-
-    def device(self, kind: str) -> torch.device:
-        """The device this process trains on, given the kind the engine chose (``cpu`` or ``cuda``)."""
-
-    def dropout_seed(self, seed: int) -> int:
-        """The seed of this process's dropout masks."""
-
-    def wrap(self, impl: Any) -> Any:
-        """The model implementation whose ``loss`` the training step calls (``impl`` itself, or a view of it)."""
-
-    def micro_step(self, last: bool) -> contextlib.AbstractContextManager[None]:
-        """Around one micro-batch's forward and backward; ``last``: the step's final micro-batch."""
-
-    def global_totals(self, total: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The step's summed loss and count over the whole global batch (every rank's shard)."""
-
-    def gradient_divisor(self, count: torch.Tensor) -> torch.Tensor:
-        """What the synchronised gradients are divided by to become the mean-loss gradient of the global batch,
-        given the global count."""
-
-    def figures(self) -> dict[str, Any]:
-        """The result's ``distributed`` figures: the strategy, its set-up and synchronisation ({} on one device)."""
-
-    def environment(self) -> dict[str, Any]:
-        """What the trial's environment records of the strategy."""
+Strategy = strategy.Strategy[torch.device, torch.Tensor]
 
 
-class SingleDevice:
+class SingleDevice(strategy.OneDevice):
     """``parallelism = "none"``: the whole global batch on one device, nothing to synchronise."""
-
-    rank, world = 0, 1
-
-    def __init__(self, spec: RunSpec) -> None:
-        self.spec = spec
 
     def device(self, kind: str) -> torch.device:
         return torch.device(kind)
 
-    def dropout_seed(self, seed: int) -> int:
-        return seed
-
-    def wrap(self, impl: Any) -> Any:
-        return impl
-
-    def micro_step(self, last: bool) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
-
-    def global_totals(self, total: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return total, count
-
-    def gradient_divisor(self, count: torch.Tensor) -> torch.Tensor:
-        return count
-
-    def figures(self) -> dict[str, Any]:
-        return {}
-
-    def environment(self) -> dict[str, Any]:
-        return {}
-
 
 def _env_int(name: str) -> int:
-    value = os.environ.get(name)
-    if value is None:
-        raise Unsupported(f"distributed training needs torchrun's environment, and {name} is not set: start the "
-                          "trial through bakeoff's runner (it launches torch.distributed.run)")
-    return int(value)
+    return strategy.launcher_env_int(name, "torch.distributed.run")
 
 
 class DataParallel:
