@@ -1,4 +1,6 @@
-"""The cross-framework parity checks and their tolerances, shared by test_parity.py and test_parity_speech_ctc.py.
+"""The cross-framework parity checks and their tolerances, shared by the parity test files, and the tests of
+test_parity.py, test_parity_jax.py and test_parity_paddle.py written once (:class:`PortParity`; the speech ports'
+are test_parity_speech_ctc.py's ``SpeechPortParity``).
 
 A probe (``bakeoff.trial.parity_probe``) is one framework in one execution mode and precision, in its own process. The
 tests compare every PyTorch probe with every TensorFlow probe of the same precision — so compiled modes
@@ -18,13 +20,18 @@ import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from bakeoff.analysis import parity_tolerances as parity
 from bakeoff.analysis.parity_tolerances import Finding, first_failure, unflatten, zero_gradients
+from bakeoff.core import registry
 from bakeoff.measure.environment import usable_cores
 from bakeoff.run import parity_session as command
+
+if TYPE_CHECKING:  # pytest is not imported at run time: test_keras_backends.py runs this module in its probes
+    import pytest
 
 BF16_U = parity.BF16_U
 
@@ -136,3 +143,134 @@ def check_weights(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], tole
     zero = zero_gradients(unflatten(a, "grad"), unflatten(b, "grad"))
     _agree(parity.compare_weights(init, unflatten(a, "weights"), unflatten(b, "weights"), tolerance, zero),
            "tensors moved differently")
+
+
+def _id(value: object) -> str:
+    """A test id: a probe's mode as ``framework-execution-precision``, several joined by ``+``."""
+    return "+".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+class ClassCases:
+    """A test class whose tests take their parameters from the class: :meth:`cases`, made from a subclass's
+    declarations (a decorator on a base class's method would see the base class's attributes, not the subclass's)."""
+
+    @classmethod
+    def cases(cls) -> dict[str, tuple[str, list[Any]]]:
+        """Per test method: its parameters' names and values; a test not named takes none."""
+        raise NotImplementedError
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        # pytest asks a test class for its tests' parameters through this method, as it asks a conftest.py.
+        case = self.cases().get(metafunc.function.__name__)
+        if case is not None:
+            metafunc.parametrize(*case, ids=_id)
+
+
+class PortParity(ClassCases):
+    """The parity tests of every workload run as probes (test_parity.py, test_parity_jax.py, test_parity_paddle.py),
+    written once: a file's subclass (``class TestJaxParity(PortParity)``) declares its probes, and each test runs
+    once per workload, probe or pair of probes they make.
+
+    PORT's probes are compared with every other probe of the same workload and precision (a pair: PORT's probe
+    first). Every probe of a framework not in REFERENCES is also checked on its own here (round trip, accumulation,
+    every tensor moved, bf16 in force); a reference's probes are only compared with, their own checks being its own
+    file's (test_parity.py's, whose PyTorch and TensorFlow probes the other files share). The probes come from the
+    file's module fixture ``probes``, the session's ``parity_probes`` with every probe of MODES prefetched.
+    """
+
+    PORT: ClassVar[str]
+    """The framework compared with the others."""
+    REFERENCES: ClassVar[tuple[str, ...]]
+    """The frameworks whose probes this file only compares with."""
+    MODES: ClassVar[dict[str, tuple[Mode, ...]]]
+    """Per workload, the probes run: PORT's and the ones they are compared with."""
+    PARAMS: ClassVar[dict[str, int]]
+    """Per workload, the tiny preset's exact parameter count."""
+    OUTPUT_SHAPES: ClassVar[dict[str, tuple[int, ...]]] = {}
+    """Per workload, the outputs' shape on the first 64 test examples, where a file states it (test_parity.py); the
+    other files' outputs are held to the same shape by :func:`check_outputs`."""
+    GRADIENTS: ClassVar[tuple[str, ...]] = ("grad", "grad_accum")
+    """The gradients compared per tensor across frameworks: of the batch, and accumulated over its micro-batches."""
+
+    @classmethod
+    def all_probes(cls) -> list[tuple[str, Mode]]:
+        """Every (workload, mode) probe the file runs."""
+        return [(w, m) for w, modes in cls.MODES.items() for m in modes]
+
+    @classmethod
+    def own_probes(cls) -> list[tuple[str, Mode]]:
+        """The probes checked on their own here: every framework's but the references'."""
+        return [(w, m) for w, m in cls.all_probes() if m.framework not in cls.REFERENCES]
+
+    @classmethod
+    def port_pairs(cls) -> list[tuple[str, Mode, Mode]]:
+        """Every (workload, PORT's probe, another framework's probe of the same precision)."""
+        return [(w, a, b) for w, modes in cls.MODES.items() for a in modes if a.framework == cls.PORT
+                for b in modes if b.framework != cls.PORT and b.precision == a.precision]
+
+    @classmethod
+    def fp32_of(cls, mode: Mode) -> Mode:
+        """The fp32 probe a bf16 probe is held to: the same framework and execution."""
+        return dataclasses.replace(mode, precision="fp32")
+
+    @classmethod
+    def cases(cls) -> dict[str, tuple[str, list[Any]]]:
+        """Each test's parameters (names, values), made from the subclass's declarations."""
+        own, pairs = cls.own_probes(), cls.port_pairs()
+        return {
+            "test_parameter_counts_equal_and_exact": ("workload", list(cls.MODES)),
+            "test_canonical_weights_round_trip_exactly": ("workload,modes", [(w, (m,)) for w, m in own]),
+            "test_forward_outputs_equal_with_copied_weights": ("workload,mode,other", pairs),
+            "test_training_losses_equal_every_step": ("workload,mode,other", pairs),
+            "test_gradients_and_trained_weights_equal_per_tensor":
+                ("workload,mode,other", [p for p in pairs if p[1].precision == "fp32"]),
+            "test_gradient_accumulation_is_exact": ("workload,mode", [p for p in own if p[1].precision == "fp32"]),
+            "test_training_moved_every_tensor": ("workload,mode", own),
+            "test_bf16_is_in_force_and_close_to_fp32":
+                ("workload,mode", [p for p in own if p[1].precision == "bf16"]),
+        }
+
+    def test_parameter_counts_equal_and_exact(self, probes, workload):
+        wl = registry.workload(workload)
+        assert sum(v.size for v in wl.init_weights(wl.config("tiny"), 0).values()) == self.PARAMS[workload]
+        counts = {str(m): int(probes.get(workload, m)["num_params"]) for m in self.MODES[workload]}
+        assert set(counts.values()) == {self.PARAMS[workload]}, counts
+
+    def test_canonical_weights_round_trip_exactly(self, probes, workload, modes):
+        for mode in modes:
+            probe = probes.get(workload, mode)
+            assert bool(probe["roundtrip_same_keys"]) and float(probe["roundtrip_max_err"]) == 0.0, mode
+
+    def test_forward_outputs_equal_with_copied_weights(self, probes, workload, mode, other):
+        # Perturbed weights (non-zero biases, non-unit LayerNorm) exercise every canonical-name mapping and layout.
+        # torch's predict runs eagerly in graph mode too (evaluation is off the clock); its compiled forward pass is
+        # checked by the first training loss and the gradients below.
+        a, b = probes.get(workload, mode), probes.get(workload, other)
+        for which in ("outputs", "outputs_perturbed"):
+            if workload in self.OUTPUT_SHAPES:
+                assert a[which].shape == self.OUTPUT_SHAPES[workload]
+            check_outputs(a, b, mode.precision, which)
+
+    def test_training_losses_equal_every_step(self, probes, workload, mode, other):
+        a, b = probes.get(workload, mode), probes.get(workload, other)
+        assert a["losses"].shape == (STEPS,)
+        check_losses(a["losses"], b["losses"], mode.precision)
+        check_losses(a["losses_accum"], b["losses_accum"], mode.precision)  # grad_accum = 4, across frameworks
+
+    def test_gradients_and_trained_weights_equal_per_tensor(self, probes, workload, mode, other):
+        a, b = probes.get(workload, mode), probes.get(workload, other)
+        for group in self.GRADIENTS:
+            check_gradients(a, b, group)
+        check_weights(a, b)
+
+    def test_gradient_accumulation_is_exact(self, probes, workload, mode):
+        check_accumulation(probes.get(workload, mode))
+
+    def test_training_moved_every_tensor(self, probes, workload, mode):
+        check_moved(probes.get(workload, mode), registry.workload(workload).config("tiny")["learning_rate"])
+
+    def test_bf16_is_in_force_and_close_to_fp32(self, probes, workload, mode):
+        bf16, fp32 = probes.get(workload, mode), probes.get(workload, self.fp32_of(mode))
+        assert np.abs(bf16["outputs"] - fp32["outputs"]).max() > 1e-4  # bf16 rounding shows: it really ran in bf16
+        check_outputs(bf16, fp32, "bf16", "outputs")
+        check_losses(bf16["losses"], fp32["losses"], "bf16")

@@ -27,42 +27,34 @@ import numpy as np
 import pytest
 
 from bakeoff.core import registry
-from parity_checks import (
-    STEPS,
-    Mode,
-    Probes,
-    check_accumulation,
-    check_gradients,
-    check_losses,
-    check_moved,
-    check_outputs,
-    check_weights,
-    parity_command,
-)
+from parity_checks import Mode, PortParity, Probes, check_gradients, check_losses, check_outputs, parity_command
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not all(registry.installed(f) for f in ("paddle", "torch")),
                                  reason="Paddle parity needs paddle and torch (pip install 'bakeoff[paddle]')")]
 
-PARAMS = {"mnist": 5_258, "text_classifier": 331_201, "autoencoder": 71_104}  # as tests/test_parity.py counts
 EAGER, GRAPH = Mode("paddle"), Mode("paddle", "graph")
 BF16 = (Mode("paddle", "graph", "bf16"), Mode("torch", precision="bf16"))
 TORCH = Mode("torch")
-# One line per workload: the Paddle probes and the PyTorch ones they are compared with.
-MODES = {"mnist": (TORCH, EAGER, GRAPH, *BF16), "text_classifier": (TORCH, EAGER, GRAPH, *BF16),
-         "autoencoder": (TORCH, EAGER, GRAPH, *BF16)}
-PAIRS = [(w, p, t) for w, modes in MODES.items() for p in modes if p.framework == "paddle"
-         for t in modes if t.framework == "torch" and t.precision == p.precision]
-PADDLE_PROBES = [(w, m) for w, modes in MODES.items() for m in modes if m.framework == "paddle"]
 ACCUM_SHAPES = 2
 """Input shapes the probe's gradient checks feed the step before training (bakeoff.trial.parity_probe): the
 micro-batch of batch_size / 4 and the batch of batch_size; training then feeds the latter only."""
 
 
+class TestPaddleParity(PortParity):
+    """Every Paddle probe against PyTorch's of the same precision (tests/parity_checks.py)."""
+
+    PORT, REFERENCES = "paddle", ("torch",)
+    PARAMS = {"mnist": 5_258, "text_classifier": 331_201, "autoencoder": 71_104}  # as tests/test_parity.py counts
+    # One line per workload: the Paddle probes and the PyTorch ones they are compared with.
+    MODES = {"mnist": (TORCH, EAGER, GRAPH, *BF16), "text_classifier": (TORCH, EAGER, GRAPH, *BF16),
+             "autoencoder": (TORCH, EAGER, GRAPH, *BF16)}
+
+
 @pytest.fixture(scope="module")
 def probes(parity_probes: Probes) -> Probes:
     # The PyTorch probes are test_parity.py's (the same command): run once per session.
-    parity_probes.prefetch([(w, m) for w, modes in MODES.items() for m in modes])
+    parity_probes.prefetch(TestPaddleParity.all_probes())
     return parity_probes
 
 
@@ -70,66 +62,13 @@ def _ids(value: object) -> str:
     return str(value)
 
 
-@pytest.mark.parametrize("workload", list(MODES))
-def test_parameter_counts_equal_and_exact(probes, workload):
-    counts = {str(m): int(probes.get(workload, m)["num_params"]) for m in MODES[workload]}
-    assert set(counts.values()) == {PARAMS[workload]}, counts
-
-
-@pytest.mark.parametrize(("workload", "mode"), PADDLE_PROBES, ids=_ids)
-def test_canonical_weights_round_trip_exactly(probes, workload, mode):
-    probe = probes.get(workload, mode)
-    assert bool(probe["roundtrip_same_keys"]) and float(probe["roundtrip_max_err"]) == 0.0
-
-
-@pytest.mark.parametrize(("workload", "paddle_mode", "other"), PAIRS, ids=_ids)
-def test_forward_outputs_equal_with_copied_weights(probes, workload, paddle_mode, other):
-    a, b = probes.get(workload, paddle_mode), probes.get(workload, other)
-    for which in ("outputs", "outputs_perturbed"):  # perturbed: non-zero biases, every mapping exercised
-        check_outputs(a, b, paddle_mode.precision, which)
-
-
-@pytest.mark.parametrize(("workload", "paddle_mode", "other"), PAIRS, ids=_ids)
-def test_training_losses_equal_every_step(probes, workload, paddle_mode, other):
-    a, b = probes.get(workload, paddle_mode), probes.get(workload, other)
-    assert a["losses"].shape == (STEPS,)
-    check_losses(a["losses"], b["losses"], paddle_mode.precision)
-    check_losses(a["losses_accum"], b["losses_accum"], paddle_mode.precision)  # grad_accum = 4, across frameworks
-
-
-@pytest.mark.parametrize(("workload", "paddle_mode", "other"), [p for p in PAIRS if p[1].precision == "fp32"],
-                         ids=_ids)
-def test_gradients_and_trained_weights_equal_per_tensor(probes, workload, paddle_mode, other):
-    a, b = probes.get(workload, paddle_mode), probes.get(workload, other)
-    check_gradients(a, b)
-    check_gradients(a, b, "grad_accum")
-    check_weights(a, b)
-
-
-@pytest.mark.parametrize(("workload", "mode"), [p for p in PADDLE_PROBES if p[1].precision == "fp32"], ids=_ids)
-def test_gradient_accumulation_is_exact(probes, workload, mode):
-    check_accumulation(probes.get(workload, mode))
-
-
-@pytest.mark.parametrize(("workload", "mode"), PADDLE_PROBES, ids=_ids)
-def test_training_moved_every_tensor(probes, workload, mode):
-    check_moved(probes.get(workload, mode), registry.workload(workload).config("tiny")["learning_rate"])
-
-
-@pytest.mark.parametrize(("workload", "mode"), [p for p in PADDLE_PROBES if p[1].execution == "graph"], ids=_ids)
+@pytest.mark.parametrize(("workload", "mode"),
+                         [p for p in TestPaddleParity.own_probes() if p[1].execution == "graph"], ids=_ids)
 def test_to_static_builds_one_program_per_shape(probes, workload, mode):
     # The gradient checks built a program for each of their two shapes before training; the training steps, all
     # of the batch shape, build none (graph_builds: before the steps and after each).
     builds = probes.get(workload, mode)["graph_builds"]
     assert np.all(builds == ACCUM_SHAPES), builds
-
-
-@pytest.mark.parametrize("workload", [w for w, modes in MODES.items() if BF16[0] in modes])
-def test_bf16_is_in_force_and_close_to_fp32(probes, workload):
-    bf16, fp32 = probes.get(workload, BF16[0]), probes.get(workload, GRAPH)
-    assert np.abs(bf16["outputs"] - fp32["outputs"]).max() > 1e-4  # bf16 rounding shows: it really ran in bf16
-    check_outputs(bf16, fp32, "bf16", "outputs")
-    check_losses(bf16["losses"], fp32["losses"], "bf16")
 
 
 def test_eager_and_to_static_paddle_agree(probes):

@@ -18,25 +18,21 @@ import numpy as np
 import pytest
 
 from bakeoff.core import registry
-from parity_checks import (
-    EAGER,
-    Mode,
-    Probes,
-    check_accumulation,
-    check_gradients,
-    check_losses,
-    check_moved,
-    check_outputs,
-    check_weights,
-)
-from test_parity_speech_ctc import DATA, STEPS
+from parity_checks import EAGER, Mode, Probes, check_gradients, check_losses, check_outputs
+from test_parity_speech_ctc import DATA, STEPS, SpeechPortParity
 
 JAX = (Mode("jax"), Mode("jax", "graph"))
-MODES = (*JAX, *EAGER)  # the slow probes first
-PAIRS = [(j, o) for j in JAX for o in EAGER]  # every JAX probe against each other framework's eager probe
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not all(registry.installed(f) for f in ("jax", "torch", "tensorflow")),
                                  reason="JAX speech parity needs jax, torch and tensorflow installed")]
+
+
+class TestJaxSpeechParity(SpeechPortParity):
+    """Every JAX probe against each other framework's eager probe (test_parity_speech_ctc.py)."""
+
+    PORT = "jax"
+    MODES = (*JAX, *EAGER)  # the slow probes first
+    CTC_LABELS = ("ctc", "ctc_sparse")  # TensorFlow's dense labels, and sparse as on CPU
 
 
 def _train_batches() -> list[dict[str, np.ndarray]]:
@@ -50,68 +46,8 @@ def _train_batches() -> list[dict[str, np.ndarray]]:
 
 @pytest.fixture(scope="module")
 def probes(speech_probes: Probes) -> dict[Mode, dict[str, np.ndarray]]:
-    speech_probes.prefetch([("speech_ctc", m) for m in MODES])
-    return {m: speech_probes.get("speech_ctc", m) for m in MODES}
-
-
-def _ids(value: object) -> str:
-    return str(value)
-
-
-def test_parameter_counts_equal_and_exact(probes):
-    counts = {str(m): int(p["num_params"]) for m, p in probes.items()}
-    assert set(counts.values()) == {216_445}, counts  # test_parity_speech_ctc's count, term by term
-
-
-@pytest.mark.parametrize("mode", JAX, ids=_ids)
-def test_canonical_weights_round_trip_exactly(probes, mode):
-    assert bool(probes[mode]["roundtrip_same_keys"]) and float(probes[mode]["roundtrip_max_err"]) == 0.0
-
-
-@pytest.mark.parametrize(("jax_mode", "other"), PAIRS, ids=_ids)
-def test_forward_log_probs_equal_with_copied_weights(probes, jax_mode, other):
-    a, b = probes[jax_mode], probes[other]
-    assert a["outputs"].shape[0] == 32 and a["outputs"].shape[2] == 29
-    for which in ("outputs", "outputs_perturbed"):  # perturbed: non-zero biases, non-unit LayerNorm
-        check_outputs(a, b, "fp32", which)
-
-
-@pytest.mark.parametrize("mode", JAX, ids=_ids)
-def test_padding_never_changes_real_frames(probes, mode):
-    full, tight = probes[mode]["outputs"], probes[mode]["outputs_tight"]
-    assert tight.shape[1] < full.shape[1]  # the test split's padding is longer than this batch's
-    assert np.abs(full[:, : tight.shape[1]] - tight).max() <= 1e-5
-    assert np.all(full[:, tight.shape[1]:] == 0.0)
-
-
-@pytest.mark.parametrize("mode", JAX, ids=_ids)
-def test_gradient_accumulation_exact_across_padding(probes, mode):
-    check_accumulation(probes[mode])
-
-
-@pytest.mark.parametrize(("jax_mode", "other"), PAIRS, ids=_ids)
-def test_training_equal_every_step_and_tensor(probes, jax_mode, other):
-    a, b = probes[jax_mode], probes[other]
-    assert a["losses"].shape == b["losses"].shape == (STEPS,)
-    check_losses(a["losses"], b["losses"], "fp32")
-    check_losses(a["losses_accum"], b["losses_accum"], "fp32")  # grad_accum = 4, micro-batches padded apart
-    check_gradients(a, b)
-    check_gradients(a, b, "grad_accum")
-    check_weights(a, b, tolerance=1e-2)  # as test_parity_speech_ctc.py: the 2026-12-02 drift, an open question
-
-
-@pytest.mark.parametrize("mode", JAX, ids=_ids)
-def test_training_moved_every_tensor(probes, mode):
-    check_moved(probes[mode], registry.workload("speech_ctc").config("tiny")["learning_rate"])
-
-
-@pytest.mark.parametrize("other", EAGER, ids=_ids)
-@pytest.mark.parametrize("labels", ["ctc", "ctc_sparse"])  # TensorFlow's dense labels, and sparse as on CPU
-def test_ctc_losses_agree_on_the_same_logits(probes, other, labels):
-    a, b = probes[Mode("jax")]["ctc"], probes[other][labels]
-    assert a.shape == b.shape == (4,)
-    assert np.all(np.isfinite(a)) and np.all(a > 0)
-    assert np.abs(a - b).max() / np.abs(b).max() <= 1e-5, (a, b)
+    speech_probes.prefetch([("speech_ctc", m) for m in TestJaxSpeechParity.MODES])
+    return {m: speech_probes.get("speech_ctc", m) for m in TestJaxSpeechParity.MODES}
 
 
 def test_jitted_step_builds_once_per_batch_shape(probes):

@@ -26,25 +26,23 @@ import numpy as np
 import pytest
 
 from bakeoff.core import registry
-from parity_checks import (
-    Mode,
-    Probes,
-    check_accumulation,
-    check_gradients,
-    check_losses,
-    check_moved,
-    check_outputs,
-    check_weights,
-)
-from test_parity_speech_ctc import DATA, STEPS
+from parity_checks import Mode, Probes, check_gradients, check_losses, check_outputs
+from test_parity_speech_ctc import DATA, STEPS, SpeechPortParity
 
 PADDLE = (Mode("paddle"), Mode("paddle", "graph"))
 TORCH = Mode("torch")
 BF16 = (Mode("paddle", "graph", "bf16"), Mode("torch", precision="bf16"))  # Paddle's AMP casts on a CPU in graph only
-MODES = (*PADDLE, *BF16, TORCH)  # the slow probes first
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not all(registry.installed(f) for f in ("paddle", "torch")),
                                  reason="Paddle speech parity needs paddle and torch installed")]
+
+
+class TestPaddleSpeechParity(SpeechPortParity):
+    """Every Paddle fp32 probe against PyTorch's eager one (test_parity_speech_ctc.py); bf16 is this file's own test
+    below."""
+
+    PORT = "paddle"
+    MODES = (*PADDLE, *BF16, TORCH)  # the slow probes first
 
 
 def _probe_shapes() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
@@ -63,62 +61,8 @@ def _probe_shapes() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
 
 @pytest.fixture(scope="module")
 def probes(speech_probes: Probes) -> dict[Mode, dict[str, np.ndarray]]:
-    speech_probes.prefetch([("speech_ctc", m) for m in MODES])
-    return {m: speech_probes.get("speech_ctc", m) for m in MODES}
-
-
-def test_parameter_counts_equal_and_exact(probes):
-    counts = {str(m): int(p["num_params"]) for m, p in probes.items()}
-    assert set(counts.values()) == {216_445}, counts  # test_parity_speech_ctc's count, term by term
-
-
-@pytest.mark.parametrize("mode", PADDLE, ids=str)
-def test_canonical_weights_round_trip_exactly(probes, mode):
-    assert bool(probes[mode]["roundtrip_same_keys"]) and float(probes[mode]["roundtrip_max_err"]) == 0.0
-
-
-@pytest.mark.parametrize("mode", PADDLE, ids=str)
-def test_forward_log_probs_equal_with_copied_weights(probes, mode):
-    a, b = probes[mode], probes[TORCH]
-    assert a["outputs"].shape[0] == 32 and a["outputs"].shape[2] == 29
-    for which in ("outputs", "outputs_perturbed"):  # perturbed: non-zero biases, non-unit LayerNorm
-        check_outputs(a, b, "fp32", which)
-
-
-@pytest.mark.parametrize("mode", PADDLE, ids=str)
-def test_padding_never_changes_real_frames(probes, mode):
-    full, tight = probes[mode]["outputs"], probes[mode]["outputs_tight"]
-    assert tight.shape[1] < full.shape[1]  # the test split's padding is longer than this batch's
-    assert np.abs(full[:, : tight.shape[1]] - tight).max() <= 1e-5
-    assert np.all(full[:, tight.shape[1]:] == 0.0)
-
-
-@pytest.mark.parametrize("mode", PADDLE, ids=str)
-def test_gradient_accumulation_exact_across_padding(probes, mode):
-    check_accumulation(probes[mode])
-
-
-@pytest.mark.parametrize("mode", PADDLE, ids=str)
-def test_training_equal_every_step_and_tensor(probes, mode):
-    a, b = probes[mode], probes[TORCH]
-    assert a["losses"].shape == b["losses"].shape == (STEPS,)
-    check_losses(a["losses"], b["losses"], "fp32")
-    check_losses(a["losses_accum"], b["losses_accum"], "fp32")  # grad_accum = 4, micro-batches padded apart
-    check_gradients(a, b)
-    check_gradients(a, b, "grad_accum")
-    check_weights(a, b, tolerance=1e-2)  # as test_parity_speech_ctc.py: the 2026-12-02 drift, an open question
-
-
-@pytest.mark.parametrize("mode", PADDLE, ids=str)
-def test_training_moved_every_tensor(probes, mode):
-    check_moved(probes[mode], registry.workload("speech_ctc").config("tiny")["learning_rate"])
-
-
-def test_ctc_losses_agree_on_the_same_logits(probes):
-    a, b = probes[Mode("paddle")]["ctc"], probes[TORCH]["ctc"]
-    assert a.shape == b.shape == (4,)
-    assert np.all(np.isfinite(a)) and np.all(a > 0)
-    assert np.abs(a - b).max() / np.abs(b).max() <= 1e-5, (a, b)
+    speech_probes.prefetch([("speech_ctc", m) for m in TestPaddleSpeechParity.MODES])
+    return {m: speech_probes.get("speech_ctc", m) for m in TestPaddleSpeechParity.MODES}
 
 
 def test_to_static_step_builds_once_per_batch_shape(probes):
