@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from bakeoff.core import registry
+from bakeoff.trial.parity_probe import UNSUPPORTED_EXIT
 from parity_checks import Mode, PortParity, Probes, check_gradients, check_losses, check_outputs, parity_command
 
 pytestmark = [pytest.mark.slow,
@@ -81,7 +82,10 @@ def test_eager_and_to_static_paddle_agree(probes):
 
 def test_eager_bf16_on_cpu_is_refused(tmp_path):
     # Paddle's dygraph auto_cast is a no-op on a CPU (a warning, fp32 kernels): an eager bf16 trial would be fp32
-    # under a bf16 label, so the engine refuses it rather than measure it.
+    # under a bf16 label, so the engine refuses it rather than measure it (its record's cpu_missing, which bakeoff
+    # parity reads to refuse the mode before any probe starts); the probe says why in its last line, no traceback.
     run = subprocess.run(parity_command("mnist", Mode("paddle", "eager", "bf16"), tmp_path / "p.npz"),
                          capture_output=True, text=True, timeout=300)
-    assert run.returncode != 0 and "Unsupported" in run.stderr and "dygraph AMP" in run.stderr, run.stderr[-2000:]
+    assert run.returncode == UNSUPPORTED_EXIT and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert run.stderr.strip().splitlines()[-1].startswith("unsupported: Paddle's dygraph AMP"), run.stderr[-2000:]
+    assert not (tmp_path / "p.npz").exists()
