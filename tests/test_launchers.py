@@ -393,3 +393,28 @@ def test_a_framework_build_says_whether_it_can_use_a_gpu(monkeypatch) -> None:
     assert all(environment.cuda_build(f) for f in ("torch", "jax", "tensorflow"))
     versions["torch"] = "2.13.0"  # PyPI's default torch wheel is a CUDA build
     assert environment.cuda_build("torch")
+
+
+def test_a_mode_its_framework_cannot_run_on_a_cpu_is_refused_before_any_process_starts_where_it_would(tmp_path,
+                                                                                                       monkeypatch):
+    # Paddle's eager bf16: its dygraph AMP does nothing on a CPU, so its record lists the mode in cpu_missing.
+    def started(*_args, **_kwargs):
+        raise AssertionError("a process group was started")
+
+    monkeypatch.setattr(launchers, "run_group", started)
+    monkeypatch.setattr(launchers, "cuda_devices", lambda: (0, "no NVIDIA GPU on this machine"))
+    eager_bf16 = {"execution": "eager", "precision": "bf16"}
+    result = local.run_one(_spec("paddle", "none", workers=1, **eager_bf16), 30, tmp_path)
+    assert result.status is Status.UNSUPPORTED
+    assert result.reason.startswith("Paddle's dygraph AMP (paddle.amp.auto_cast) runs on GPU, XPU and custom devices "
+                                    "only") and result.reason.endswith("(this trial would train on this machine's CPU)")
+    for device, gpus, build in (("cpu", 8, True), ("auto", 0, True), ("auto", 8, False)):  # on the CPU all three
+        monkeypatch.setattr(launchers, "cuda_build", lambda framework, build=build: build)
+        spec = _spec("paddle", "none", workers=1, device=device, **eager_bf16)
+        assert "would train on this machine's CPU" in launchers.unsupported_here(spec, gpus), (device, gpus, build)
+    # on a GPU it may run; graph bf16 (to_static's AMP casts on a CPU too) and PyTorch's eager bf16 run anywhere
+    monkeypatch.setattr(launchers, "cuda_build", lambda framework: True)
+    assert launchers.unsupported_here(_spec("paddle", "none", workers=1, device="auto", **eager_bf16), 8) == ""
+    cpu = {"device": "cpu", "precision": "bf16"}
+    assert launchers.unsupported_here(_spec("paddle", "none", workers=1, execution="graph", **cpu), 0) == ""
+    assert launchers.unsupported_here(_spec("torch", "none", workers=1, execution="eager", **cpu), 0) == ""

@@ -127,11 +127,15 @@ def plan(spec: RunSpec, args: Sequence[str], env: dict[str, str], ports: Sequenc
 
 
 def unsupported_here(spec: RunSpec, gpus: int | None = None, here: int | None = None) -> str:
-    """Why ``spec``'s ranks cannot each have a GPU of their own on this machine ('' when they can, or when they
-    train on the CPU), decided before any process starts. ``gpus``: the NVIDIA GPUs a trial here could see
+    """Why ``spec`` cannot run on this machine ('' when it can), decided before any process starts: its mode
+    is one its framework's record says a CPU cannot run (``cpu_missing``) and it would train on the CPU here; or its
+    ranks cannot each have a GPU of their own. ``gpus``: the NVIDIA GPUs a trial here could see
     (default: :func:`bakeoff.measure.environment.cuda_devices`); ``here``: the trial's ranks on this machine
     (default: all of them; a trial spread over nodes, its share of this node: each node checks its own). Only
     launchers whose ranks take one GPU each (``gpu_per_rank``) are checked."""
+    not_on_cpu = registry.unsupported_on_cpu(spec)
+    if not_on_cpu and _trains_on_cpu(spec, gpus):
+        return f"{not_on_cpu} (this trial would train on this machine's CPU)"
     launcher = LAUNCHERS[registry.launcher(spec)]
     if not launcher.gpu_per_rank or spec.device is Device.CPU:
         return ""
@@ -147,6 +151,14 @@ def unsupported_here(spec: RunSpec, gpus: int | None = None, here: int | None = 
     return (f"{spec.parallelism.value} over {spec.workers} replicas ({strategy}) puts {here} ranks on this machine, "
             f"one GPU each (NCCL refuses two ranks on one GPU), and it has {gpus} visible GPU"
             f"{'s' * (gpus != 1)}: {advice}, or --device cpu")
+
+
+def _trains_on_cpu(spec: RunSpec, gpus: int | None) -> bool:
+    """Whether ``spec``'s trial would train on this machine's CPU: told to, or left to choose (``auto``) with a CPU
+    build of its framework or no GPU it could see."""
+    if spec.device is not Device.AUTO:
+        return spec.device is Device.CPU
+    return not cuda_build(spec.framework.value) or (cuda_devices()[0] if gpus is None else gpus) == 0
 
 
 @dataclasses.dataclass
