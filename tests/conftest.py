@@ -45,7 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # its row does not load), but a test process does: collecting the tests imports TensorFlow (test_deploy_tf.py),
     # and the Paddle model tests import Paddle beside it. So Paddle is loaded first, before collection.
     if importlib.util.find_spec("paddle") is not None:
-        importlib.import_module("bakeoff.frameworks.paddle")  # its warning filter first: no ccache warning here
+        importlib.import_module("bakeoff.frameworks.paddle").quiet_import()  # no ccache warning in the log
         import paddle  # noqa: F401
 
 
