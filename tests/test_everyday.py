@@ -19,7 +19,7 @@ from bakeoff.core.result import Training, TrialResult
 from bakeoff.core.spec import RunSpec, Status
 from bakeoff.results.store import Store
 
-LEAK = "print('LEAKED', sorted(m for m in ('torch', 'tensorflow', 'jax', 'keras') if m in sys.modules))\n"
+LEAK = "print('LEAKED', sorted(m for m in ('torch', 'tensorflow', 'jax', 'keras', 'paddle') if m in sys.modules))\n"
 
 
 def bakeoff(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -90,6 +90,18 @@ def test_dry_run_lists_stored_and_to_run_with_an_estimate_and_imports_no_framewo
            "2 more trials without an estimate" in " ".join(again.stdout.split())  # prose, wrapped at 100 columns
     retry = bakeoff(*args, "--fresh", cwd=tmp_path)
     assert "run  (stored: ok)" in retry.stdout and "4 to run" in retry.stdout
+
+
+def test_dry_run_counts_the_trials_refused_before_any_process_starts_and_imports_no_framework(tmp_path):
+    # Paddle's eager bf16 on this machine's CPU (its record's cpu_missing; --device cpu: whatever GPUs it has)
+    args = ["run", "--workload", "mnist", "--framework", "paddle,torch", "--execution", "eager", "--precision",
+            "bf16", "--device", "cpu", "--max-steps", "2", "--store", "r.sqlite", "--dry-run"]
+    r = in_process(args, tmp_path)
+    assert "LEAKED []" in r.stdout and "EXIT 0" in r.stdout, r.stdout + r.stderr
+    said = " ".join(r.stdout.split())
+    assert "2 trials, 0 already stored, 2 to run (1 of them unsupported: recorded so, no process starts)" in said
+    assert "paddle/eager/bf16 seed 0 key " in said and "(unsupported, no process starts: Paddle's dygraph AMP" in said
+    assert not (tmp_path / "r.sqlite").exists()
 
 
 def test_dry_run_checks_the_data_as_a_run_would_and_still_imports_no_framework(tmp_path):

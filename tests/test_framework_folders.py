@@ -97,7 +97,7 @@ def _exempt(relative: Path) -> bool:
 
 def test_the_names_checked_are_the_frameworks():
     # typed in: the rows bakeoff ships, and TensorFlow's model-file prefix
-    assert {"torch", "tensorflow", "tf", "jax", "keras"} <= NAMES
+    assert {"torch", "tensorflow", "tf", "jax", "keras", "paddle"} <= NAMES
 
 
 def test_the_rule_reads_identifiers_and_keys_not_prose():  # the checker itself, on made-up code

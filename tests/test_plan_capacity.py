@@ -248,7 +248,7 @@ def test_the_command_prints_the_table_and_json_and_imports_no_framework():
     assert data["shape"]["layers"] == 2 and data["shape"]["lm_head"] is False
     assert {row["kind"] for row in data["rows"]} == set(capacity.KINDS)
     probe = ("import sys; from bakeoff.cli.main import main; main(['plan', '--params', '7e9', '--memory', '80GB', "
-             "'--batch', '8']); print(sorted({'torch', 'tensorflow', 'jax', 'keras'} & set(sys.modules)))")
+             "'--batch', '8']); print(sorted({'torch', 'tensorflow', 'jax', 'keras', 'paddle'} & set(sys.modules)))")
     r = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(SRC)},
                        capture_output=True, text=True, timeout=120)
     assert r.stdout.strip().endswith("[]"), r.stdout[-300:] + r.stderr

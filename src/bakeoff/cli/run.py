@@ -174,6 +174,7 @@ def _dry_run(suite: Suite, args: argparse.Namespace, here: bool) -> int:
                    order_seed=args.order_seed, timeout_s=args.timeout or suite.timeout_s, retry_busy=args.retry_busy)
     if suite.auto_batch is not None:
         console.print("batch size 'auto': the search runs first, so the keys below (batch size 1) are placeholders")
+    refused = 0  # trials that would run, recorded unsupported before any process starts
     for p in planned:
         spec = p.spec
         state = (f"run  (stored: {p.stored.value})" if p.runs and p.stored else "run" if p.runs
@@ -181,6 +182,7 @@ def _dry_run(suite: Suite, args: argparse.Namespace, here: bool) -> int:
         estimate = f"  ~{duration(p.estimate_s)}" if p.estimate_s is not None else ""
         why = registry.unsupported(spec) or (launchers.unsupported_here(spec) if here else "")  # no process starts
         note = f"  (unsupported, no process starts: {why})" if p.runs and why else ""
+        refused += bool(note)
         console.print(f"{p.position:4d}  {state:<22} {spec.title()}  "
                       f"key {spec.key()}{estimate}{note}", markup=False, soft_wrap=True)
     seconds, unknown = total(planned)
@@ -193,7 +195,8 @@ def _dry_run(suite: Suite, args: argparse.Namespace, here: bool) -> int:
     else:
         when = (f"about {duration(seconds)} from the stored results of the same configurations"
                 + (f", {unknown} more trials without an estimate" if unknown else ""))
-    paragraph(f"dry run: {len(planned)} trials, {stored} already stored, {runs} to run; {when}. "
+    unsupported = f" ({refused} of them unsupported: recorded so, no process starts)" if refused else ""
+    paragraph(f"dry run: {len(planned)} trials, {stored} already stored, {runs} to run{unsupported}; {when}. "
               "Nothing was run or written (the data was loaded and checked, nothing trained).")
     if suite.adaptive is not None:
         first, most = suite.adaptive["first"], suite.adaptive["max"]
