@@ -51,6 +51,8 @@ from pathlib import Path
 
 from bakeoff.core import frameworks, registry
 from bakeoff.core.contract import Placement
+
+# The launcher contract, read from here by the parent side (PARAMETER_SERVERS and local_ranks too: re-exported).
 from bakeoff.core.launching import (  # noqa: F401
     HOST,
     PARAMETER_SERVERS,
@@ -61,8 +63,6 @@ from bakeoff.core.launching import (  # noqa: F401
     local_ranks,
     trial_command,
 )
-
-# The launcher contract, read from here by the parent side (PARAMETER_SERVERS and local_ranks too: re-exported).
 from bakeoff.core.lazy import Discovered
 from bakeoff.core.result import Distributed, Energy, TrialResult
 from bakeoff.core.spec import Device, Parallelism, RunSpec, Status
@@ -91,8 +91,9 @@ SINGLE = Launcher("single", _single, group=False)
 """bakeoff's own launcher: one trial process (a framework that distributes within one process uses it too)."""
 
 
-def _all_launchers() -> dict[str, Launcher]:  # each time: the modules are imported once, the records may be
-    # rediscovered
+def _all_launchers() -> dict[str, Launcher]:
+    """:data:`SINGLE` and each framework's launchers, built on each use: the modules are imported once, and the
+    records may be rediscovered."""
     modules = dict.fromkeys(info.launch for info in frameworks.FRAMEWORKS.values() if info.launch)
     found = [launcher for module in modules for launcher in importlib.import_module(module).LAUNCHERS]
     return {launcher.name: launcher for launcher in (SINGLE, *found)}
@@ -131,8 +132,8 @@ def unsupported_here(spec: RunSpec, gpus: int | None = None, here: int | None = 
     is one its framework's record says a CPU cannot run (``cpu_missing``) and it would train on the CPU here; or its
     ranks cannot each have a GPU of their own. ``gpus``: the NVIDIA GPUs a trial here could see
     (default: :func:`bakeoff.measure.environment.cuda_devices`); ``here``: the trial's ranks on this machine
-    (default: all of them; a trial spread over nodes, its share of this node: each node checks its own). Only
-    launchers whose ranks take one GPU each (``gpu_per_rank``) are checked."""
+    (default: all of them; a trial spread over nodes, its share of this node: each node checks its own). The GPUs
+    are checked only for launchers whose ranks take one GPU each (``gpu_per_rank``)."""
     not_on_cpu = registry.unsupported_on_cpu(spec)
     if not_on_cpu and _trains_on_cpu(spec, gpus):
         return f"{not_on_cpu} (this trial would train on this machine's CPU)"
