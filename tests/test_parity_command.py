@@ -221,6 +221,23 @@ def test_probes_from_a_thread_pool_leave_the_signal_gate_balanced(monkeypatch):
         gate.handler(signal.SIGINT, None)  # not held: it interrupts
 
 
+@NEEDS  # check_parity plans for installed frameworks before it starts a probe
+def test_a_probe_its_engine_refuses_is_reported_by_its_reason_alone(monkeypatch):
+    # A probe whose engine raises Unsupported exits UNSUPPORTED_EXIT, its reason the last line of its standard error
+    # (the lines before it: a framework's import-time noise); any other failure keeps the end of its output.
+    from bakeoff.run import parity_session as parity
+    from bakeoff.trial.parity_probe import UNSUPPORTED_EXIT
+
+    script = ("import sys; print('some import-time warning', file=sys.stderr); "
+              "print('unsupported: no such mode on a CPU', file=sys.stderr); "
+              f"sys.exit({UNSUPPORTED_EXIT} if 'jax' in sys.argv else 1)")
+    monkeypatch.setattr(parity, "probe_command", lambda workload, framework, *a, **k: [sys.executable, "-c", script,
+                                                                                      framework])
+    report = parity.check_parity("mnist", ["torch", "jax"])
+    assert report.failed_runs == {"jax eager fp32": "unsupported: no such mode on a CPU",
+                                  "torch eager fp32": "some import-time warning\nunsupported: no such mode on a CPU"}
+
+
 @pytest.mark.skipif(not registry.installed("torch"), reason="needs torch")
 def test_parity_proves_the_model_the_users_data_builds(tmp_path):
     # `bakeoff parity` took no --data: it proved the shipped data's 2-class head while the run trained 5 classes.
